@@ -1,0 +1,29 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-full bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/dtrf demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-full: $(STAMP)
+	$(BIN)/python -m pytest -q -m ''
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/replay.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

@@ -1,0 +1,3 @@
+"""Forensic analysis of Dynamic Tensor Rematerialization (DTR)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,56 @@
+"""The `dtrf` command: a thin layer that parses arguments, calls analyses, renders.
+
+Each command family lives in its own module with a `register(app)` function;
+`COMMAND_MODULES` lists them in the order they appear in `--help`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from .errors import UserError, report_user_error
+
+COMMAND_MODULES = (
+    "run_cmd",
+    "traces_cmd",
+)
+
+app = typer.Typer(
+    name="dtrf",
+    help="Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay traces "
+    "exactly as the reference simulator, record every decision, diff executions, "
+    "explain OOMs and sweep budgets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(f"{__package__}.{_module}").register(app)
+
+
+def main() -> None:
+    """Console entry point: user errors become one clear message and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        report_user_error(exc)
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        print("Aborted.", file=sys.stderr)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

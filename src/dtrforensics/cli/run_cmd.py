@@ -1,0 +1,5 @@
+"""Placeholder, filled by its issue."""
+
+
+def register(app):
+    pass

@@ -1,0 +1,356 @@
+"""Parse DTR prototype logs (one JSON object per line) into a `Program`.
+
+The lowering follows SEMANTICS.md section 1 exactly: constants become
+zero-cost ops followed by a pin, mutations become new ops whose results are
+named `<old>$`, COPY/COPY_FROM/RELEASE become reference-count commands, and the
+names still referenced at the end are pinned in first-insertion order.
+Every malformed input raises `TraceError` naming the file, the line and the
+problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .program import (
+    CMD_COMPUTE, CMD_GET, CMD_PIN, CMD_RELEASE, CONSTANT_OP_NAME, Program,
+)
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be parsed: where and what."""
+
+    def __init__(self, path: str, line: int | None, problem: str):
+        self.path, self.line, self.problem = path, line, problem
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {problem}")
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def trace_name_from_path(path: str | Path) -> str:
+    """Short name of a log: the part of the file name before the first '-'."""
+    stem = Path(path).name
+    if stem.endswith(".log"):
+        stem = stem[:-4]
+    return stem.split("-")[0] or stem
+
+
+class _Builder:
+    """Accumulates ops, tensors and commands while walking the log."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.op_cost: list[int] = []
+        self.op_total_size: list[int] = []
+        self.op_first_tensor: list[int] = []
+        self.op_n_outputs: list[int] = []
+        self.op_arg_ptr: list[int] = [0]
+        self.op_args: list[int] = []
+        self.op_backward: list[bool] = []
+        self.op_line: list[int] = []
+        self.op_name_id: list[int] = []
+        self.op_names: dict[str, int] = {}
+        self.tensor_op: list[int] = []
+        self.tensor_index: list[int] = []
+        self.tensor_size: list[int] = []
+        self.tensor_alias: list[int] = []
+        self.tensor_storage: list[int] = []
+        self.tensor_name_id: list[int] = []
+        self.tensor_names: dict[str, int] = {}
+        self.tensor_name_list: list[str] = []
+        self.sched_kind: list[int] = []
+        self.sched_arg: list[int] = []
+
+    def _intern(self, table: dict[str, int], text: str) -> int:
+        ident = table.get(text)
+        if ident is None:
+            ident = table[text] = len(table)
+        return ident
+
+    def add_op(self, line: int, name: str, cost: int, args: list[int],
+               sizes: list[int], aliases: list[int], result_names: list[str],
+               backward: bool) -> list[int]:
+        op_id = len(self.op_cost)
+        first = len(self.tensor_op)
+        total = 0
+        for index, (size, alias) in enumerate(zip(sizes, aliases)):
+            tid = first + index
+            if alias >= 0:
+                storage = self.tensor_storage[args[alias]]
+                size = 0
+            else:
+                storage = tid
+            total += size
+            self.tensor_op.append(op_id)
+            self.tensor_index.append(index)
+            self.tensor_size.append(size)
+            self.tensor_alias.append(alias)
+            self.tensor_storage.append(storage)
+            self.tensor_name_id.append(self._intern(self.tensor_names, result_names[index]))
+            self.tensor_name_list.append(result_names[index])
+        self.op_cost.append(cost)
+        self.op_total_size.append(total)
+        self.op_first_tensor.append(first)
+        self.op_n_outputs.append(len(sizes))
+        self.op_args.extend(args)
+        self.op_arg_ptr.append(len(self.op_args))
+        self.op_backward.append(backward)
+        self.op_line.append(line)
+        self.op_name_id.append(self._intern(self.op_names, name))
+        self.command(CMD_COMPUTE, op_id)
+        return list(range(first, first + len(sizes)))
+
+    def command(self, kind: int, arg: int) -> None:
+        self.sched_kind.append(kind)
+        self.sched_arg.append(arg)
+
+    def storage_size_of(self, tensor_id: int) -> int:
+        return self.tensor_size[self.tensor_storage[tensor_id]]
+
+    def tensor_name(self, tensor_id: int) -> str:
+        return self.tensor_name_list[tensor_id]
+
+    def program(self, name: str, sha256: str) -> Program:
+        i64 = lambda xs: np.asarray(xs, dtype=np.int64)  # noqa: E731
+        return Program(
+            name=name, sha256=sha256, source=self.path,
+            op_cost=i64(self.op_cost), op_total_size=i64(self.op_total_size),
+            op_first_tensor=i64(self.op_first_tensor),
+            op_n_outputs=np.asarray(self.op_n_outputs, dtype=np.int32),
+            op_arg_ptr=i64(self.op_arg_ptr), op_args=i64(self.op_args),
+            op_backward=np.asarray(self.op_backward, dtype=np.bool_),
+            op_line=i64(self.op_line),
+            op_name_id=np.asarray(self.op_name_id, dtype=np.int32),
+            op_names=tuple(self.op_names),
+            tensor_op=i64(self.tensor_op),
+            tensor_index=np.asarray(self.tensor_index, dtype=np.int32),
+            tensor_size=i64(self.tensor_size),
+            tensor_alias=np.asarray(self.tensor_alias, dtype=np.int32),
+            tensor_storage=i64(self.tensor_storage),
+            tensor_name_id=np.asarray(self.tensor_name_id, dtype=np.int32),
+            tensor_names=tuple(self.tensor_names),
+            sched_kind=np.asarray(self.sched_kind, dtype=np.int8),
+            sched_arg=i64(self.sched_arg),
+        )
+
+
+def _field(record: dict, key: str, path: str, line: int):
+    try:
+        return record[key]
+    except KeyError:
+        raise TraceError(path, line, f"{record.get('INSTRUCTION')} is missing field {key!r}") from None
+
+
+def _nonneg_int(value, what: str, path: str, line: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise TraceError(path, line, f"{what} is not an integer: {value!r}") from None
+    if number < 0:
+        raise TraceError(path, line, f"negative {what}: {number}")
+    return number
+
+
+def _name_list(value, what: str, path: str, line: int) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise TraceError(path, line, f"{what} must be a list of names, got {value!r}")
+    return value
+
+
+def parse_lines(lines, path: str = "<memory>", name: str | None = None,
+                sha256: str = "") -> Program:
+    """Parse an iterable of text lines (a whole log) into a Program."""
+    records: list[tuple[int, dict]] = []
+    started = False
+    pending_start: list[tuple[int, dict]] = []
+    last_line_no = 0
+    for line_no, raw in enumerate(lines, start=1):
+        last_line_no = line_no
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            truncated = not raw.endswith("\n")
+            hint = " (the file looks truncated)" if truncated else ""
+            raise TraceError(path, line_no, f"invalid JSON: {exc.msg}{hint}") from None
+        if not isinstance(record, dict) or "INSTRUCTION" not in record:
+            raise TraceError(path, line_no, "not an instruction object (no 'INSTRUCTION' key)")
+        if not started:
+            if record.get("INSTRUCTION") == "ANNOTATE" and record.get("ANNOTATION") == "START":
+                started = True
+            else:
+                pending_start.append((line_no, record))
+            continue
+        records.append((line_no, record))
+    if not started:
+        # No START marker: the whole file is the program.
+        records = pending_start
+    return _lower(records, path, name or trace_name_from_path(path), sha256, last_line_no)
+
+
+def _lower(records: list[tuple[int, dict]], path: str, name: str, sha256: str,
+           last_line_no: int) -> Program:
+    b = _Builder(path)
+    name_map: dict[str, int] = {}
+    refs: dict[int, int] = {}
+    in_backward = False
+    pos = 0
+    n = len(records)
+
+    def take(kind: str, for_name: str, after: str, after_line: int) -> tuple[int, dict]:
+        nonlocal pos
+        if pos >= n:
+            raise TraceError(path, last_line_no,
+                             f"truncated file: {after} on line {after_line} is not followed by "
+                             f"its {kind} line for {for_name!r}")
+        line_no, record = records[pos]
+        pos += 1
+        if record["INSTRUCTION"] != kind:
+            raise TraceError(path, line_no,
+                             f"expected {kind} for {for_name!r} after {after} on line "
+                             f"{after_line}, got {record['INSTRUCTION']}")
+        got = record.get("NAME")
+        if got != for_name:
+            raise TraceError(path, line_no,
+                             f"{kind} names {got!r} but {after} on line {after_line} "
+                             f"needs {for_name!r}")
+        return line_no, record
+
+    def lookup(tensor_name: str, line_no: int, role: str) -> int:
+        try:
+            return name_map[tensor_name]
+        except KeyError:
+            raise TraceError(path, line_no, f"{role} {tensor_name!r} was never defined") from None
+
+    while pos < n:
+        line_no, rec = records[pos]
+        pos += 1
+        instr = rec["INSTRUCTION"]
+        if instr == "CONSTANT":
+            cname = _field(rec, "NAME", path, line_no)
+            if cname in name_map:
+                raise TraceError(path, line_no, f"result name {cname!r} is already defined")
+            mline, mem = take("MEMORY", cname, "CONSTANT", line_no)
+            size = _nonneg_int(_field(mem, "MEMORY", path, mline), "MEMORY", path, mline)
+            (tid,) = b.add_op(line_no, CONSTANT_OP_NAME, 0, [], [size], [-1], [cname], in_backward)
+            b.command(CMD_PIN, tid)
+            name_map[cname] = tid
+            refs[tid] = 1
+        elif instr == "CALL":
+            results = _name_list(_field(rec, "RESULT", path, line_no), "RESULT", path, line_no)
+            op_name = _field(rec, "NAME", path, line_no)
+            if not isinstance(op_name, str):
+                raise TraceError(path, line_no, f"NAME must be a string, got {op_name!r}")
+            arg_names = _name_list(_field(rec, "ARGS", path, line_no), "ARGS", path, line_no)
+            cost = _nonneg_int(_field(rec, "TIME", path, line_no), "TIME", path, line_no)
+            in_backward = in_backward or "backward" in op_name
+            sizes, aliases = [], []
+            for result in results:
+                mline, mem = take("MEMORY", result, "CALL", line_no)
+                sizes.append(_nonneg_int(_field(mem, "MEMORY", path, mline), "MEMORY", path, mline))
+                aline, ali = take("ALIAS", result, "CALL", line_no)
+                try:
+                    alias = int(_field(ali, "ALIAS", path, aline))
+                except (TypeError, ValueError):
+                    raise TraceError(path, aline, f"ALIAS is not an integer: {ali.get('ALIAS')!r}") from None
+                if alias < -1 or alias >= len(arg_names):
+                    raise TraceError(path, aline,
+                                     f"ALIAS index {alias} out of range for {len(arg_names)} argument(s)")
+                aliases.append(alias)
+            args = [lookup(a, line_no, "argument") for a in arg_names]
+            for result in results:
+                if result in name_map:
+                    raise TraceError(path, line_no, f"result name {result!r} is already defined")
+            if len(set(results)) != len(results):
+                raise TraceError(path, line_no, "RESULT lists the same name twice")
+            tids = b.add_op(line_no, op_name, cost, args, sizes, aliases, results, in_backward)
+            for result, tid in zip(results, tids):
+                name_map[result] = tid
+                refs[tid] = 1
+        elif instr == "MUTATE":
+            op_name = _field(rec, "NAME", path, line_no)
+            arg_names = _name_list(_field(rec, "ARGS", path, line_no), "ARGS", path, line_no)
+            mutated = _field(rec, "MUTATE", path, line_no)
+            if not isinstance(mutated, list) or not all(isinstance(m, int) for m in mutated):
+                raise TraceError(path, line_no, f"MUTATE must be a list of argument indices, got {mutated!r}")
+            for m in mutated:
+                if m < 0 or m >= len(arg_names):
+                    raise TraceError(path, line_no,
+                                     f"MUTATE index {m} out of range for {len(arg_names)} argument(s)")
+            cost = _nonneg_int(_field(rec, "TIME", path, line_no), "TIME", path, line_no)
+            in_backward = in_backward or "backward" in str(op_name)
+            args = [lookup(a, line_no, "argument") for a in arg_names]
+            sizes = [b.storage_size_of(args[m]) for m in mutated]
+            new_names = [b.tensor_name(args[m]) + "$" for m in mutated]
+            tids = b.add_op(line_no, str(op_name), cost, args, sizes, [-1] * len(mutated),
+                            new_names, in_backward)
+            for m, tid in zip(mutated, tids):
+                old = name_map[arg_names[m]]
+                name_map[arg_names[m]] = tid
+                refs[tid] = 1
+                refs[old] -= 1
+                b.command(CMD_RELEASE, old)
+        elif instr == "COPY":
+            dst, src = _field(rec, "DST", path, line_no), _field(rec, "SRC", path, line_no)
+            if dst in name_map:
+                raise TraceError(path, line_no, f"COPY destination {dst!r} is already defined")
+            tid = lookup(src, line_no, "SRC")
+            name_map[dst] = tid
+            refs[tid] += 1
+            b.command(CMD_GET, tid)
+        elif instr == "COPY_FROM":
+            dst, src = _field(rec, "DST", path, line_no), _field(rec, "SRC", path, line_no)
+            old = lookup(dst, line_no, "DST")
+            tid = lookup(src, line_no, "SRC")
+            name_map[dst] = tid
+            refs[old] -= 1
+            refs[tid] += 1
+            b.command(CMD_RELEASE, old)
+            b.command(CMD_GET, tid)
+        elif instr == "RELEASE":
+            rname = _field(rec, "NAME", path, line_no)
+            if rname in name_map:
+                tid = name_map[rname]
+                refs[tid] -= 1
+                b.command(CMD_RELEASE, tid)
+        elif instr == "ANNOTATE":
+            if rec.get("ANNOTATION") == "BACKWARD":
+                in_backward = True
+        elif instr in ("MEMORY", "ALIAS"):
+            raise TraceError(path, line_no,
+                             f"{instr} for {rec.get('NAME')!r} does not follow a CONSTANT or CALL")
+        else:
+            raise TraceError(path, line_no, f"unknown instruction {instr!r}")
+
+    if not b.op_cost:
+        raise TraceError(path, None, "the trace contains no operators")
+    for tid in name_map.values():
+        if refs[tid] > 0:
+            b.command(CMD_PIN, tid)
+    return b.program(name, sha256)
+
+
+def parse_file(path: str | Path, name: str | None = None) -> Program:
+    """Parse a log file from disk (no caching; see `trace.cache.load_program`)."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.readlines()
+    except UnicodeDecodeError as exc:
+        raise TraceError(str(path), None, f"not a UTF-8 text file ({exc.reason})") from None
+    except OSError as exc:
+        raise TraceError(str(path), None, f"cannot read: {exc.strerror}") from None
+    return parse_lines(lines, str(path), name or trace_name_from_path(path), file_sha256(path))

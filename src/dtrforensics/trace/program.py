@@ -1,0 +1,120 @@
+"""The compiled form of a DTR trace: an immutable program of numpy arrays.
+
+A `Program` is what every layer above the parser works with. Identifiers follow
+SEMANTICS.md section 2: op ids index `compute` commands in schedule order
+(constants included), tensor ids are assigned in creation order (an op's outputs
+are consecutive), and a storage id is the tensor id of its owning tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Schedule command kinds (SEMANTICS.md section 1, lowering).
+CMD_COMPUTE = 0
+CMD_GET = 1
+CMD_RELEASE = 2
+CMD_PIN = 3
+COMMAND_NAMES = ("compute", "get", "release", "pin")
+
+CONSTANT_OP_NAME = "constant"
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A lowered trace. Arrays are read-only; names are interned string tables.
+
+    Ops:     op_cost (ns), op_total_size (bytes, views count 0), op_first_tensor,
+             op_n_outputs, op_arg_ptr/op_args (CSR of argument tensor ids, in
+             order, duplicates kept), op_backward, op_line (1-based source line),
+             op_name_id into `op_names`.
+    Tensors: tensor_op, tensor_index (output position), tensor_size (0 for a
+             view), tensor_alias (argument index or -1), tensor_storage,
+             tensor_name_id into `tensor_names`.
+    Schedule: sched_kind (CMD_*) and sched_arg (op id for compute, else tensor id).
+    """
+
+    name: str
+    sha256: str
+    source: str
+    op_cost: np.ndarray
+    op_total_size: np.ndarray
+    op_first_tensor: np.ndarray
+    op_n_outputs: np.ndarray
+    op_arg_ptr: np.ndarray
+    op_args: np.ndarray
+    op_backward: np.ndarray
+    op_line: np.ndarray
+    op_name_id: np.ndarray
+    op_names: tuple[str, ...]
+    tensor_op: np.ndarray
+    tensor_index: np.ndarray
+    tensor_size: np.ndarray
+    tensor_alias: np.ndarray
+    tensor_storage: np.ndarray
+    tensor_name_id: np.ndarray
+    tensor_names: tuple[str, ...]
+    sched_kind: np.ndarray
+    sched_arg: np.ndarray
+    _index: dict = field(default_factory=dict, repr=False, compare=False)
+
+    ARRAY_FIELDS = (
+        "op_cost", "op_total_size", "op_first_tensor", "op_n_outputs", "op_arg_ptr",
+        "op_args", "op_backward", "op_line", "op_name_id", "tensor_op", "tensor_index",
+        "tensor_size", "tensor_alias", "tensor_storage", "tensor_name_id",
+        "sched_kind", "sched_arg",
+    )
+
+    def __post_init__(self) -> None:
+        for name in self.ARRAY_FIELDS:
+            getattr(self, name).setflags(write=False)
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.op_cost)
+
+    @property
+    def n_tensors(self) -> int:
+        return len(self.tensor_op)
+
+    @property
+    def n_commands(self) -> int:
+        return len(self.sched_kind)
+
+    def op_name(self, op_id: int) -> str:
+        return self.op_names[self.op_name_id[op_id]]
+
+    def tensor_name(self, tensor_id: int) -> str:
+        return self.tensor_names[self.tensor_name_id[tensor_id]]
+
+    def op_args_of(self, op_id: int) -> np.ndarray:
+        return self.op_args[self.op_arg_ptr[op_id]:self.op_arg_ptr[op_id + 1]]
+
+    def op_outputs_of(self, op_id: int) -> range:
+        first = int(self.op_first_tensor[op_id])
+        return range(first, first + int(self.op_n_outputs[op_id]))
+
+    def storage_ids(self) -> np.ndarray:
+        """Ids of all storages (tensors that own their storage)."""
+        return np.flatnonzero(self.tensor_storage == np.arange(self.n_tensors))
+
+    def storage_size(self, storage_id: int) -> int:
+        return int(self.tensor_size[storage_id])
+
+    def tensor_by_name(self, name: str) -> int:
+        """The last tensor created under this name (a `$` suffix names mutation results)."""
+        index = self._index.get("tensor")
+        if index is None:
+            index = {}
+            for tid, nid in enumerate(self.tensor_name_id.tolist()):
+                index[self.tensor_names[nid]] = tid
+            self._index["tensor"] = index
+        try:
+            return index[name]
+        except KeyError:
+            raise KeyError(f"no tensor named {name!r} in trace {self.name}") from None
+
+    def is_constant(self, op_id: int) -> bool:
+        return self.op_name(op_id) == CONSTANT_OP_NAME
