@@ -1,5 +1,297 @@
-"""Placeholder, filled by its issue."""
+"""`dtrf traces ...`: list, inspect, fetch and import traces."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..engine.baseline import baseline
+from ..trace import registry
+from ..trace.cache import CACHE_HIT, CACHE_MISS, CACHE_REBUILT, cache_path, load_program_with_status
+from ..trace.parser import TraceError
+from ..trace.program import Program
+from .errors import CommandError
+
+traces_app = typer.Typer(
+    help="List, inspect, fetch and import DTR traces.",
+    no_args_is_help=True,
+)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def register(app):
-    pass
+def register(app: typer.Typer) -> None:
+    app.add_typer(traces_app, name="traces")
+
+
+# --- formatting -------------------------------------------------------------------
+
+def fmt_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_ns(ns: int) -> str:
+    if ns >= 1_000_000_000:
+        return f"{ns / 1e9:.3f} s"
+    if ns >= 1_000_000:
+        return f"{ns / 1e6:.3f} ms"
+    if ns >= 1_000:
+        return f"{ns / 1e3:.3f} us"
+    return f"{ns} ns"
+
+
+def _op_ref(program: Program, op_id: int) -> dict[str, Any]:
+    """An op as both numberings: ours (0-based) and the papers' (1-based)."""
+    return {"id": op_id, "paper_id": op_id + 1, "name": program.op_name(op_id)}
+
+
+# --- data -------------------------------------------------------------------------
+
+def summarize(program: Program, path: Path) -> dict[str, Any]:
+    """The numbers `traces list` shows for one trace."""
+    base = baseline(program)
+    return {
+        "name": program.name,
+        "ops": program.n_ops,
+        "tensors": program.n_tensors,
+        "storages": int(len(program.storage_ids())),
+        "peak_bytes": base.peak,
+        "peak_op": _op_ref(program, base.peak_op_id) if base.peak_op_id >= 0 else None,
+        "model_compute_ns": base.model_compute,
+        "bottleneck_bytes": base.bottleneck_bytes,
+        "bottleneck_op": _op_ref(program, base.bottleneck_op_id),
+        "path": str(path),
+    }
+
+
+def describe(program: Program, path: Path, cache_status: str) -> dict[str, Any]:
+    """Everything `traces info` shows."""
+    info = summarize(program, path)
+    names = [program.op_names[i] for i in program.op_name_id.tolist()]
+    counts = Counter(n for n in names if n != "constant")
+    published = registry.known_sha256(path)
+    info.update({
+        "sha256": program.sha256,
+        "published_sha256": published,
+        "verified": None if published is None else published == program.sha256,
+        "file_bytes": path.stat().st_size,
+        "commands": program.n_commands,
+        "constants": names.count("constant"),
+        "backward_ops": int(program.op_backward.sum()),
+        "distinct_op_names": len(counts),
+        "top_ops": [{"name": n, "count": c} for n, c in counts.most_common(10)],
+        "cache": {"status": cache_status, "path": str(cache_path(program.sha256))},
+    })
+    return info
+
+
+def _load(path: Path) -> tuple[Program, str]:
+    # TraceError propagates: main() prints `error: file:line: problem`, exit code 2.
+    return load_program_with_status(path)
+
+
+def _resolve(spec: str) -> Path:
+    try:
+        return registry.resolve_trace(spec)
+    except registry.TraceNotFoundError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def _wide_console() -> Console:
+    """A console for wide tables: in a pipe (no terminal, no COLUMNS) do not wrap at 80."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=max(console.width, 220))
+    return console
+
+
+def _short_path(path: str) -> str:
+    """The path relative to the current directory or home, when that is shorter."""
+    full = Path(path)
+    options = [path]
+    for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+        try:
+            options.append(prefix + os.path.relpath(full, base))
+        except ValueError:
+            pass
+    return min(options, key=len)
+
+
+def _missing_hint(missing: list[str]) -> str:
+    return (f"{len(missing)} public trace(s) not found ({', '.join(missing)}): run "
+            "`dtrf traces fetch`, or `dtrf traces import PATH` with a folder or logs.zip.")
+
+
+# --- commands ---------------------------------------------------------------------
+
+@traces_app.command("list")
+def list_traces(as_json: JsonOption = False) -> None:
+    """Every trace found, with its size, unconstrained peak and single-op bottleneck."""
+    rows: list[dict[str, Any]] = []
+    for entry in registry.available_traces():
+        try:
+            program, _ = _load(entry.path)
+        except TraceError as exc:
+            rows.append({"name": entry.name, "path": str(entry.path), "origin": entry.origin,
+                         "error": str(exc)})
+            continue
+        row = summarize(program, entry.path)
+        row["origin"] = entry.origin
+        rows.append(row)
+    missing = registry.missing_public()
+    if as_json:
+        _print_json({"traces": rows, "missing_public": missing,
+                     "searched": [str(p) for p in registry.search_dirs()]})
+        return
+    console = _wide_console()
+    table = Table(title="Traces")
+    # Numbers never wrap; the op and path columns absorb a narrow terminal.
+    for header, justify, wrap in (("name", "left", False), ("ops", "right", False),
+                                  ("tensors", "right", False), ("storages", "right", False),
+                                  ("peak", "right", False), ("model compute", "right", False),
+                                  ("bottleneck", "right", False),
+                                  ("bottleneck op", "left", True), ("path", "left", True)):
+        table.add_column(header, justify=justify, no_wrap=not wrap, overflow="fold",
+                         min_width=12 if wrap else None)
+    for row in rows:
+        if "error" in row:
+            table.add_row(row["name"], *[""] * 7, f"[red]{row['error']}[/red]")
+            continue
+        op = row["bottleneck_op"]
+        table.add_row(
+            row["name"], f"{row['ops']:,}", f"{row['tensors']:,}", f"{row['storages']:,}",
+            fmt_bytes(row["peak_bytes"]), fmt_ns(row["model_compute_ns"]),
+            fmt_bytes(row["bottleneck_bytes"]), f"{op['name']} (op {op['id']})",
+            _short_path(row["path"]),
+        )
+    if rows:
+        console.print(table)
+    else:
+        console.print("No traces found.")
+    if missing:
+        Console(stderr=True).print(f"[yellow]{_missing_hint(missing)}[/yellow]", soft_wrap=True)
+
+
+@traces_app.command("info")
+def info(
+    name: Annotated[str, typer.Argument(help="Short name (lstm, densenet, ...) or a .log path.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Details of one trace: op counts, backward ops, constants, hashes, cache status."""
+    path = _resolve(name)
+    program, status = _load(path)
+    data = describe(program, path, status)
+    if as_json:
+        _print_json(data)
+        return
+    console = Console()
+    table = Table(title=f"Trace {data['name']}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    verified = {None: "not a published log", True: "matches the published SHA-256",
+                False: "[red]differs from the published SHA-256 "
+                       f"{data['published_sha256']}[/red]"}[data["verified"]]
+    cache_words = {CACHE_HIT: "hit", CACHE_MISS: "miss (parsed, now cached)",
+                   CACHE_REBUILT: "corrupt entry replaced"}.get(status, "not cached")
+    peak_op, bott = data["peak_op"], data["bottleneck_op"]
+    for field, value in (
+        ("path", data["path"]),
+        ("sha256", f"{data['sha256']} ({verified})"),
+        ("file size", fmt_bytes(data["file_bytes"])),
+        ("ops", f"{data['ops']:,} ({data['constants']:,} constants, "
+                f"{data['backward_ops']:,} backward, {data['distinct_op_names']} distinct names)"),
+        ("tensors", f"{data['tensors']:,}"),
+        ("storages", f"{data['storages']:,}"),
+        ("commands", f"{data['commands']:,}"),
+        ("peak memory", f"{fmt_bytes(data['peak_bytes'])} ({data['peak_bytes']:,} B)"
+                        + (f" after op {peak_op['id']} {peak_op['name']}" if peak_op else "")),
+        ("model compute", f"{fmt_ns(data['model_compute_ns'])} ({data['model_compute_ns']:,} ns)"),
+        ("single-op bottleneck", f"{fmt_bytes(data['bottleneck_bytes'])} "
+                                 f"({data['bottleneck_bytes']:,} B) at op {bott['id']} "
+                                 f"(paper #{bott['paper_id']}) {bott['name']}"),
+        ("cache", f"{cache_words}: {data['cache']['path']}"),
+    ):
+        table.add_row(field, value)
+    console.print(table)
+    ops = Table(title="Most frequent ops (constants excluded)")
+    ops.add_column("op")
+    ops.add_column("count", justify="right")
+    for item in data["top_ops"]:
+        ops.add_row(item["name"], f"{item['count']:,}")
+    console.print(ops)
+
+
+def _report_import(result: registry.ImportResult, console: Console, err: Console) -> None:
+    for path in result.imported:
+        console.print(f"imported {path}", soft_wrap=True)
+    for path in result.unchanged:
+        console.print(f"already present {path}", soft_wrap=True)
+    for message in result.warnings:
+        err.print(f"[yellow]warning:[/yellow] {message}", soft_wrap=True)
+    for message in result.refused:
+        err.print(f"[red]{message}[/red]", soft_wrap=True)
+    if not result.ok:
+        raise CommandError(f"{len(result.refused)} file(s) refused; the others were imported")
+
+
+@traces_app.command("fetch")
+def fetch(
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the server.")]
+    = registry.FETCH_TIMEOUT,
+) -> None:
+    """Download the public DTR traces (logs.zip of uwsampl/dtr-prototype), verify, install."""
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                               TimeRemainingColumn, TransferSpeedColumn)
+
+    err = Console(stderr=True)
+    dest = registry.user_trace_dir()
+    bar = Progress(TextColumn("logs.zip"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                   TimeRemainingColumn(), console=err, transient=True)
+    task = bar.add_task("download", total=None)
+
+    def progress(done: int, total: int | None) -> None:
+        if not bar.live.is_started:       # shown once the server answers
+            bar.start()
+        bar.update(task, completed=done, total=total)
+
+    try:
+        result = registry.fetch(dest, timeout=timeout, progress=progress)
+    except registry.TraceStoreError as exc:
+        raise CommandError(str(exc)) from None
+    finally:
+        if bar.live.is_started:
+            bar.stop()
+    _report_import(result, Console(), err)
+    Console().print(f"public traces are in {dest / registry.PUBLIC_SUBDIR}", soft_wrap=True)
+
+
+@traces_app.command("import")
+def import_cmd(
+    path: Annotated[Path, typer.Argument(help="A folder (searched recursively) or a zip of logs.")],
+) -> None:
+    """Copy traces into the user trace directory, verifying the published ones."""
+    err = Console(stderr=True)
+    try:
+        result = registry.import_traces(path)
+    except registry.TraceStoreError as exc:
+        raise CommandError(str(exc)) from None
+    _report_import(result, Console(), err)
+    missing = registry.missing_public()
+    if missing:
+        err.print(f"[yellow]{_missing_hint(missing)}[/yellow]", soft_wrap=True)
