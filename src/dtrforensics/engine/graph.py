@@ -1,0 +1,77 @@
+"""Static, storage-level view of a Program, laid out for the replay kernel.
+
+The reference walks tensors' parent and child lists to rebuild evicted
+neighbourhoods. Region contents are sets of storages, so only the storage-level
+edges matter; we precompute them once, deduplicated, each stamped with the
+tensor id at whose creation the edge appears (an edge is visible once that
+many tensors exist). Walks then scan integer arrays instead of object lists.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+from ..trace.program import Program
+
+KernelGraph = namedtuple("KernelGraph", [
+    "op_cost", "op_total_size", "op_first_tensor", "op_n_outputs", "op_arg_ptr", "op_args",
+    "tensor_op", "tensor_size", "tensor_storage",
+    "st_tensor_ptr", "st_tensors",
+    "fwd_ptr", "fwd_nbr", "fwd_time", "bwd_ptr", "bwd_nbr", "bwd_time",
+    "sched_kind", "sched_arg",
+])
+KernelGraph.__doc__ = """Arrays the kernel reads. Storage-indexed arrays use the storage id
+(root tensor id) as index and have one slot per tensor; non-root slots are unused.
+`*_ptr/*_nbr/*_time`: CSR adjacency of storages through children (fwd) and
+parents (bwd), with the tensor id that makes each edge visible."""
+
+
+def _csr(sources: np.ndarray, targets: np.ndarray, times: np.ndarray, n: int):
+    """Deduplicate (source, target) keeping the earliest time; CSR sorted by time."""
+    keep = sources != targets
+    sources, targets, times = sources[keep], targets[keep], times[keep]
+    order = np.lexsort((times, targets, sources))
+    sources, targets, times = sources[order], targets[order], times[order]
+    first = np.ones(len(sources), dtype=bool)
+    first[1:] = (sources[1:] != sources[:-1]) | (targets[1:] != targets[:-1])
+    sources, targets, times = sources[first], targets[first], times[first]
+    order = np.lexsort((times, sources))
+    sources, targets, times = sources[order], targets[order], times[order]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(ptr, sources + 1, 1)
+    return np.cumsum(ptr), targets.astype(np.int64), times.astype(np.int64)
+
+
+def kernel_graph(program: Program) -> KernelGraph:
+    n = program.n_tensors
+    storage = program.tensor_storage.astype(np.int64)
+    # Every (argument tensor p, output tensor c) pair of an op: c's storage is a
+    # child of p's storage, and p's storage a parent of c's, from c's creation on.
+    arg_counts = np.diff(program.op_arg_ptr)
+    n_out = program.op_n_outputs.astype(np.int64)
+    pair_counts = arg_counts * n_out
+    op_of_pair = np.repeat(np.arange(program.n_ops), pair_counts)
+    within = np.arange(pair_counts.sum()) - np.repeat(np.cumsum(pair_counts) - pair_counts, pair_counts)
+    outs_of_pair = n_out[op_of_pair]
+    arg_tensor = program.op_args[program.op_arg_ptr[op_of_pair] + within // np.maximum(outs_of_pair, 1)]
+    out_tensor = program.op_first_tensor[op_of_pair] + within % np.maximum(outs_of_pair, 1)
+    parent_st, child_st = storage[arg_tensor], storage[out_tensor]
+    fwd = _csr(parent_st, child_st, out_tensor, n)
+    bwd = _csr(child_st, parent_st, out_tensor, n)
+    order = np.argsort(storage, kind="stable")
+    st_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(st_ptr, storage + 1, 1)
+    return KernelGraph(
+        op_cost=program.op_cost, op_total_size=program.op_total_size,
+        op_first_tensor=program.op_first_tensor,
+        op_n_outputs=program.op_n_outputs.astype(np.int64),
+        op_arg_ptr=program.op_arg_ptr, op_args=program.op_args,
+        tensor_op=program.tensor_op, tensor_size=program.tensor_size,
+        tensor_storage=storage,
+        st_tensor_ptr=np.cumsum(st_ptr), st_tensors=order.astype(np.int64),
+        fwd_ptr=fwd[0], fwd_nbr=fwd[1], fwd_time=fwd[2],
+        bwd_ptr=bwd[0], bwd_nbr=bwd[1], bwd_time=bwd[2],
+        sched_kind=program.sched_kind.astype(np.int64), sched_arg=program.sched_arg,
+    )

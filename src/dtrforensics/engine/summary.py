@@ -1,0 +1,82 @@
+"""The run summary: the outcome of one replay and its headline figures.
+
+JSON keys are a contract (`dtrf run --json`): they reuse the reference files'
+names for the same quantities.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+
+OUTCOMES = ("ok", "oom", "thrashed", "timeout")
+
+
+@dataclass(frozen=True)
+class MaxPinned:
+    """Most pinned bytes at an allocation check that had to free memory."""
+    bytes: int
+    depth: int
+    op_id: int
+
+
+@dataclass(frozen=True)
+class OomInfo:
+    op_id: int
+    tensor: str
+    tensor_id: int
+    request: int
+    memory: int
+    pinned: int
+    depth: int
+    budget: int
+    root_tensor: str
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    trace: str
+    trace_sha256: str
+    policy: str
+    ratio: float | None
+    budget: int
+    peak: int
+    model_compute: int
+    outcome: str
+    clock: int
+    remat_compute: int
+    overhead: float | None
+    evictions: int
+    dead_frees: int
+    distinct_evicted: int
+    stream_distinct: int
+    remats: int
+    collateral_remats: int
+    max_depth: int
+    max_pinned: MaxPinned | None
+    oom: OomInfo | None
+    victims_sha256: str
+    budget_interval: tuple[int, int | None]
+    ops_done: int
+    peak_memory: int
+    score_evals: int
+    wall_seconds: float
+    interventions: dict = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def budget_interval_ratio(self) -> tuple[float, float | None]:
+        lo, hi = self.budget_interval
+        return lo / self.peak, (None if hi is None else hi / self.peak)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["budget_interval"] = list(self.budget_interval)
+        out["budget_interval_ratio"] = list(self.budget_interval_ratio)
+        return out
+
+
+def victims_sha256(victims) -> str:
+    """SHA-256 of "[" + ", ".join(victim storage ids) + "]", as the reference computes it."""
+    text = "[" + ", ".join(str(int(v)) for v in victims) + "]"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,176 @@
+"""The test oracle (tests/oracle.py) against the reference simulator's results.
+
+Each non-timeout line of the reference file (../shared/reference/dtr-simrd.jsonl)
+is one point: the oracle replays the same trace with the same heuristic and
+budget and must reproduce the outcome, the clock, the counters, the victim
+sequence (hash and first 50 with op id and clock), the forensic fields and the
+OOM details. Points the reference ran quickly (ResNet-32 and U-Net, under 2 s)
+are in the default run; everything else is marked `slow`.
+
+Traces: $DTRF_TRACES/dtr-2020/ (default /work/shared/traces). Reference file:
+$DTRF_REFERENCE (default /work/shared/reference/dtr-simrd.jsonl).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+try:
+    from .oracle import run
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path
+    from oracle import run
+
+from dtrforensics.engine.baseline import baseline, budget_for_ratio
+from dtrforensics.trace import parse_file
+
+_SHARED = Path(__file__).resolve().parents[2] / "shared"
+FAST_TRACES = ("resnet32", "unet")
+FAST_SECS = 2.0
+
+# reference `oom` key -> oracle `oom` key
+OOM_KEYS = {
+    "op": "op_id", "request": "request", "memory_usage": "memory", "pinned": "pinned",
+    "depth": "depth", "tensor": "tensor", "root_tensor": "root_tensor", "budget": "budget",
+}
+
+
+def _first_existing(*candidates) -> Path | None:
+    for c in candidates:
+        if c and Path(c).exists():
+            return Path(c)
+    return None
+
+
+def traces_dir() -> Path | None:
+    env = os.environ.get("DTRF_TRACES")
+    if env:
+        return Path(env) if Path(env).exists() else None
+    return _first_existing("/work/shared/traces", _SHARED / "traces")
+
+
+def reference_file() -> Path | None:
+    env = os.environ.get("DTRF_REFERENCE")
+    if env:
+        return Path(env) if Path(env).exists() else None
+    return _first_existing("/work/shared/reference/dtr-simrd.jsonl",
+                           _SHARED / "reference" / "dtr-simrd.jsonl")
+
+
+def _reference_lines() -> list[dict]:
+    path = reference_file()
+    if path is None:
+        return []
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _is_fast(line: dict) -> bool:
+    return line["trace"] in FAST_TRACES and line["secs"] < FAST_SECS
+
+
+def _params():
+    lines = [ln for ln in _reference_lines() if ln["outcome"] != "timeout"]
+    if not lines:
+        return [pytest.param(None, id="no-reference",
+                             marks=pytest.mark.skip(reason="reference file dtr-simrd.jsonl not found "
+                                                           "(set DTRF_REFERENCE)"))]
+    params = []
+    for ln in lines:
+        marks = [] if _is_fast(ln) else [pytest.mark.slow]
+        params.append(pytest.param(ln, id=f"{ln['trace']}-{ln['heuristic']}-{ln['ratio']}",
+                                   marks=marks))
+    return params
+
+
+@functools.lru_cache(maxsize=None)
+def _trace_file(short_name: str) -> Path | None:
+    root = traces_dir()
+    if root is None:
+        return None
+    for path in sorted((root / "dtr-2020").glob("*.log")):
+        if path.name.split("-")[0] == short_name:
+            return path
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _program(short_name: str):
+    return parse_file(_trace_file(short_name))
+
+
+def _program_or_skip(short_name: str):
+    if traces_dir() is None:
+        pytest.skip("public DTR traces not found: set DTRF_TRACES to the directory holding dtr-2020/")
+    if _trace_file(short_name) is None:
+        pytest.skip(f"trace {short_name!r} not found under {traces_dir() / 'dtr-2020'}")
+    return _program(short_name)
+
+
+@pytest.mark.public
+@pytest.mark.parametrize("ref", _params())
+def test_oracle_matches_reference(ref):
+    program = _program_or_skip(ref["trace"])
+    res = run(program, ref["budget"], ref["heuristic"])
+
+    assert res.model_compute == ref["model_compute"]
+    # Victim order first: the most informative failure when executions diverge.
+    got_first = [list(v) for v in res.victims[:50]]
+    if got_first != ref["first_victims"]:
+        i = next((k for k, (a, b) in enumerate(zip(got_first, ref["first_victims"])) if a != b),
+                 min(len(got_first), len(ref["first_victims"])))
+        pytest.fail(f"first divergent victim at pressure eviction #{i}: oracle "
+                    f"{got_first[i] if i < len(got_first) else None} vs reference "
+                    f"{ref['first_victims'][i] if i < len(ref['first_victims']) else None}")
+
+    got = {
+        "outcome": res.outcome,
+        "clock": res.clock,
+        "remat_compute": res.remat_compute,
+        "evictions": res.evictions,
+        "dead_frees": res.dead_frees,
+        "distinct_evicted": res.distinct_evicted,
+        "remats": res.remats,
+        "max_depth": res.max_depth,
+        "victims_sha256": res.victims_sha256,
+        "max_pinned_at_check": list(res.max_pinned),
+        "ops_done": res.ops_done,
+    }
+    want = {k: ref[k] for k in got}
+    for optional, value in (("budget_interval", list(res.budget_interval)),
+                            ("stream_distinct", res.stream_distinct)):
+        if optional in ref:
+            got[optional] = value
+            want[optional] = ref[optional]
+    assert got == want
+    if ref["outcome"] == "ok":
+        assert res.overhead == pytest.approx(ref["overhead"], rel=1e-12)
+
+    if ref["oom"] is None:
+        assert res.oom is None
+    else:
+        assert res.oom is not None
+        assert {k: res.oom[v] for k, v in OOM_KEYS.items()} == ref["oom"]
+
+
+@pytest.mark.public
+def test_reference_budgets_from_baseline():
+    """The budgets the reference ran at are floor(ratio * peak) of our baseline."""
+    lines = _reference_lines()
+    if not lines:
+        pytest.skip("reference file dtr-simrd.jsonl not found (set DTRF_REFERENCE)")
+    checked = 0
+    for short_name in FAST_TRACES:
+        program = _program_or_skip(short_name)
+        base = baseline(program)
+        for ln in lines:
+            if ln["trace"] != short_name:
+                continue
+            assert (base.peak, base.model_compute) == (ln["peak"], ln["model_compute"])
+            assert budget_for_ratio(ln["ratio"], base.peak) == ln["budget"]
+            checked += 1
+    assert checked > 0
