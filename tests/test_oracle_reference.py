@@ -7,28 +7,17 @@ sequence (hash and first 50 with op id and clock), the forensic fields and the
 OOM details. Points the reference ran quickly (ResNet-32 and U-Net, under 2 s)
 are in the default run; everything else is marked `slow`.
 
-Traces: $DTRF_TRACES/dtr-2020/ (default /work/shared/traces). Reference file:
-$DTRF_REFERENCE (default /work/shared/reference/dtr-simrd.jsonl).
+Traces and reference are found as tests/public.py says.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-from pathlib import Path
-
 import pytest
-
-try:
-    from .oracle import run
-except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from oracle import run
+from oracle import run
+from public import program_or_skip, reference_lines, reference_params
 
 from dtrforensics.engine.baseline import baseline, budget_for_ratio
-from dtrforensics.trace import parse_file
 
-_SHARED = Path(__file__).resolve().parents[2] / "shared"
 FAST_TRACES = ("resnet32", "unet")
 FAST_SECS = 2.0
 
@@ -39,82 +28,14 @@ OOM_KEYS = {
 }
 
 
-def _first_existing(*candidates) -> Path | None:
-    for c in candidates:
-        if c and Path(c).exists():
-            return Path(c)
-    return None
-
-
-def traces_dir() -> Path | None:
-    env = os.environ.get("DTRF_TRACES")
-    if env:
-        return Path(env) if Path(env).exists() else None
-    return _first_existing("/work/shared/traces", _SHARED / "traces")
-
-
-def reference_file() -> Path | None:
-    env = os.environ.get("DTRF_REFERENCE")
-    if env:
-        return Path(env) if Path(env).exists() else None
-    return _first_existing("/work/shared/reference/dtr-simrd.jsonl",
-                           _SHARED / "reference" / "dtr-simrd.jsonl")
-
-
-def _reference_lines() -> list[dict]:
-    path = reference_file()
-    if path is None:
-        return []
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def _is_fast(line: dict) -> bool:
     return line["trace"] in FAST_TRACES and line["secs"] < FAST_SECS
 
 
-def _params():
-    lines = [ln for ln in _reference_lines() if ln["outcome"] != "timeout"]
-    if not lines:
-        return [pytest.param(None, id="no-reference",
-                             marks=pytest.mark.skip(reason="reference file dtr-simrd.jsonl not found "
-                                                           "(set DTRF_REFERENCE)"))]
-    params = []
-    for ln in lines:
-        marks = [] if _is_fast(ln) else [pytest.mark.slow]
-        params.append(pytest.param(ln, id=f"{ln['trace']}-{ln['heuristic']}-{ln['ratio']}",
-                                   marks=marks))
-    return params
-
-
-@functools.lru_cache(maxsize=None)
-def _trace_file(short_name: str) -> Path | None:
-    root = traces_dir()
-    if root is None:
-        return None
-    for path in sorted((root / "dtr-2020").glob("*.log")):
-        if path.name.split("-")[0] == short_name:
-            return path
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _program(short_name: str):
-    return parse_file(_trace_file(short_name))
-
-
-def _program_or_skip(short_name: str):
-    if traces_dir() is None:
-        pytest.skip("public DTR traces not found: set DTRF_TRACES to the directory holding dtr-2020/")
-    if _trace_file(short_name) is None:
-        pytest.skip(f"trace {short_name!r} not found under {traces_dir() / 'dtr-2020'}")
-    return _program(short_name)
-
-
 @pytest.mark.public
-@pytest.mark.parametrize("ref", _params())
+@pytest.mark.parametrize("ref", reference_params(_is_fast))
 def test_oracle_matches_reference(ref):
-    program = _program_or_skip(ref["trace"])
+    program = program_or_skip(ref["trace"])
     res = run(program, ref["budget"], ref["heuristic"])
 
     assert res.model_compute == ref["model_compute"]
@@ -160,12 +81,12 @@ def test_oracle_matches_reference(ref):
 @pytest.mark.public
 def test_reference_budgets_from_baseline():
     """The budgets the reference ran at are floor(ratio * peak) of our baseline."""
-    lines = _reference_lines()
+    lines = reference_lines()
     if not lines:
         pytest.skip("reference file dtr-simrd.jsonl not found (set DTRF_REFERENCE)")
     checked = 0
     for short_name in FAST_TRACES:
-        program = _program_or_skip(short_name)
+        program = program_or_skip(short_name)
         base = baseline(program)
         for ln in lines:
             if ln["trace"] != short_name:

@@ -18,6 +18,7 @@ from ..trace.cache import CACHE_HIT, CACHE_MISS, CACHE_REBUILT, cache_path, load
 from ..trace.parser import TraceError
 from ..trace.program import Program
 from .errors import CommandError
+from .format import fmt_bytes, fmt_ns
 
 traces_app = typer.Typer(
     help="List, inspect, fetch and import DTR traces.",
@@ -29,27 +30,6 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(traces_app, name="traces")
-
-
-# --- formatting -------------------------------------------------------------------
-
-def fmt_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def fmt_ns(ns: int) -> str:
-    if ns >= 1_000_000_000:
-        return f"{ns / 1e9:.3f} s"
-    if ns >= 1_000_000:
-        return f"{ns / 1e6:.3f} ms"
-    if ns >= 1_000:
-        return f"{ns / 1e3:.3f} us"
-    return f"{ns} ns"
 
 
 def _op_ref(program: Program, op_id: int) -> dict[str, Any]:

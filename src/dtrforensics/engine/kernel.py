@@ -30,7 +30,7 @@ from .policies import (
  S_REMAT_COMPUTE, S_EVICTIONS, S_DEAD, S_REMATS, S_COLLATERAL, S_POOL_BYTES, S_POOL_SIZE,
  S_POOL_HEAD, S_POOL_TAIL, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP, S_LO, S_HI_TRUE,
  S_STATUS, S_PEAK, S_EPOCH, S_N_EVENTS, S_N_CANDS, S_PEND_TOP, S_SCORE_EVALS,
- S_ANOMALIES, S_BUDGET, S_EMIT, S_EMIT_CANDS, S_REMAT_LIMIT, S_N_STREAM, S_MAXPIN_SET,
+ S_ANOMALIES, S_BUDGET, S_EMIT, S_EMIT_CANDS, S_REMAT_LIMIT, S_N_STREAM, S_UNUSED,
  S_STEPS, S_REBUILDS, S_WALK_VISITS, S_ABSORBS, S_ABSORB_WORK) = range(41)
 N_SCALARS = 41
 # Eviction stream rows: kind (0 pressure, 1 dead), storage, op id, clock.
@@ -490,8 +490,7 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
                 ev[row, E_FLAG] = 1 if over else 0
             if over:
                 pinned_bytes = sc[S_MEMORY] - sc[S_POOL_BYTES]
-                if sc[S_MAXPIN_SET] == 0 or pinned_bytes > sc[S_MAXPIN_BYTES]:
-                    sc[S_MAXPIN_SET] = 1
+                if pinned_bytes > sc[S_MAXPIN_BYTES]:
                     sc[S_MAXPIN_BYTES] = pinned_bytes
                     sc[S_MAXPIN_DEPTH] = depth
                     sc[S_MAXPIN_OP] = sc[S_CUR_OP]

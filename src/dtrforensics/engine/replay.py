@@ -232,10 +232,8 @@ def _summarize(program, base, ctx, state, status, timed_out, stream, frontier, s
                       pinned=frontier.pinned_bytes, depth=len(frontier.levels),
                       budget=ctx.budget, root_tensor=frontier.levels[0].tensor)
     hi = int(sc[K.S_HI_TRUE])
-    max_pinned = None
-    if sc[K.S_MAXPIN_SET]:
-        max_pinned = MaxPinned(int(sc[K.S_MAXPIN_BYTES]), int(sc[K.S_MAXPIN_DEPTH]),
-                               int(sc[K.S_MAXPIN_OP]))
+    max_pinned = MaxPinned(int(sc[K.S_MAXPIN_BYTES]), int(sc[K.S_MAXPIN_DEPTH]),
+                           int(sc[K.S_MAXPIN_OP]))
     return RunSummary(
         trace=program.name, trace_sha256=program.sha256, policy=ctx.policy.name,
         ratio=ctx.ratio, budget=ctx.budget, peak=base.peak, model_compute=base.model_compute,

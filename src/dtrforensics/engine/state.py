@@ -63,6 +63,7 @@ class MachineState:
         sc[K.S_POOL_TAIL] = -1
         sc[K.S_HI_TRUE] = K.NO_HI
         sc[K.S_BUDGET] = budget
+        sc[K.S_MAXPIN_OP] = -1  # reference convention: (0, 0, -1) until a check frees memory
         sc[K.S_REMAT_LIMIT] = remat_limit
         st = np.zeros((len(STATE_ROWS), n), dtype=np.int64)
         st[STATE_ROWS.index("last_access")] = K.NEVER

@@ -14,7 +14,8 @@ OUTCOMES = ("ok", "oom", "thrashed", "timeout")
 
 @dataclass(frozen=True)
 class MaxPinned:
-    """Most pinned bytes at an allocation check that had to free memory."""
+    """Most pinned bytes at an allocation check that had to free memory
+    ((0, 0, -1) when no check had to; the first maximum is kept)."""
     bytes: int
     depth: int
     op_id: int
@@ -53,7 +54,7 @@ class RunSummary:
     remats: int
     collateral_remats: int
     max_depth: int
-    max_pinned: MaxPinned | None
+    max_pinned: MaxPinned
     oom: OomInfo | None
     victims_sha256: str
     budget_interval: tuple[int, int | None]

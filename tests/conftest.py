@@ -1,0 +1,11 @@
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from public import traces_dir  # noqa: E402
+
+# Commands run by the tests (CLI in subprocesses) find the public traces too.
+if "DTRF_TRACES" not in os.environ and traces_dir() is not None:
+    os.environ["DTRF_TRACES"] = str(traces_dir())
