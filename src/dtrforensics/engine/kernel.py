@@ -31,13 +31,15 @@ from .policies import (
  S_POOL_HEAD, S_POOL_TAIL, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP, S_LO, S_HI_TRUE,
  S_STATUS, S_PEAK, S_EPOCH, S_N_EVENTS, S_N_CANDS, S_PEND_TOP, S_SCORE_EVALS,
  S_ANOMALIES, S_BUDGET, S_EMIT, S_EMIT_CANDS, S_REMAT_LIMIT, S_N_STREAM, S_UNUSED,
- S_STEPS, S_REBUILDS, S_WALK_VISITS, S_ABSORBS, S_ABSORB_WORK) = range(41)
-N_SCALARS = 41
+ S_STEPS, S_REBUILDS, S_WALK_VISITS, S_ABSORBS, S_ABSORB_WORK, S_ARENA_TOP,
+ S_FREE_SLOTS) = range(43)
+N_SCALARS = 43
 # Eviction stream rows: kind (0 pressure, 1 dead), storage, op id, clock.
 STREAM_PRESSURE, STREAM_DEAD = 0, 1
 
 # Kernel status codes.
-STATUS_RUNNING, STATUS_DONE, STATUS_OOM, STATUS_THRASHED, STATUS_FORCE_FAILED = range(5)
+(STATUS_RUNNING, STATUS_DONE, STATUS_OOM, STATUS_THRASHED, STATUS_FORCE_FAILED,
+ STATUS_ARENA_FULL) = range(6)
 
 # Frame phases of a materialization.
 PH_ENTER, PH_PARENT, PH_PARENT_LOCK, PH_CHECK, PH_FREE, PH_COMPUTE = range(6)
@@ -116,59 +118,104 @@ def _pool_remove(sc, st_size, pool_prev, pool_next, in_pool, s):
 
 # ---------------------------------------------------------------- regions
 
-# Region rg fields (see state.Regions): int_lists/int_n interior, fr_lists/fr_n
-# frontier, compute, bits/bits_on a membership bitset kept for large interiors.
+# Regions (see state.Regions). Each of the 2n regions (2*s forward, 2*s+1
+# backward) has two sets: its interior (set id r) and frontier (set id 2n + r),
+# stored as blocks of one int64 arena (start/cap/len per set). A set that grows
+# past its block moves to a new block at the arena's top; abandoned blocks are
+# reclaimed by compaction. Any call that may allocate can move blocks, so code
+# re-reads `rg.start` after it. Large sets also get a membership bitset (a row
+# of `rg.bits`), so absorb tests membership in O(1) instead of re-marking them.
 BITSET_MIN = 64
 
 
 @njit(cache=True)
-def _store(lists, lens, r, src, n):
-    arr = lists[r]
-    if arr.shape[0] < n:
-        arr = np.empty(max(8, 2 * n), dtype=np.int64)
-        lists[r] = arr
-    arr[:n] = src[:n]
-    lens[r] = n
+def compact_arena(rg, sc):
+    """Slide live blocks down over abandoned ones (blocks keep their order)."""
+    order = np.argsort(rg.start)
+    top = 0
+    arena = rg.arena
+    for i in range(order.shape[0]):
+        k = order[i]
+        cap = rg.cap[k]
+        if cap == 0:
+            continue
+        src = rg.start[k]
+        n = rg.len[k]
+        if src != top:
+            for j in range(n):
+                arena[top + j] = arena[src + j]
+            rg.start[k] = top
+        top += cap
+    sc[S_ARENA_TOP] = top
 
 
 @njit(cache=True)
-def _append(lists, lens, r, x):
-    arr = lists[r]
-    n = lens[r]
-    if n >= arr.shape[0]:
-        bigger = np.empty(max(8, 2 * arr.shape[0]), dtype=np.int64)
-        bigger[:n] = arr[:n]
-        lists[r] = bigger
-        arr = bigger
-    arr[n] = x
-    lens[r] = n + 1
-
-
-@njit(cache=True)
-def _index_interior(rg, r, n_bits):
-    """Give region r a membership bitset when its interior is large (absorb
-    then tests membership in O(1) instead of re-marking the whole interior)."""
-    n = rg.int_n[r]
-    if n < BITSET_MIN:
-        rg.bits_on[r] = 0
-        return
-    bits = rg.bits[r]
-    words = (n_bits >> 6) + 1
-    if bits.shape[0] < words:
-        bits = np.zeros(words, dtype=np.uint64)
-        rg.bits[r] = bits
-    else:
-        bits[:] = 0
-    it = rg.int_lists[r]
-    for i in range(n):
-        x = it[i]
-        bits[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
-    rg.bits_on[r] = 1
+def _ensure(rg, sc, k, extra):
+    """Room in set k for `extra` more members; returns False if the arena is
+    exhausted even after compaction (the driver then reruns with a larger one)."""
+    n = rg.len[k]
+    need = n + extra
+    if need <= rg.cap[k]:
+        return True
+    cap = max(8, 2 * need)
+    if sc[S_ARENA_TOP] + cap > rg.arena.shape[0]:
+        compact_arena(rg, sc)
+        if sc[S_ARENA_TOP] + cap > rg.arena.shape[0]:
+            sc[S_STATUS] = STATUS_ARENA_FULL
+            return False
+    new = sc[S_ARENA_TOP]
+    sc[S_ARENA_TOP] = new + cap
+    old = rg.start[k]
+    arena = rg.arena
+    for j in range(n):
+        arena[new + j] = arena[old + j]
+    rg.start[k] = new
+    rg.cap[k] = cap
+    return True
 
 
 @njit(cache=True, inline="always")
-def _in_bits(bits, x):
-    return (bits[x >> 6] >> np.uint64(x & 63)) & np.uint64(1) != 0
+def _in_bits(bits, slot, x):
+    return (bits[slot, x >> 6] >> np.uint64(x & 63)) & np.uint64(1) != 0
+
+
+@njit(cache=True, inline="always")
+def _set_bit(bits, slot, x):
+    bits[slot, x >> 6] |= np.uint64(1) << np.uint64(x & 63)
+
+
+@njit(cache=True, inline="always")
+def _clear_bit(bits, slot, x):
+    bits[slot, x >> 6] &= ~(np.uint64(1) << np.uint64(x & 63))
+
+
+@njit(cache=True)
+def _drop_index(rg, sc, k):
+    slot = rg.bit_slot[k]
+    if slot >= 0:
+        rg.bit_slot[k] = -1
+        rg.free_slots[sc[S_FREE_SLOTS]] = slot
+        sc[S_FREE_SLOTS] += 1
+
+
+@njit(cache=True)
+def _index(rg, sc, k):
+    """Give set k a membership bitset if it is large (and a bitset is free)."""
+    n = rg.len[k]
+    if n < BITSET_MIN:
+        _drop_index(rg, sc, k)
+        return
+    slot = rg.bit_slot[k]
+    if slot < 0:
+        if sc[S_FREE_SLOTS] == 0:
+            return
+        sc[S_FREE_SLOTS] -= 1
+        slot = rg.free_slots[sc[S_FREE_SLOTS]]
+        rg.bit_slot[k] = slot
+    rg.bits[slot, :] = 0
+    base = rg.start[k]
+    for i in range(n):
+        _set_bit(rg.bits, slot, rg.arena[base + i])
 
 
 @njit(cache=True)
@@ -214,93 +261,187 @@ def _walk(g, sc, material, st_compute, mark, scratch_stack, out_int, out_fr, bas
 
 
 @njit(cache=True)
+def _store(rg, sc, k, src, n):
+    rg.len[k] = 0
+    if rg.cap[k] > 4 * max(n, 8):
+        rg.cap[k] = 2 * max(n, 8)  # the block's tail becomes garbage for compaction
+    if not _ensure(rg, sc, k, n):
+        return
+    base = rg.start[k]
+    for i in range(n):
+        rg.arena[base + i] = src[i]
+    rg.len[k] = n
+    _index(rg, sc, k)
+
+
+@njit(cache=True)
 def _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
     r = 2 * s + backward
     sc[S_REBUILDS] += 1
     n_int, n_fr, comp = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1],
                               scratch[2], s, backward)
-    _store(rg.int_lists, rg.int_n, r, scratch[1], n_int)
-    _store(rg.fr_lists, rg.fr_n, r, scratch[2], n_fr)
+    _store(rg, sc, r, scratch[1], n_int)
+    _store(rg, sc, rg.n_regions + r, scratch[2], n_fr)
     rg.compute[r] = comp
-    _index_interior(rg, r, material.shape[0])
+    rg.fr_live[r] = n_fr
 
 
 @njit(cache=True)
-def _clear(rg, r):
-    rg.int_n[r] = 0
-    rg.fr_n[r] = 0
+def _clear(rg, sc, r):
+    f = rg.n_regions + r
+    rg.len[r] = 0
+    rg.len[f] = 0
+    rg.cap[r] = 0  # blocks become garbage for compaction
+    rg.cap[f] = 0
+    rg.fr_live[r] = 0
     rg.compute[r] = 0
-    rg.bits_on[r] = 0
+    _drop_index(rg, sc, r)
+    _drop_index(rg, sc, f)
 
 
 @njit(cache=True)
-def _absorb(sc, st_compute, mark, rg, r, e, r2, n_bits):
+def frontier_members(rg, r, out, mark, epoch):
+    """The live, distinct members of region r's frontier into `out`; returns the
+    count. (An indexed frontier's block may hold removed or repeated entries;
+    its bitset is the truth.)"""
+    f = rg.n_regions + r
+    slot = rg.bit_slot[f]
+    base = rg.start[f]
+    n = 0
+    for i in range(rg.len[f]):
+        x = rg.arena[base + i]
+        if slot >= 0 and not _in_bits(rg.bits, slot, x):
+            continue
+        if mark[x] == epoch:
+            continue
+        mark[x] = epoch
+        out[n] = x
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _compact_frontier(rg, f):
+    """Drop removed and repeated entries of an indexed frontier's block."""
+    slot = rg.bit_slot[f]
+    base = rg.start[f]
+    n = 0
+    for i in range(rg.len[f]):
+        x = rg.arena[base + i]
+        if _in_bits(rg.bits, slot, x):
+            _clear_bit(rg.bits, slot, x)
+            rg.arena[base + n] = x
+            n += 1
+    for i in range(n):
+        _set_bit(rg.bits, slot, rg.arena[base + i])
+    rg.len[f] = n
+
+
+@njit(cache=True)
+def _absorb(sc, st_compute, mark, rg, r, e, r2):
     """Region r absorbs evicted storage e whose same-direction region is r2
     (SEMANTICS.md section 6)."""
     sc[S_ABSORBS] += 1
+    arena = rg.arena
+    bits = rg.bits
     # frontier: remove e, add r2's frontier (set union)
-    fr = rg.fr_lists[r]
-    n = rg.fr_n[r]
-    found = False
-    for i in range(n):
-        if fr[i] == e:
-            fr[i] = fr[n - 1]
-            rg.fr_n[r] = n - 1
-            found = True
-            break
-    if not found:
-        sc[S_ANOMALIES] += 1
-    sc[S_EPOCH] += 1
-    epoch = sc[S_EPOCH]
-    fr = rg.fr_lists[r]
-    for i in range(rg.fr_n[r]):
-        mark[fr[i]] = epoch
-    fr2 = rg.fr_lists[r2]
-    for i in range(rg.fr_n[r2]):
-        x = fr2[i]
-        if mark[x] != epoch:
+    f = rg.n_regions + r
+    f2 = rg.n_regions + r2
+    if not _ensure(rg, sc, f, rg.len[f2]):
+        return
+    fslot = rg.bit_slot[f]
+    fbase = rg.start[f]
+    epoch = 0
+    if fslot >= 0:
+        if _in_bits(bits, fslot, e):
+            _clear_bit(bits, fslot, e)
+            rg.fr_live[r] -= 1
+        else:
+            sc[S_ANOMALIES] += 1
+    else:
+        n = rg.len[f]
+        found = False
+        for i in range(n):
+            if arena[fbase + i] == e:
+                arena[fbase + i] = arena[fbase + n - 1]
+                rg.len[f] = n - 1
+                rg.fr_live[r] = n - 1
+                found = True
+                break
+        if not found:
+            sc[S_ANOMALIES] += 1
+        sc[S_EPOCH] += 1
+        epoch = sc[S_EPOCH]
+        for i in range(rg.len[f]):
+            mark[arena[fbase + i]] = epoch
+    f2slot = rg.bit_slot[f2]
+    f2base = rg.start[f2]
+    n = rg.len[f]
+    for i in range(rg.len[f2]):
+        x = arena[f2base + i]
+        if f2slot >= 0 and not _in_bits(bits, f2slot, x):
+            continue
+        if fslot >= 0:
+            if _in_bits(bits, fslot, x):
+                continue
+            _set_bit(bits, fslot, x)
+        else:
+            if mark[x] == epoch:
+                continue
             mark[x] = epoch
-            _append(rg.fr_lists, rg.fr_n, r, x)
+        arena[fbase + n] = x
+        n += 1
+    rg.fr_live[r] += n - rg.len[f]
+    rg.len[f] = n
+    if fslot >= 0:
+        if n > 2 * rg.fr_live[r] + 32:
+            _compact_frontier(rg, f)
+    elif n >= BITSET_MIN:
+        _index(rg, sc, f)
     # interior: new members are (r2.interior - r.interior) + {e}; e's compute always counts
+    if not _ensure(rg, sc, r, rg.len[r2] + 1):
+        return
     sc[S_EPOCH] += 2
     in_r = sc[S_EPOCH] - 1
     in_diff = sc[S_EPOCH]
-    indexed = rg.bits_on[r] != 0
-    bits = rg.bits[r]
-    if not indexed:
-        it = rg.int_lists[r]
-        for i in range(rg.int_n[r]):
-            mark[it[i]] = in_r
-        sc[S_ABSORB_WORK] += rg.int_n[r]
-    n_before = rg.int_n[r]
+    slot = rg.bit_slot[r]
+    base = rg.start[r]
+    n_before = rg.len[r]
+    if slot < 0:
+        for i in range(n_before):
+            mark[arena[base + i]] = in_r
+        sc[S_ABSORB_WORK] += n_before
+    base2 = rg.start[r2]
+    n2 = rg.len[r2]
+    sc[S_ABSORB_WORK] += n2
     added = 0
-    it2 = rg.int_lists[r2]
-    sc[S_ABSORB_WORK] += rg.int_n[r2]
-    for i in range(rg.int_n[r2]):
-        x = it2[i]
+    n = n_before
+    for i in range(n2):
+        x = arena[base2 + i]
         if mark[x] == in_diff:
             continue
-        if indexed:
-            if _in_bits(bits, x):
+        if slot >= 0:
+            if _in_bits(bits, slot, x):
                 continue
         elif mark[x] == in_r:
             continue
         mark[x] = in_diff
         added += st_compute[x]
-        _append(rg.int_lists, rg.int_n, r, x)
+        arena[base + n] = x
+        n += 1
     if mark[e] != in_diff:
         added += st_compute[e]
-        present = _in_bits(bits, e) if indexed else mark[e] == in_r
+        present = _in_bits(bits, slot, e) if slot >= 0 else mark[e] == in_r
         if not present:
-            _append(rg.int_lists, rg.int_n, r, e)
+            arena[base + n] = e
+            n += 1
+    rg.len[r] = n
     rg.compute[r] += added
-    if indexed:
-        it = rg.int_lists[r]
-        for i in range(n_before, rg.int_n[r]):
-            x = it[i]
-            bits[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
-    elif rg.int_n[r] >= BITSET_MIN:
-        _index_interior(rg, r, n_bits)
+    if slot >= 0:
+        for i in range(n_before, n):
+            _set_bit(bits, slot, arena[base + i])
+    elif n >= BITSET_MIN:
+        _index(rg, sc, r)
 
 
 # ---------------------------------------------------------------- scoring
@@ -391,6 +532,8 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
             return STATUS_RUNNING
         if emit_cands and sc[S_N_CANDS] + cand_room > cand.shape[0]:
             return STATUS_RUNNING
+        if sc[S_ARENA_TOP] * 4 > rg.arena.shape[0] * 3:
+            return STATUS_RUNNING  # the driver compacts or grows the arena
         steps += 1
         sc[S_STEPS] += 1
         depth = sc[S_DEPTH]
@@ -430,7 +573,7 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
                         _emit(ev, evf, sc, EV_FREE_DEAD, arg, s, st_size[s])
                     sc[S_DEAD] += 1
                     _stream(sc, stream, STREAM_DEAD, s)
-                    _evict(g, pol, sc, st, mark, rg, s)
+                    _evict(g, pol, sc, st, mark, scratch, rg, s)
             else:  # pin
                 if not defined[arg]:
                     _push(sc, fr, arg, 1, ACT_PIN)
@@ -527,7 +670,7 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
                 continue
             sc[S_EVICTIONS] += 1
             _stream(sc, stream, STREAM_PRESSURE, victim)
-            _evict(g, pol, sc, st, mark, rg,
+            _evict(g, pol, sc, st, mark, scratch, rg,
                    victim)
         else:  # PH_COMPUTE
             _compute(g, pol, sc, st, mark, scratch, rg, ev, evf, emit, t, f_remat[f] != 0)
@@ -610,7 +753,7 @@ def _pin(g, sc, st, ev, evf, emit, t):
 
 
 @njit(cache=True)
-def _evict(g, pol, sc, st, mark, rg, s):
+def _evict(g, pol, sc, st, mark, scratch, rg, s):
     st[1, s] = 0
     sc[S_MEMORY] -= g.tensor_size[s]
     _pool_remove(sc, g.tensor_size, st[9], st[10], st[8], s)
@@ -623,15 +766,17 @@ def _evict(g, pol, sc, st, mark, rg, s):
     if pol[P_REGIONS]:
         rf = 2 * s
         rb = 2 * s + 1
-        n_bits = st.shape[1]
-        bf = rg.fr_lists[rb]
-        for i in range(rg.fr_n[rb]):
-            _absorb(sc, st[6], mark, rg, 2 * bf[i], s, rf, n_bits)
-        ff = rg.fr_lists[rf]
-        for i in range(rg.fr_n[rf]):
-            _absorb(sc, st[6], mark, rg, 2 * ff[i] + 1, s, rb, n_bits)
-        _clear(rg, rf)
-        _clear(rg, rb)
+        members = scratch[5]
+        sc[S_EPOCH] += 1
+        n = frontier_members(rg, rb, members, mark, sc[S_EPOCH])
+        for i in range(n):
+            _absorb(sc, st[6], mark, rg, 2 * members[i], s, rf)
+        sc[S_EPOCH] += 1
+        n = frontier_members(rg, rf, members, mark, sc[S_EPOCH])
+        for i in range(n):
+            _absorb(sc, st[6], mark, rg, 2 * members[i] + 1, s, rb)
+        _clear(rg, sc, rf)
+        _clear(rg, sc, rb)
 
 
 @njit(cache=True)
@@ -699,13 +844,7 @@ def _compute(g, pol, sc, st, mark, scratch, rg,
             n_aff = 0
             for i in range(n_new):
                 r = 2 * newly[i] + (1 - direction)
-                frr = rg.fr_lists[r]
-                for j in range(rg.fr_n[r]):
-                    x = frr[j]
-                    if mark[x] != epoch:
-                        mark[x] = epoch
-                        affected[n_aff] = x
-                        n_aff += 1
+                n_aff += frontier_members(rg, r, affected[n_aff:], mark, epoch)
             for j in range(n_aff):
                 _rebuild(g, sc, material, st_compute, mark, scratch, rg, affected[j], direction)
 

@@ -21,7 +21,7 @@ from .hooks import (
     Observer,
 )
 from .policies import Policy, get_policy
-from .state import MachineState
+from .state import MachineState, grow_arena
 from .summary import MaxPinned, OomInfo, RunSummary, victims_sha256
 
 DEFAULT_THRASH_FACTOR = 60.0
@@ -171,6 +171,11 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
             graph, policy_params, state.sc, state.st, state.frames, state.pending,
             state.scratch, state.mark, state.regions, state.stream, ev, evf, cand, candf,
             retain, window, forbid, force, SLICE_STEPS, event_room, cand_room)
+        if status == K.STATUS_ARENA_FULL:
+            raise RuntimeError("neighbourhood arena exhausted within one step; "
+                               "this trace needs a larger ARENA_MIN in engine/state.py")
+        if state.sc[K.S_ARENA_TOP] * 4 > len(state.regions.arena) * 3:
+            state.regions = grow_arena(state.regions, state.sc)
         if state.sc[K.S_N_STREAM] >= len(state.stream):
             stream_chunks.append(state.stream.copy())
             state.sc[K.S_N_STREAM] = 0

@@ -6,8 +6,6 @@ from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
-from numba.typed import List
 
 from . import kernel as K
 from .graph import KernelGraph
@@ -18,28 +16,39 @@ STATE_ROWS = ("defined", "material", "pinned", "lock", "ref_ext", "last_access",
 FRAME_ROWS = ("tensor", "remat", "phase", "index", "pending_start", "pending_count", "action")
 
 
-Regions = namedtuple("Regions", ["int_lists", "int_n", "fr_lists", "fr_n", "compute", "bits",
-                                 "bits_on"])
-Regions.__doc__ = """Evicted neighbourhoods, two per storage (index 2*s forward, 2*s+1
-backward): interior and frontier sets as arrays with lengths, interior compute,
-and a membership bitset for large interiors."""
+Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "compute",
+                                 "fr_live", "bit_slot", "bits", "free_slots"])
+Regions.__doc__ = """Evicted neighbourhoods, two per storage (region 2*s forward, 2*s+1
+backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
+arena; `compute` is each region's interior compute; large sets have a
+membership bitset (a row of `bits`, taken from the `free_slots` stack)."""
+
+ARENA_MIN = 1 << 22
+BITSETS_BYTES = 32 << 20
 
 
-@njit(cache=True)
-def _array_list(n, dtype):
-    lists = List()
-    for _ in range(n):
-        lists.append(np.empty(0, dtype=dtype))
-    return lists
-
-
-def new_regions(n_tensors: int) -> Regions:
+def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
     n = 2 * n_tensors
+    words = n_tensors // 64 + 1
+    slots = int(min(2 * n, max(64, BITSETS_BYTES // (8 * words))))
     return Regions(
-        int_lists=_array_list(n, np.int64), int_n=np.zeros(n, dtype=np.int64),
-        fr_lists=_array_list(n, np.int64), fr_n=np.zeros(n, dtype=np.int64),
-        compute=np.zeros(n, dtype=np.int64), bits=_array_list(n, np.uint64),
-        bits_on=np.zeros(n, dtype=np.int64))
+        n_regions=n,
+        arena=np.zeros(arena_size or max(ARENA_MIN, 128 * n_tensors), dtype=np.int64),
+        start=np.zeros(2 * n, dtype=np.int64), cap=np.zeros(2 * n, dtype=np.int64),
+        len=np.zeros(2 * n, dtype=np.int64), compute=np.zeros(n, dtype=np.int64),
+        fr_live=np.zeros(n, dtype=np.int64), bit_slot=np.full(2 * n, -1, dtype=np.int64),
+        bits=np.zeros((slots, words), dtype=np.uint64),
+        free_slots=np.arange(slots, dtype=np.int64))
+
+
+def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
+    """Compact the arena; double it when it stays more than half full."""
+    K.compact_arena(regions, sc)
+    if sc[K.S_ARENA_TOP] * 2 <= len(regions.arena):
+        return regions
+    bigger = np.zeros(2 * len(regions.arena), dtype=np.int64)
+    bigger[:len(regions.arena)] = regions.arena
+    return regions._replace(arena=bigger)
 
 
 @dataclass
@@ -64,6 +73,8 @@ class MachineState:
         sc[K.S_HI_TRUE] = K.NO_HI
         sc[K.S_BUDGET] = budget
         sc[K.S_MAXPIN_OP] = -1  # reference convention: (0, 0, -1) until a check frees memory
+        regions = new_regions(n)
+        sc[K.S_FREE_SLOTS] = len(regions.free_slots)
         sc[K.S_REMAT_LIMIT] = remat_limit
         st = np.zeros((len(STATE_ROWS), n), dtype=np.int64)
         st[STATE_ROWS.index("last_access")] = K.NEVER
@@ -73,9 +84,9 @@ class MachineState:
             sc=sc, st=st,
             frames=np.zeros((len(FRAME_ROWS), n + 2), dtype=np.int64),
             pending=np.zeros(len(g.op_args) + n + 8, dtype=np.int64),
-            scratch=np.zeros((5, n + 2), dtype=np.int64),
+            scratch=np.zeros((6, n + 2), dtype=np.int64),
             mark=np.zeros(n, dtype=np.int64),
-            regions=new_regions(n),
+            regions=regions,
             stream=np.zeros((stream_capacity, 4), dtype=np.int64),
         )
 
