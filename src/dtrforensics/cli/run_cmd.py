@@ -11,7 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 from ..engine.policies import POLICIES
-from ..engine.replay import DEFAULT_THRASH_FACTOR, InterventionError, replay
+from ..analyses.interventions import same_execution
+from ..engine.replay import DEFAULT_THRASH_FACTOR, InterventionError, Interventions, replay
 from ..engine.summary import RunSummary
 from ..trace import load_trace
 from ..trace.program import Program
@@ -38,6 +39,7 @@ def run(
     retain_ops: Annotated[Optional[str], typer.Option(help="Limit --retain to decisions inside top-level ops A..B.")] = None,
     forbid_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: exclude storage S at decision K (repeatable).")] = None,
     force_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: evict storage S at decision K instead of the policy's choice (repeatable).")] = None,
+    control: Annotated[bool, typer.Option("--control", help="Also run a control (the intervention code path with nothing changed) and check it reproduces the plain run exactly.")] = False,
     record: Annotated[Optional[str], typer.Option(help="Record the run; value: output directory, or '' for the default under recordings/.", show_default=False)] = None,
     scores: Annotated[str, typer.Option(help="With --record: 'victims' (decisions only) or 'all' (every candidate's score).")] = "victims",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (the run summary).")] = False,
@@ -65,13 +67,28 @@ def run(
     except (InterventionError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     summary = result.summary
+    control_matches = None
+    if control:
+        same = dict(ratio=ratio, budget=budget, policy=policy, timeout=timeout,
+                    thrash_factor=thrash_limit)
+        plain = result if interventions.is_empty() else replay(program, **same)
+        checked = replay(program, interventions=Interventions(control=True), **same)
+        control_matches = same_execution(plain.summary.to_json(), checked.summary.to_json())
     if as_json:
         out = summary.to_json()
         if where is not None:
             out["recording"] = str(where)
+        if control:
+            out["control_matches"] = control_matches
         typer.echo(json.dumps(out))
     else:
-        Console().print(summary_panel(program, summary, recording=where))
+        console = Console()
+        console.print(summary_panel(program, summary, recording=where))
+        if control:
+            console.print("[green]control: the empty intervention reproduces the plain run "
+                          "exactly[/]" if control_matches else
+                          "[bold red]control: the empty intervention does NOT reproduce the "
+                          "plain run[/]")
     if summary.outcome == "error":
         raise CommandError(summary.error)
 

@@ -1,0 +1,99 @@
+"""What-if interventions: baseline, intervention and control, side by side.
+
+The evidence that one eviction causes a failure is an intervention (rerun the
+failing budget with a storage never offered as a victim) together with a
+control that takes the same code path with nothing changed. The control must
+reproduce the plain run exactly; `control_matches` says whether it did.
+Runs are recorded, and an existing complete recording of the same run is
+reused instead of rerunning it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..engine.replay import Interventions, replay, resolve_budget
+from ..recorder.reader import is_recording, open_recording
+from ..recorder.record import default_recording_dir, record_run
+from ..trace.program import Program
+
+#: Summary keys compared side by side.
+SIDE_BY_SIDE = ("outcome", "overhead", "evictions", "remats", "max_pinned", "max_depth",
+                "clock", "victims_sha256")
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """One run of a comparison: its summary (the `dtrf run --json` object) and
+    where it is recorded (None when not recorded)."""
+
+    summary: dict
+    recording: Path | None
+
+    @property
+    def peak_pinned_depth(self) -> int:
+        return self.summary["max_pinned"]["depth"]
+
+
+def same_execution(a: dict, b: dict) -> bool:
+    """The identical run: same victims in order, same clock, same outcome."""
+    return all(a[k] == b[k] for k in ("victims_sha256", "clock", "outcome", "dead_frees"))
+
+
+def run_once(program: Program, *, budget: int, ratio: float | None, policy: str,
+             interventions: Interventions, record_root: Path | None,
+             timeout: float | None = None, scores: str = "victims") -> RunRef:
+    """Replay (recorded under `record_root` when given), reusing a recording."""
+    if record_root is None:
+        result = replay(program, budget=budget, policy=policy, timeout=timeout,
+                        interventions=interventions)
+        return RunRef(result.summary.to_json(), None)
+    target = default_recording_dir(program, budget, ratio, policy, interventions,
+                                   root=record_root)
+    if is_recording(target):
+        recording = open_recording(target)
+        summary = recording.summary
+        if summary.get("outcome") != "timeout":
+            return RunRef(summary, target)
+    result, path = record_run(program, budget=budget, policy=policy, out_dir=target,
+                              scores=scores, timeout=timeout, interventions=interventions,
+                              overwrite=is_recording(target))
+    return RunRef(result.summary.to_json(), path)
+
+
+@dataclass(frozen=True)
+class InterventionResult:
+    baseline: RunRef
+    intervention: RunRef
+    control: RunRef
+
+    @property
+    def control_matches(self) -> bool:
+        return same_execution(self.baseline.summary, self.control.summary)
+
+    @property
+    def changed_outcome(self) -> bool:
+        return self.baseline.summary["outcome"] != self.intervention.summary["outcome"]
+
+    def to_json(self) -> dict:
+        return {"baseline": self.baseline.summary, "intervention": self.intervention.summary,
+                "control": self.control.summary, "control_matches": self.control_matches,
+                "recordings": {k: (str(r.recording) if r.recording else None) for k, r in
+                               (("baseline", self.baseline), ("intervention", self.intervention),
+                                ("control", self.control))}}
+
+
+def intervene(program: Program, interventions: Interventions, *, ratio: float | None = None,
+              budget: int | None = None, policy: str = "dtr",
+              record_root: Path | None = Path("recordings") / "interventions",
+              timeout: float | None = None) -> InterventionResult:
+    """Run baseline, intervention and control for one budget."""
+    interventions.validate(program)
+    budget, ratio = resolve_budget(program, budget, ratio)
+    common = dict(budget=budget, ratio=ratio, policy=policy, record_root=record_root,
+                  timeout=timeout)
+    baseline = run_once(program, interventions=Interventions(), **common)
+    intervention = run_once(program, interventions=replace(interventions, control=False), **common)
+    control = run_once(program, interventions=Interventions(control=True), **common)
+    return InterventionResult(baseline, intervention, control)

@@ -1,0 +1,156 @@
+"""Interventions, controls and the hindsight search (`dtrf intervene`, `dtrf explain`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from logdsl import Log
+from public import program_or_skip
+from test_engine_vs_oracle import random_logs
+
+from dtrforensics.analyses.explain import explain
+from dtrforensics.analyses.interventions import intervene, same_execution
+from dtrforensics.engine.baseline import baseline
+from dtrforensics.engine.replay import InterventionError, Interventions, replay
+
+BUDGET = 170
+
+
+def planted():
+    """x is evicted for y (it is stale and cheap, q is fresh); z then needs x back,
+    whose parent p is dead: rematerializing p and x with y locked does not fit.
+    Retaining x makes q the victim instead, and q is never needed again."""
+    return (Log().const("w", 8).call("p", "f", ["w"], 1, 50).call("x", "g", ["p"], 1, 50)
+            .release("p").call("q", "n", ["w"], 1000, 60).call("y", "k", ["w"], 100, 100)
+            .call("z", "m", ["x", "y"], 1, 10).release("q").release("x").release("y").program())
+
+
+def test_retaining_the_planted_storage_prevents_the_oom(tmp_path):
+    p = planted()
+    x = p.tensor_by_name("x")
+    result = intervene(p, Interventions(retain=(x,)), budget=BUDGET, record_root=tmp_path)
+    assert result.baseline.summary["outcome"] == "oom"
+    assert result.intervention.summary["outcome"] == "ok"
+    assert result.control_matches
+    assert result.control.summary["outcome"] == "oom"
+    assert all(r.recording.is_dir() for r in (result.baseline, result.intervention, result.control))
+
+
+def test_forbid_and_force_are_single_choice_counterfactuals():
+    p = planted()
+    x, q = p.tensor_by_name("x"), p.tensor_by_name("q")
+    assert replay(p, budget=BUDGET).victims[0, 0] == x
+    forbid = replay(p, budget=BUDGET, interventions=Interventions(forbid=((x, 0),)))
+    force = replay(p, budget=BUDGET, interventions=Interventions(force=((q, 0),)))
+    assert forbid.summary.outcome == force.summary.outcome == "ok"
+    assert forbid.victims[0, 0] == force.victims[0, 0] == q
+
+
+def test_forcing_a_non_candidate_fails_clearly():
+    p = planted()
+    w = p.tensor_by_name("w")  # a pinned constant: never in the pool
+    s = replay(p, budget=BUDGET, interventions=Interventions(force=((w, 0),))).summary
+    assert s.outcome == "error" and "not a candidate at decision 0" in s.error
+
+
+def test_retain_window_limits_the_intervention():
+    p = planted()
+    x = p.tensor_by_name("x")
+    y_op = int(p.tensor_op[p.tensor_by_name("y")])
+    inside = Interventions(retain=(x,), retain_ops=(y_op, y_op))
+    outside = Interventions(retain=(x,), retain_ops=(0, y_op - 1))
+    assert replay(p, budget=BUDGET, interventions=inside).summary.outcome == "ok"
+    assert replay(p, budget=BUDGET, interventions=outside).summary.outcome == "oom"
+
+
+def test_bad_interventions_are_refused_with_a_reason():
+    p = planted()
+    view_free = Log().const("w", 8).call("a", "f", ["w"], 1, 8).call(
+        "v", "view", ["a"], 0, 0, aliases=[0]).program()
+    with pytest.raises(InterventionError, match="not a storage id"):
+        replay(p, budget=BUDGET, interventions=Interventions(retain=(999,)))
+    with pytest.raises(InterventionError, match="is a view of storage"):
+        replay(view_free, budget=100, interventions=Interventions(retain=(2,)))
+    with pytest.raises(InterventionError, match="outside the trace"):
+        replay(p, budget=BUDGET, interventions=Interventions(retain=(2,), retain_ops=(0, 99)))
+
+
+def test_explain_finds_the_planted_retention():
+    p = planted()
+    result = explain(p, budget=BUDGET, record_root=None, jobs=1)
+    assert [c.storage for c in result.candidates] == [p.tensor_by_name("x")]
+    assert [a.retain for a in result.fixes] == [(p.tensor_by_name("x"),)]
+    assert result.control_outcome == "oom" and result.control_matches
+    out = result.to_json()
+    assert out["tried"] == 1 and out["fixes"][0]["outcome"] == "ok"
+
+
+def test_explain_reuses_recorded_attempts(tmp_path):
+    p = planted()
+    first = explain(p, budget=BUDGET, record_root=tmp_path, jobs=1)
+    kept = {a.recording for a in first.attempts}
+    again = explain(p, budget=BUDGET, record_root=tmp_path, jobs=1)
+    assert {a.recording for a in again.attempts} == kept
+    assert all(json.load(open(f"{r}/run.json"))["summary"]["outcome"] == "ok" for r in kept)
+
+
+@settings(max_examples=40, deadline=None)
+@given(program=random_logs(), fraction=st.floats(0.1, 1.0))
+def test_control_reproduces_the_plain_run(program, fraction):
+    budget = int(fraction * baseline(program).peak)
+    plain = replay(program, budget=budget).summary.to_json()
+    control = replay(program, budget=budget, interventions=Interventions(control=True))
+    assert same_execution(plain, control.summary.to_json())
+
+
+def test_cli_intervene_json(tmp_path):
+    log = tmp_path / "planted.log"
+    log.write_text(Log().const("w", 8).call("p", "f", ["w"], 1, 50).call("x", "g", ["p"], 1, 50)
+                   .release("p").call("q", "n", ["w"], 1000, 60).call("y", "k", ["w"], 100, 100)
+                   .call("z", "m", ["x", "y"], 1, 10).release("q").release("x").release("y")
+                   .text())
+    out = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "intervene", str(log),
+                          "--budget", str(BUDGET), "--retain", "2", "--record-root",
+                          str(tmp_path / "rec"), "--json"], capture_output=True, text=True,
+                         check=True)
+    data = json.loads(out.stdout)
+    assert data["control_matches"] is True
+    assert (data["baseline"]["outcome"], data["intervention"]["outcome"]) == ("oom", "ok")
+    bad = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "intervene", str(log),
+                          "--budget", str(BUDGET), "--retain", "999"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "999 is not a storage id" in bad.stderr
+
+
+@pytest.mark.public
+def test_resnet32_explain_finds_612():
+    p = program_or_skip("resnet32")
+    result = explain(p, ratio=0.104, max_attempts=4, record_root=None, jobs=2)
+    first = result.fixes[0]
+    assert first.retain == (612,)
+    assert first.summary["overhead"] == pytest.approx(2.2406, abs=5e-5)
+    assert first.summary["max_depth"] == 57
+    assert result.candidates[0].last_evicted_op == 465 and result.control_matches
+
+
+@pytest.mark.public
+def test_inceptionv4_retaining_3131_completes():
+    p = program_or_skip("inceptionv4")
+    s = replay(p, ratio=0.235, interventions=Interventions(retain=(3131,))).summary
+    assert s.outcome == "ok"
+    assert s.overhead == pytest.approx(1.4773, abs=5e-5)
+    assert (s.max_pinned.bytes, s.max_depth) == (986_579_316, 30)
+
+
+@pytest.mark.public
+@pytest.mark.slow
+def test_inceptionv4_explain_finds_3131_first():
+    p = program_or_skip("inceptionv4")
+    result = explain(p, ratio=0.235, max_attempts=1, record_root=None, jobs=1)
+    assert result.baseline["outcome"] == "oom"
+    assert [a.retain for a in result.fixes] == [(3131,)]
