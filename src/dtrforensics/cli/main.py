@@ -15,7 +15,9 @@ from .errors import UserError, report_user_error
 
 COMMAND_MODULES = (
     "run_cmd",
+    "intervene_cmd",
     "traces_cmd",
+    "synth_cmd",
 )
 
 app = typer.Typer(

@@ -1,0 +1,117 @@
+"""`dtrf synth KIND ... -o FILE`: write a seeded synthetic DTR log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..engine.baseline import baseline
+from ..synth.generator import KINDS, SynthSpec, generate, random_small_log
+from ..trace.parser import parse_lines
+from .errors import CommandError
+from .format import fmt_bytes, fmt_ns
+
+SMALL_KIND = "small"
+_DEFAULT = SynthSpec()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("synth")(synth)
+
+
+def synth(
+    kind: Annotated[str, typer.Argument(
+        help="Model to generate: chain (a sequence of layers), resnet (residual blocks in "
+             "3 stages), rnn (an unrolled recurrent net whose weights are shared by every "
+             "step), mixed (random segments of the three), or small (an unstructured "
+             "random log mixing every instruction kind, as used by the property tests).",
+        show_default=False)],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="File to write the log to (parent folders are created).",
+        show_default=False)],
+    seed: Annotated[int, typer.Option(
+        "--seed", "-s", help="Random seed: the same seed and options give a byte-identical log.")] = 0,
+    depth: Annotated[int, typer.Option(
+        "--depth", "--steps", "-d",
+        help="Layers (chain), residual blocks (resnet), unrolled time steps (rnn) or "
+             "segments (mixed).")] = _DEFAULT.depth,
+    width: Annotated[int, typer.Option(
+        "--width", "-w",
+        help="Parallel branches per layer or block, joined by a `cat` op (rnn: gate "
+             "matmuls per step). 1 gives a plain sequence.")] = _DEFAULT.width,
+    size_min: Annotated[int, typer.Option(
+        "--size-min", help="Smallest activation size in bytes (sizes are drawn "
+                           "log-uniformly between --size-min and --size-max).")] = _DEFAULT.size_range[0],
+    size_max: Annotated[int, typer.Option(
+        "--size-max", help="Largest activation size in bytes.")] = _DEFAULT.size_range[1],
+    param_min: Annotated[int, typer.Option(
+        "--param-min", help="Smallest parameter (weight) size in bytes.")] = _DEFAULT.param_size_range[0],
+    param_max: Annotated[int, typer.Option(
+        "--param-max", help="Largest parameter (weight) size in bytes.")] = _DEFAULT.param_size_range[1],
+    cost_min: Annotated[int, typer.Option(
+        "--cost-min", help="Smallest base op cost (TIME, ns) of a conv/matmul; cheaper ops "
+                           "(relu, add, views) scale it down, backward ops double it.")] = _DEFAULT.cost_range[0],
+    cost_max: Annotated[int, typer.Option(
+        "--cost-max", help="Largest base op cost (TIME, ns).")] = _DEFAULT.cost_range[1],
+    view_prob: Annotated[float, typer.Option(
+        "--view-prob", help="Chance (0..1) that a layer output goes through a view "
+                            "(ALIAS >= 0), and again through a view of that view.")] = _DEFAULT.view_prob,
+    tuple_prob: Annotated[float, typer.Option(
+        "--tuple-prob", help="Chance (0..1) that a layer has a multi-output batch-norm style "
+                             "op (output, two saved statistics, a 0-byte reserve).")] = _DEFAULT.tuple_prob,
+    mutate_prob: Annotated[float, typer.Option(
+        "--mutate-prob", help="Chance (0..1) of an in-place op (MUTATE: relu_, residual add_, "
+                              "gradient accumulation add_) instead of its out-of-place form.")] = _DEFAULT.mutate_prob,
+    size_levels: Annotated[int, typer.Option(
+        "--size-levels", help="If > 0, activation sizes come from this many fixed levels "
+                              "(more equal sizes, hence more score ties).")] = _DEFAULT.size_levels,
+    backward: Annotated[bool, typer.Option(
+        "--backward/--no-backward",
+        help="Emit a training backward pass (saved activations consumed in reverse and "
+             "released, gradients accumulated) after the forward pass.")] = _DEFAULT.backward,
+    ops: Annotated[int, typer.Option(
+        "--ops", help="Kind `small` only: number of operators to aim for (the planted "
+                      "corner cases may add a few).")] = 40,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the summary (and the spec) as JSON instead of one line.")] = False,
+) -> None:
+    """Write a seeded synthetic DTR log (the public logs' exact format) and print a
+    one-line summary: ops, tensors, unconstrained peak and model compute."""
+    if kind == SMALL_KIND:
+        spec_json = {"kind": SMALL_KIND, "seed": seed, "n_ops": ops}
+        if ops < 1:
+            raise CommandError(f"--ops must be >= 1, got {ops}")
+        text = random_small_log(seed, ops)
+    else:
+        if kind not in KINDS:
+            raise CommandError(f"unknown kind {kind!r}: choose one of "
+                               f"{', '.join(KINDS + (SMALL_KIND,))}")
+        spec = SynthSpec(kind=kind, depth=depth, width=width, size_range=(size_min, size_max),
+                         param_size_range=(param_min, param_max), cost_range=(cost_min, cost_max),
+                         view_prob=view_prob, tuple_prob=tuple_prob, mutate_prob=mutate_prob,
+                         size_levels=size_levels, seed=seed, backward=backward)
+        try:
+            spec.validate()
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        spec_json = spec.to_json()
+        text = generate(spec)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"cannot write {output}: {exc.strerror}") from None
+    program = parse_lines(text.splitlines(keepends=True), str(output))
+    base = baseline(program)
+    data = {"path": str(output), "bytes": len(text.encode("utf-8")), "ops": program.n_ops,
+            "tensors": program.n_tensors, "peak_bytes": base.peak,
+            "model_compute_ns": base.model_compute, "spec": spec_json}
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    print(f"wrote {output}: {kind} seed {seed}, {program.n_ops:,} ops, "
+          f"{program.n_tensors:,} tensors, peak {base.peak:,} B ({fmt_bytes(base.peak)}), "
+          f"model compute {base.model_compute:,} ns ({fmt_ns(base.model_compute)})")
