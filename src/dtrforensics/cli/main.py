@@ -15,6 +15,7 @@ from .errors import UserError, report_user_error
 
 COMMAND_MODULES = (
     "run_cmd",
+    "record_cmd",
     "intervene_cmd",
     "traces_cmd",
     "synth_cmd",

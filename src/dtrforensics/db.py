@@ -1,0 +1,142 @@
+"""Recordings as one DuckDB database: several runs compared in one query.
+
+`connect(recordings)` returns an in-memory DuckDB connection with one view per
+table of the recording format (`events`, `decisions`, `candidates`,
+`storages`, `tensors`, `ops`) plus `runs` (one row per recording, from
+run.json). Every view has a leading `run_id` column: the recording folder's
+name. Views read the Parquet files in place (nothing is loaded up front); a
+table a recording lacks (candidates without scores=all) contributes no rows,
+and every view has all its declared columns and types even when empty.
+
+Shipped questions live in `dtrforensics/queries/<area>/<name>.sql` (the
+repository's top-level `queries/` links there): `load_query("oom/failing_allocation")`
+returns the text, `install_query(con, ...)` runs it, `install_queries(con)`
+runs them all.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from importlib import resources
+
+import duckdb
+import pyarrow as pa
+
+from .recorder.reader import Recording, find_recordings
+from .recorder.schema import FILE_TABLES, RUNS
+
+QUERY_PACKAGE = "dtrforensics"
+QUERY_DIR = "queries"
+
+
+def _quote(text: str) -> str:
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def _ident(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _run_ids(recordings: list[Recording]) -> list[str]:
+    """Folder names; a name shared by several folders gets its parent's name prefixed."""
+    names = [r.run_id for r in recordings]
+    ids = []
+    for rec, name in zip(recordings, names):
+        ids.append(name if names.count(name) == 1 else f"{rec.path.parent.name}/{name}")
+    if len(set(ids)) != len(ids):
+        raise ValueError("two recordings share a run id: " + ", ".join(
+            str(r.path) for r in recordings))
+    return ids
+
+
+def _lookup(doc: dict, dotted: str):
+    value = doc
+    for key in dotted.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def runs_table(recordings: list[Recording], run_ids: list[str] | None = None) -> pa.Table:
+    """The `runs` view's rows: one per recording, columns as declared in schema.RUNS."""
+    run_ids = run_ids or _run_ids(recordings)
+    columns = {}
+    for column in RUNS.columns:
+        if column.name == "run_id":
+            values = run_ids
+        elif column.name == "path":
+            values = [str(r.path.resolve()) for r in recordings]
+        else:
+            values = [_lookup(r.run, column.source) for r in recordings]
+        columns[column.name] = pa.array(values, column.type)
+    return pa.table(columns, schema=RUNS.query_schema())
+
+
+def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathLike = (),
+            *, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection over the given recordings (Recording objects, recording
+    folders, or folders holding recordings; partial folders are skipped with a warning)."""
+    if isinstance(recordings, (str, os.PathLike, Recording)):
+        recordings = [recordings]
+    recs: list[Recording] = []
+    for item in recordings:
+        recs.extend([item] if isinstance(item, Recording) else find_recordings([item]))
+    run_ids = _run_ids(recs)
+    con = duckdb.connect(database)
+    con.register("_dtrf_runs", runs_table(recs, run_ids))
+    con.execute("CREATE OR REPLACE VIEW runs AS SELECT * FROM _dtrf_runs")
+    for table in FILE_TABLES:
+        empty = f"_dtrf_empty_{table.name}"
+        con.register(empty, table.query_schema().empty_table())
+        cols = ", ".join(_ident(c) for c in ("run_id", *table.column_names))
+        parts = [f"SELECT CAST(NULL AS VARCHAR) AS run_id, * FROM {empty}"]
+        for rec, run_id in zip(recs, run_ids):
+            path = rec.table_path(table.name)
+            if path is not None:
+                parts.append(f"SELECT {_quote(run_id)} AS run_id, * "
+                             f"FROM read_parquet({_quote(path)})")
+        union = "\nUNION ALL BY NAME\n".join(parts)
+        con.execute(f"CREATE OR REPLACE VIEW {table.name} AS SELECT {cols} FROM ({union})")
+    return con
+
+
+# --- shipped queries -------------------------------------------------------------------
+
+def _query_root():
+    return resources.files(QUERY_PACKAGE) / QUERY_DIR
+
+
+def list_queries() -> list[str]:
+    """Names (`area/name`) of every shipped query, sorted."""
+    names = []
+    root = _query_root()
+    for area in root.iterdir():
+        if area.is_dir():
+            names += [f"{area.name}/{f.name[:-4]}" for f in area.iterdir()
+                      if f.name.endswith(".sql")]
+    return sorted(names)
+
+
+def load_query(name: str) -> str:
+    """The SQL text of `queries/<area>/<name>.sql` (`area/name` or `area.name`)."""
+    area, _, stem = name.replace(".", "/").partition("/")
+    if not stem or "/" in stem:
+        raise ValueError(f"a query is named AREA/NAME, got {name!r}")
+    path = _query_root() / area / f"{stem}.sql"
+    if not path.is_file():
+        raise FileNotFoundError(f"no query {name!r}; known: {', '.join(list_queries())}")
+    return path.read_text(encoding="utf-8")
+
+
+def install_query(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Run a query file: its views and macros become available on `con`."""
+    con.execute(load_query(name))
+
+
+def install_queries(con: duckdb.DuckDBPyConnection) -> list[str]:
+    names = list_queries()
+    for name in names:
+        install_query(con, name)
+    return names

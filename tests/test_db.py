@@ -1,0 +1,175 @@
+"""dtrforensics.db: recordings as DuckDB views, several runs in one query; `dtrf sql`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from test_queries import tiny_program
+
+from dtrforensics import db
+from dtrforensics.recorder.record import record_run
+from dtrforensics.recorder.schema import FILE_TABLES, RUNS, TABLES
+
+REPO = Path(__file__).resolve().parents[1]
+DUCK = {"int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN", "string": "VARCHAR",
+        "list<item: string>": "VARCHAR[]", "list<item: int64>": "BIGINT[]"}
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """'ok' (budget 120, with candidates) and 'oom' (budget 105, without)."""
+    root = tmp_path_factory.mktemp("two")
+    program = tiny_program()
+    record_run(program, budget=120, out_dir=root / "ok", scores="all")
+    record_run(program, budget=105, out_dir=root / "oom")
+    return root
+
+
+def columns(con, view):
+    return [(r[0], r[1]) for r in con.sql(f"DESCRIBE {view}").fetchall()]
+
+
+def declared(table):
+    """(name, DuckDB type) of a view: run_id, then the declared columns as SQL sees them."""
+    return [("run_id", "VARCHAR")] + [(f.name, DUCK[str(f.type)]) for f in table.query_schema()]
+
+
+def test_views_have_run_id_and_every_declared_column(two_runs):
+    con = db.connect(two_runs)
+    for table in FILE_TABLES:
+        assert columns(con, table.name) == declared(table), table.name
+    assert [c for c, _ in columns(con, "runs")] == list(RUNS.column_names)
+
+
+def test_empty_connection_is_typed(tmp_path):
+    con = db.connect([])
+    for table in FILE_TABLES:
+        assert columns(con, table.name) == declared(table)
+        assert con.sql(f"SELECT count(*) FROM {table.name}").fetchall() == [(0,)]
+    assert con.sql("SELECT count(*) FROM runs").fetchall() == [(0,)]
+
+
+def test_runs_view(two_runs):
+    con = db.connect(two_runs)
+    got = con.sql("SELECT run_id, trace, policy, ratio, budget, scores, outcome, evictions, "
+                  "dead_frees, remats, max_depth, oom_tensor, oom_request, oom_pinned, "
+                  "oom_depth, format_version FROM runs ORDER BY run_id").fetchall()
+    assert got == [
+        ("ok", "tiny", "dtr", None, 120, "all", "ok", 2, 3, 1, 2, None, None, None, None, "1.0"),
+        ("oom", "tiny", "dtr", None, 105, "victims", "oom", 2, 1, 1, 2, "d", 20, 90, 1, "1.0"),
+    ]
+    (path,) = con.sql("SELECT path FROM runs WHERE run_id = 'ok'").fetchall()[0]
+    assert Path(path) == (two_runs / "ok").resolve()
+
+
+def test_candidates_come_only_from_recordings_that_have_them(two_runs):
+    con = db.connect(two_runs)
+    assert con.sql("SELECT run_id, count(*) FROM candidates GROUP BY run_id").fetchall() == \
+        [("ok", 3)]
+    only_oom = db.connect(two_runs / "oom")
+    assert only_oom.sql("SELECT count(*) FROM candidates").fetchall() == [(0,)]
+    assert columns(only_oom, "candidates") == declared(TABLES["candidates"])
+
+
+def test_two_runs_in_one_query(two_runs):
+    """The two budgets make the same first two choices and part at op 5."""
+    con = db.connect(two_runs)
+    same = con.sql("""
+        SELECT a.decision, a.victim = b.victim
+        FROM decisions a JOIN decisions b USING (decision)
+        WHERE a.run_id = 'ok' AND b.run_id = 'oom' ORDER BY decision""").fetchall()
+    assert same == [(0, True), (1, True)]
+    first_difference = con.sql("""
+        SELECT min(seq) FROM (
+            SELECT seq, kind, storage_id, memory FROM events WHERE run_id = 'ok'
+            EXCEPT
+            SELECT seq, kind, storage_id, memory FROM events WHERE run_id = 'oom')""").fetchall()
+    assert first_difference == [(24,)]   # ok computes d where oom fails to allocate it
+
+
+def test_accepts_recordings_and_paths_and_disambiguates_names(tmp_path):
+    program = tiny_program()
+    _, a = record_run(program, budget=120, out_dir=tmp_path / "x" / "run")
+    _, b = record_run(program, budget=105, out_dir=tmp_path / "y" / "run")
+    from dtrforensics.recorder.reader import open_recording
+    con = db.connect([open_recording(a), b])
+    assert con.sql("SELECT run_id, outcome FROM runs ORDER BY run_id").fetchall() == [
+        ("x/run", "ok"), ("y/run", "oom")]
+    assert con.sql("SELECT DISTINCT run_id FROM events ORDER BY 1").fetchall() == [
+        ("x/run",), ("y/run",)]
+
+
+def test_load_query():
+    names = db.list_queries()
+    for expected in ("oom/failing_allocation", "oom/failing_op_chain", "run/counts",
+                     "decisions/top_candidates"):
+        assert expected in names
+    assert db.load_query("oom.failing_allocation") == db.load_query("oom/failing_allocation")
+    with pytest.raises(FileNotFoundError, match="known: "):
+        db.load_query("oom/nothing")
+    with pytest.raises(ValueError):
+        db.load_query("failing_allocation")
+
+
+def test_queries_are_shipped_in_the_package_and_shown_at_the_repo_root():
+    package_dir = REPO / "src" / "dtrforensics" / "queries"
+    for name in db.list_queries():
+        area, stem = name.split("/")
+        text = db.load_query(name)
+        assert (package_dir / area / f"{stem}.sql").read_text() == text
+        assert (REPO / "queries" / area / f"{stem}.sql").read_text() == text
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert '"queries/**/*.sql"' in pyproject
+
+
+# --- dtrf sql ---------------------------------------------------------------------------
+
+def dtrf(*args):
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args)],
+                          capture_output=True, text=True, env=env)
+
+
+def test_sql_command(two_runs, tmp_path):
+    table = dtrf("sql", "SELECT run_id, tensor, request FROM failing_allocation", two_runs)
+    assert table.returncode == 0, table.stderr
+    assert "oom" in table.stdout and " d " in table.stdout and "20" in table.stdout
+
+    as_csv = dtrf("sql", "SELECT * FROM counts ORDER BY run_id", two_runs, "--csv")
+    got = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert [(r["run_id"], r["evictions"], r["dead_frees"]) for r in got] == \
+        [("ok", "2", "3"), ("oom", "2", "1")]
+
+    as_json = dtrf("sql", "SELECT * FROM top_candidates('ok', 0, 2)", two_runs, "--json")
+    assert [r["storage_id"] for r in json.loads(as_json.stdout)] == [1, 2]
+
+    out = tmp_path / "events.parquet"
+    written = dtrf("sql", "SELECT * FROM events", two_runs, "--parquet", out)
+    assert written.returncode == 0 and "wrote 53 rows" in written.stderr
+    assert pq.read_table(out).num_rows == 53
+
+    bad = dtrf("sql", "SELECT * FROM nowhere", two_runs)
+    assert bad.returncode == 2 and "nowhere" in bad.stderr
+    both = dtrf("sql", "SELECT 1", two_runs, "--csv", "--json")
+    assert both.returncode == 2
+    nothing = dtrf("sql", "SELECT 1", tmp_path / "void")
+    assert nothing.returncode == 2
+
+
+def test_sql_command_warns_about_partial_recordings(two_runs, tmp_path):
+    root = tmp_path / "mixed"
+    root.mkdir()
+    os.symlink(two_runs / "ok", root / "ok")
+    (root / ".dead.partial-99999999").mkdir()
+    result = dtrf("sql", "SELECT count(*) AS n FROM runs", root, "--csv")
+    assert result.returncode == 0
+    assert result.stdout.splitlines() == ["n", "1"]
+    assert "warning: skipping unfinished recording" in result.stderr
