@@ -288,7 +288,9 @@ def test_cli_import_list_info(dirs):
     listed = run_dtrf(dirs, "traces", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
-    assert [t["name"] for t in data["traces"]] == ["mine"]
+    # the imported log, then the project's own synthetic traces (traces/)
+    assert [t["name"] for t in data["traces"]][0] == "mine"
+    assert "hole" in [t["name"] for t in data["traces"]]
     assert data["traces"][0]["ops"] == 2 and data["traces"][0]["peak_bytes"] == 16
     assert "lstm" in data["missing_public"]
     info = run_dtrf(dirs, "traces", "info", str(dirs["user"] / "imported" / "mine-3.log"),

@@ -53,6 +53,9 @@ class TraceStoreError(Exception):
 
 # --- Directories -----------------------------------------------------------------
 
+_PACKAGED_TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+
+
 def repo_root() -> Path | None:
     """The source checkout this package runs from, if it runs from one."""
     return _REPO_ROOT if (_REPO_ROOT / "pyproject.toml").is_file() else None
@@ -89,9 +92,11 @@ def user_trace_dir() -> Path:
 
 
 def repo_trace_dir() -> Path | None:
-    """The repository's own `traces/` folder (synthetic traces), if any."""
+    """The project's own synthetic traces (`traces/` in the repository, shipped in
+    the package as `dtrforensics/data/traces`)."""
     root = repo_root()
-    return root / "traces" if root is not None and (root / "traces").is_dir() else None
+    folder = root / "traces" if root is not None else _PACKAGED_TRACES
+    return folder if folder.is_dir() else None
 
 
 def search_dirs() -> list[Path]:
@@ -146,9 +151,9 @@ def resolve_trace(spec: str | os.PathLike) -> Path:
                 return hit
         synthetic = repo_trace_dir()
         if synthetic is not None:
-            matches = [p for p in _logs_under(synthetic) if p.stem == text]
-            if matches:
-                return matches[0]
+            hit = _find_in(synthetic, text, text)
+            if hit is not None:
+                return hit
     raise TraceNotFoundError(_not_found_message(text, looks_like_path))
 
 
