@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "run_cmd",
     "record_cmd",
     "intervene_cmd",
+    "export_cmd",
     "traces_cmd",
     "synth_cmd",
 )

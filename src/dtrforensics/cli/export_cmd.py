@@ -1,0 +1,180 @@
+"""`dtrf export`: a recording for the viewers people already use, a sweep as a table.
+
+Recordings go to Perfetto / chrome://tracing (`dtrforensics.interop.perfetto`)
+or to PyTorch's memory_viz (`dtrforensics.interop.memory_viz`), streamed;
+sweep results (`dtrf sweep` folders, or any folder of Parquet results) go to
+CSV or Parquet. This module parses options, calls the exporter and reports.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..recorder.reader import is_recording
+from ..recorder.schema import RecordingFormatError
+from .errors import CommandError
+
+RECORDING_FORMATS = ("perfetto", "memory-viz")
+TABLE_FORMATS = ("csv", "parquet")
+SUFFIX = {"perfetto": ".perfetto.json", "memory-viz": ".memory_viz.pickle", "csv": ".csv",
+          "parquet": ".parquet"}
+SORT_KEYS = ("policy", "budget", "rep")
+
+HELP = """Export SOURCE for another tool.
+
+A recording (`dtrf run --record`) exports as:
+
+* perfetto: Chrome trace-event JSON for ui.perfetto.dev, chrome://tracing or
+Perfetto's trace processor (a .gz name is gzip-compressed). Time is the
+simulated replay clock: ts = clock ns / 1000 (trace-event microseconds).
+Threads: model operators, rematerializations (nested by depth), evictions,
+dead frees; counters memory / pinned / pool / budget bytes; flow arrows from
+each eviction to the rematerialization that undid it; an OOM instant carrying
+the pinned frontier.
+
+* memory-viz: a PyTorch CUDA memory snapshot pickle for pytorch.org/memory_viz
+("Active Memory Timeline") or `python -m torch.cuda._memory_viz`. Exact:
+sizes, the order of allocations (op outputs, rematerializations) and frees
+(evictions, dead frees), the running total (= the recording's memory column),
+frames naming the op, tensor and materialization chain. Synthetic: addresses
+(a never-reused bump allocator from 0x7f0000000000), segments (one per
+allocation: no caching), device 0, stream 0, time_us (simulated clock / 1000).
+
+A sweep folder (`dtrf sweep`), or any folder of Parquet results, exports its
+runs table as csv or parquet (sorted by policy, budget, rep).
+
+-o - writes to standard output; the default is SOURCE's name plus a suffix
+in the current directory."""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export", help=HELP)(export)
+
+
+@dataclass(frozen=True)
+class TableExport:
+    """What a sweep-table export wrote."""
+
+    format: str
+    path: str
+    rows: int
+    columns: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def export(
+    source: Annotated[Path, typer.Argument(help="A recording folder, or a sweep folder.", show_default=False)],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="perfetto or memory-viz (recordings); csv or parquet (sweeps).")],
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output file ('-' for stdout).", show_default=False)] = None,
+    max_nesting: Annotated[int, typer.Option(help="perfetto: levels of nested rematerializations shown (Perfetto keeps at most 512).")] = 500,
+    max_frames: Annotated[int, typer.Option(help="memory-viz: innermost materialization levels kept in each stack.")] = 64,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was written as one JSON object.")] = False,
+) -> None:
+    if fmt not in RECORDING_FORMATS + TABLE_FORMATS:
+        raise CommandError(f"unknown format {fmt!r}; known: "
+                           f"{', '.join(RECORDING_FORMATS + TABLE_FORMATS)}")
+    if not source.exists():
+        raise CommandError(f"no such recording or sweep: {source}")
+    out = output if output is not None else str(Path(source.resolve().name + SUFFIX[fmt]))
+    if as_json and out == "-":
+        raise CommandError("--json prints to stdout: give -o FILE")
+    recording = is_recording(source)
+    if fmt in RECORDING_FORMATS and not recording:
+        raise CommandError(f"{fmt} exports a recording; {source} is not one (no run.json)")
+    if fmt in TABLE_FORMATS and recording:
+        raise CommandError(f"{fmt} exports a sweep's runs table; {source} is a recording "
+                           "(query its tables with `dtrf sql ... --csv/--parquet`)")
+    try:
+        if fmt in RECORDING_FORMATS:
+            result = _export_recording(source, fmt, out, max_nesting, max_frames)
+        else:
+            result = _export_table(source, fmt, out)
+    except IsADirectoryError:
+        raise CommandError(f"{out} is a folder: give a file name with -o") from None
+    if as_json:
+        print(json.dumps(result.to_json()))
+    else:
+        print(_describe(result), file=sys.stderr)
+
+
+def _export_recording(source: Path, fmt: str, out: str, max_nesting: int, max_frames: int):
+    from ..interop.perfetto import ExportError, export_perfetto
+    try:
+        if fmt == "perfetto":
+            return export_perfetto(source, out, max_nesting=max_nesting)
+        from ..interop.memory_viz import export_memory_viz
+        return export_memory_viz(source, out, max_frames=max_frames)
+    except (ExportError, RecordingFormatError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _describe(result) -> str:
+    if isinstance(result, TableExport):
+        return f"wrote {result.rows:,} runs x {result.columns} columns to {result.path}"
+    if result.to_json()["format"] == "perfetto":
+        hidden = f" + {result.hidden_slices:,} nested too deep to show" \
+            if result.hidden_slices else ""
+        return (f"wrote {result.trace_events:,} trace events ({result.op_slices:,} ops, "
+                f"{result.remat_slices:,} rematerializations{hidden}, max depth "
+                f"{result.max_depth}, "
+                f"{result.evictions:,} evictions, {result.dead_frees:,} dead frees, "
+                f"{result.flows:,} flows) to {result.path}: open it at ui.perfetto.dev")
+    return (f"wrote {result.trace_entries:,} trace entries ({result.allocations:,} allocations, "
+            f"{result.frees:,} frees, peak {result.peak_bytes:,} B, {result.segments:,} "
+            f"segments at the end) to {result.path}: open it at pytorch.org/memory_viz")
+
+
+# --- sweep tables ------------------------------------------------------------------------
+
+def sweep_table(folder: Path):
+    """The runs of a sweep folder (or every Parquet file under a folder), sorted by
+    (policy, budget, rep) when it has those columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..sweep.store import SweepStore, SweepStoreError
+    if not folder.is_dir():
+        raise CommandError(f"{folder} is not a folder")
+    store = SweepStore(folder)
+    if store.exists():
+        try:
+            store.read_doc()
+            table = store.read_runs()
+        except SweepStoreError as exc:
+            raise CommandError(str(exc)) from None
+    else:
+        files = sorted(p for p in folder.rglob("*.parquet")
+                       if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+        if not files:
+            raise CommandError(f"{folder} is neither a sweep (no sweep.json) nor a folder of "
+                               "Parquet results")
+        try:
+            table = pa.concat_tables([pq.read_table(p) for p in files],
+                                     promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise CommandError(f"{folder}: its Parquet files do not form one table: {exc}") \
+                from None
+    keys = [k for k in SORT_KEYS if k in table.column_names]
+    return table.sort_by([(k, "ascending") for k in keys]) if keys else table
+
+
+def _export_table(folder: Path, fmt: str, out: str) -> TableExport:
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from ..interop.perfetto import open_output, output_name
+    table = sweep_table(folder)
+    with open_output(out, binary=True, gzip_ok=fmt == "csv") as fh:
+        if fmt == "csv":
+            pacsv.write_csv(table, fh)
+        else:
+            pq.write_table(table, fh, compression="zstd")
+    return TableExport(fmt, output_name(out), table.num_rows, table.num_columns)
