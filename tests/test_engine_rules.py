@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
-import pytest
 from logdsl import Log
 from oracle import run as oracle_run
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..engine.replay import Interventions, replay, resolve_budget
 from ..trace.program import Program
-from .interventions import RunRef, run_once, same_execution
+from .interventions import run_once, same_execution
 
 CAVEAT = ("A hindsight retention is evidence about what caused the failure, not a "
           "policy: choosing it needs knowledge of the run's future.")

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import __version__
+from ..fsutil import pid_alive, utc_now
 from ..engine.hooks import (
     C_DECISION, C_POSITION, C_STORAGE, CANDIDATE_COLUMNS, E_BWD, E_BYTES, E_CLOCK, E_COMPUTE, E_COST,
     E_DECISION, E_DEPTH, E_FLAG, E_FWD, E_KIND, E_MEMORY, E_OP, E_POOL_BYTES, E_POOL_SIZE,
@@ -54,10 +54,6 @@ class RecordingExistsError(ValueError):
 
 def partial_path(final: Path, pid: int | None = None) -> Path:
     return final.with_name(f".{final.name}{PARTIAL_MARK}{os.getpid() if pid is None else pid}")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 # --- engine batches -> Arrow ------------------------------------------------------
@@ -253,13 +249,7 @@ def _write_static(folder: Path, table: Table, data: pa.Table) -> int:
 def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return False          # ours from an earlier, aborted recorder: stale
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def _remove_stale_partials(final: Path) -> None:
@@ -325,7 +315,7 @@ class Recorder(Observer):
     def on_start(self, run) -> None:
         self.check_target()
         self._ctx = run
-        self._started_at = _now()
+        self._started_at = utc_now()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_partials(self.path)
         self.partial = partial_path(self.path)
@@ -402,7 +392,7 @@ class Recorder(Observer):
             "tool": {"name": "dtrforensics", "version": __version__},
             "command_line": list(sys.argv),
             "started_at": self._started_at,
-            "finished_at": _now(),
+            "finished_at": utc_now(),
             "outcome": summary.outcome,
             "summary": summary.to_json(),
             "frontier": self._frontier.to_json() if self._frontier is not None else None,

@@ -21,13 +21,13 @@ cannot be written only costs speed: the parsed program is returned anyway.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..fsutil import atomic_path
 from . import parser as _parser
 from .parser import file_sha256, trace_name_from_path
 from .program import Program
@@ -172,18 +172,8 @@ def read_entry(path: Path, sha256: str, *, name: str | None = None,
 
 def write_entry(program: Program, path: Path) -> None:
     """Write atomically: a temporary file in the same directory, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(program_to_table(program), tmp, compression="zstd")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def load_program_with_status(path: str | Path, name: str | None = None, *,

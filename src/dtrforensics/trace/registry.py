@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ..fsutil import atomic_path
 from . import known
 from .parser import trace_name_from_path
 
@@ -264,18 +265,8 @@ def _iter_logs(source: Path) -> Iterator[tuple[str, str, Callable[[], BinaryIO]]
 
 
 def _copy_atomic(opener: Callable[[], BinaryIO], dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, opener() as src:
-            shutil.copyfileobj(src, out, 1 << 20)
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_path(dest) as tmp, open(tmp, "wb") as out, opener() as src:
+        shutil.copyfileobj(src, out, 1 << 20)
 
 
 def _file_sha256(path: Path) -> str:

@@ -1,0 +1,45 @@
+"""File-system helpers for writing without ever leaving a half-written file."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
+    """A temporary file beside `dest` (same directory, so the rename is atomic),
+    renamed onto `dest` when the block succeeds and removed when it fails."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have created it
+    try:
+        yield Path(tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
