@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "run_cmd",
     "record_cmd",
     "intervene_cmd",
+    "sweep_cmd",
     "export_cmd",
     "traces_cmd",
     "synth_cmd",
@@ -37,23 +38,16 @@ for _module in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console entry point: user errors become one clear message and exit code 2."""
+    """Console entry point. Usage errors exit 2 (click reports them); user errors
+    (bad trace file, unknown name, bad option value) become one line and exit 2."""
     try:
-        app(standalone_mode=False)
+        app()
     except UserError as exc:
         report_user_error(exc)
         sys.exit(2)
-    except (typer.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
         print("Aborted.", file=sys.stderr)
         sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
 
 
 if __name__ == "__main__":

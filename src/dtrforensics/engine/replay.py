@@ -26,6 +26,7 @@ from .summary import MaxPinned, OomInfo, RunSummary, victims_sha256
 
 DEFAULT_THRASH_FACTOR = 60.0
 SLICE_STEPS = 1 << 18
+TIMED_SLICE_STEPS = 1 << 12  # with a timeout, look at the wall clock more often
 EVENT_CAPACITY = 1 << 16
 
 
@@ -164,13 +165,14 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     retain, window, forbid, force = interventions.arrays(n)
     policy_params = policy.params()
     stream_chunks: list[np.ndarray] = []
+    slice_steps = SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS
     seq = 0
     timed_out = False
     while True:
         status = K.run_slice(
             graph, policy_params, state.sc, state.st, state.frames, state.pending,
             state.scratch, state.mark, state.regions, state.stream, ev, evf, cand, candf,
-            retain, window, forbid, force, SLICE_STEPS, event_room, cand_room)
+            retain, window, forbid, force, slice_steps, event_room, cand_room)
         if status == K.STATUS_ARENA_FULL:
             raise RuntimeError("neighbourhood arena exhausted within one step; "
                                "this trace needs a larger ARENA_MIN in engine/state.py")

@@ -1,0 +1,160 @@
+"""The certificate walk: partition a budget range into exact intervals.
+
+A replay at budget b reports its budget-interval certificate [lo, hi]: every
+budget in it yields the identical execution (engine/summary.py). The intervals
+of all budgets partition the budget axis. The walk runs at the low end of an
+uncertified gap, learns [lo, hi], continues at hi + 1, and so on; any finished
+run (a grid sample, a refinement point) certifies its whole interval too, so
+the walk only fills what the samples left uncertified.
+
+Parallel workers walk different parts of the range at once: a free worker takes
+the start of an unclaimed gap, or else splits the widest gap ahead of a busy
+walker at its midpoint (a run there certifies backwards as well as forwards,
+so the two walkers meet). A split can land in an interval another walker is
+about to certify: that run is wasted but harmless (its key is new, its
+interval a duplicate).
+
+Bounds: at most `max_runs` walk runs (runs already stored count); with
+`resolution` R > 1 the walker steps to hi + R instead of hi + 1 and leaves
+gaps narrower than R uncertified. A timed-out run certifies nothing: its budget
+blocks the walk at that point (only splits enter the gap behind it), so a
+region of timeouts costs runs, bounded by `max_runs`, never a false certificate.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from .store import STATUS_UNRESOLVED
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Uncertified budgets [lo, hi] and why they are left."""
+
+    lo: int
+    hi: int
+    reason: str  # "below-resolution" | "run-limit" | "timeout"
+
+    @property
+    def width(self) -> int:
+        return self.hi - self.lo + 1
+
+
+class ExactWalk:
+    """The walk over [lo, hi] bytes for one policy. Feed it every finished run
+    of that policy (`absorb`); ask it for budgets to run next (`take`)."""
+
+    def __init__(self, lo: int, hi: int, *, max_runs: int, resolution: int = 1):
+        if lo > hi:
+            raise ValueError(f"empty budget range [{lo}, {hi}]")
+        self.lo, self.hi = lo, hi
+        self.max_runs = max_runs
+        self.resolution = max(1, resolution)
+        self.runs = 0                        # walk runs made or stored
+        self._covered: list[list[int]] = []  # disjoint, sorted, merged certified ranges (clipped)
+        self._inflight: set[int] = set()
+        self._timeouts: set[int] = set()
+        self._widths: list[int] = []         # certified interval widths (for the split rule)
+
+    # --- feeding results ---------------------------------------------------------
+    def absorb(self, budget: int, status: str, interval: tuple[int | None, int | None],
+               *, walk_run: bool) -> None:
+        """A finished run at `budget` (`walk_run`: it was asked for by a walk)."""
+        self._inflight.discard(budget)
+        if walk_run:
+            self.runs += 1
+        lo, hi = interval
+        if status == STATUS_UNRESOLVED or lo is None:
+            self._timeouts.add(budget)
+            return
+        hi = self.hi if hi is None else hi
+        self._widths.append(hi - lo + 1)
+        lo, hi = max(lo, self.lo), min(hi, self.hi)
+        if lo <= hi:
+            self._cover(lo, hi)
+
+    def _cover(self, lo: int, hi: int) -> None:
+        cov = self._covered
+        i = bisect.bisect_left(cov, [lo, lo])
+        if i > 0 and cov[i - 1][1] >= lo - 1:
+            i -= 1
+        j = i
+        while j < len(cov) and cov[j][0] <= hi + 1:
+            lo, hi = min(lo, cov[j][0]), max(hi, cov[j][1])
+            j += 1
+        cov[i:j] = [[lo, hi]]
+
+    # --- state -------------------------------------------------------------------
+    def covered_bytes(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self._covered)
+
+    def coverage(self) -> float:
+        return self.covered_bytes() / (self.hi - self.lo + 1)
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """Uncertified ranges inside [lo, hi], in order."""
+        out, at = [], self.lo
+        for lo, hi in self._covered:
+            if lo > at:
+                out.append((at, lo - 1))
+            at = hi + 1
+        if at <= self.hi:
+            out.append((at, self.hi))
+        return out
+
+    def classified_gaps(self) -> list[Gap]:
+        """Gaps with the reason they are still there (after the walk stopped)."""
+        out = []
+        for lo, hi in self.gaps():
+            if any(lo <= t <= hi for t in self._timeouts):
+                reason = "timeout"
+            elif hi - lo + 1 < self.resolution:
+                reason = "below-resolution"
+            else:
+                reason = "run-limit"
+            out.append(Gap(lo, hi, reason))
+        return out
+
+    # --- choosing budgets --------------------------------------------------------
+    def take(self, n: int) -> list[int]:
+        """Up to n budgets to run now."""
+        out = []
+        while len(out) < n:
+            b = self._next()
+            if b is None:
+                break
+            self._inflight.add(b)
+            out.append(b)
+        return out
+
+    def _next(self) -> int | None:
+        if self.runs + len(self._inflight) >= self.max_runs:
+            return None
+        markers = sorted(self._inflight | self._timeouts)
+        best, best_width = None, 0
+        for g0, g1 in self.gaps():
+            if g1 - g0 + 1 < self.resolution:
+                continue
+            inside = markers[bisect.bisect_left(markers, g0):bisect.bisect_right(markers, g1)]
+            free_end = inside[0] - 1 if inside else g1
+            if free_end - g0 + 1 >= self.resolution:
+                # unclaimed start: walk it (after a certified interval, step by the resolution)
+                return min(g0 + self.resolution - 1, free_end) if g0 > self.lo else g0
+            # every start is claimed: remember the widest segment to split
+            for m, nxt in zip(inside, inside[1:] + [g1 + 1]):
+                width = nxt - m - 1
+                if width > best_width:
+                    best, best_width = (m + 1, nxt - 1), width
+        if best is None or best_width < max(2, 2 * self.resolution, self._split_floor()):
+            return None
+        return (best[0] + best[1] + 1) // 2
+
+    def _split_floor(self) -> int:
+        """Splitting a segment narrower than a typical interval mostly duplicates
+        work its walker is about to do: the median certified width so far."""
+        if not self._widths:
+            return 0
+        widths = sorted(self._widths)
+        return widths[len(widths) // 2]

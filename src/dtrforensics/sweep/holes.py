@@ -1,0 +1,384 @@
+"""Feasibility holes and regime switches of a sweep: SQL in, typed results out.
+
+Every question is one file of `queries/sweep/` (a DuckDB table macro over the
+sweep's part files); this module runs them and turns rows into dataclasses.
+Rendering (terminal tables, JSON, figures) lives elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from .store import SweepParams, SweepStore, TraceInfo
+
+SWEEP_QUERIES = (
+    "sample_points", "first_success", "failures_above_first_success", "failure_regions",
+    "edge_brackets", "unresolved_points", "regime_switches", "repeat_disagreements",
+    "exact_partition", "exact_merged", "exact_failure_regions", "exact_coverage",
+    "exact_gaps", "exact_overlaps",
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    budget: int
+    ratio: float
+    outcome: str
+    overhead: float | None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FirstSuccess:
+    sample: Sample | None
+    samples: int
+    failing_below: int
+    unresolved: int
+
+
+@dataclass(frozen=True)
+class FailureRegion:
+    """A maximal run of failing samples with a completing sample just below and above."""
+    lo: Sample
+    hi: Sample
+    failing: int
+    outcomes: str
+    below: Sample
+    above: Sample
+    timeouts_inside: int
+
+
+@dataclass(frozen=True)
+class EdgeBracket:
+    direction: str          # 'ok->fail' | 'fail->ok' (in increasing budget)
+    ok: Sample
+    fail: Sample
+    width_bytes: int
+    timeouts_between: int
+
+
+@dataclass(frozen=True)
+class RegimeSwitch:
+    lo: Sample
+    hi: Sample
+    factor: float
+    direction: str
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    budget: int
+    ratio: float
+    rep: int
+    stage: str
+    wall_seconds: float
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    budget: int
+    ratio: float
+    rep: int
+    differing: tuple[str, ...]
+    outcome_run: str
+    outcome_rerun: str
+
+
+@dataclass(frozen=True)
+class ExactInterval:
+    lo: int
+    hi: int
+    outcome: str
+    overhead: float | None
+    intervals: int = 1      # distinct executions (merged rows)
+
+
+@dataclass(frozen=True)
+class ExactRegion:
+    lo: int
+    hi: int
+    intervals: int
+    outcomes: str
+    gap_bytes: int
+    below_status: str | None
+    above_status: str | None
+    lo_exact: bool
+    hi_exact: bool
+    hole: bool
+
+
+@dataclass(frozen=True)
+class ExactGap:
+    lo: int
+    hi: int
+    timeouts: int
+    reason: str
+
+    @property
+    def width(self) -> int:
+        return self.hi - self.lo + 1
+
+
+@dataclass(frozen=True)
+class ExactView:
+    """The certificate partition of the swept range for one policy."""
+    coverage: float
+    certified_bytes: int
+    range_bytes: int
+    partition: list[ExactInterval]
+    merged: list[ExactInterval]
+    failure_regions: list[ExactRegion]
+    gaps: list[ExactGap]
+    overlaps: list[dict]
+
+    @property
+    def holes(self) -> list[ExactRegion]:
+        return [r for r in self.failure_regions if r.hole]
+
+
+@dataclass(frozen=True)
+class PolicyHoles:
+    policy: str
+    first_success: FirstSuccess
+    failures_above: list[Sample]
+    failure_regions: list[FailureRegion]
+    edge_brackets: list[EdgeBracket]
+    unresolved: list[Unresolved]
+    regime_switches: list[RegimeSwitch]
+    reruns: int = 0
+    disagreements: list[Disagreement] = field(default_factory=list)
+    exact: ExactView | None = None
+
+
+@dataclass(frozen=True)
+class HolesReport:
+    path: Path
+    trace: TraceInfo
+    params: SweepParams
+    range_bytes: tuple[int, int]
+    threshold: float
+    status: str
+    policies: list[PolicyHoles]
+
+    def policy(self, name: str) -> PolicyHoles:
+        for p in self.policies:
+            if p.policy == name:
+                return p
+        raise KeyError(name)
+
+    def to_json(self) -> dict:
+        return {
+            "sweep": str(self.path), "status": self.status,
+            "trace": asdict(self.trace), "params": self.params.to_json(),
+            "range": {"ratio": [self.params.ratio_from, self.params.ratio_to],
+                      "bytes": list(self.range_bytes)},
+            "threshold": self.threshold,
+            "policies": {p.policy: _policy_json(p) for p in self.policies},
+        }
+
+
+def _policy_json(p: PolicyHoles) -> dict:
+    fs = p.first_success
+    out = {
+        "first_success": fs.sample.to_json() if fs.sample else None,
+        "samples": fs.samples,
+        "failing_below_first_success": fs.failing_below,
+        "failures_above_first_success": [s.to_json() for s in p.failures_above],
+        "failure_regions": [[r.lo.ratio, r.hi.ratio] for r in p.failure_regions],
+        "failure_regions_detail": [
+            {"lo": r.lo.to_json(), "hi": r.hi.to_json(), "failing": r.failing,
+             "outcomes": r.outcomes, "below": r.below.to_json(), "above": r.above.to_json(),
+             "timeouts_inside": r.timeouts_inside} for r in p.failure_regions],
+        "edge_brackets": [
+            {"direction": e.direction, "ok": e.ok.to_json(), "fail": e.fail.to_json(),
+             "width_bytes": e.width_bytes, "timeouts_between": e.timeouts_between}
+            for e in p.edge_brackets],
+        "unresolved": [asdict(u) for u in p.unresolved],
+        "regime_switches": [
+            {"lo": s.lo.to_json(), "hi": s.hi.to_json(), "factor": s.factor,
+             "direction": s.direction} for s in p.regime_switches],
+        "repeats": {"reruns": p.reruns, "disagreements": [asdict(d) for d in p.disagreements]},
+    }
+    if p.exact is not None:
+        x = p.exact
+        out.update({
+            "coverage": x.coverage,
+            "certified_bytes": x.certified_bytes,
+            "range_bytes": x.range_bytes,
+            "intervals": len(x.partition),
+            "failure_regions_bytes": [[r.lo, r.hi] for r in x.holes],
+            "failure_regions_bytes_detail": [asdict(r) for r in x.failure_regions],
+            "partition_merged": [[m.lo, m.hi, m.outcome, m.intervals] for m in x.merged],
+            "partition": [[i.lo, i.hi, i.outcome, i.overhead] for i in x.partition],
+            "gaps": [[g.lo, g.hi, g.reason] for g in x.gaps],
+            "overlaps": x.overlaps,
+        })
+    return out
+
+
+# --- running the queries --------------------------------------------------------------
+
+def connect(store: SweepStore) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection with every sweep question installed."""
+    from .. import db
+    con = duckdb.connect()
+    for name in SWEEP_QUERIES:
+        con.execute(db.load_query(f"sweep/{name}"))
+    return con
+
+
+def _rows(con, sql: str, params: list) -> list[dict]:
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def _files(store: SweepStore) -> list[str]:
+    return [os.fspath(p) for p in store.part_files()]
+
+
+def open_sweep(path: str | os.PathLike) -> SweepStore:
+    store = SweepStore(path)
+    store.read_doc()
+    return store
+
+
+def load_points(path: str | os.PathLike) -> dict[str, list[dict]]:
+    """Every sampled point (sample_points), per policy, in budget order."""
+    store = open_sweep(path)
+    files = _files(store)
+    out: dict[str, list[dict]] = {p: [] for p in store.params.policies}
+    if not files:
+        return out
+    con = connect(store)
+    for r in _rows(con, "SELECT * FROM sample_points(?)", [files]):
+        out.setdefault(r["policy"], []).append(r)
+    return out
+
+
+def analyze(path: str | os.PathLike, *, threshold: float | None = None,
+            policies: list[str] | None = None) -> HolesReport:
+    """Holes, edges, timeouts and regime switches of the sweep at `path`.
+
+    threshold: relative overhead jump for a regime switch (default: the
+    sweep's --overhead-jump).
+    """
+    store = open_sweep(path)
+    params = store.params
+    threshold = params.overhead_jump if threshold is None else threshold
+    wanted = list(policies or params.policies)
+    unknown = set(wanted) - set(params.policies)
+    if unknown:
+        raise ValueError(f"the sweep has no policy {', '.join(sorted(unknown))}; "
+                         f"it has {', '.join(params.policies)}")
+    lo, hi = store.range_bytes
+    files = _files(store)
+    res = _run_all(connect(store), files, (lo, hi), params, threshold) if files else None
+    results = [_policy(res, policy, params, (lo, hi)) for policy in wanted]
+    return HolesReport(store.path, store.trace, params, (lo, hi), threshold,
+                       store.read_doc().get("status", "?"), results)
+
+
+def _run_all(con, files: list[str], rng: tuple[int, int], params: SweepParams,
+             threshold: float) -> dict[str, dict[str, list[dict]]]:
+    """Each question once, over all policies: {question: {policy: rows}}."""
+    lo, hi = rng
+    calls = {
+        "first_success": [], "failures_above_first_success": [], "failure_regions": [],
+        "edge_brackets": [], "unresolved_points": [], "regime_switches": [threshold],
+        "repeat_disagreements": [], "repeat_disagreements_checked": [],
+    }
+    if params.exact:
+        calls.update({"exact_coverage": [lo, hi], "exact_partition": [lo, hi],
+                      "exact_merged": [lo, hi], "exact_failure_regions": [lo, hi],
+                      "exact_gaps": [lo, hi, params.resolution], "exact_overlaps": []})
+    out: dict[str, dict[str, list[dict]]] = {}
+    for name, extra in calls.items():
+        marks = ", ".join("?" * (1 + len(extra)))
+        grouped: dict[str, list[dict]] = {}
+        for r in _rows(con, f"SELECT * FROM {name}({marks})", [files, *extra]):
+            grouped.setdefault(r["policy"], []).append(r)
+        out[name] = grouped
+    return out
+
+
+def _sample(r: dict, prefix: str = "") -> Sample:
+    return Sample(r[f"{prefix}budget"], r[f"{prefix}ratio"], r.get(f"{prefix}outcome", "ok"),
+                  r.get(f"{prefix}overhead"))
+
+
+def _policy(res, policy: str, params: SweepParams, rng: tuple[int, int]) -> PolicyHoles:
+    if res is None:
+        empty = FirstSuccess(None, 0, 0, 0)
+        return PolicyHoles(policy, empty, [], [], [], [], [],
+                           exact=_empty_exact(rng) if params.exact else None)
+
+    def q(name):
+        return res[name].get(policy, [])
+
+    fs_rows = q("first_success")
+    if fs_rows and fs_rows[0]["first_budget"] is not None:
+        f = fs_rows[0]
+        first = FirstSuccess(Sample(f["first_budget"], f["first_ratio"], "ok", f["first_overhead"]),
+                             f["samples"], f["failing_below"], f["unresolved"])
+    else:
+        n = fs_rows[0] if fs_rows else {"samples": 0, "failing_below": 0, "unresolved": 0}
+        first = FirstSuccess(None, n["samples"], n["failing_below"], n["unresolved"])
+    above = [_sample(r) for r in q("failures_above_first_success")]
+    regions = [FailureRegion(
+        lo=Sample(r["lo_budget"], r["lo_ratio"], "fail", None),
+        hi=Sample(r["hi_budget"], r["hi_ratio"], "fail", None),
+        failing=r["failing"], outcomes=r["outcomes"],
+        below=Sample(r["below_budget"], r["below_ratio"], "ok", r["below_overhead"]),
+        above=Sample(r["above_budget"], r["above_ratio"], "ok", r["above_overhead"]),
+        timeouts_inside=r["timeouts_inside"]) for r in q("failure_regions")]
+    edges = [EdgeBracket(
+        r["direction"], Sample(r["ok_budget"], r["ok_ratio"], "ok", r["ok_overhead"]),
+        Sample(r["fail_budget"], r["fail_ratio"], r["fail_outcome"], None),
+        r["width_bytes"], r["timeouts_between"]) for r in q("edge_brackets")]
+    unresolved = [Unresolved(r["budget"], r["ratio"], r["rep"], r["stage"], r["wall_seconds"])
+                  for r in q("unresolved_points")]
+    switches = [RegimeSwitch(
+        Sample(r["lo_budget"], r["lo_ratio"], "ok", r["lo_overhead"]),
+        Sample(r["hi_budget"], r["hi_ratio"], "ok", r["hi_overhead"]), r["factor"], r["direction"])
+        for r in q("regime_switches")]
+    checked = q("repeat_disagreements_checked")
+    disagreements = [Disagreement(r["budget"], r["ratio"], r["rep"], tuple(r["differing"]),
+                                  r["outcome_run"], r["outcome_rerun"])
+                     for r in q("repeat_disagreements")]
+    exact = None
+    if params.exact:
+        exact = _exact(q, rng) if fs_rows else _empty_exact(rng)
+    return PolicyHoles(policy, first, above, regions, edges, unresolved, switches,
+                       checked[0]["reruns"] if checked else 0, disagreements, exact)
+
+
+def _exact(q, rng: tuple[int, int]) -> ExactView:
+    cov = q("exact_coverage")
+    partition = [ExactInterval(r["lo"], r["hi"], r["outcome"], r["overhead"])
+                 for r in q("exact_partition")]
+    merged = [ExactInterval(r["lo"], r["hi"], r["outcome"], r["min_overhead"], r["intervals"])
+              for r in q("exact_merged")]
+    regions = [ExactRegion(r["lo"], r["hi"], r["intervals"], r["outcomes"], int(r["gap_bytes"]),
+                           r["below_status"], r["above_status"], r["lo_exact"], r["hi_exact"],
+                           r["hole"])
+               for r in q("exact_failure_regions")]
+    gaps = [ExactGap(r["lo"], r["hi"], r["timeouts"], r["reason"])
+            for r in q("exact_gaps")]
+    overlaps = [{k: v for k, v in r.items() if k != "policy"}
+                for r in q("exact_overlaps")]
+    c = cov[0] if cov else {"coverage": 0.0, "certified_bytes": 0,
+                            "range_bytes": rng[1] - rng[0] + 1}
+    return ExactView(float(c["coverage"]), int(c["certified_bytes"]), int(c["range_bytes"]),
+                     partition, merged, regions, gaps, overlaps)
+
+
+def _empty_exact(rng: tuple[int, int]) -> ExactView:
+    lo, hi = rng
+    return ExactView(0.0, 0, hi - lo + 1, [], [], [], [ExactGap(lo, hi, 0, "run-limit")], [])

@@ -1,0 +1,487 @@
+"""Run a sweep: plan points, run them in parallel, store results as they finish.
+
+`run_sweep` drives the stages in order -- grid, interior samples, refinement
+rounds, the exact walk, confirmation repeats -- through one scheduler that
+keeps every worker busy, appends each finished run to the sweep's Parquet
+dataset (flushed in small batches) and skips every point already stored, so an
+interrupted sweep rerun with the same parameters resumes where it stopped.
+
+Backends (all run `replay` on a program loaded once per worker process):
+
+* `inline`  -- in this process, one run at a time (`jobs=1`).
+* `process` -- a `concurrent.futures.ProcessPoolExecutor`; each worker loads the
+  program and the compiled kernel once, in the pool's initializer.
+* `dask`    -- an existing Dask distributed cluster (`scheduler` address); a
+  worker plugin ships the compiled program to every worker once.
+
+Confirmation repeats always run on a fresh local process pool per round, so a
+rerun never shares a process with the run it checks.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engine.replay import prepared, replay
+from ..trace.program import Program
+from . import grid
+from .exact import ExactWalk, Gap
+from .store import Point, SweepParams, SweepStore, TraceInfo, row_from_summary
+
+ENGINES = ("process", "dask", "inline")
+# fork: workers inherit the loaded program and the compiled kernel from this
+# process (ready in milliseconds); spawn re-imports and reloads both (~2 s).
+DEFAULT_START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+# Confirmation reruns want processes that share nothing with the sweep: spawn.
+REPEAT_START_METHOD = "spawn"
+
+
+# --- worker side ---------------------------------------------------------------------
+
+_PROGRAMS: dict[str, tuple[Program, float]] = {}
+
+
+def _install(program: Program, thrash_factor: float) -> None:
+    """Keep the program in this process and load the compiled kernel now
+    (a budget-0 replay stops at the first allocation)."""
+    prepared(program)
+    replay(program, budget=0)
+    _PROGRAMS[program.sha256] = (program, thrash_factor)
+
+
+def _init_process_worker(path: str, sha256: str, thrash_factor: float) -> None:
+    """ProcessPoolExecutor initializer: load the trace once per worker (a
+    forked worker already holds it, installed by its parent). Ctrl-C is left
+    to the coordinator, which stops submitting and flushes what finished."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sha256 in _PROGRAMS:
+        return
+    from ..trace.cache import load_program
+    program = load_program(path)
+    if program.sha256 != sha256:
+        raise RuntimeError(f"{path} changed since the sweep started (sha256 {program.sha256})")
+    _install(program, thrash_factor)
+
+
+def _install_from_ipc(sha256: str, payload: bytes, thrash_factor: float) -> None:
+    if sha256 in _PROGRAMS:
+        return
+    import pyarrow as pa
+
+    from ..trace.cache import program_from_table
+    table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+    _install(program_from_table(table), thrash_factor)
+
+
+def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
+    """Replay one point with the installed program; a runs-table row."""
+    program, thrash = _PROGRAMS[sha256]
+    result = replay(program, budget=point.budget, policy=point.policy, timeout=timeout,
+                    thrash_factor=thrash)
+    return row_from_summary(point, result.summary)
+
+
+# --- backends -------------------------------------------------------------------------
+
+class InlineBackend:
+    """Runs each point at submit time, in this process."""
+
+    def __init__(self, program: Program, thrash_factor: float):
+        _install(program, thrash_factor)
+        self.sha256 = program.sha256
+        self.capacity = 1
+
+    def submit(self, point: Point, timeout: float | None) -> cf.Future:
+        fut: cf.Future = cf.Future()
+        try:
+            fut.set_result(run_point(self.sha256, point, timeout))
+        except Exception as exc:  # noqa: BLE001 - re-raised by fut.result()
+            fut.set_exception(exc)
+        return fut
+
+    def wait(self, futures, timeout: float) -> list:
+        return [f for f in futures if f.done()]
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessBackend:
+    """A process pool whose workers each load the program once (initializer)."""
+
+    def __init__(self, program: Program, thrash_factor: float, jobs: int,
+                 start_method: str = DEFAULT_START_METHOD):
+        if not program.source or not Path(program.source).is_file():
+            raise ValueError(f"program {program.name} has no log file to load in workers")
+        self.sha256 = program.sha256
+        self.capacity = jobs
+        if start_method == "fork":
+            _install(program, thrash_factor)     # inherited by every worker
+        self.pool = cf.ProcessPoolExecutor(
+            max_workers=jobs, mp_context=multiprocessing.get_context(start_method),
+            initializer=_init_process_worker,
+            initargs=(str(program.source), program.sha256, thrash_factor))
+
+    def submit(self, point: Point, timeout: float | None) -> cf.Future:
+        return self.pool.submit(run_point, self.sha256, point, timeout)
+
+    def wait(self, futures, timeout: float) -> list:
+        done, _ = cf.wait(list(futures), timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        return list(done)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskBackend:
+    """Tasks on a Dask distributed cluster; a worker plugin installs the program."""
+
+    def __init__(self, program: Program, thrash_factor: float, scheduler: str,
+                 jobs: int | None = None):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ImportError("--engine dask needs the 'dask' extra: "
+                              "pip install 'dtrforensics[dask]'") from None
+        self.sha256 = program.sha256
+        self.client = Client(scheduler, timeout="30s")
+        self.client.register_plugin(_program_plugin(program, thrash_factor),
+                                    name=f"dtrf-program-{program.sha256[:16]}")
+        threads = sum(self.client.nthreads().values())
+        self.capacity = jobs or max(1, threads)
+
+    def submit(self, point: Point, timeout: float | None):
+        return self.client.submit(run_point, self.sha256, point, timeout, pure=False)
+
+    def wait(self, futures, timeout: float) -> list:
+        from distributed import wait
+        futures = list(futures)
+        try:
+            wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            pass
+        return [f for f in futures if f.done()]
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _program_plugin(program: Program, thrash_factor: float):
+    """A WorkerPlugin carrying the compiled program (Arrow IPC bytes): each
+    worker deserializes it and loads the kernel once, at setup."""
+    import pyarrow as pa
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    from ..trace.cache import program_to_table
+
+    sink = pa.BufferOutputStream()
+    table = program_to_table(program)
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    payload = sink.getvalue().to_pybytes()
+
+    class ProgramPlugin(WorkerPlugin):
+        idempotent = True
+
+        def __init__(self, sha256, payload, thrash_factor):
+            self.sha256, self.payload, self.thrash_factor = sha256, payload, thrash_factor
+
+        def setup(self, worker):
+            _install_from_ipc(self.sha256, self.payload, self.thrash_factor)
+
+    return ProgramPlugin(program.sha256, payload, thrash_factor)
+
+
+def make_backend(engine: str, program: Program, thrash_factor: float, *, jobs: int,
+                 scheduler: str | None = None, start_method: str = DEFAULT_START_METHOD):
+    if engine == "inline":
+        return InlineBackend(program, thrash_factor)
+    if engine == "process":
+        return ProcessBackend(program, thrash_factor, jobs, start_method)
+    if engine == "dask":
+        if not scheduler:
+            raise ValueError("--engine dask needs --scheduler ADDRESS")
+        return DaskBackend(program, thrash_factor, scheduler)
+    raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+
+
+def default_jobs() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+# --- progress -------------------------------------------------------------------------
+
+class SweepObserver:
+    """What a sweep reports while it runs (the CLI draws it; tests may raise
+    from it to simulate a kill). Every method may be left as is."""
+
+    def stage(self, name: str, todo: int, skipped: int) -> None:
+        """A stage starts: `todo` points to run, `skipped` already stored."""
+
+    def grow(self, n: int) -> None:
+        """The current stage planned n more points (refinement rounds, the walk)."""
+
+    def finished(self, row: dict) -> None:
+        """One run finished and was appended to the store's buffer."""
+
+    def coverage(self, fractions: dict[str, float]) -> None:
+        """Exact walk: certified fraction of the range, per policy."""
+
+
+# --- point sources --------------------------------------------------------------------
+
+class _Static:
+    """A fixed list of points (queued two per worker, so no worker waits)."""
+
+    queue_per_worker = 2
+
+    def __init__(self, points: list[Point]):
+        self.points = list(reversed(points))
+
+    def take(self, n: int) -> list[Point]:
+        out = []
+        while self.points and len(out) < n:
+            out.append(self.points.pop())
+        return out
+
+    def absorb(self, point: Point, row: dict) -> None:
+        pass
+
+
+class _ExactSource:
+    """The certificate walks of all policies, interleaved (one point per
+    worker: a point queued early is a split that may duplicate work)."""
+
+    queue_per_worker = 1
+
+    def __init__(self, walks: dict[str, ExactWalk], peak: int, observer: SweepObserver):
+        self.walks, self.peak, self.observer = walks, peak, observer
+        self._turn = 0
+
+    def take(self, n: int) -> list[Point]:
+        out: list[Point] = []
+        names = list(self.walks)
+        idle = 0
+        while len(out) < n and idle < len(names):
+            policy = names[self._turn % len(names)]
+            self._turn += 1
+            budgets = self.walks[policy].take(1)
+            if budgets:
+                idle = 0
+                out.append(Point(policy, budgets[0], 0, budgets[0] / self.peak, "exact"))
+            else:
+                idle += 1
+        return out
+
+    def absorb(self, point: Point, row: dict) -> None:
+        self.walks[point.policy].absorb(point.budget, row["status"],
+                                        (row["interval_lo"], row["interval_hi"]),
+                                        walk_run=True)
+        self.observer.coverage({p: w.coverage() for p, w in self.walks.items()})
+
+
+# --- the scheduler --------------------------------------------------------------------
+
+@dataclass
+class StageCount:
+    ran: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class SweepResult:
+    """What one `run_sweep` call did (the analysis is `holes.analyze`)."""
+
+    path: Path
+    trace: TraceInfo
+    resumed: bool
+    stages: dict[str, StageCount] = field(default_factory=dict)
+    coverage: dict[str, float] = field(default_factory=dict)
+    gaps: dict[str, list[Gap]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ran(self) -> int:
+        return sum(s.ran for s in self.stages.values())
+
+    @property
+    def skipped(self) -> int:
+        return sum(s.skipped for s in self.stages.values())
+
+
+class _Scheduler:
+    def __init__(self, store: SweepStore, rows: list[dict], observer: SweepObserver,
+                 timeout: float | None):
+        self.store, self.rows, self.observer, self.timeout = store, rows, observer, timeout
+        self.done = {(r["policy"], r["budget"], r["rep"]) for r in rows}
+        self.counts: dict[str, StageCount] = {}
+
+    def split(self, stage: str, points: list[Point]) -> list[Point]:
+        """The points not stored yet (counted as skipped otherwise)."""
+        count = self.counts.setdefault(stage, StageCount())
+        todo = [p for p in points if p.key not in self.done]
+        count.skipped += len(points) - len(todo)
+        return todo
+
+    def run(self, backend, stage: str, source) -> None:
+        count = self.counts.setdefault(stage, StageCount())
+        inflight: dict = {}
+        try:
+            while True:
+                room = backend.capacity * source.queue_per_worker - len(inflight)
+                if room > 0:
+                    for point in source.take(room):
+                        if point.key in self.done:      # stored by an earlier run
+                            source.absorb(point, self._stored(point))
+                            continue
+                        inflight[backend.submit(point, self.timeout)] = point
+                if not inflight:
+                    break
+                for fut in backend.wait(inflight, 0.25):
+                    point = inflight.pop(fut)
+                    row = fut.result()
+                    self.store.append(row)
+                    self.rows.append(row)
+                    self.done.add(point.key)
+                    count.ran += 1
+                    source.absorb(point, row)
+                    self.observer.finished(row)
+                self.store.maybe_flush()
+        finally:
+            for fut in inflight:
+                fut.cancel()
+            self.store.flush()
+
+    def _stored(self, point: Point) -> dict:
+        for r in self.rows:
+            if (r["policy"], r["budget"], r["rep"]) == point.key:
+                return r
+        raise KeyError(point.key)
+
+
+def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike, *,
+              jobs: int | None = None, engine: str | None = None,
+              scheduler: str | None = None, observer: SweepObserver | None = None,
+              start_method: str = DEFAULT_START_METHOD, flush_rows: int = 64,
+              flush_seconds: float = 2.0) -> SweepResult:
+    """Run (or resume) the sweep `params` of `trace` into the folder `out`.
+
+    `trace`: a trace spec or path (see `load_trace`), or a Program read from a
+    log file. `engine` defaults to `inline` for jobs=1, else `process`.
+    """
+    started = time.perf_counter()
+    params.validate()
+    observer = observer or SweepObserver()
+    if isinstance(trace, Program):
+        program = trace
+    else:
+        from ..trace import load_trace
+        program = load_trace(trace)
+    jobs = jobs or default_jobs()
+    engine = engine or ("inline" if jobs == 1 else "process")
+    _, base = prepared(program)
+    peak = base.peak
+    info = TraceInfo(program.name, program.sha256, str(program.source), peak, base.model_compute)
+    lo, hi = grid.range_bytes(params, peak)
+    store = SweepStore(out, flush_rows=flush_rows, flush_seconds=flush_seconds)
+    resumed = store.open_or_create(params, info, (lo, hi))
+    store.acquire()
+    result = SweepResult(store.path, info, resumed)
+    try:
+        rows = store.read_runs().to_pylist()
+        sched = _Scheduler(store, rows, observer, params.timeout)
+        backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
+                               scheduler=scheduler, start_method=start_method)
+        try:
+            _sample_stages(sched, backend, params, peak, observer)
+            if params.exact:
+                walks = _exact_stage(sched, backend, params, peak, (lo, hi), observer)
+                result.coverage = {p: w.coverage() for p, w in walks.items()}
+                result.gaps = {p: w.classified_gaps() for p, w in walks.items()}
+        finally:
+            backend.close()
+        if params.repeats:
+            _repeat_stage(sched, program, params, jobs, observer)
+        store.set_status("complete", runs=len(sched.rows))
+    except BaseException:
+        store.set_status("interrupted", runs=len(store.read_runs()))
+        raise
+    finally:
+        store.release()
+    result.stages = sched.counts
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _sample_stages(sched: _Scheduler, backend, params: SweepParams, peak: int,
+                   observer: SweepObserver) -> None:
+    planned: set = set()
+    for stage, points in (("grid", grid.plan_grid(params, peak)),
+                          ("interior", grid.plan_interior(params, peak))):
+        points = [p for p in points if p.key not in planned]
+        planned.update(p.key for p in points)
+        todo = sched.split(stage, points)
+        if points:
+            observer.stage(stage, len(todo), len(points) - len(todo))
+            sched.run(backend, stage, _Static(todo))
+    if not params.refine:
+        return
+    observer.stage("refine", 0, 0)
+    while True:
+        # A round plans from the points planned before it only (never from exact
+        # or repeat runs), so a resumed sweep plans the very same rounds.
+        samples = grid.samples_from_rows(
+            [r for r in sched.rows if (r["policy"], r["budget"], r["rep"]) in planned])
+        points = [p for p in grid.plan_refinement(samples, params, peak) if p.key not in planned]
+        if not points:
+            break
+        planned.update(p.key for p in points)
+        todo = sched.split("refine", points)
+        observer.grow(len(todo))
+        sched.run(backend, "refine", _Static(todo))
+
+
+def _exact_stage(sched: _Scheduler, backend, params: SweepParams, peak: int,
+                 rng: tuple[int, int], observer: SweepObserver) -> dict[str, ExactWalk]:
+    walks = {p: ExactWalk(*rng, max_runs=params.max_runs, resolution=params.resolution)
+             for p in params.policies}
+    for r in sched.rows:
+        if r["rep"] == 0 and r["policy"] in walks:
+            walks[r["policy"]].absorb(r["budget"], r["status"],
+                                      (r["interval_lo"], r["interval_hi"]),
+                                      walk_run=r["stage"] == "exact")
+    stored = sum(1 for r in sched.rows if r["rep"] == 0 and r["stage"] == "exact")
+    sched.counts.setdefault("exact", StageCount()).skipped += stored
+    observer.stage("exact", 0, stored)
+    observer.coverage({p: w.coverage() for p, w in walks.items()})
+    sched.run(backend, "exact", _ExactSource(walks, peak, observer))
+    return walks
+
+
+def _repeat_stage(sched: _Scheduler, program: Program, params: SweepParams, jobs: int,
+                  observer: SweepObserver) -> None:
+    samples = grid.samples_from_rows(sched.rows)
+    chosen = grid.select_repeats(samples, params)
+    ratio_of = {(r["policy"], r["budget"]): r["ratio"] for r in sched.rows if r["rep"] == 0}
+    for rep in range(1, params.repeats + 1):
+        points = [Point(pol, b, rep, ratio_of[(pol, b)], "repeat") for pol, b in chosen]
+        todo = sched.split("repeat", points)
+        observer.stage(f"repeat {rep}", len(todo), len(points) - len(todo))
+        if not todo:
+            continue
+        # a fresh pool per round: no rerun shares a process with an earlier run
+        backend = ProcessBackend(program, params.thrash_factor, min(jobs, len(todo)),
+                                 REPEAT_START_METHOD)
+        try:
+            sched.run(backend, "repeat", _Static(todo))
+        finally:
+            backend.close()

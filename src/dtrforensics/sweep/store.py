@@ -1,0 +1,396 @@
+"""The sweep folder: parameters in `sweep.json`, runs as a Parquet dataset.
+
+Layout of a sweep directory:
+
+    sweep.json              format, parameters, trace identity, byte range, status
+    runs/part-*.parquet     one file per flushed batch of finished runs (RUN_COLUMNS)
+    sweep.lock              pid of the sweep writing here (removed when it stops)
+
+A part file is written under a temporary name and renamed into place, so a
+reader (or a resumed sweep) never sees half a file; a killed sweep loses at most
+the runs finished since the last flush. A run is identified by its key
+`(policy, budget, rep)`: a resumed sweep skips every key already stored, so no
+point is ever run twice. `rep` 0 is the point's own run; `rep` k >= 1 is its
+k-th confirmation rerun in a fresh process.
+
+Parameters that decide which points exist and what their results are
+(`SweepParams`) are stored with the results; resuming with different ones is
+refused (`ParamsMismatch`). How the sweep is executed (jobs, engine, scheduler)
+is not a parameter: a sweep started on a pool may be resumed on a cluster.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, fields
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FORMAT_VERSION = 1
+PARAMS_FILE = "sweep.json"
+RUNS_DIR = "runs"
+LOCK_FILE = "sweep.lock"
+
+STATUS_OK, STATUS_FAIL, STATUS_UNRESOLVED = "ok", "fail", "unresolved"
+STAGES = ("grid", "interior", "refine", "exact", "repeat")
+
+
+class SweepStoreError(Exception):
+    """A sweep directory that cannot be used as asked (message says why)."""
+
+
+class ParamsMismatch(SweepStoreError):
+    """Resuming a sweep with parameters other than the stored ones."""
+
+
+@dataclass(frozen=True)
+class SweepParams:
+    """Everything that decides which points a sweep runs and what they yield.
+
+    Ratios are budget fractions of the trace's peak memory (budget =
+    floor(ratio x peak) bytes); `step`, `min_step` in ratio units;
+    `resolution` in bytes; `timeout` in wall-clock seconds per run.
+    """
+
+    ratio_from: float
+    ratio_to: float
+    step: float | None = None
+    policies: tuple[str, ...] = ("dtr",)
+    interior: int = 0
+    seed: int = 0
+    refine: bool = False
+    min_step: float = 0.0001
+    overhead_jump: float = 0.25
+    exact: bool = False
+    max_runs: int = 2000
+    resolution: int = 1
+    repeats: int = 0
+    timeout: float | None = None
+    thrash_factor: float = 60.0
+
+    def validate(self) -> None:
+        """Raise ValueError for parameters that cannot describe a sweep."""
+        if not 0 < self.ratio_from < self.ratio_to:
+            raise ValueError(f"need 0 < --from < --to, got {self.ratio_from} and {self.ratio_to}")
+        if self.step is None and not self.exact:
+            raise ValueError("give --step (a grid) or --exact (the certificate walk), or both")
+        width = Decimal(repr(self.ratio_to)) - Decimal(repr(self.ratio_from))
+        if self.step is not None and not 0 < Decimal(repr(self.step)) <= width:
+            raise ValueError(f"--step must be in (0, to - from], got {self.step}")
+        if not self.policies:
+            raise ValueError("no policy given")
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError(f"a policy is named twice: {','.join(self.policies)}")
+        if self.interior < 0 or self.repeats < 0:
+            raise ValueError("--interior and --repeats must be >= 0")
+        if self.interior and self.step is None:
+            raise ValueError("--interior samples grid intervals: give --step")
+        if self.refine and self.step is None:
+            raise ValueError("--refine refines grid intervals: give --step")
+        if not self.min_step > 0 or not self.overhead_jump > 0:
+            raise ValueError("--min-step and --overhead-jump must be > 0")
+        if self.max_runs < 1 or self.resolution < 1:
+            raise ValueError("--max-runs and --resolution must be >= 1")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"--timeout must be > 0 seconds, got {self.timeout}")
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["policies"] = list(self.policies)
+        return out
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "SweepParams":
+        known = {f.name for f in fields(cls)}
+        unknown = set(doc) - known
+        if unknown:
+            raise SweepStoreError(f"unknown sweep parameters {sorted(unknown)}")
+        doc = dict(doc)
+        doc["policies"] = tuple(doc.get("policies", ("dtr",)))
+        return cls(**doc)
+
+    def differences(self, other: "SweepParams") -> list[str]:
+        """Human lines `name: stored X, given Y` for every differing parameter."""
+        a, b = self.to_json(), other.to_json()
+        return [f"{k}: stored {a[k]!r}, given {b[k]!r}" for k in a if a[k] != b[k]]
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """The swept trace: enough to analyse a sweep without reloading it."""
+
+    name: str
+    sha256: str
+    source: str
+    peak: int
+    model_compute: int
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run to make. `ratio` is the requested ratio (grid and refinement
+    points) or budget / peak (points chosen in bytes)."""
+
+    policy: str
+    budget: int
+    rep: int
+    ratio: float
+    stage: str
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.policy, self.budget, self.rep)
+
+
+# --- the runs table -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    unit: str
+    doc: str
+
+
+RUN_COLUMNS: tuple[Column, ...] = (
+    Column("policy", pa.string(), "", "eviction policy"),
+    Column("budget", pa.int64(), "bytes", "memory budget of the run"),
+    Column("rep", pa.int32(), "",
+           "0: the point's run; k >= 1: k-th confirmation rerun (fresh process)"),
+    Column("ratio", pa.float64(), "", "requested ratio (grid/refinement) or budget / peak"),
+    Column("stage", pa.string(), "",
+           "grid | interior | refine | exact | repeat: who asked for the point"),
+    Column("status", pa.string(), "",
+           "ok (completed) | fail (oom, thrashed) | unresolved (timeout)"),
+    Column("outcome", pa.string(), "", "engine outcome: ok | oom | thrashed | timeout"),
+    Column("overhead", pa.float64(), "x",
+           "(model + remat compute) / model compute; null for timeout"),
+    Column("clock", pa.int64(), "ns", "final clock"),
+    Column("remat_compute", pa.int64(), "ns", "total rematerialization compute"),
+    Column("evictions", pa.int64(), "", "pressure evictions"),
+    Column("remats", pa.int64(), "", "rematerializations"),
+    Column("max_depth", pa.int64(), "", "maximum nesting depth"),
+    Column("peak_memory", pa.int64(), "bytes", "highest resident memory"),
+    Column("max_pinned_bytes", pa.int64(), "bytes",
+           "most pinned bytes at an allocation check that had to free memory"),
+    Column("max_pinned_depth", pa.int64(), "", "depth at that check"),
+    Column("interval_lo", pa.int64(), "bytes",
+           "budget-interval certificate: lowest budget with this identical execution "
+           "(null: timeout)"),
+    Column("interval_hi", pa.int64(), "bytes",
+           "highest such budget (null: unbounded, or timeout)"),
+    Column("victims_sha256", pa.string(), "", "SHA-256 of the pressure-victim sequence"),
+    Column("oom_op_id", pa.int64(), "", "OOM: top-level op id"),
+    Column("oom_request", pa.int64(), "bytes",
+           "OOM: bytes the failing allocation asked for"),
+    Column("oom_pinned", pa.int64(), "bytes", "OOM: pinned bytes at failure"),
+    Column("oom_depth", pa.int64(), "", "OOM: nesting depth at failure"),
+    Column("wall_seconds", pa.float64(), "s", "wall time of the replay"),
+    Column("worker", pa.string(), "", "host:pid of the process that ran it"),
+    Column("finished_at", pa.timestamp("ms", tz="UTC"), "", "when the run finished"),
+)
+RUN_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in RUN_COLUMNS])
+
+# Columns that describe the execution itself (a rerun must reproduce them exactly).
+EXECUTION_COLUMNS = ("outcome", "clock", "remat_compute", "evictions", "remats", "max_depth",
+                     "interval_lo", "interval_hi", "victims_sha256", "oom_op_id", "oom_pinned")
+
+
+def status_of(outcome: str) -> str:
+    if outcome == "ok":
+        return STATUS_OK
+    if outcome == "timeout":
+        return STATUS_UNRESOLVED
+    return STATUS_FAIL
+
+
+def row_from_summary(point: Point, s) -> dict:
+    """One runs-table row from a `RunSummary` (a timeout certifies nothing)."""
+    timed_out = s.outcome == "timeout"
+    lo, hi = s.budget_interval
+    oom = s.oom
+    return {
+        "policy": point.policy, "budget": point.budget, "rep": point.rep, "ratio": point.ratio,
+        "stage": point.stage, "status": status_of(s.outcome), "outcome": s.outcome,
+        "overhead": None if timed_out else s.overhead, "clock": s.clock,
+        "remat_compute": s.remat_compute, "evictions": s.evictions, "remats": s.remats,
+        "max_depth": s.max_depth, "peak_memory": s.peak_memory,
+        "max_pinned_bytes": s.max_pinned.bytes, "max_pinned_depth": s.max_pinned.depth,
+        "interval_lo": None if timed_out else lo, "interval_hi": None if timed_out else hi,
+        "victims_sha256": s.victims_sha256,
+        "oom_op_id": oom.op_id if oom else None, "oom_request": oom.request if oom else None,
+        "oom_pinned": oom.pinned if oom else None, "oom_depth": oom.depth if oom else None,
+        "wall_seconds": s.wall_seconds, "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "finished_at": _dt.datetime.now(_dt.timezone.utc),
+    }
+
+
+# --- the folder -----------------------------------------------------------------------
+
+class SweepStore:
+    """A sweep directory. `open_or_create` checks parameters; `append` buffers
+    rows and `flush` writes them as one part file."""
+
+    def __init__(self, path: str | os.PathLike, *, flush_rows: int = 64,
+                 flush_seconds: float = 2.0):
+        self.path = Path(path)
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self._buffer: list[dict] = []
+        self._last_flush = time.monotonic()
+        self._parts = 0
+        self._doc: dict | None = None
+
+    # parameters ------------------------------------------------------------------
+    @property
+    def params_path(self) -> Path:
+        return self.path / PARAMS_FILE
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.path / RUNS_DIR
+
+    def exists(self) -> bool:
+        return self.params_path.is_file()
+
+    def read_doc(self) -> dict:
+        if self._doc is None:
+            if not self.exists():
+                raise SweepStoreError(f"{self.path} is not a sweep directory (no {PARAMS_FILE})")
+            try:
+                doc = json.loads(self.params_path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise SweepStoreError(f"cannot read {self.params_path}: {exc}") from None
+            if doc.get("format") != FORMAT_VERSION:
+                raise SweepStoreError(f"{self.params_path}: format {doc.get('format')!r}, "
+                                      f"this version reads {FORMAT_VERSION}")
+            self._doc = doc
+        return self._doc
+
+    @property
+    def params(self) -> SweepParams:
+        return SweepParams.from_json(self.read_doc()["params"])
+
+    @property
+    def trace(self) -> TraceInfo:
+        return TraceInfo(**self.read_doc()["trace"])
+
+    @property
+    def range_bytes(self) -> tuple[int, int]:
+        lo, hi = self.read_doc()["range_bytes"]
+        return int(lo), int(hi)
+
+    def open_or_create(self, params: SweepParams, trace: TraceInfo,
+                       range_bytes: tuple[int, int]) -> bool:
+        """Create the sweep, or check a stored one matches. True when resuming."""
+        if self.exists():
+            stored = self.read_doc()
+            if stored["trace"]["sha256"] != trace.sha256:
+                raise ParamsMismatch(
+                    f"{self.path} holds a sweep of trace {stored['trace']['name']} "
+                    f"(sha256 {stored['trace']['sha256'][:12]}...), not of {trace.name} "
+                    f"({trace.sha256[:12]}...): use another --out directory")
+            diffs = self.params.differences(params)
+            if diffs:
+                raise ParamsMismatch(
+                    f"{self.path} was swept with other parameters, refusing to resume:\n  "
+                    + "\n  ".join(diffs)
+                    + "\nrerun with the stored parameters, or choose another --out directory")
+            return True
+        if self.path.exists() and any(self.path.iterdir()):
+            raise SweepStoreError(f"{self.path} exists, is not empty and holds no {PARAMS_FILE}")
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        now = _now()
+        self._doc = {"format": FORMAT_VERSION, "params": params.to_json(),
+                     "trace": asdict(trace), "range_bytes": list(range_bytes),
+                     "created": now, "updated": now, "status": "running"}
+        self._write_doc()
+        return False
+
+    def set_status(self, status: str, **extra) -> None:
+        doc = self.read_doc()
+        doc.update(status=status, updated=_now(), **extra)
+        self._write_doc()
+
+    def _write_doc(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.params_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self._doc, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, self.params_path)
+
+    # lock ------------------------------------------------------------------------
+    def acquire(self) -> None:
+        """Refuse a second live sweep writing to this folder."""
+        lock = self.path / LOCK_FILE
+        if lock.is_file():
+            try:
+                pid = int(lock.read_text().strip())
+            except ValueError:
+                pid = None
+            if pid and pid != os.getpid() and _alive(pid):
+                raise SweepStoreError(f"another sweep (pid {pid}) is writing to {self.path}")
+        lock.write_text(f"{os.getpid()}\n")
+
+    def release(self) -> None:
+        lock = self.path / LOCK_FILE
+        try:
+            if lock.read_text().strip() == str(os.getpid()):
+                lock.unlink()
+        except OSError:
+            pass
+
+    # runs ------------------------------------------------------------------------
+    def part_files(self) -> list[Path]:
+        if not self.runs_dir.is_dir():
+            return []
+        return sorted(self.runs_dir.glob("part-*.parquet"))
+
+    def read_runs(self) -> pa.Table:
+        """Every stored run (all part files), in RUN_SCHEMA."""
+        tables = [pq.read_table(p, schema=RUN_SCHEMA) for p in self.part_files()]
+        return pa.concat_tables(tables) if tables else RUN_SCHEMA.empty_table()
+
+    def append(self, row: dict) -> None:
+        self._buffer.append(row)
+
+    def maybe_flush(self) -> None:
+        if len(self._buffer) >= self.flush_rows or (
+                self._buffer and time.monotonic() - self._last_flush >= self.flush_seconds):
+            self.flush()
+
+    def flush(self) -> Path | None:
+        """Write buffered rows as one part file (atomically); None if nothing to write."""
+        self._last_flush = time.monotonic()
+        if not self._buffer:
+            return None
+        table = pa.Table.from_pylist(self._buffer, schema=RUN_SCHEMA)
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self._parts += 1
+        name = f"part-{time.time_ns():020d}-{os.getpid()}-{self._parts:05d}.parquet"
+        final = self.runs_dir / name
+        tmp = self.runs_dir / f".{name}.tmp"
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, final)
+        self._buffer.clear()
+        return final
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

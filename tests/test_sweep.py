@@ -1,0 +1,471 @@
+"""Budget sweeps on synthetic traces with a feasibility hole planted in them.
+
+`hole_log(pad)` is a 14-op log found by searching random small logs with the
+engine; under DTR its budget axis is (bytes, pad = 0):
+
+    0..391 OOM | 392..423 ok | 424..439 OOM (the hole) | 440.. ok      peak 536
+
+A constant of `pad` bytes that no op reads is resident all along: it shifts
+every budget above by `pad` and changes nothing else, so with pad = 6665 (peak
+7201) the whole ok band and the hole sit between the 0.98 and 0.99 grid points.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+from logdsl import Log
+
+from dtrforensics.engine.replay import replay
+from dtrforensics.sweep import grid, holes, runner
+from dtrforensics.sweep.exact import ExactWalk
+from dtrforensics.sweep.store import (EXECUTION_COLUMNS, ParamsMismatch, SweepParams,
+                                      SweepStore)
+
+VOLATILE = ("wall_seconds", "worker", "finished_at")
+
+
+def hole_log(pad: int = 0) -> Log:
+    log = Log().const("w", 8)
+    if pad:
+        log.const("pad", pad)
+    return (log.call("t0", "op0", ["w"], 28, 96).call("t1", "op1", ["w"], 50, 64)
+            .call("t2", "op2", ["t1"], 44, 96).call("t3", "op3", ["t2", "w", "t0"], 46, 32)
+            .call("t4", "op4", ["t0"], 10, 32).release("t3")
+            .call("t5", "op5", ["t1", "t0"], 53, 96).release("t2")
+            .call("t6", "op6", ["t5", "w", "t1"], 3, 128).release("t4")
+            .call("t7", "op7", ["t5", "t6"], 55, 128).release("t5")
+            .call("t8", "op8", ["t7"], 25, 64)
+            .call("t9", "op9", ["w"], 7, 16).release("t8")
+            .call("t10", "op10", ["w", "t9", "t6"], 14, 48)
+            .call("t11", "op11", ["t10"], 35, 48).release("t0")
+            .call("t12", "op12", ["t10", "t7"], 38, 16).release("t1")
+            .call("t13", "op13", ["t6", "w", "t12"], 44, 48).release("t11"))
+
+
+def chain_log(n: int = 200, seed: int = 1) -> Log:
+    """A longer random chain (a few ms per replay): for runs worth interrupting."""
+    import random
+    rng = random.Random(seed)
+    log = Log().const("w", 64)
+    live, prev = ["w"], "w"
+    for i in range(n):
+        args = [prev] + ([rng.choice(live)] if rng.random() < 0.5 else [])
+        log.call(f"t{i}", "f", args, rng.randint(1, 100), rng.choice([64, 128, 256, 512]))
+        live.append(f"t{i}")
+        prev = f"t{i}"
+        if len(live) > 40:
+            log.release(live.pop(rng.randrange(1, len(live) - 5)))
+    return log
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("logs")
+    out = {}
+    for name, log in (("hole", hole_log()), ("padded", hole_log(6665)), ("chain", chain_log())):
+        path = root / f"{name}.log"
+        path.write_text(log.text())
+        out[name] = str(path)
+    return out
+
+
+def table(path) -> list[dict]:
+    rows = SweepStore(path).read_runs().to_pylist()
+    return sorted(({k: v for k, v in r.items() if k not in VOLATILE} for r in rows),
+                  key=lambda r: (r["policy"], r["budget"], r["rep"]))
+
+
+def keys(path) -> list[tuple]:
+    return [(r["policy"], r["budget"], r["rep"]) for r in SweepStore(path).read_runs().to_pylist()]
+
+
+def walk(program, lo=0):
+    """(lo, hi, outcome) of every execution from budget `lo` up, by the engine."""
+    out, b = [], lo
+    while True:
+        s = replay(program, budget=b).summary
+        out.append((*s.budget_interval, s.outcome))
+        if s.budget_interval[1] is None:
+            return out
+        b = s.budget_interval[1] + 1
+
+
+# --- the planted structure -------------------------------------------------------------
+
+def test_the_hole_is_planted():
+    merged = []
+    for lo, hi, outcome in walk(hole_log().program()):
+        if merged and merged[-1][2] == outcome:
+            merged[-1][1] = hi
+        else:
+            merged.append([lo, hi, outcome])
+    assert merged == [[0, 391, "oom"], [392, 423, "ok"], [424, 439, "oom"], [440, None, "ok"]]
+    padded = walk(hole_log(6665).program(), 6665 + 392)
+    assert padded[:3] == [(7057, 7088, "ok"), (7089, 7104, "oom"), (7105, 7120, "ok")]
+
+
+# --- sampling ---------------------------------------------------------------------------
+
+def test_grid_maps_the_hole(logs, tmp_path):
+    result = runner.run_sweep(logs["hole"], SweepParams(0.3, 1.0, 0.01), tmp_path / "s", jobs=1)
+    assert result.ran == 71 and not result.resumed
+    rep = holes.analyze(tmp_path / "s").policy("dtr")
+    # 0.73 -> 391 B fails, 0.74 -> 396 B completes; 0.80..0.82 -> 428..439 B fail
+    assert (rep.first_success.sample.ratio, rep.first_success.sample.budget) == (0.74, 396)
+    assert rep.first_success.failing_below == 44
+    assert [[r.lo.ratio, r.hi.ratio] for r in rep.failure_regions] == [[0.8, 0.82]]
+    region = rep.failure_regions[0]
+    assert (region.below.ratio, region.above.ratio) == (0.79, 0.83)
+    assert [(e.direction, e.ok.ratio, e.fail.ratio) for e in rep.edge_brackets] == [
+        ("fail->ok", 0.74, 0.73), ("ok->fail", 0.79, 0.8), ("fail->ok", 0.83, 0.82)]
+    assert rep.unresolved == [] and rep.exact is None
+    out = holes.analyze(tmp_path / "s").to_json()["policies"]["dtr"]
+    assert out["failure_regions"] == [[0.8, 0.82]] and out["first_success"]["ratio"] == 0.74
+
+
+def test_refinement_finds_a_hole_the_grid_misses(logs, tmp_path):
+    plain = SweepParams(0.9, 1.0, 0.01)
+    runner.run_sweep(logs["padded"], plain, tmp_path / "grid", jobs=1)
+    rep = holes.analyze(tmp_path / "grid").policy("dtr")
+    assert rep.first_success.sample.ratio == 0.99 and rep.failure_regions == []
+
+    runner.run_sweep(logs["padded"], replace(plain, refine=True), tmp_path / "refined", jobs=1)
+    rep = holes.analyze(tmp_path / "refined").policy("dtr")
+    assert rep.first_success.sample.budget == 7057          # the ok band's first byte
+    [region] = rep.failure_regions
+    assert (region.lo.budget, region.hi.budget) == (7089, 7104)      # byte-exact here
+    assert (region.below.budget, region.above.budget) == (7088, 7105)
+
+
+def test_refinement_rounds_are_decimal_and_stop_at_min_step():
+    assert grid.decimal_grid(0.095, 0.1, 0.001) == [0.095, 0.096, 0.097, 0.098, 0.099, 0.1]
+    assert grid.decimal_grid(0.1, 0.125, 0.01) == [0.1, 0.11, 0.12, 0.125]
+    peak = 10**9
+    samples = {"dtr": [grid.Sample(int(0.09 * peak), 0.09, "fail", "oom", 1.0),
+                       grid.Sample(int(0.1 * peak), 0.1, "ok", "ok", 2.0),
+                       grid.Sample(int(0.11 * peak), 0.11, "ok", "ok", 2.1),
+                       grid.Sample(int(0.12 * peak), 0.12, "ok", "ok", 3.0)]}
+    params = SweepParams(0.09, 0.12, 0.01, refine=True, min_step=0.001)
+    ratios = [p.ratio for p in grid.plan_refinement(samples, params, peak)]
+    # 0.09|0.10 differ in outcome, 0.11|0.12 jump by 43%; 0.10|0.11 by 5% only
+    assert ratios == [0.091, 0.092, 0.093, 0.094, 0.095, 0.096, 0.097, 0.098, 0.099,
+                      0.111, 0.112, 0.113, 0.114, 0.115, 0.116, 0.117, 0.118, 0.119]
+    fine = {"dtr": [grid.Sample(1, 0.097, "fail", "oom", 1.0), grid.Sample(2, 0.098, "ok", "ok", 2.0)]}
+    assert grid.plan_refinement(fine, params, peak) == []            # width = min_step
+
+
+def test_interior_samples_are_seeded():
+    params = SweepParams(0.1, 0.2, 0.05, interior=3, seed=7)
+    a = grid.plan_interior(params, 10**6)
+    assert a == grid.plan_interior(params, 10**6)
+    assert a != grid.plan_interior(replace(params, seed=8), 10**6)
+    budgets = sorted(p.budget for p in a)
+    assert len(budgets) == 6
+    assert all(100_000 < b < 150_000 for b in budgets[:3])
+    assert all(150_000 < b < 200_000 for b in budgets[3:])
+
+
+# --- exact mode -------------------------------------------------------------------------
+
+def test_exact_partition_covers_the_range_and_reproduces(logs, tmp_path):
+    result = runner.run_sweep(logs["hole"], SweepParams(0.3, 1.0, exact=True), tmp_path / "x",
+                              jobs=1)
+    assert result.coverage == {"dtr": 1.0} and result.gaps == {"dtr": []}
+    rep = holes.analyze(tmp_path / "x").policy("dtr")
+    x = rep.exact
+    assert x.coverage == 1.0 and x.gaps == [] and x.overlaps == []
+    lo, hi = 160, 536                                    # floor(0.3 * 536), floor(1.0 * 536)
+    assert x.partition[0].lo == lo and x.partition[-1].hi == hi
+    for a, b in zip(x.partition, x.partition[1:]):
+        assert b.lo == a.hi + 1                          # no gap, no overlap
+    program = hole_log().program()
+    rows = {(r["interval_lo"], r["interval_hi"]): r for r in SweepStore(tmp_path / "x").read_runs().to_pylist()}
+    for iv in x.partition:
+        raw = next(r for (a, b), r in rows.items() if a <= iv.lo and (b is None or iv.hi <= b))
+        for budget in (iv.lo, iv.hi):
+            s = replay(program, budget=budget).summary
+            assert (s.outcome, s.clock, s.victims_sha256, s.budget_interval[0]) == (
+                raw["outcome"], raw["clock"], raw["victims_sha256"], raw["interval_lo"])
+    assert [[r.lo, r.hi] for r in x.holes] == [[424, 439]]
+    assert x.holes[0].lo_exact and x.holes[0].hi_exact
+    assert [(m.lo, m.hi, m.outcome) for m in x.merged] == [
+        (160, 391, "oom"), (392, 423, "ok"), (424, 439, "oom"), (440, 536, "ok")]
+    out = holes.analyze(tmp_path / "x").to_json()["policies"]["dtr"]
+    assert out["failure_regions_bytes"] == [[424, 439]] and out["coverage"] == 1.0
+
+
+def test_exact_uses_every_sample_certificate(logs, tmp_path):
+    both = SweepParams(0.3, 1.0, 0.05, exact=True)
+    result = runner.run_sweep(logs["hole"], both, tmp_path / "x", jobs=1)
+    alone = len(walk(hole_log().program(), 160))
+    assert result.stages["grid"].ran == 15
+    assert result.stages["exact"].ran < alone            # grid certificates were reused
+    assert holes.analyze(tmp_path / "x").policy("dtr").exact.coverage == 1.0
+
+
+def test_exact_run_limit_and_resolution_leave_reported_gaps(logs, tmp_path):
+    limited = runner.run_sweep(logs["hole"], SweepParams(0.3, 1.0, exact=True, max_runs=3),
+                               tmp_path / "lim", jobs=1)
+    assert limited.stages["exact"].ran == 3 and limited.coverage["dtr"] < 1
+    x = holes.analyze(tmp_path / "lim").policy("dtr").exact
+    assert x.coverage == pytest.approx(limited.coverage["dtr"])
+    assert x.gaps and {g.reason for g in x.gaps} == {"run-limit"}
+    coarse = runner.run_sweep(logs["padded"], SweepParams(0.9, 1.0, exact=True, resolution=64),
+                              tmp_path / "res", jobs=1)
+    x = holes.analyze(tmp_path / "res").policy("dtr").exact
+    assert all(g.reason == "below-resolution" and g.width < 64 for g in x.gaps)
+    assert coarse.stages["exact"].ran <= (7201 - 6480) // 64 + 2
+
+
+class FakeAxis:
+    """Budgets 0..999 in intervals of width 7 (the last one unbounded above)."""
+
+    def run(self, b):
+        lo = b - b % 7
+        return lo, (None if lo >= 994 else lo + 6)
+
+
+def test_exact_walk_with_parallel_out_of_order_results():
+    axis = FakeAxis()
+    walk_ = ExactWalk(10, 900, max_runs=10_000)
+    asked, pending = [], []
+    while True:
+        pending += walk_.take(3 - len(pending))
+        if not pending:
+            break
+        b = pending.pop(len(pending) // 2)              # finish out of order
+        asked.append(b)
+        walk_.absorb(b, "ok", axis.run(b), walk_run=True)
+    assert walk_.coverage() == 1.0 and walk_.gaps() == []
+    assert len(asked) == len(set(asked))
+    intervals = {axis.run(b) for b in asked}
+    assert len(asked) - len(intervals) <= 6              # a few split runs may duplicate
+    assert len(intervals) == (900 // 7) - (10 // 7) + 1
+
+
+def test_exact_walk_timeout_blocks_without_certifying():
+    walk_ = ExactWalk(0, 99, max_runs=50)
+    [b] = walk_.take(1)
+    walk_.absorb(b, "unresolved", (None, None), walk_run=True)
+    assert walk_.coverage() == 0.0
+    nxt = walk_.take(1)
+    assert nxt and nxt[0] != b                           # never the timed-out budget again
+    walk_.absorb(nxt[0], "ok", (40, 99), walk_run=True)
+    assert walk_.gaps() == [(0, 39)]
+
+
+# --- resuming ---------------------------------------------------------------------------
+
+class Crash(Exception):
+    pass
+
+
+class CrashAfter(runner.SweepObserver):
+    def __init__(self, n):
+        self.n = n
+
+    def finished(self, row):
+        self.n -= 1
+        if self.n == 0:
+            raise Crash
+
+
+def test_resume_after_a_crash_gives_the_same_table(logs, tmp_path):
+    params = SweepParams(0.9, 1.0, 0.01, refine=True, interior=2, seed=3, exact=True,
+                         max_runs=40)
+    runner.run_sweep(logs["padded"], params, tmp_path / "ref", jobs=1)
+    with pytest.raises(Crash):
+        runner.run_sweep(logs["padded"], params, tmp_path / "s", jobs=1, observer=CrashAfter(17),
+                         flush_rows=5)
+    stored = len(keys(tmp_path / "s"))
+    assert stored == 17                                   # the partial batch was flushed too
+    assert SweepStore(tmp_path / "s").read_doc()["status"] == "interrupted"
+    with pytest.raises(Crash):                            # crash again, later
+        runner.run_sweep(logs["padded"], params, tmp_path / "s", jobs=1, observer=CrashAfter(20))
+    result = runner.run_sweep(logs["padded"], params, tmp_path / "s", jobs=1)
+    assert result.resumed and result.skipped == 37
+    ks = keys(tmp_path / "s")
+    assert len(ks) == len(set(ks))
+    assert [{k: r[k] for k in r if k != "stage"} for r in table(tmp_path / "s")] == [
+        {k: r[k] for k in r if k != "stage"} for r in table(tmp_path / "ref")]
+    assert holes.analyze(tmp_path / "s").to_json()["policies"] == \
+        holes.analyze(tmp_path / "ref").to_json()["policies"]
+
+
+def dtrf(*args, cwd=None, **kw):
+    env = {**os.environ, "COLUMNS": "160"}
+    return subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=cwd, **kw)
+
+
+def start_and_stop(args, out, sig, parts):
+    """Start the CLI sweep, send `sig` to its process group (the sweep and its
+    workers) once `parts` part files exist; its exit code."""
+    proc = subprocess.Popen([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list((out / "runs").glob("part-*.parquet"))) < parts:
+            assert proc.poll() is None, "the sweep ended before it could be stopped"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        os.killpg(proc.pid, sig)
+        code = proc.wait(timeout=60)
+    return code
+
+
+def test_resume_after_ctrl_c_and_kill(logs, tmp_path):
+    out = tmp_path / "s"
+    args = ["sweep", logs["chain"], "--from", "0.3", "--to", "0.9", "--step", "0.01",
+            "--jobs", "2", "--flush-rows", "2", "--out", out, "--no-progress"]
+    assert start_and_stop(args, out, signal.SIGINT, 1) == 130      # Ctrl-C: flush, stop
+    assert SweepStore(out).read_doc()["status"] == "interrupted"
+    first = len(keys(out))
+    assert start_and_stop(args, out, signal.SIGKILL, 2 + first // 2) == -signal.SIGKILL
+    second = len(keys(out))
+    assert first < second < 61
+    done = dtrf(*args)
+    assert done.returncode == 0, done.stderr
+    assert f"{second} already stored (resumed)" in done.stderr
+    ks = keys(out)
+    assert len(ks) == len(set(ks)) == 61
+    runner.run_sweep(logs["chain"], SweepParams(0.3, 0.9, 0.01), tmp_path / "ref", jobs=2)
+    assert table(out) == table(tmp_path / "ref")
+
+
+def test_resume_with_other_parameters_is_refused(logs, tmp_path):
+    runner.run_sweep(logs["hole"], SweepParams(0.3, 1.0, 0.1), tmp_path / "s", jobs=1)
+    with pytest.raises(ParamsMismatch, match="step: stored 0.1, given 0.05"):
+        runner.run_sweep(logs["hole"], SweepParams(0.3, 1.0, 0.05), tmp_path / "s", jobs=1)
+    res = dtrf("sweep", logs["padded"], "--from", "0.3", "--to", "1.0", "--step", "0.1",
+               "--jobs", "1", "--out", tmp_path / "s")
+    assert res.returncode == 2 and "holds a sweep of trace hole" in res.stderr
+
+
+def cli(*args):
+    """`dtrf ARGS` in this process: (exit code, stdout, stderr, exception)."""
+    from typer.testing import CliRunner
+
+    from dtrforensics.cli.main import app
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.stdout, res.stderr, res.exception
+
+
+def test_default_folder_is_reused_with_the_same_parameters(logs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ("sweep", logs["hole"], "--from", "0.5", "--to", "1.0", "--step", "0.1", "--jobs", "1")
+    assert cli(*args)[0] == 0
+    code, _, err, _ = cli(*args)
+    assert code == 0 and "already stored (resumed)" in err
+    assert len(list((tmp_path / "recordings" / "sweeps").iterdir())) == 1
+    cli(*args[:-4], "--step", "0.05", "--jobs", "1")
+    assert len(list((tmp_path / "recordings" / "sweeps").iterdir())) == 2
+
+
+# --- timeouts, repeats, engines ---------------------------------------------------------
+
+def test_timed_out_points_are_unresolved(logs, tmp_path, monkeypatch):
+    real = runner.replay
+
+    def slow_at_some_budgets(program, *, budget, **kw):       # the engine's timeout, simulated
+        result = real(program, budget=budget, **kw)
+        if budget in (428, 434):
+            result.summary = replace(result.summary, outcome="timeout")
+        return result
+
+    monkeypatch.setattr(runner, "replay", slow_at_some_budgets)
+    runner.run_sweep(logs["hole"], SweepParams(0.7, 1.0, 0.01, exact=True, timeout=5.0),
+                     tmp_path / "s", jobs=1)
+    rep = holes.analyze(tmp_path / "s").policy("dtr")
+    assert [u.budget for u in rep.unresolved] == [428, 434]
+    rows = {r["budget"]: r for r in SweepStore(tmp_path / "s").read_runs().to_pylist()}
+    assert rows[428]["status"] == "unresolved" and rows[428]["interval_lo"] is None
+    # 0.81 (434 B) is unresolved: the sampled region is 0.80 (428: unresolved too), 0.82
+    assert [[r.lo.ratio, r.hi.ratio] for r in rep.failure_regions] == [[0.82, 0.82]]
+    assert rep.failure_regions[0].timeouts_inside == 2
+    # the walk still certifies the hole around them, from other budgets
+    assert [[r.lo, r.hi] for r in rep.exact.holes] == [[424, 439]]
+
+
+def test_real_timeouts_are_unresolved(tmp_path):
+    # The engine checks its wall clock between kernel slices: a long replay is
+    # needed for a 1 ns limit to bite (chain_log(1000) at 0.7 takes several slices).
+    path = tmp_path / "chain1000.log"
+    path.write_text(chain_log(1000).text())
+    runner.run_sweep(str(path), SweepParams(0.3, 0.7, 0.4, timeout=1e-9), tmp_path / "s", jobs=1)
+    rows = {round(r["ratio"], 3): r for r in SweepStore(tmp_path / "s").read_runs().to_pylist()}
+    assert rows[0.7]["outcome"] == "timeout" and rows[0.7]["status"] == "unresolved"
+    assert rows[0.7]["interval_lo"] is None and rows[0.7]["overhead"] is None
+    assert rows[0.3]["status"] == "fail"
+    rep = holes.analyze(tmp_path / "s").policy("dtr")
+    assert [u.ratio for u in rep.unresolved] == [0.7] and rep.edge_brackets == []
+
+
+def test_process_pool_and_repeats(logs, tmp_path):
+    params = SweepParams(0.3, 1.0, 0.01, repeats=1)
+    result = runner.run_sweep(logs["hole"], params, tmp_path / "p", jobs=2, engine="process")
+    assert result.stages["grid"].ran == 71
+    assert result.stages["repeat"].ran == 6          # first success, both sides of 2 edges
+    rep = holes.analyze(tmp_path / "p").policy("dtr")
+    assert rep.reruns == 6 and rep.disagreements == []
+    workers = {r["worker"] for r in SweepStore(tmp_path / "p").read_runs().to_pylist()
+               if r["rep"] == 1}
+    grid_workers = {r["worker"] for r in SweepStore(tmp_path / "p").read_runs().to_pylist()
+                    if r["rep"] == 0}
+    assert workers.isdisjoint(grid_workers)          # reruns ran in fresh processes
+    runner.run_sweep(logs["hole"], replace(params, repeats=0), tmp_path / "i", jobs=1)
+    assert [r for r in table(tmp_path / "p") if r["rep"] == 0] == table(tmp_path / "i")
+
+
+def test_dask_local_cluster(logs, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    params = SweepParams(0.3, 1.0, 0.02, exact=True)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        result = runner.run_sweep(logs["hole"], params, tmp_path / "d", engine="dask",
+                                  scheduler=cluster.scheduler_address)
+    assert result.coverage == {"dtr": 1.0}
+    runner.run_sweep(logs["hole"], params, tmp_path / "i", jobs=1)
+    cols = ("policy", "budget", "rep", *EXECUTION_COLUMNS)
+    on_dask = {(r["policy"], r["budget"]): [r[c] for c in cols] for r in table(tmp_path / "d")}
+    inline = {(r["policy"], r["budget"]): [r[c] for c in cols] for r in table(tmp_path / "i")}
+    common = set(on_dask) & set(inline)                  # walk steps may differ, grid points not
+    assert len(common) >= 36
+    assert all(on_dask[k] == inline[k] for k in common)
+    assert holes.analyze(tmp_path / "d").policy("dtr").exact.merged == \
+        holes.analyze(tmp_path / "i").policy("dtr").exact.merged
+
+
+# --- the CLI ----------------------------------------------------------------------------
+
+def test_cli_sweep_holes_and_plot(logs, tmp_path):
+    out = tmp_path / "s"
+    code, stdout, err, exc = cli("sweep", logs["hole"], "--from", "0.3", "--to", "1.0",
+                                 "--step", "0.02", "--exact", "--jobs", "1", "--out", out, "--json")
+    assert code == 0, (err, exc)
+    doc = json.loads(stdout)
+    pol = doc["policies"]["dtr"]
+    assert pol["failure_regions_bytes"] == [[424, 439]] and pol["coverage"] == 1.0
+    assert set(pol) >= {"first_success", "failure_regions", "edge_brackets", "unresolved",
+                        "regime_switches"}
+    code, text, _, _ = cli("holes", out)
+    assert code == 0 and "424" in text and "hole" in text
+    assert json.loads(cli("holes", out, "--json")[1])["policies"] == doc["policies"]
+    pytest.importorskip("matplotlib")
+    code, text, err, exc = cli("plot", out)
+    assert code == 0, (err, exc)
+    png, svg = out / "plot.png", out / "plot.svg"
+    assert text.split() == [str(png), str(svg)]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"<svg" in svg.read_bytes()[:400]
+    bad = dtrf("holes", tmp_path / "nothing")                # through main(): one clear line
+    assert bad.returncode == 2 and "not a sweep directory" in bad.stderr
