@@ -398,15 +398,16 @@ def test_timed_out_points_are_unresolved(logs, tmp_path, monkeypatch):
 
 
 def test_real_timeouts_are_unresolved(tmp_path):
-    # The engine checks its wall clock between kernel slices: a long replay is
-    # needed for a 1 ns limit to bite (chain_log(1000) at 0.7 takes several slices).
+    # The engine checks its wall clock between kernel slices (4096 steps when a
+    # timeout is set): chain_log(1000) fails at 0.1 within 79 steps, before the
+    # first check, while at 0.7 it runs for several slices and the 1 ns limit bites.
     path = tmp_path / "chain1000.log"
     path.write_text(chain_log(1000).text())
-    runner.run_sweep(str(path), SweepParams(0.3, 0.7, 0.4, timeout=1e-9), tmp_path / "s", jobs=1)
+    runner.run_sweep(str(path), SweepParams(0.1, 0.7, 0.6, timeout=1e-9), tmp_path / "s", jobs=1)
     rows = {round(r["ratio"], 3): r for r in SweepStore(tmp_path / "s").read_runs().to_pylist()}
     assert rows[0.7]["outcome"] == "timeout" and rows[0.7]["status"] == "unresolved"
     assert rows[0.7]["interval_lo"] is None and rows[0.7]["overhead"] is None
-    assert rows[0.3]["status"] == "fail"
+    assert rows[0.1]["status"] == "fail"
     rep = holes.analyze(tmp_path / "s").policy("dtr")
     assert [u.ratio for u in rep.unresolved] == [0.7] and rep.edge_brackets == []
 
