@@ -24,6 +24,9 @@ test-full: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py
+	$(BIN)/python benchmarks/recording.py
+	$(BIN)/python benchmarks/sweep.py
+	$(BIN)/python benchmarks/trace_cache.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -33,6 +33,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..fsutil import atomic_path, pid_alive, utc_now
+
 FORMAT_VERSION = 1
 PARAMS_FILE = "sweep.json"
 RUNS_DIR = "runs"
@@ -307,7 +309,7 @@ class SweepStore:
         if self.path.exists() and any(self.path.iterdir()):
             raise SweepStoreError(f"{self.path} exists, is not empty and holds no {PARAMS_FILE}")
         self.runs_dir.mkdir(parents=True, exist_ok=True)
-        now = _now()
+        now = utc_now()
         self._doc = {"format": FORMAT_VERSION, "params": params.to_json(),
                      "trace": asdict(trace), "range_bytes": list(range_bytes),
                      "created": now, "updated": now, "status": "running"}
@@ -316,14 +318,13 @@ class SweepStore:
 
     def set_status(self, status: str, **extra) -> None:
         doc = self.read_doc()
-        doc.update(status=status, updated=_now(), **extra)
+        doc.update(status=status, updated=utc_now(), **extra)
         self._write_doc()
 
     def _write_doc(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.params_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self._doc, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, self.params_path)
+        with atomic_path(self.params_path) as tmp:
+            tmp.write_text(json.dumps(self._doc, indent=2) + "\n", encoding="utf-8")
 
     # lock ------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -334,7 +335,7 @@ class SweepStore:
                 pid = int(lock.read_text().strip())
             except ValueError:
                 pid = None
-            if pid and pid != os.getpid() and _alive(pid):
+            if pid and pid != os.getpid() and pid_alive(pid):
                 raise SweepStoreError(f"another sweep (pid {pid}) is writing to {self.path}")
         lock.write_text(f"{os.getpid()}\n")
 
@@ -375,22 +376,9 @@ class SweepStore:
         self._parts += 1
         name = f"part-{time.time_ns():020d}-{os.getpid()}-{self._parts:05d}.parquet"
         final = self.runs_dir / name
-        tmp = self.runs_dir / f".{name}.tmp"
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, final)
+        with atomic_path(final) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
         self._buffer.clear()
         return final
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
