@@ -1,0 +1,152 @@
+"""Run arguments of the forensic analyses: recordings, or run specs recorded on the fly.
+
+A run argument is a recording folder, or a run spec `TRACE@RATIO[:POLICY]`
+(`inceptionv4@0.235`, `lstm@0.264:dtr`, `path/to/log@0.5:lru`). A spec is
+recorded once into the cache folder (default `recordings/cache/`, relative to
+the current directory) under the recorder's default name, which identifies
+trace, budget and policy: a later analysis of the same spec reuses it. A cached
+recording made with scores="victims" is re-recorded when candidates are needed.
+
+`open_together` opens several recordings in one DuckDB connection with every
+shipped query installed, and says which run_id each one got.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from .. import db
+from ..engine.policies import get_policy
+from ..engine.replay import resolve_budget
+from ..recorder.reader import (
+    NotARecordingError,
+    Recording,
+    is_recording,
+    open_recording,
+)
+from ..recorder.record import default_recording_dir, record_run
+
+DEFAULT_CACHE = Path("recordings") / "cache"
+
+
+class RunSpecError(ValueError):
+    """A run argument that is neither a recording nor a valid run spec."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    trace: str
+    ratio: float
+    policy: str = "dtr"
+
+    @classmethod
+    def parse(cls, text: str) -> RunSpec:
+        """`TRACE@RATIO[:POLICY]` -> RunSpec; raises RunSpecError."""
+        trace, at, rest = str(text).rpartition("@")
+        if not at or not trace:
+            raise RunSpecError(f"{text!r} is neither a recording folder nor a run spec "
+                               "TRACE@RATIO[:POLICY] (e.g. inceptionv4@0.235)")
+        ratio_text, _, policy = rest.partition(":")
+        try:
+            ratio = float(ratio_text)
+        except ValueError:
+            raise RunSpecError(f"run spec {text!r}: {ratio_text!r} is not a budget ratio") from None
+        if not ratio > 0:
+            raise RunSpecError(f"run spec {text!r}: the ratio must be > 0")
+        policy = policy or "dtr"
+        try:
+            get_policy(policy)
+        except ValueError as exc:
+            raise RunSpecError(f"run spec {text!r}: {exc}") from None
+        return cls(trace, ratio, policy)
+
+    def __str__(self) -> str:
+        return f"{self.trace}@{self.ratio!r}:{self.policy}"
+
+
+def resolve_run(text: str | os.PathLike, *, scores: str = "victims",
+                cache: str | os.PathLike = DEFAULT_CACHE,
+                on_record: Callable[[RunSpec, Path], None] | None = None) -> Recording:
+    """A recording folder, or a run spec recorded into `cache` (reused when present).
+
+    scores="all" asks for candidate scores: a cached recording without them is
+    recorded again. `on_record(spec, folder)` is called before a replay starts.
+    """
+    path = Path(text)
+    if path.exists():
+        return open_recording(path)
+    if isinstance(text, os.PathLike) or "@" not in str(text):
+        raise NotARecordingError(f"no such recording: {text} (a run spec is written "
+                                 "TRACE@RATIO[:POLICY], e.g. inceptionv4@0.235)")
+    spec = RunSpec.parse(str(text))
+    return record_spec(spec, scores=scores, cache=cache, on_record=on_record)
+
+
+def record_spec(spec: RunSpec, *, scores: str = "victims",
+                cache: str | os.PathLike = DEFAULT_CACHE,
+                on_record: Callable[[RunSpec, Path], None] | None = None) -> Recording:
+    from ..trace import load_trace
+    program = load_trace(spec.trace)
+    budget, ratio = resolve_budget(program, None, spec.ratio)
+    folder = default_recording_dir(program, budget, ratio, spec.policy, root=Path(cache))
+    if is_recording(folder):
+        rec = open_recording(folder)
+        if scores != "all" or rec.run.get("scores") == "all":
+            return rec
+    if on_record is not None:
+        on_record(spec, folder)
+    _, where = record_run(program, ratio=spec.ratio, policy=spec.policy, out_dir=folder,
+                          scores=scores, overwrite=True)
+    return open_recording(where)
+
+
+def open_together(recordings: Sequence[Recording]) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
+    """One connection over the recordings (each folder once) with every shipped query
+    installed; returns it and the run_id of each recording, in the order given."""
+    unique: list[Recording] = []
+    for rec in recordings:
+        if all(rec.path.resolve() != u.path.resolve() for u in unique):
+            unique.append(rec)
+    con = db.connect(unique)
+    db.install_queries(con)
+    by_path = {p: r for r, p in con.sql("SELECT run_id, path FROM runs").fetchall()}
+    return con, [by_path[str(rec.path.resolve())] for rec in recordings]
+
+
+def same_trace(recordings: Sequence[Recording]) -> None:
+    """Raise RunSpecError unless every recording replays the same trace (same log
+    SHA-256; logs parsed from memory have none and are compared by name)."""
+    keys = {rec.run["trace"].get("sha256") or f"name:{rec.run['trace']['name']}"
+            for rec in recordings}
+    if len(keys) > 1:
+        names = ", ".join(f"{rec.run_id} ({rec.run['trace']['name']})" for rec in recordings)
+        raise RunSpecError(f"these recordings replay different traces: {names}")
+
+
+def json_safe(value):
+    """Nested dicts/lists -> strict JSON values: a non-finite float (a +inf score)
+    becomes the string "inf", "-inf" or "nan"."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
+    return value
+
+
+def fetch_dicts(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence = ()) -> list[dict]:
+    """Rows of a query as dicts (column name -> Python value)."""
+    rel = con.execute(sql, list(params))
+    names = [d[0] for d in rel.description]
+    return [dict(zip(names, row)) for row in rel.fetchall()]
+
+
+__all__ = ["DEFAULT_CACHE", "NotARecordingError", "RunSpec", "RunSpecError", "fetch_dicts",
+           "json_safe", "open_together", "record_spec", "resolve_run", "same_trace"]
