@@ -14,8 +14,13 @@ import typer
 from .errors import UserError, report_user_error
 
 COMMAND_MODULES = (
+    "demo_cmd",
     "run_cmd",
     "record_cmd",
+    "diff_cmd",
+    "oom_cmd",
+    "replay_cmd",
+    "reevict_cmd",
     "intervene_cmd",
     "sweep_cmd",
     "export_cmd",

@@ -1,0 +1,149 @@
+"""`dtrf demo`: the headline story, end to end, on the embedded synthetic trace.
+
+Sweep the budget and find a feasibility hole with byte-exact edges; diff the
+runs on both sides of its lower edge; show the OOM frontier; find the
+retention that prevents it; save the figure. With the public traces present,
+the same story on ResNet-32. `run_demo` returns the key findings so the test
+suite can check the demo never silently rots.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.rule import Rule
+from rich.table import Table
+
+from ..analyses.diff import diff
+from ..analyses.explain import explain
+from ..analyses.oom import explain_oom
+from ..analyses.runs import RunSpec, record_spec
+from ..sweep import holes as sweep_holes
+from ..sweep import plot as sweep_plot
+from ..sweep.runner import run_sweep
+from ..sweep.store import SweepParams
+from ..trace import load_trace
+from ..trace.registry import TraceNotFoundError, resolve_trace
+from . import diff_cmd, oom_cmd, sweep_cmd
+from .format import fmt_exact_bytes
+
+EMBEDDED = "hole"
+EMBEDDED_RANGE = (0.90, 0.93, 0.002)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_command)
+
+
+def demo_command(
+    out: Annotated[Path, typer.Option(help="Where the demo's sweeps, recordings and figures go.")] = Path("recordings/demo"),
+    public: Annotated[bool, typer.Option(help="Continue with ResNet-32 when the public traces are present.")] = True,
+    jobs: Annotated[int, typer.Option(help="Worker processes for sweeps and searches.")] = 2,
+) -> None:
+    """Find, explain and fix a feasibility hole, end to end, in under a minute."""
+    run_demo(Console(), out, public=public, jobs=jobs)
+
+
+def _section(console: Console, title: str) -> None:
+    console.print()
+    console.print(Rule(f"[bold]{title}"))
+
+
+def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2) -> dict:
+    started = time.perf_counter()
+    out = Path(out)
+    console.print("[bold]dtrforensics demo[/]: budgets a hair apart, deterministically "
+                  "different runs. Everything below is computed now, offline.")
+    findings = {"embedded": _story(console, EMBEDDED, EMBEDDED_RANGE, out / EMBEDDED, jobs)}
+    if public:
+        try:
+            resolve_trace("resnet32")
+        except TraceNotFoundError:
+            console.print("\n[dim]Public traces not found: set DTRF_TRACES or run "
+                          "`dtrf traces fetch` to see the same story on ResNet-32.[/]")
+        else:
+            findings["resnet32"] = _story(console, "resnet32", (0.095, 0.115, 0.001),
+                                          out / "resnet32", jobs, exact=False)
+    _section(console, "Your turn")
+    console.print(
+        "Replay your own DTR log (the dtr-prototype logging format) the same way:\n"
+        "  dtrf traces info PATH.log                 # peak memory and model compute\n"
+        "  dtrf sweep PATH.log --from 0.1 --to 0.6 --step 0.01 --refine   # map holes\n"
+        "  dtrf diff PATH.log@0.30 PATH.log@0.31     # first divergent victim\n"
+        "  dtrf oom PATH.log@0.31                    # the pinned frontier of a failure\n"
+        "  dtrf explain PATH.log --ratio 0.31        # which retention prevents it\n"
+        "  dtrf run PATH.log --ratio 0.31 --record   # then: dtrf sql / dtrf show / dtrf export")
+    findings["seconds"] = time.perf_counter() - started
+    console.print(f"\n[dim]demo finished in {findings['seconds']:.1f} s; outputs under {out}/[/]")
+    return findings
+
+
+def _story(console: Console, trace: str, grid: tuple[float, float, float], out: Path,
+           jobs: int, exact: bool = True) -> dict:
+    program = load_trace(trace)
+    lo, hi, step = grid
+    _section(console, f"1. Sweep {trace}: budget ratio {lo}-{hi}, step {step}"
+                      + (", plus the exact certificate walk" if exact else ""))
+    params = SweepParams(lo, hi, step, exact=exact, max_runs=400)
+    run_sweep(str(resolve_trace(trace)), params, out / "sweep", jobs=jobs)
+    report = sweep_holes.analyze(out / "sweep")
+    for part in sweep_cmd.render_report(report):
+        console.print(part)
+    dtr = report.policy("dtr")
+    if not dtr.failure_regions:
+        console.print("[yellow]No hole in this range.[/]")
+        return {"hole": None}
+    region = dtr.failure_regions[0]
+    ok_below, failing = region.below, region.lo
+    hole = {"ok_below": ok_below.ratio, "fail_lo": region.lo.ratio, "fail_hi": region.hi.ratio,
+            "ok_above": region.above.ratio}
+    if dtr.exact is not None and dtr.exact.holes:
+        h = dtr.exact.holes[0]
+        hole["bytes"] = [h.lo, h.hi]
+        console.print(f"Byte-exact: every budget from {h.lo:,} to {h.hi:,} bytes fails "
+                      f"({h.hi - h.lo + 1:,} bytes wide); certified coverage "
+                      f"{dtr.exact.coverage:.1%} of the range.")
+    figure = sweep_plot.save(sweep_plot.draw(report, sweep_holes.load_points(out / "sweep")),
+                             out / "hole")
+    console.print(f"Figure: {', '.join(str(p) for p in figure)}")
+
+    _section(console, f"2. Diff: {trace}@{ok_below.ratio:g} (ok) vs {trace}@{failing.ratio:g} (oom)")
+    cache = out / "runs"
+    rec_ok = record_spec(RunSpec(trace, ok_below.ratio), scores="all", cache=cache)
+    rec_fail = record_spec(RunSpec(trace, failing.ratio), scores="all", cache=cache)
+    report_diff = diff(rec_ok, rec_fail)
+    diff_cmd.render(report_diff, console)
+
+    _section(console, f"3. The OOM at {trace}@{failing.ratio:g}: the pinned frontier")
+    oom = explain_oom(rec_fail)
+    console.print(oom_cmd.render(oom))
+
+    _section(console, "4. Which retention prevents it? (hindsight search, with controls)")
+    found = explain(program, ratio=failing.ratio, max_attempts=8, max_combo=1, jobs=jobs,
+                    record_root=out / "explain", stop_after_fixes=1)
+    table = Table()
+    for col in ("retain storage", "evicted at op", "outcome", "overhead", "max depth"):
+        table.add_column(col, justify="right")
+    evicted_at = {c.storage: c.last_evicted_op for c in found.candidates}
+    for a in found.attempts:
+        s = a.summary
+        table.add_row(",".join(map(str, a.retain)), ",".join(str(evicted_at[r]) for r in a.retain),
+                      s["outcome"], f"{s['overhead']:.4f}x", str(s["max_depth"]))
+    console.print(table)
+    console.print(("Control: the failure reproduces exactly without the retention. "
+                   if found.control_matches else "[red]Control mismatch.[/] ")
+                  + f"[dim]{found.note}[/]")
+    fixes = [list(a.retain) for a in found.fixes]
+    if fixes:
+        first = found.fixes[0].summary
+        console.print(f"Retaining storage {fixes[0][0]} completes the run at "
+                      f"{first['overhead']:.4f}x overhead, peak pinned "
+                      f"{fmt_exact_bytes(first['max_pinned']['bytes'])}.")
+    return {"hole": hole, "common_prefix": report_diff.common_prefix,
+            "first_divergence": report_diff.to_json().get("first_divergence"),
+            "oom": {"tensor": oom.tensor, "depth": oom.depth, "pinned": oom.pinned},
+            "fixes": fixes, "figure": [str(p) for p in figure]}

@@ -1,0 +1,40 @@
+"""`make demo` in a reduced form: the demo's entry point and its key findings,
+and the embedded trace's planted properties (a hole and a regime switch)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from dtrforensics.cli.demo_cmd import run_demo
+from dtrforensics.engine.replay import replay
+from dtrforensics.trace import load_trace
+
+HOLE = (25_177_836, 25_233_075)
+
+
+def test_embedded_trace_has_a_hole_and_a_regime_switch():
+    program = load_trace("hole")
+    below, inside, above = (replay(program, budget=b).summary
+                            for b in (HOLE[0] - 1, HOLE[0], HOLE[1] + 1))
+    assert (below.outcome, inside.outcome, above.outcome) == ("ok", "oom", "ok")
+    assert inside.budget_interval == HOLE  # the whole hole is one execution
+    before, after = (replay(program, budget=b).summary for b in (25_288_251, 25_288_252))
+    assert before.outcome == after.outcome == "ok"
+    assert before.overhead / after.overhead > 1.25
+
+
+def test_demo_tells_the_whole_story(tmp_path):
+    out = io.StringIO()
+    findings = run_demo(Console(file=out, width=120), tmp_path, public=False, jobs=1)
+    text = out.getvalue()
+    for heading in ("1. Sweep hole", "2. Diff", "3. The OOM", "4. Which retention", "Your turn"):
+        assert heading in text
+    story = findings["embedded"]
+    assert story["hole"]["bytes"] == list(HOLE)
+    assert story["common_prefix"] == 2
+    assert story["first_divergence"]["op_id"] == 10
+    assert story["oom"]["tensor"] == "x1020" and story["oom"]["depth"] == 2
+    assert story["fixes"] == [[12]]
+    assert all((tmp_path / "hole" / name).is_file() for name in ("hole.png", "hole.svg"))
