@@ -42,6 +42,7 @@ def run(
     control: Annotated[bool, typer.Option("--control", help="Also run a control (the intervention code path with nothing changed) and check it reproduces the plain run exactly.")] = False,
     record: Annotated[Optional[str], typer.Option(help="Record the run; value: output directory, or '' for the default under recordings/.", show_default=False)] = None,
     scores: Annotated[str, typer.Option(help="With --record: 'victims' (decisions only) or 'all' (every candidate's score).")] = "victims",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="With --record: replace an existing recording in that folder.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (the run summary).")] = False,
 ) -> None:
     """Replay TRACE under a memory budget exactly as the reference DTR simulator."""
@@ -59,7 +60,7 @@ def run(
             result, where = record_from_cli(program, ratio=ratio, budget=budget, policy=policy,
                                             record_dir=record or None, scores=scores,
                                             timeout=timeout, interventions=interventions,
-                                            thrash_factor=thrash_limit)
+                                            thrash_factor=thrash_limit, overwrite=overwrite)
         else:
             result = replay(program, ratio=ratio, budget=budget, policy=policy, timeout=timeout,
                             interventions=interventions, thrash_factor=thrash_limit)

@@ -307,7 +307,7 @@ class Recorder(Observer):
         if self.path.exists() or self.path.is_symlink():
             if not self.overwrite:
                 raise RecordingExistsError(
-                    f"{self.path} already exists: choose another folder or overwrite it")
+                    f"{self.path} already exists: choose another folder or overwrite it (--overwrite)")
             if not _replaceable(self.path):
                 raise RecordingExistsError(
                     f"{self.path} exists and is not a recording: refusing to replace it")
