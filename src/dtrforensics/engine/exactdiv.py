@@ -10,6 +10,8 @@ decided with error-free transformations (Dekker products, Shewchuk expansions).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -58,26 +60,52 @@ def _sign_of_sum(terms, n):
     return 0
 
 
+_FILTER = 16.0 * 2.0 ** -53  # bound on the float sum's error, relative to sum |terms|
+
+
 @njit(cache=True)
 def _residual_sign(n_hi, n_lo, d_hi, d_lo, a, h):
-    """sign(num - (a + h) * d) exactly, with num = n_hi + n_lo, d = d_hi + d_lo."""
-    terms = np.empty(8, dtype=np.float64)
+    """sign(num - (a + h) * d) exactly, with num = n_hi + n_lo, d = d_hi + d_lo.
+
+    The terms are exact (Dekker products); their float sum decides the sign
+    unless it is within its own error bound of zero, and only then is the
+    exact expansion built (rare: a true tie or a near-tie)."""
     p1, e1 = _two_prod(a, d_hi)
     p2, e2 = _two_prod(a, d_lo)
+    t6 = h * d_hi
+    t7 = h * d_lo
+    approx = (n_hi - p1) + n_lo - e1 - p2 - e2 - t6 - t7
+    size = (abs(n_hi) + abs(p1) + abs(n_lo) + abs(e1) + abs(p2) + abs(e2) + abs(t6)
+            + abs(t7))
+    if abs(approx) > _FILTER * size:
+        return 1 if approx > 0.0 else -1
+    terms = np.empty(8, dtype=np.float64)
     terms[0] = n_hi
     terms[1] = n_lo
     terms[2] = -p1
     terms[3] = -e1
     terms[4] = -p2
     terms[5] = -e2
-    terms[6] = -(h * d_hi)
-    terms[7] = -(h * d_lo)
+    terms[6] = -t6
+    terms[7] = -t7
     return _sign_of_sum(terms, 8)
+
+
+@njit(cache=True, inline="always")
+def _ulp(x):
+    """Spacing of float64s just above positive normal x."""
+    return math.ldexp(1.0, math.frexp(x)[1] - 53)
+
+
+@njit(cache=True, inline="always")
+def _next_down(x):
+    m, e = math.frexp(x)
+    return x - (math.ldexp(1.0, e - 54) if m == 0.5 else math.ldexp(1.0, e - 53))
 
 
 @njit(cache=True)
 def _is_even(x):
-    return (np.int64(np.float64(x).view(np.int64)) & 1) == 0
+    return np.int64(x / _ulp(x)) % 2 == 0
 
 
 @njit(cache=True)
@@ -97,14 +125,14 @@ def exact_ratio(num, a, b):
     if q == 0.0:
         return q
     for _ in range(8):
-        up = np.nextafter(q, np.inf)
+        up = q + _ulp(q)
         s_up = _residual_sign(n_hi, n_lo, d_hi, d_lo, q, (up - q) * 0.5)
         if s_up > 0:
             q = up
             continue
         if s_up == 0:
             return q if _is_even(q) else up
-        down = np.nextafter(q, -np.inf)
+        down = _next_down(q)
         s_down = _residual_sign(n_hi, n_lo, d_hi, d_lo, q, (down - q) * 0.5)
         if s_down < 0:
             q = down

@@ -446,9 +446,16 @@ def _absorb(sc, st_compute, mark, rg, r, e, r2):
 
 # ---------------------------------------------------------------- scoring
 
-@njit(cache=True)
-def _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd):
-    """Score of storage s under the policy (fwd/bwd: neighbourhood computes)."""
+# Relative error bound of a float-first ratio (two roundings) with a wide margin:
+# a candidate whose float score exceeds both the best and the runner-up by more
+# than this cannot be either, so its exact score is not needed.
+APPROX_MARGIN = 1e-12
+
+
+@njit(cache=True, inline="always")
+def _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd, exact):
+    """Score of storage s under the policy (fwd/bwd: neighbourhood computes);
+    with exact=False a float-first approximation (within APPROX_MARGIN)."""
     if pol[P_LRU]:
         return np.float64(last_access[s])
     num = 0
@@ -471,10 +478,12 @@ def _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd):
         return np.float64(num)
     if a <= 0 or b <= 0:
         return np.inf
+    if not exact:
+        return np.float64(num) / (np.float64(a) * np.float64(b))
     return exact_ratio(num, a, b)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _neighbourhoods(g, pol, sc, material, st_compute, mark, scratch, rg, s):
     if pol[P_FRESH]:
         fwd = 0
@@ -845,7 +854,7 @@ def _compute(g, pol, sc, st, mark, scratch, rg,
                 _rebuild(g, sc, material, st_compute, mark, scratch, rg, affected[j], direction)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _excluded(sc, iv_retain, iv_window, iv_forbid, decision, s):
     if iv_retain[s]:
         op = sc[S_CUR_OP]
@@ -884,8 +893,15 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
             continue
         fwd, bwd = _neighbourhoods(g, pol, sc, material, st_compute, mark, scratch,
                                    rg, s)
-        score = _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd)
+        score = _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd, emit_cands)
         sc[S_SCORE_EVALS] += 1
+        if not emit_cands:
+            bound = score * (1.0 - APPROX_MARGIN)
+            if bound > best and bound > runner_score:
+                position += 1
+                s = pool_next[s]
+                continue  # certainly neither the victim nor the runner-up
+            score = _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd, True)
         if emit_cands:
             row = sc[S_N_CANDS]
             sc[S_N_CANDS] = row + 1
@@ -921,7 +937,7 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
             fwd, bwd = _neighbourhoods(g, pol, sc, material, st_compute, mark, scratch,
                                        rg, forced)
             best = _score(pol, sc, st_size, st_compute, last_access, forced,
-                          fwd, bwd)
+                          fwd, bwd, True)
     if victim >= 0 and emit:
         row = _emit(ev, evf, sc, EV_EVICT, t, victim, st_size[victim])
         ev[row, E_DECISION] = decision
