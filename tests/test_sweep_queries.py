@@ -144,6 +144,15 @@ def test_exact_failure_regions(con):
         (3, 85, 94, 1, "oom", 0, "ok", "ok", True, True, True)]
 
 
+def test_exact_certificates(con):
+    # clipped to [10, 100]: dtr's first certificate starts at 10, its last ends at 100
+    got = q(con, "SELECT policy, lo, hi, prev_max FROM exact_certificates(FILES, 10, 100) "
+                 "ORDER BY policy, lo")
+    assert got[:3] == [("dtr", 10, 14, None), ("dtr", 15, 24, 14), ("dtr", 25, 34, 24)]
+    assert got[8] == ("dtr", 95, 100, 94)
+    assert got[9:] == [("lru", 10, 50, None), ("lru", 40, 60, 50)]
+
+
 def test_exact_coverage(con):
     assert q(con, "SELECT * FROM exact_coverage(FILES, 10, 100)") == [
         ("dtr", 81, 91, 81 / 91, 9), ("lru", 51, 91, 51 / 91, 2)]

@@ -18,7 +18,8 @@ from .store import SweepParams, SweepStore, TraceInfo
 SWEEP_QUERIES = (
     "sample_points", "first_success", "failures_above_first_success", "failure_regions",
     "edge_brackets", "unresolved_points", "regime_switches", "repeat_disagreements",
-    "exact_partition", "exact_merged", "exact_failure_regions", "exact_coverage",
+    "exact_partition", "exact_merged", "exact_failure_regions", "exact_certificates",
+    "exact_coverage",
     "exact_gaps", "exact_overlaps",
 )
 

@@ -16,17 +16,10 @@
 CREATE OR REPLACE MACRO exact_coverage(files, range_lo, range_hi) AS TABLE
 WITH pol AS (
     SELECT DISTINCT policy FROM read_parquet(files) WHERE rep = 0
-), c AS (
-    SELECT DISTINCT policy,
-           greatest(interval_lo, range_lo) AS lo,
-           least(coalesce(interval_hi, range_hi), range_hi) AS hi
-    FROM read_parquet(files)
-    WHERE rep = 0 AND interval_lo IS NOT NULL
-      AND interval_lo <= range_hi AND coalesce(interval_hi, range_hi) >= range_lo
 ), m AS (
-    SELECT *, max(hi) OVER (PARTITION BY policy ORDER BY lo, hi
-                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
-    FROM c
+    SELECT * FROM exact_certificates(files, range_lo, range_hi)
+), c AS (
+    SELECT policy, lo, hi FROM m
 ), u AS (
     -- each interval contributes only the bytes no earlier interval covered
     SELECT policy, greatest(hi - greatest(lo, coalesce(prev_max + 1, lo)) + 1, 0) AS fresh

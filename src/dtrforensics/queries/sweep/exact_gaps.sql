@@ -18,17 +18,10 @@
 CREATE OR REPLACE MACRO exact_gaps(files, range_lo, range_hi, resolution) AS TABLE
 WITH pol AS (
     SELECT DISTINCT policy FROM read_parquet(files) WHERE rep = 0
-), c AS (
-    SELECT DISTINCT policy,
-           greatest(interval_lo, range_lo) AS lo,
-           least(coalesce(interval_hi, range_hi), range_hi) AS hi
-    FROM read_parquet(files)
-    WHERE rep = 0 AND interval_lo IS NOT NULL
-      AND interval_lo <= range_hi AND coalesce(interval_hi, range_hi) >= range_lo
 ), m AS (
-    SELECT *, max(hi) OVER (PARTITION BY policy ORDER BY lo, hi
-                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
-    FROM c
+    SELECT * FROM exact_certificates(files, range_lo, range_hi)
+), c AS (
+    SELECT policy, lo, hi FROM m
 ), g AS (
     SELECT policy, coalesce(prev_max + 1, range_lo) AS lo, lo - 1 AS hi
     FROM m WHERE lo > coalesce(prev_max + 1, range_lo)
