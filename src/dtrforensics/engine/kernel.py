@@ -453,17 +453,18 @@ APPROX_MARGIN = 1e-12
 
 
 @njit(cache=True, inline="always")
-def _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd, exact):
-    """Score of storage s under the policy (fwd/bwd: neighbourhood computes);
-    with exact=False a float-first approximation (within APPROX_MARGIN)."""
+def _score(pol, compute, size, last_access, clock, fwd, bwd, exact):
+    """Score of a storage under the policy, from its own compute, size and last
+    access and its neighbourhood computes; with exact=False a float-first
+    approximation (within APPROX_MARGIN). Scalars only: this runs per candidate."""
     if pol[P_LRU]:
-        return np.float64(last_access[s])
+        return np.float64(last_access)
     num = 0
     if pol[P_ONE]:
         num = 1
     else:
         if pol[P_COMPUTE]:
-            num += st_compute[s]
+            num += compute
         if pol[P_FWD]:
             num += fwd
         if pol[P_BWD]:
@@ -471,9 +472,9 @@ def _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd, exact):
     a = 1
     b = 1
     if pol[P_SIZE]:
-        a = st_size[s]
+        a = size
     if pol[P_STALENESS]:
-        b = sc[S_CLOCK] - last_access[s]
+        b = clock - last_access
     if not (pol[P_SIZE] or pol[P_STALENESS]):
         return np.float64(num)
     if a <= 0 or b <= 0:
@@ -483,17 +484,18 @@ def _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd, exact):
     return exact_ratio(num, a, b)
 
 
-@njit(cache=True, inline="always")
-def _neighbourhoods(g, pol, sc, material, st_compute, mark, scratch, rg, s):
-    if pol[P_FRESH]:
-        fwd = 0
-        bwd = 0
-        if pol[P_FWD]:
-            fwd = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1], scratch[2], s, 0)[2]
-        if pol[P_BWD]:
-            bwd = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1], scratch[2], s, 1)[2]
-        return fwd, bwd
-    return rg.compute[2 * s], rg.compute[2 * s + 1]
+@njit(cache=True)
+def _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark, scratch, s):
+    """From-scratch neighbourhood computes (the dtr-exact-nbhd variant). Kept out
+    of the scan's common path: a call carrying the graph tuple costs far more
+    than the region lookup it replaces."""
+    fwd = 0
+    bwd = 0
+    if pol[P_FWD]:
+        fwd = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1], scratch[2], s, 0)[2]
+    if pol[P_BWD]:
+        bwd = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1], scratch[2], s, 1)[2]
+    return fwd, bwd
 
 
 # ---------------------------------------------------------------- the machine
@@ -877,6 +879,9 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
     st_compute = st[6]
     last_access = st[5]
     pool_next = st[10]
+    fresh = pol[P_FRESH] != 0
+    reg_compute = rg.compute
+    forbids = iv_forbid.shape[0] > 0
     forced = -1
     for i in range(iv_force.shape[0]):
         if iv_force[i, 0] == decision:
@@ -888,12 +893,18 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
     position = 0
     s = sc[S_POOL_HEAD]
     while s != -1:
-        if _excluded(sc, iv_retain, iv_window, iv_forbid, decision, s):
+        if (iv_retain[s] or forbids) and _excluded(sc, iv_retain, iv_window, iv_forbid,
+                                                   decision, s):
             s = pool_next[s]
             continue
-        fwd, bwd = _neighbourhoods(g, pol, sc, material, st_compute, mark, scratch,
-                                   rg, s)
-        score = _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd, emit_cands)
+        if fresh:
+            fwd, bwd = _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark,
+                                             scratch, s)
+        else:
+            fwd = reg_compute[2 * s]
+            bwd = reg_compute[2 * s + 1]
+        score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK], fwd, bwd,
+                       emit_cands)
         sc[S_SCORE_EVALS] += 1
         if not emit_cands:
             bound = score * (1.0 - APPROX_MARGIN)
@@ -901,7 +912,8 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
                 position += 1
                 s = pool_next[s]
                 continue  # certainly neither the victim nor the runner-up
-            score = _score(pol, sc, st_size, st_compute, last_access, s, fwd, bwd, True)
+            score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK], fwd, bwd,
+                           True)
         if emit_cands:
             row = sc[S_N_CANDS]
             sc[S_N_CANDS] = row + 1
@@ -934,17 +946,25 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
             runner = victim
             runner_score = best
             victim = forced
-            fwd, bwd = _neighbourhoods(g, pol, sc, material, st_compute, mark, scratch,
-                                       rg, forced)
-            best = _score(pol, sc, st_size, st_compute, last_access, forced,
-                          fwd, bwd, True)
+            if fresh:
+                fwd, bwd = _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark,
+                                                 scratch, forced)
+            else:
+                fwd = reg_compute[2 * forced]
+                bwd = reg_compute[2 * forced + 1]
+            best = _score(pol, st_compute[forced], st_size[forced], last_access[forced],
+                          sc[S_CLOCK], fwd, bwd, True)
     if victim >= 0 and emit:
         row = _emit(ev, evf, sc, EV_EVICT, t, victim, st_size[victim])
         ev[row, E_DECISION] = decision
         ev[row, E_RUNNER] = runner
         ev[row, E_REQUEST] = request
-        fwd, bwd = _neighbourhoods(g, pol, sc, material, st_compute, mark, scratch,
-                                   rg, victim)
+        if fresh:
+            fwd, bwd = _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark,
+                                             scratch, victim)
+        else:
+            fwd = reg_compute[2 * victim]
+            bwd = reg_compute[2 * victim + 1]
         ev[row, E_COMPUTE] = st_compute[victim]
         ev[row, E_FWD] = fwd
         ev[row, E_BWD] = bwd
