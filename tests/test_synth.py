@@ -203,13 +203,10 @@ def test_random_small_log_plants_every_semantic_corner():
 def _mutates_a_view(recs: list[dict]) -> bool:
     """Some MUTATE changes a name that holds a view (ALIAS >= 0)."""
     is_view: dict[str, bool] = {}
-    pending: list[str] = []
     found = False
     for r in recs:
         kind = r["INSTRUCTION"]
-        if kind == "CALL":
-            pending = list(r["RESULT"])
-        elif kind == "ALIAS":
+        if kind == "ALIAS":
             is_view[r["NAME"]] = r["ALIAS"] != "-1"
         elif kind == "CONSTANT":
             is_view[r["NAME"]] = False

@@ -266,7 +266,7 @@ def _policy_panel(report, p) -> Panel:
                       f"{_ov(s.lo.overhead)} -> {_ov(s.hi.overhead)}", f"{s.factor:.2f} {s.direction}")
         parts.append(t)
     if p.unresolved:
-        parts.append(f"[magenta]unresolved (timeout): "
+        parts.append("[magenta]unresolved (timeout): "
                      + ", ".join(f"{_r(u.ratio)}" + (f" rep {u.rep}" if u.rep else "")
                                  for u in p.unresolved[:20]) + "[/]")
     if p.exact is not None:
