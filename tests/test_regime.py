@@ -1,0 +1,122 @@
+"""Regime comparison (queries/regime, analyses/regime) on a log whose answer is worked out.
+
+BURST log: w = const 10 (pinned), then x0..x7 = f(w), 10 bytes each, costs
+3, 5, 4, 3, 5, 4, 3, 5, all released at the end. Budget 50 holds w and four of
+them, so ops 5, 6, 7 and 8 each need one pressure eviction; they take storages
+1, 2, 4, 3 (scores cost / (10 x staleness)). Budget 100 never evicts: its
+stream is the dead frees at the end (op 8). With 2-op windows the evictions of
+the 50-byte run fall in windows [4, 5]: 1, [6, 7]: 2, [8, 9]: 1.
+
+- factor 2, min_excess 1, sustain 1: onset [4, 5] (1 > 0);
+- sustain 3: still [4, 5] (three blown windows to the end); sustain 4: none;
+- min_excess 2: onset [6, 7];
+- drivers from op 4: storages 1, 2, 3, 4 (one eviction each, none in the fast run);
+- the streams part at position 1 (pressure 1 at op 5 against dead 1 at op 8):
+  op 5, one op after the onset window starts.
+"""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from logdsl import Log
+
+from dtrforensics.analyses.regime import regime
+from dtrforensics.analyses.runs import open_together
+from dtrforensics.recorder.reader import open_recording
+from dtrforensics.recorder.record import record_run
+from dtrforensics.trace import load_trace
+
+
+def burst_log(n: int = 8) -> Log:
+    log = Log().const("w", 10)
+    for i in range(n):
+        log.call(f"x{i}", "f", ["w"], 3 + (i * 7) % 5, 10)
+    for i in range(n):
+        log.release(f"x{i}")
+    return log
+
+
+@pytest.fixture(scope="module")
+def burst(tmp_path_factory):
+    root = tmp_path_factory.mktemp("regime")
+    program = burst_log().program("burst")
+    fast = open_recording(record_run(program, budget=100, out_dir=root / "fast")[1])
+    slow = open_recording(record_run(program, budget=50, out_dir=root / "slow")[1])
+    return fast, slow
+
+
+def onset_of(fast, slow, **rule):
+    con, ids = open_together([fast, slow])
+    try:
+        return con.execute("SELECT * FROM regime_onset(?, ?, ?, ?, ?, ?)",
+                           [*ids, rule.get("window_ops", 2), rule.get("factor", 2.0),
+                            rule.get("min_excess", 1), rule.get("sustain", 1)]).fetchone()
+    finally:
+        con.close()
+
+
+def test_eviction_rate_windows(burst):
+    report = regime(*burst, window_ops=2, min_excess=1, sustain=1)
+    got = [(w.first_op, w.last_op, w.a.evictions, w.b.evictions) for w in report.windows]
+    assert got == [(0, 1, 0, 0), (2, 3, 0, 0), (4, 5, 0, 1), (6, 7, 0, 2), (8, 9, 0, 1)]
+    assert all(w.a.remats == w.b.remats == 0 for w in report.windows)
+
+
+def test_onset_rule(burst):
+    assert onset_of(*burst)[:5] == ("b", 0, 4, 2, 4)
+    assert onset_of(*burst, sustain=3)[3:5] == (2, 4)
+    assert onset_of(*burst, sustain=4)[3] is None
+    assert onset_of(*burst, min_excess=2)[3:5] == (3, 6)
+    assert onset_of(*burst, factor=1.0, min_excess=0)[3:5] == (0, 0)   # every window ties
+
+
+def test_drivers_and_divergence(burst):
+    report = regime(*burst, window_ops=2, min_excess=1, sustain=1)
+    assert report.slow == "b" and report.onset.first_op == 4
+    assert [(d.storage, d.slow_evictions, d.fast_evictions, d.excess) for d in report.drivers] == [
+        (1, 1, 0, 1), (2, 1, 0, 1), (3, 1, 0, 1), (4, 1, 0, 1)]
+    assert [d.first_slow_op for d in report.drivers] == [5, 6, 8, 7]
+    link = report.divergence
+    assert (link.position, link.a_storage, link.b_storage, link.op_id) == (1, 1, 1, 5)
+    assert link.ops_before_onset == -1 and link.drivers_among_entries == (1, 1)
+
+
+def test_identical_runs_have_no_regime(burst):
+    fast, _ = burst
+    report = regime(fast, fast, window_ops=2)
+    assert report.slow is None and report.onset is None and report.drivers == ()
+    assert report.divergence is None
+
+
+def test_bad_rule_is_refused(burst):
+    with pytest.raises(ValueError):
+        regime(*burst, window_ops=0)
+    with pytest.raises(ValueError):
+        regime(*burst, factor=0.5)
+
+
+def test_regime_switch_of_the_embedded_trace_against_the_event_tables(tmp_path):
+    """The embedded trace switches regime between 25,288,251 B (1.54x) and one byte
+    more (1.14x); every window count equals a count taken from events.parquet."""
+    program = load_trace("hole-rnn-seed16")
+    fast = open_recording(record_run(program, budget=25_288_252, out_dir=tmp_path / "fast")[1])
+    slow = open_recording(record_run(program, budget=25_288_251, out_dir=tmp_path / "slow")[1])
+    assert slow.summary["overhead"] > fast.summary["overhead"]
+    report = regime(fast, slow, window_ops=3, min_excess=1, sustain=1)
+    assert report.slow == "b"
+    for side, rec in (("a", fast), ("b", slow)):
+        events = pq.read_table(rec.path / "events.parquet").to_pylist()
+        for w in report.windows:
+            inside = [e for e in events if w.first_op <= e["op_id"] <= w.last_op]
+            remats = [e for e in inside if e["kind"] == "compute" and e["remat"]
+                      and not e["collateral"]]
+            rates = getattr(w, side)
+            assert rates.evictions == sum(e["kind"] == "evict" for e in inside)
+            assert rates.remats == len(remats)
+            assert rates.remat_compute == sum(e["cost"] for e in remats)
+    assert sum(w.b.evictions for w in report.windows) == slow.summary["evictions"]
+    assert report.onset is not None
+    blown = [w for w in report.windows
+             if w.b.evictions >= 2 * w.a.evictions and w.b.evictions - w.a.evictions >= 1]
+    assert report.onset.first_op == blown[0].first_op
