@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "export_cmd",
     "traces_cmd",
     "synth_cmd",
+    "reproduce_cmd",
 )
 
 app = typer.Typer(

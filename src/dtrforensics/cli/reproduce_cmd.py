@@ -1,0 +1,54 @@
+"""`dtrf reproduce`: both studies' numbers, ours beside theirs, and their figures."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("reproduce")(reproduce_command)
+
+
+def reproduce_command(
+    quick: Annotated[bool, typer.Option("--quick", help="Only the claims that need short runs (ResNet-32 and U-Net, about a minute).")] = False,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the report (report.md and its figures) and the runs behind it (work/, reused by the next reproduction).")] = Path("recordings") / "reproduce",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: claims [{id, published, ours, verdict, ...}].")] = False,
+) -> None:
+    """Run the protocol of the two DTR studies (regime switching, feasibility holes) on
+    the public traces with dtrforensics' own analyses, print every published claim
+    beside ours with a verdict (match, differs, sharper, not reproducible), and write
+    a markdown report with the studies' figures."""
+    import json
+
+    from rich.console import Console
+
+    from ..render.reproduce import print_reproduction
+    from ..render.reproduce_report import write_report
+    from ..reproduce.protocol import reproduce
+    from ..trace.registry import resolve_trace
+    from .errors import CommandError
+
+    for trace in ("resnet32", "unet") + (() if quick else ("lstm", "inceptionv4")):
+        try:
+            resolve_trace(trace)
+        except Exception as exc:
+            raise CommandError(f"the reproduction needs the public trace {trace!r} ({exc}); "
+                               "get them with `dtrf traces fetch` or point DTRF_TRACES at "
+                               "them") from None
+    err = Console(stderr=True)
+    started = time.perf_counter()
+    with err.status("reproducing") as status:
+        rep = reproduce(quick=quick, workdir=out / "work",
+                        progress=lambda msg: status.update(f"reproducing: {msg}"))
+    command = "dtrf reproduce" + (" --quick" if quick else "")
+    path = write_report(rep, out, command=command, wall_seconds=time.perf_counter() - started)
+    if as_json:
+        print(json.dumps({**rep.to_json(), "report": str(path)}, indent=2))
+        return
+    print_reproduction(Console(), rep)
+    print(f"report: {path}", file=sys.stderr)
