@@ -1,0 +1,185 @@
+"""Edges of a sweep: both sides of every change of outcome or regime, diffed.
+
+An edge is a pair of neighbouring budgets of a sweep whose executions differ
+in outcome (one completes, the other fails) or in regime (both complete, one
+with an overhead more than `threshold` above the other): in an exact sweep,
+two adjacent certified intervals (the edge is then byte-exact: the last budget
+of one and the first of the next); in a sampled sweep, two adjacent samples.
+
+For each edge, `edges(sweep)` records the run at both budgets (reused from
+the cache folder) and compares them: the decisive comparison (the first
+memory + request > budget comparison the two runs decide differently, and by
+how many bytes one run is short where the other fits:
+`queries/diff/decisive_check`) and the first divergent victim (`analyses.diff`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+from ..recorder.reader import Recording, is_recording, open_recording
+from ..recorder.record import default_recording_dir, record_run
+from .diff import diff
+from .runs import DEFAULT_CACHE, fetch_dicts, json_safe, open_together
+
+MAX_EDGES = 20
+
+
+@dataclass(frozen=True)
+class EdgeSide:
+    budget: int
+    ratio: float
+    outcome: str
+    overhead: float | None
+    recording: str
+
+
+@dataclass(frozen=True)
+class DecisiveCheck:
+    """The first budget comparison (memory + request > budget) the two runs decide
+    differently (`queries/diff/decisive_check`)."""
+    op_id: int
+    paper_op: int
+    tensor: str
+    depth: int
+    request: int
+    memory: int
+    below_shortfall: int             # memory + request - budget: > 0 short, <= 0 fits
+    above_shortfall: int
+    same_state: bool                 # false: the runs had parted before (not a budget edge)
+    text: str
+
+
+@dataclass(frozen=True)
+class FirstDivergentVictim:
+    position: int                    # in the eviction streams
+    below: str                       # each run's entry there
+    above: str
+    op_id: int | None
+    cause: str
+
+
+@dataclass(frozen=True)
+class Edge:
+    kind: str                        # 'outcome' or 'regime'
+    exact: bool                      # adjacent certified intervals: byte-exact
+    below: EdgeSide
+    above: EdgeSide
+    gap_bytes: int                   # budgets strictly between the two sides (0: adjacent)
+    decisive: DecisiveCheck | None   # null: identical eviction streams
+    first_divergent_victim: FirstDivergentVictim | None
+
+
+@dataclass(frozen=True)
+class EdgesReport:
+    sweep: str
+    trace: str
+    policy: str
+    threshold: float
+    edges: tuple[Edge, ...]
+    found: int                       # edges found; the first `max_edges` are diffed
+
+    def to_json(self) -> dict:
+        out = json_safe(asdict(self))
+        for e in out["edges"]:
+            e["below_outcome"], e["above_outcome"] = e["below"]["outcome"], e["above"]["outcome"]
+        return out
+
+
+def find_edges(points: list[tuple[int, int, float, str, float | None]], threshold: float,
+               exact: bool) -> list[tuple[str, tuple, tuple]]:
+    """Neighbouring (lo, hi, ratio, outcome, overhead) pieces, in budget order, that
+    differ in outcome or (both ok) in regime: [(kind, below, above)]. In exact mode
+    only adjacent intervals (below.hi + 1 == above.lo) are edges."""
+    out = []
+    for a, b in zip(points, points[1:]):
+        if exact and a[1] + 1 != b[0]:
+            continue
+        if a[3] != b[3]:
+            out.append(("outcome", a, b))
+        elif a[3] == "ok" and a[4] and b[4] and max(a[4], b[4]) / min(a[4], b[4]) > 1 + threshold:
+            out.append(("regime", a, b))
+    return out
+
+
+def _record(program, budget: int, policy: str, cache: Path) -> Recording:
+    folder = default_recording_dir(program, budget, None, policy, root=cache)
+    if not is_recording(folder):
+        record_run(program, budget=budget, policy=policy, out_dir=folder, overwrite=True)
+    return open_recording(folder)
+
+
+def _side(rec: Recording, peak: int) -> EdgeSide:
+    ok = rec.outcome == "ok"
+    return EdgeSide(budget=rec.run["budget"], ratio=rec.run["budget"] / peak, outcome=rec.outcome,
+                    overhead=rec.summary.get("overhead") if ok else None, recording=str(rec.path))
+
+
+def _fits(shortfall: int) -> str:
+    return f"{shortfall:,} B short" if shortfall > 0 else f"fits, {-shortfall:,} B to spare"
+
+
+def _decisive(below: Recording, above: Recording, program) -> DecisiveCheck | None:
+    con, ids = open_together([below, above])
+    try:
+        rows = fetch_dicts(con, "SELECT * FROM decisive_check(?, ?)", ids)
+    finally:
+        con.close()
+    if not rows:
+        return None
+    r = rows[0]
+    text = (f"op {r['op_id']} allocating {program.tensor_name(r['tensor_id'])} "
+            f"({r['request']:,} B) with {r['memory']:,} B resident: "
+            f"{r['a_budget']:,} B is {_fits(r['a_shortfall'])}; "
+            f"{r['b_budget']:,} B {_fits(r['b_shortfall'])}")
+    return DecisiveCheck(op_id=r["op_id"], paper_op=r["paper_op"],
+                         tensor=program.tensor_name(r["tensor_id"]), depth=r["depth"],
+                         request=r["request"], memory=r["memory"],
+                         below_shortfall=r["a_shortfall"], above_shortfall=r["b_shortfall"],
+                         same_state=bool(r["same_state"]), text=text)
+
+
+def edges(sweep: str | os.PathLike, *, policy: str | None = None, threshold: float | None = None,
+          max_edges: int = MAX_EDGES, cache: str | os.PathLike = DEFAULT_CACHE,
+          on_edge=None) -> EdgesReport:
+    """Diff both sides of every edge of the sweep at `sweep` (the first `max_edges`)."""
+    from ..sweep.holes import analyze, load_points
+    from ..trace import load_trace
+    report = analyze(sweep, threshold=threshold)
+    pol = report.policy(policy or report.params.policies[0])
+    exact = pol.exact is not None and bool(pol.exact.partition)
+    if exact:
+        pieces = [(iv.lo, iv.hi, iv.lo / report.trace.peak, iv.outcome, iv.overhead)
+                  for iv in sorted(pol.exact.partition, key=lambda iv: iv.lo)]
+    else:
+        pieces = [(p["budget"], p["budget"], p["ratio"], p["outcome"], p["overhead"])
+                  for p in load_points(sweep).get(pol.policy, [])]
+    found = find_edges(pieces, report.threshold, exact)
+    program = load_trace(report.trace.source)
+    out = []
+    for i, (kind, a, b) in enumerate(found[:max_edges]):
+        if on_edge:
+            on_edge(i + 1, min(len(found), max_edges))
+        below = _record(program, a[1], pol.policy, Path(cache))
+        above = _record(program, b[0], pol.policy, Path(cache))
+        decisive = _decisive(below, above, program)
+        first = diff(below, above).first_divergence
+        victim = None if first is None else FirstDivergentVictim(
+            position=first.position, below=_entry(first.a), above=_entry(first.b),
+            op_id=first.op_id, cause=first.cause)
+        out.append(Edge(kind=kind, exact=exact, below=_side(below, report.trace.peak),
+                        above=_side(above, report.trace.peak),
+                        gap_bytes=b[0] - a[1] - 1, decisive=decisive,
+                        first_divergent_victim=victim))
+    return EdgesReport(sweep=str(sweep), trace=report.trace.name, policy=pol.policy,
+                       threshold=report.threshold, edges=tuple(out), found=len(found))
+
+
+def _entry(side) -> str:
+    if side.kind is None:
+        return "stream ended"
+    what = "pressure victim" if side.kind == "pressure" else "dead free"
+    return f"{what} {side.victim} at op {side.op_id}"
