@@ -13,14 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..engine.replay import Interventions, replay, resolve_budget
+from ..engine.replay import Interventions, RunResult, replay, resolve_budget
 from ..recorder.reader import is_recording, open_recording
 from ..recorder.record import default_recording_dir, record_run
 from ..trace.program import Program
 
-#: Summary keys compared side by side.
-SIDE_BY_SIDE = ("outcome", "overhead", "evictions", "remats", "max_pinned", "max_depth",
-                "clock", "victims_sha256")
 
 
 @dataclass(frozen=True)
@@ -39,6 +36,17 @@ class RunRef:
 def same_execution(a: dict, b: dict) -> bool:
     """The identical run: same victims in order, same clock, same outcome."""
     return all(a[k] == b[k] for k in ("victims_sha256", "clock", "outcome", "dead_frees"))
+
+
+def control_reproduces(program: Program, plain: RunResult, *, interventions: Interventions,
+                       **run) -> bool:
+    """Does the intervention code path with nothing changed reproduce the plain run?
+    `plain` is the run just made (with `interventions`); `run` its budget, policy,
+    timeout and thrash factor. A plain run with interventions is made anew."""
+    if not interventions.is_empty():
+        plain = replay(program, **run)
+    checked = replay(program, interventions=Interventions(control=True), **run)
+    return same_execution(plain.summary.to_json(), checked.summary.to_json())
 
 
 def run_once(program: Program, *, budget: int, ratio: float | None, policy: str,

@@ -13,7 +13,6 @@ shipped query installed, and says which run_id each one got.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -129,24 +128,5 @@ def same_trace(recordings: Sequence[Recording]) -> None:
         raise RunSpecError(f"these recordings replay different traces: {names}")
 
 
-def json_safe(value):
-    """Nested dicts/lists -> strict JSON values: a non-finite float (a +inf score)
-    becomes the string "inf", "-inf" or "nan"."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
-    return value
-
-
-def fetch_dicts(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence = ()) -> list[dict]:
-    """Rows of a query as dicts (column name -> Python value)."""
-    rel = con.execute(sql, list(params))
-    names = [d[0] for d in rel.description]
-    return [dict(zip(names, row)) for row in rel.fetchall()]
-
-
-__all__ = ["DEFAULT_CACHE", "NotARecordingError", "RunSpec", "RunSpecError", "fetch_dicts",
-           "json_safe", "open_together", "record_spec", "resolve_run", "same_trace"]
+__all__ = ["DEFAULT_CACHE", "NotARecordingError", "RunSpec", "RunSpecError", "open_together",
+           "record_spec", "resolve_run", "same_trace"]

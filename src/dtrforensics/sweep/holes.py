@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from ..rows import fetch_dicts
 from .store import SweepParams, SweepStore, TraceInfo
 
 SWEEP_QUERIES = (
@@ -234,12 +235,6 @@ def connect(store: SweepStore) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _rows(con, sql: str, params: list) -> list[dict]:
-    cur = con.execute(sql, params)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
-
-
 def _files(store: SweepStore) -> list[str]:
     return [os.fspath(p) for p in store.part_files()]
 
@@ -258,7 +253,7 @@ def load_points(path: str | os.PathLike) -> dict[str, list[dict]]:
     if not files:
         return out
     con = connect(store)
-    for r in _rows(con, "SELECT * FROM sample_points(?)", [files]):
+    for r in fetch_dicts(con, "SELECT * FROM sample_points(?)", [files]):
         out.setdefault(r["policy"], []).append(r)
     return out
 
@@ -303,7 +298,7 @@ def _run_all(con, files: list[str], rng: tuple[int, int], params: SweepParams,
     for name, extra in calls.items():
         marks = ", ".join("?" * (1 + len(extra)))
         grouped: dict[str, list[dict]] = {}
-        for r in _rows(con, f"SELECT * FROM {name}({marks})", [files, *extra]):
+        for r in fetch_dicts(con, f"SELECT * FROM {name}({marks})", [files, *extra]):
             grouped.setdefault(r["policy"], []).append(r)
         out[name] = grouped
     return out
