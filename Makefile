@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/recording.py
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/trace_cache.py
+	$(BIN)/python benchmarks/startup.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .errors import CommandError
+from .kernel_notice import announce_compile
 
 if TYPE_CHECKING:
     from ..recorder.reader import Recording
@@ -23,6 +24,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.
 
 def _announce(spec, folder: Path) -> None:
     print(f"recording {spec} into {folder} (once; later runs reuse it)", file=sys.stderr)
+    announce_compile()
 
 
 def open_run(text: str, *, scores: str, cache: Path) -> Recording:

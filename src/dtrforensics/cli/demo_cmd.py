@@ -33,6 +33,9 @@ def demo_command(
 ) -> None:
     """Find, explain and fix a feasibility hole, end to end, in under a minute."""
     from rich.console import Console
+
+    from .kernel_notice import announce_compile
+    announce_compile()
     run_demo(Console(), out, public=public, jobs=jobs)
 
 

@@ -9,7 +9,7 @@ import typer
 
 from ..engine.policies import POLICIES
 from .errors import CommandError
-from .options import interventions_from_options
+from .kernel_notice import announce_compile
 
 RecordRoot = Annotated[str, typer.Option(help="Where the runs are recorded (reused when present); '' to not record.")]
 
@@ -43,11 +43,13 @@ def intervene_command(
     from ..analyses.interventions import intervene
     from ..engine.replay import InterventionError
     from ..trace import load_trace
+    from .options import interventions_from_options
 
     ivs = interventions_from_options(retain, retain_ops, forbid_victim, force_victim)
     if ivs.is_empty():
         raise CommandError("nothing to change: give --retain, --forbid-victim or --force-victim")
     program = load_trace(trace)
+    announce_compile()
     try:
         result = intervene(program, ivs, policy=policy, timeout=timeout,
                            record_root=Path(record_root) if record_root else None,
@@ -100,6 +102,7 @@ def explain_command(
     from ..trace import load_trace
 
     program = load_trace(trace)
+    announce_compile()
     console = Console(stderr=as_json)
     with Progress(TextColumn("[bold]retentions"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), TextColumn("{task.fields[last]}"), console=console,

@@ -81,7 +81,7 @@ class LazyGroup(TyperGroup):
                               for name, (_, short_help) in COMMANDS.items()})
 
 
-app = typer.Typer(cls=LazyGroup, name="dtrf", help=HELP, no_args_is_help=True,
+app = typer.Typer(cls=LazyGroup, name="dtrf", help=HELP, no_args_is_help=True, rich_markup_mode=None,
                   add_completion=False, pretty_exceptions_enable=False)
 
 

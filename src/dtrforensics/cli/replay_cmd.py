@@ -12,7 +12,6 @@ import typer
 
 from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
 from .errors import CommandError
-from .options import parse_window
 
 DEFAULT_LIMIT = 200     # steps printed when no --limit is given (JSON: all)
 
@@ -33,6 +32,7 @@ def replay_command(
 ) -> None:
     """Replay a recording allocation by allocation: request, memory, budget, pinned
     and pool bytes at each check, and every victim with its score and runner-up."""
+    from .options import parse_window
     window = parse_window(ops)
     if window is not None and window[0] > window[1]:
         raise CommandError(f"empty op window {ops}")

@@ -8,7 +8,7 @@ import typer
 
 from ..engine.policies import POLICIES
 from .errors import CommandError
-from .options import interventions_from_options
+from .kernel_notice import announce_compile
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
@@ -34,6 +34,7 @@ def run(
     """Replay TRACE under a memory budget exactly as the reference DTR simulator."""
     from ..engine.replay import InterventionError, replay
     from ..trace import load_trace
+    from .options import interventions_from_options
 
     if (ratio is None) == (budget is None):
         raise CommandError("give exactly one of --ratio or --budget")
@@ -42,6 +43,7 @@ def run(
     if scores not in ("victims", "all"):
         raise CommandError("--scores is 'victims' or 'all'")
     program = load_trace(trace)
+    announce_compile()
     interventions = interventions_from_options(retain, retain_ops, forbid_victim, force_victim)
     run_args = dict(ratio=ratio, budget=budget, policy=policy, timeout=timeout)
     if thrash_limit is not None:

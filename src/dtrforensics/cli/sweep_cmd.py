@@ -15,6 +15,7 @@ import typer
 
 from ..engine.policies import POLICIES
 from .errors import CommandError
+from .kernel_notice import announce_compile
 
 
 def register(app: typer.Typer) -> None:
@@ -78,6 +79,7 @@ def sweep(
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     program = load_trace(trace)
+    announce_compile()
     out = out if out is not None else sweep_folder(program.name, program.sha256, params)
     err = err_console()
     observer = SweepProgress(err, enabled=not no_progress and err.is_terminal)
