@@ -14,7 +14,9 @@ meaning or type of something that exists. Readers refuse a newer major.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
@@ -79,9 +81,30 @@ class Table:
 
     def arrow_schema(self) -> pa.Schema:
         """The schema as written, with the format version in its metadata."""
+        return self._schema
+
+    @cached_property
+    def _schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns],
                          metadata={META_FORMAT: FORMAT_VERSION.encode(),
                                    META_TABLE: self.name.encode()})
+
+    def _ordered(self, columns: Mapping[str, pa.Array]) -> list[pa.Array]:
+        names = set(self.column_names)
+        if set(columns) != names:
+            raise ValueError(f"table {self.name}: missing columns "
+                             f"{sorted(names - set(columns))}, unknown columns "
+                             f"{sorted(set(columns) - names)}")
+        return [columns[name] for name in self.column_names]
+
+    def record_batch(self, columns: Mapping[str, pa.Array]) -> pa.RecordBatch:
+        """A batch of this table from arrays keyed by column name (in any order): data
+        lands under its name whatever the declared column order."""
+        return pa.RecordBatch.from_arrays(self._ordered(columns), schema=self._schema)
+
+    def arrow_table(self, columns: Mapping[str, pa.Array]) -> pa.Table:
+        """`record_batch` for a whole table."""
+        return pa.Table.from_arrays(self._ordered(columns), schema=self._schema)
 
     def query_schema(self) -> pa.Schema:
         """The schema as SQL sees it (dictionary columns read back as plain strings)."""
