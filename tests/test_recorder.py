@@ -327,6 +327,26 @@ def test_format_doc_is_generated():
         "docs/recording-format.md is stale: run python -m dtrforensics.recorder.schema"
 
 
+def test_sweep_format_doc_is_generated():
+    from dtrforensics.sweep import schema as sweep_schema
+    text = (REPO / sweep_schema.DOC_PATH).read_text(encoding="utf-8")
+    assert text == sweep_schema.render_sweep_doc(), \
+        "docs/sweep-format.md is stale: run python -m dtrforensics.sweep.schema"
+    assert all(f"| `{name}` |" in text for name in sweep_schema.RUNS.column_names)
+
+
+def test_event_timings_are_the_engines_own():
+    """The events table documents each kind's timing with the engine's words."""
+    from dtrforensics.engine import hooks
+    from dtrforensics.recorder.schema import EVENTS, event_timings
+    timings = event_timings()
+    assert list(timings) == list(hooks.EVENT_KINDS)
+    flat = " ".join(hooks.__doc__.split())
+    for kind, when in timings.items():
+        assert f"- `{kind}`: {when}" in flat
+        assert f"`{kind}` {when.rstrip('.')}" in EVENTS.doc
+
+
 def test_candidate_ranks_break_ties_like_the_scan():
     decision = np.array([0, 0, 0, 0, 1, 1])
     score = np.array([0.5, 0.2, 0.2, np.inf, 1.0, 0.0])
