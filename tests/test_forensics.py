@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from test_forensics_queries import chain_log, fan_log, forensic_recs, mixed_log  # noqa: F401
+from logs import chain_log, fan_log, mixed_log
 from typer.testing import CliRunner
 
 from dtrforensics.analyses.diff import CAUSES, diff

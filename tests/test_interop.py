@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 import pytest
 from logdsl import Log
 from public import program_or_skip
-from test_queries import tiny_program
+from logs import tiny_program
 from typer.testing import CliRunner
 
 from dtrforensics.cli import export_cmd

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from public import program_or_skip
-from test_queries import tiny_log, tiny_program
+from logs import tiny_log, tiny_program
 
 from dtrforensics import db
 from dtrforensics.engine.replay import Interventions
