@@ -21,16 +21,12 @@ from ..trace.program import Program
 
 
 @dataclass(frozen=True)
-class RunRef:
+class ComparedRun:
     """One run of a comparison: its summary (the `dtrf run --json` object) and
     where it is recorded (None when not recorded)."""
 
     summary: dict
     recording: Path | None
-
-    @property
-    def peak_pinned_depth(self) -> int:
-        return self.summary["max_pinned"]["depth"]
 
 
 def same_execution(a: dict, b: dict) -> bool:
@@ -51,38 +47,34 @@ def control_reproduces(program: Program, plain: RunResult, *, interventions: Int
 
 def run_once(program: Program, *, budget: int, ratio: float | None, policy: str,
              interventions: Interventions, record_root: Path | None,
-             timeout: float | None = None, scores: str = "victims") -> RunRef:
+             timeout: float | None = None, scores: str = "victims") -> ComparedRun:
     """Replay (recorded under `record_root` when given), reusing a recording."""
     if record_root is None:
         result = replay(program, budget=budget, policy=policy, timeout=timeout,
                         interventions=interventions)
-        return RunRef(result.summary.to_json(), None)
+        return ComparedRun(result.summary.to_json(), None)
     target = default_recording_dir(program, budget, ratio, policy, interventions,
                                    root=record_root)
     if is_recording(target):
         recording = open_recording(target)
         summary = recording.summary
         if summary.get("outcome") != "timeout":
-            return RunRef(summary, target)
+            return ComparedRun(summary, target)
     result, path = record_run(program, budget=budget, policy=policy, out_dir=target,
                               scores=scores, timeout=timeout, interventions=interventions,
                               overwrite=is_recording(target))
-    return RunRef(result.summary.to_json(), path)
+    return ComparedRun(result.summary.to_json(), path)
 
 
 @dataclass(frozen=True)
 class InterventionResult:
-    baseline: RunRef
-    intervention: RunRef
-    control: RunRef
+    baseline: ComparedRun
+    intervention: ComparedRun
+    control: ComparedRun
 
     @property
     def control_matches(self) -> bool:
         return same_execution(self.baseline.summary, self.control.summary)
-
-    @property
-    def changed_outcome(self) -> bool:
-        return self.baseline.summary["outcome"] != self.intervention.summary["outcome"]
 
     def to_json(self) -> dict:
         return {"baseline": self.baseline.summary, "intervention": self.intervention.summary,

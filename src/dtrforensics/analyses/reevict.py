@@ -25,7 +25,6 @@ from ..jsonsafe import json_safe
 from ..rows import fetch_dicts
 from .runs import open_together, same_trace
 
-SCOPES = ("pressure", "stream")
 TOP = 10
 
 

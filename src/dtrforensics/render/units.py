@@ -47,9 +47,5 @@ def fmt_overhead(x: float | None, digits: int = 4) -> str:
     return "-" if not x else f"{x:.{digits}f}x"
 
 
-def fmt_count(x: int | None) -> str:
-    return "-" if x is None else f"{x:,}"
-
-
 def fmt_fraction(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
