@@ -422,12 +422,15 @@ def table_doc(table: Table, where: str) -> list[str]:
     return out
 
 
-def write_format_doc(root: Path) -> Path:
-    path = root / DOC_PATH
+def write_doc(root: Path, relative: Path, text: str) -> Path:
+    """Write a generated document under the repository root `root`."""
+    path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_format_doc(), encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path
 
 
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
 if __name__ == "__main__":
-    print(write_format_doc(Path(__file__).resolve().parents[3]))
+    print(write_doc(REPO_ROOT, DOC_PATH, render_format_doc()))

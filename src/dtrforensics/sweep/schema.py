@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..recorder.schema import Column, Table, table_doc
+from ..recorder.schema import REPO_ROOT, Column, Table, table_doc, write_doc
 
 DOC_PATH = Path("docs") / "sweep-format.md"
 SWEEP_FILE = "sweep.json"
@@ -80,12 +80,5 @@ def render_sweep_doc() -> str:
     ])
 
 
-def write_sweep_doc(root: Path) -> Path:
-    path = root / DOC_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_sweep_doc(), encoding="utf-8")
-    return path
-
-
 if __name__ == "__main__":
-    print(write_sweep_doc(Path(__file__).resolve().parents[3]))
+    print(write_doc(REPO_ROOT, DOC_PATH, render_sweep_doc()))
