@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full bench install clean
+.PHONY: demo test test-full test-stories bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,11 +22,16 @@ test: $(STAMP)
 test-full: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
 
+# The published stories on the public traces (InceptionV4 diff and OOM, LSTM figures).
+test-stories: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/test_forensics_public.py
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/recording.py
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/trace_cache.py
+	$(BIN)/python benchmarks/startup.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

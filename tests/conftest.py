@@ -4,8 +4,33 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import pytest  # noqa: E402
+from logs import chain_log, fan_log, shift_log, tiny_program  # noqa: E402
 from public import traces_dir  # noqa: E402
+
+from dtrforensics.engine.replay import Interventions  # noqa: E402
+from dtrforensics.recorder.record import record_run  # noqa: E402
 
 # Commands run by the tests (CLI in subprocesses) find the public traces too.
 if "DTRF_TRACES" not in os.environ and traces_dir() is not None:
     os.environ["DTRF_TRACES"] = str(traces_dir())
+
+
+@pytest.fixture(scope="session")
+def forensic_recs(tmp_path_factory):
+    """Folder -> recordings: shift125/130, chain55/100, fan50, fan50_forced,
+    fan50_victims (no candidates), tiny120, tiny105."""
+    root = tmp_path_factory.mktemp("forensic")
+    shift, chain, fan = (shift_log().program("shift"), chain_log().program("chain"),
+                         fan_log().program("fan"))
+    tiny = tiny_program()
+    for name, program, kw in (
+        ("shift125", shift, {"budget": 125}), ("shift130", shift, {"budget": 130}),
+        ("chain55", chain, {"budget": 55}), ("chain100", chain, {"budget": 100}),
+        ("fan50", fan, {"budget": 50}),
+        ("fan50_forced", fan, {"budget": 50, "interventions": Interventions(force=((3, 2),))}),
+        ("tiny120", tiny, {"budget": 120}), ("tiny105", tiny, {"budget": 105}),
+    ):
+        record_run(program, out_dir=root / name, scores="all", **kw)
+    record_run(fan, budget=50, out_dir=root / "fan50_victims", scores="victims")
+    return root

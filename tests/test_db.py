@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from test_queries import tiny_program
+from logs import tiny_program
 
 from dtrforensics import db
 from dtrforensics.recorder.record import record_run

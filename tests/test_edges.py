@@ -18,11 +18,14 @@ hole edge one run is 1 byte short where the other fits with 0 to spare.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from logdsl import Log
 
 from dtrforensics.analyses.edges import edges, find_edges
-from dtrforensics.analyses.runs import fetch_dicts, open_together
+from dtrforensics.analyses.runs import open_together
+from dtrforensics.rows import fetch_dicts
 from dtrforensics.engine.replay import prepared
 from dtrforensics.recorder.reader import open_recording
 from dtrforensics.recorder.record import record_run
@@ -107,3 +110,21 @@ def test_edges_json_carries_budgets_in_bytes(embedded_edges):
     first = doc["edges"][0]
     assert {"below", "above", "below_outcome", "above_outcome", "decisive"} <= set(first)
     assert isinstance(first["below"]["budget"], int)
+
+
+def test_dtrf_edges_command(embedded_edges, tmp_path):
+    import json
+    import subprocess
+    import sys
+    sweep = Path(embedded_edges.sweep)
+    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "edges", str(sweep),
+                           "--cache", str(sweep.parent / "cache"), "--json"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [(e["below"]["budget"], e["above"]["budget"]) for e in doc["edges"]] == [
+        (e.below.budget, e.above.budget) for e in embedded_edges.edges]
+    bad = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "edges",
+                          str(tmp_path / "missing")], capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "no such sweep folder" in bad.stderr
+    assert "Traceback" not in bad.stderr

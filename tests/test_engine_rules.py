@@ -149,3 +149,32 @@ def test_deep_nesting_does_not_recurse():
     result = replay(p, budget=60)
     assert result.summary.outcome in ("ok", "oom")
     assert result.summary.max_depth >= 2
+
+
+def _chain_needed_at_the_end(n: int, k: int):
+    """A chain a0 -> a1 -> ... of n ops whose links are released as soon as used, except
+    a_k, which the last op z needs. Under a budget of w + two links, a_k is evicted
+    while the chain runs, so z rematerializes a_k, which rematerializes a_{k-1}, ...
+    down to a0: k + 2 materializations in progress at once (z, a_k, ..., a0)."""
+    log = Log().const("w", 8).call("a0", "f", ["w"], 1, 10)
+    for i in range(1, n):
+        log.call(f"a{i}", "f", [f"a{i - 1}"], 1, 10)
+        if i - 1 != k:
+            log.release(f"a{i - 1}")
+    return log.call("z", "g", [f"a{k}"], 1, 10).release(f"a{k}").release(f"a{n - 1}").program()
+
+
+def test_thousands_of_nested_rematerializations():
+    """Nesting is an explicit frame stack: 5,002 levels deep, no recursion limit."""
+    k = 5000
+    result = replay(_chain_needed_at_the_end(k + 500, k), budget=28)
+    assert result.summary.outcome == "ok"
+    assert result.summary.max_depth == k + 2
+    assert result.summary.remats == k + 1
+
+
+def test_nested_rematerialization_chain_agrees_with_the_oracle():
+    """The same construction, shallow enough for the recursive oracle."""
+    k = 150
+    result = _both(_chain_needed_at_the_end(k + 50, k), budget=28)
+    assert result.summary.max_depth == k + 2

@@ -5,63 +5,13 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from logdsl import Log
+from logs import random_logs
 from oracle import run as oracle_run
 
 from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.replay import replay
 
-SIZES = (0, 8, 16, 16, 24, 64, 100, 128)
-COSTS = (0, 1, 1, 5, 10, 100)
 POLICIES = ("dtr", "no-staleness", "no-size", "compute-only", "lru", "size", "msps", "dtr-local")
-
-
-@st.composite
-def random_logs(draw):
-    """A valid log mixing every instruction kind over a small live-name pool."""
-    log = Log()
-    live: list[str] = []
-    counter = [0]
-
-    def fresh():
-        counter[0] += 1
-        return f"x{counter[0]}"
-
-    for _ in range(draw(st.integers(1, 3))):
-        name = fresh()
-        log.const(name, draw(st.sampled_from(SIZES[1:])))
-        live.append(name)
-    for _ in range(draw(st.integers(3, 28))):
-        action = draw(st.sampled_from(("call", "call", "call", "call", "view", "mutate",
-                                       "copy", "copy_from", "release", "release")))
-        if action in ("call", "view"):
-            args = draw(st.lists(st.sampled_from(live), min_size=1, max_size=3))
-            n_out = draw(st.integers(1, 3)) if action == "call" else 1
-            results = [fresh() for _ in range(n_out)]
-            aliases = ([0] if action == "view" else
-                       [draw(st.sampled_from([-1, -1, -1, 0])) for _ in results])
-            sizes = [draw(st.sampled_from(SIZES)) for _ in results]
-            log.call(results, "backward_op" if draw(st.booleans()) and len(live) > 4 else "op",
-                     args, draw(st.sampled_from(COSTS)), sizes, aliases)
-            live.extend(results)
-        elif action == "mutate":
-            args = draw(st.lists(st.sampled_from(live), min_size=1, max_size=2, unique=True))
-            log.mutate("add_", args, [0], draw(st.sampled_from(COSTS)))
-        elif action == "copy":
-            name = fresh()
-            log.copy(name, draw(st.sampled_from(live)))
-            live.append(name)
-        elif action == "copy_from":
-            log.copy_from(draw(st.sampled_from(live)), draw(st.sampled_from(live)))
-        elif len(live) > 1:
-            name = draw(st.sampled_from(live))
-            log.release(name)
-            if draw(st.booleans()):
-                live.remove(name)
-    if draw(st.booleans()):
-        log.release("never_defined")
-    return log.program()
-
 
 def _same_execution(a, b) -> bool:
     return (a.summary.outcome == b.summary.outcome and a.summary.clock == b.summary.clock

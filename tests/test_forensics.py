@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from test_forensics_queries import chain_log, fan_log, forensic_recs, mixed_log  # noqa: F401
+from logs import chain_log, fan_log, mixed_log
 from typer.testing import CliRunner
 
 from dtrforensics.analyses.diff import CAUSES, diff
@@ -19,7 +19,7 @@ from dtrforensics.analyses.reevict import reevict
 from dtrforensics.analyses.replay_view import ReplaySource, replay_window
 from dtrforensics.analyses.runs import RunSpec, RunSpecError, resolve_run
 from dtrforensics.cli.main import app
-from dtrforensics.cli.oom_cmd import Collapsed, collapse
+from dtrforensics.render.oom import Collapsed, collapse
 from dtrforensics.engine.replay import prepared
 from dtrforensics.recorder.reader import NotARecordingError, open_recording
 from dtrforensics.recorder.record import record_run
@@ -237,7 +237,12 @@ def test_run_spec_parse():
     assert RunSpec.parse("inceptionv4@0.235") == RunSpec("inceptionv4", 0.235, "dtr")
     assert RunSpec.parse("lstm@0.264:lru") == RunSpec("lstm", 0.264, "lru")
     assert RunSpec.parse("/tmp/a@b/x.log@0.5") == RunSpec("/tmp/a@b/x.log", 0.5, "dtr")
-    for bad in ("lstm", "lstm@", "lstm@x", "lstm@-1", "lstm@0.5:nope", "@0.5"):
+    assert RunSpec.parse("resnet32@1024657200B") == RunSpec("resnet32", None, "dtr", 1024657200)
+    assert RunSpec.parse("resnet32@1,024,657,200B:lru") == RunSpec("resnet32", None, "lru",
+                                                                   1024657200)
+    assert str(RunSpec.parse("resnet32@1024657200B")) == "resnet32@1024657200B:dtr"
+    for bad in ("lstm", "lstm@", "lstm@x", "lstm@-1", "lstm@0.5:nope", "@0.5", "lstm@0B",
+                "lstm@1.5B", "lstm@B", "lstm@-3B"):
         with pytest.raises(RunSpecError):
             RunSpec.parse(bad)
 

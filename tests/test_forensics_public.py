@@ -12,8 +12,13 @@
 - LSTM at 0.265 vs 0.264: 5,233 vs 5,236 distinct storages in the eviction stream,
   Jaccard 0.999, 1.33 vs 8.27 evictions per storage (stream convention: 0.265
   makes 1,726 pressure evictions and 5,232 dead frees, 6,958 in all).
-Skipped cleanly without the traces; the InceptionV4 0.235 and LSTM 0.264 replays
-take tens of seconds, so those tests are marked slow.
+Skipped cleanly without the traces. The default suite keeps a representative
+subset, one story per analysis: ResNet-32's OOM frontier (and `dtrf oom` on a run
+spec) and LSTM 0.265's re-eviction figures; the hand-written logs of
+test_forensics_queries.py plant the InceptionV4 divergence (a timing shift
+before a divergent choice) in miniature. The full InceptionV4 diff and OOM and
+the LSTM 0.265/0.264 comparison replay for tens of seconds each and are marked
+slow: `make test-stories` runs them (`make test-full` runs every slow test).
 """
 
 from __future__ import annotations

@@ -42,78 +42,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from logdsl import Log
-from test_queries import tiny_program
+from logs import fan_log
 
 from dtrforensics import db
-from dtrforensics.engine.replay import Interventions
 from dtrforensics.recorder.record import record_run
-
-
-def shift_log() -> Log:
-    return (Log().const("w", 10)
-            .call("a", "f", ["w"], 10, 40)
-            .call("b", "f", ["w"], 20, 40)
-            .call("x", "f", ["w"], 5, 1).release("x")
-            .call("c", "f", ["w"], 30, 40).release("b")
-            .call("d", "g", ["c"], 1, 50)
-            .release("a").release("c").release("d")
-            .call("e", "f", ["w"], 1, 1).release("e"))
-
-
-def chain_log() -> Log:
-    return (Log().const("w", 10)
-            .call("a", "f", ["w"], 10, 20)
-            .call("b", "f", ["a"], 10, 20).release("a")
-            .call("c", "f", ["b"], 10, 20).release("b")
-            .call("d", "f", ["w"], 10, 30)
-            .call("e", "h", ["c", "d"], 10, 10)
-            .release("c").release("d").release("e"))
-
-
-def fan_log(n: int = 8) -> Log:
-    log = Log().const("w", 10)
-    for i in range(n):
-        log.call(f"x{i}", "f", ["w"], 3 + (i * 7) % 5, 10)
-    for i in range(n):
-        log.release(f"x{i}")
-    return log
-
-
-def mixed_log() -> Log:
-    """A small DAG whose budgets 80/90 and 100/120 part at a choice (see test_forensics)."""
-    log = Log().const("w", 10)
-    log.call("a", "f", ["w"], 4, 20)
-    log.call("b", "f", ["a"], 6, 10)
-    log.call("c", "f", ["w"], 3, 30)
-    log.call("d", "f", ["b", "c"], 8, 10)
-    log.call("e", "f", ["a"], 2, 20)
-    log.call("g", "f", ["d", "e"], 5, 10)
-    log.call("h", "f", ["c"], 7, 20)
-    log.call("i", "f", ["g", "h"], 9, 10)
-    for name in "abcdeghi":
-        log.release(name)
-    return log
-
-
-@pytest.fixture(scope="session")
-def forensic_recs(tmp_path_factory):
-    """Folder -> recordings: shift125/130, chain55/100, fan50, fan50_forced,
-    fan50_victims (no candidates), tiny120, tiny105."""
-    root = tmp_path_factory.mktemp("forensic")
-    shift, chain, fan = (shift_log().program("shift"), chain_log().program("chain"),
-                         fan_log().program("fan"))
-    tiny = tiny_program()
-    for name, program, kw in (
-        ("shift125", shift, {"budget": 125}), ("shift130", shift, {"budget": 130}),
-        ("chain55", chain, {"budget": 55}), ("chain100", chain, {"budget": 100}),
-        ("fan50", fan, {"budget": 50}),
-        ("fan50_forced", fan, {"budget": 50, "interventions": Interventions(force=((3, 2),))}),
-        ("tiny120", tiny, {"budget": 120}), ("tiny105", tiny, {"budget": 105}),
-    ):
-        record_run(program, out_dir=root / name, scores="all", **kw)
-    record_run(fan, budget=50, out_dir=root / "fan50_victims", scores="victims")
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from logdsl import Log
 from public import program_or_skip
-from test_engine_vs_oracle import random_logs
+from logs import random_logs
 
 from dtrforensics.analyses.explain import explain
 from dtrforensics.analyses.interventions import intervene, same_execution

@@ -27,25 +27,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from logdsl import Log
+from logs import tiny_program
 from public import program_or_skip
 
 from dtrforensics import db
 from dtrforensics.recorder.record import record_run
-
-
-def tiny_log() -> Log:
-    return (Log().const("w", 10)
-           .call("a", "conv", ["w"], 10, 40)
-           .call("b", "conv", ["w"], 20, 40)
-           .call("x", "relu", ["w"], 5, 1).release("x")
-           .call("c", "conv", ["w"], 30, 40)
-           .call("d", "batch_norm", ["a", "b"], 40, 20)
-           .release("a").release("b").release("c"))
-
-
-def tiny_program():
-    return tiny_log().program("tiny")
 
 
 @pytest.fixture(scope="module")

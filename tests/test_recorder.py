@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from public import program_or_skip
-from test_queries import tiny_log, tiny_program
+from logs import tiny_log, tiny_program
 
 from dtrforensics import db
 from dtrforensics.engine.replay import Interventions
@@ -24,7 +24,7 @@ from dtrforensics.recorder import record as record_mod
 from dtrforensics.recorder.reader import (
     NotARecordingError, PartialRecordingWarning, find_recordings, open_recording,
 )
-from dtrforensics.recorder.record import default_recording_dir, record_from_cli, record_run, run_hash
+from dtrforensics.recorder.record import default_recording_dir, record_run, run_hash
 from dtrforensics.recorder.schema import (
     DOC_PATH, FILE_TABLES, FORMAT_VERSION, META_FORMAT, RecordingFormatError, render_format_doc,
 )
@@ -252,14 +252,41 @@ def test_default_folder_name(tmp_path, monkeypatch):
     assert run_hash(program.sha256, 120, "dtr", Interventions(retain=(1,))) != short
     assert run_hash(program.sha256, 121, "dtr", None) != short
     assert default_recording_dir(program, 12, 0.5, "lru").name.startswith("tiny-lru-0.5-")
-    # what `dtrf run --record` calls: '' means the default folder
+    # `dtrf run --record ''` records into the default folder, which now exists
     with pytest.raises(RecordingExistsError):
-        record_from_cli(program, budget=120, policy="dtr", record_dir="", scores="victims",
-                        timeout=None, interventions=None)
-    result, where = record_from_cli(program, ratio=None, budget=120, policy="dtr",
-                                    record_dir=str(tmp_path / "x"), scores="all",
-                                    timeout=None, interventions=Interventions())
+        record_run(program, budget=120, policy="dtr", out_dir=None, scores="victims")
+    result, where = record_run(program, ratio=None, budget=120, policy="dtr",
+                               out_dir=str(tmp_path / "x"), scores="all",
+                               interventions=Interventions())
     assert where == tmp_path / "x" and open_recording(where).has("candidates")
+
+
+@pytest.mark.parametrize("table, first, second", [
+    ("EVENTS", "clock", "depth"), ("DECISIONS", "memory", "request"),
+    ("CANDIDATES", "compute", "size"), ("STORAGES", "op_id", "compute"),
+    ("TENSORS", "output_index", "size"), ("OPS", "cost", "line"),
+])
+def test_columns_land_by_name_whatever_their_order(tmp_path, monkeypatch, table, first, second):
+    """Swap two same-typed columns in the schema: every column still holds its data."""
+    from dataclasses import replace
+
+    from dtrforensics.recorder import schema, writer
+    program = tiny_program()
+    _, plain = record_run(program, budget=120, out_dir=tmp_path / "plain", scores="all")
+    declared = getattr(schema, table)
+    cols = list(declared.columns)
+    i, j = declared.column_names.index(first), declared.column_names.index(second)
+    assert cols[i].type == cols[j].type
+    cols[i], cols[j] = cols[j], cols[i]
+    monkeypatch.setattr(writer, table, replace(declared, columns=tuple(cols)))
+    _, swapped = record_run(program, budget=120, out_dir=tmp_path / "swapped", scores="all")
+    a = pq.read_table(plain / declared.file)
+    b = pq.read_table(swapped / declared.file)
+    assert b.column_names.index(first) == j and b.column_names.index(second) == i
+    assert a.num_rows > 0
+    for name in declared.column_names:
+        assert a.column(name).to_pylist() == b.column(name).to_pylist(), name
+    assert a.column(first).to_pylist() != a.column(second).to_pylist()
 
 
 def test_bad_scores_option():
@@ -298,6 +325,26 @@ def test_find_recordings_walks_folders(tmp_path):
 def test_format_doc_is_generated():
     assert (REPO / DOC_PATH).read_text(encoding="utf-8") == render_format_doc(), \
         "docs/recording-format.md is stale: run python -m dtrforensics.recorder.schema"
+
+
+def test_sweep_format_doc_is_generated():
+    from dtrforensics.sweep import schema as sweep_schema
+    text = (REPO / sweep_schema.DOC_PATH).read_text(encoding="utf-8")
+    assert text == sweep_schema.render_sweep_doc(), \
+        "docs/sweep-format.md is stale: run python -m dtrforensics.sweep.schema"
+    assert all(f"| `{name}` |" in text for name in sweep_schema.RUNS.column_names)
+
+
+def test_event_timings_are_the_engines_own():
+    """The events table documents each kind's timing with the engine's words."""
+    from dtrforensics.engine import hooks
+    from dtrforensics.recorder.schema import EVENTS, event_timings
+    timings = event_timings()
+    assert list(timings) == list(hooks.EVENT_KINDS)
+    flat = " ".join(hooks.__doc__.split())
+    for kind, when in timings.items():
+        assert f"- `{kind}`: {when}" in flat
+        assert f"`{kind}` {when.rstrip('.')}" in EVENTS.doc
 
 
 def test_candidate_ranks_break_ties_like_the_scan():

@@ -120,3 +120,22 @@ def test_regime_switch_of_the_embedded_trace_against_the_event_tables(tmp_path):
     blown = [w for w in report.windows
              if w.b.evictions >= 2 * w.a.evictions and w.b.evictions - w.a.evictions >= 1]
     assert report.onset.first_op == blown[0].first_op
+
+
+def test_dtrf_regime_command_on_byte_specs(tmp_path):
+    """Run specs in bytes reach the exact regime switch of the embedded trace."""
+    import json
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "dtrforensics.cli.main", "regime",
+           "hole-rnn-seed16@25288252B", "hole-rnn-seed16@25288251B", "--window", "2",
+           "--min-excess", "1", "--json", "--plot", str(tmp_path / "regime.png")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["a"]["budget"], doc["b"]["budget"]) == (25_288_252, 25_288_251)
+    assert doc["slow"] == "b" and doc["onset"]["first_op"] == 22
+    assert (tmp_path / "regime.png").read_bytes()[:4] == b"\x89PNG"
+    bad = subprocess.run(cmd[:4] + ["hole-rnn-seed16@12.5B", "hole@1"], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert bad.returncode == 2 and "not a budget in bytes" in bad.stderr

@@ -306,21 +306,47 @@ def dtrf(*args, cwd=None, **kw):
                           capture_output=True, text=True, env=env, cwd=cwd, **kw)
 
 
-def start_and_stop(args, out, sig, parts):
-    """Start the CLI sweep, send `sig` to its process group (the sweep and its
-    workers) once `parts` part files exist; its exit code."""
-    proc = subprocess.Popen([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+HOLDING_SWEEP = """
+import os, sys
+from pathlib import Path
+from dtrforensics.cli.main import main
+from dtrforensics.sweep.store import SweepStore
+
+flush, held = SweepStore.flush, []
+
+
+def flush_then_hold(self):
+    path = flush(self)
+    if not held and len(self.part_files()) >= int(os.environ["HOLD_AT_PARTS"]):
+        held.append(path)
+        Path(os.environ["HELD_MARK"]).write_text(str(path))
+        sys.stdin.read()                  # until a signal: the sweep cannot finish
+    return path
+
+
+SweepStore.flush = flush_then_hold
+sys.argv = ["dtrf", *sys.argv[1:]]
+main()
+"""
+
+
+def start_and_stop(args, out, sig, parts, tmp_path):
+    """Start the CLI sweep with its store patched to stop right after the flush that
+    makes `parts` part files (rows flushed, the sweep unable to go on), send `sig` to
+    its process group (the sweep and its workers) once it holds there; its exit code."""
+    script, mark = tmp_path / "holding_sweep.py", tmp_path / f"held-{sig}"
+    script.write_text(HOLDING_SWEEP, encoding="utf-8")
+    env = dict(os.environ, HOLD_AT_PARTS=str(parts), HELD_MARK=str(mark))
+    proc = subprocess.Popen([sys.executable, str(script), *map(str, args)], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while len(list((out / "runs").glob("part-*.parquet"))) < parts:
+        while not mark.exists():
             assert proc.poll() is None, "the sweep ended before it could be stopped"
-            assert time.monotonic() < deadline
             time.sleep(0.01)
     finally:
         os.killpg(proc.pid, sig)
-        code = proc.wait(timeout=60)
+        code = proc.wait(timeout=120)
     return code
 
 
@@ -328,10 +354,10 @@ def test_resume_after_ctrl_c_and_kill(logs, tmp_path):
     out = tmp_path / "s"
     args = ["sweep", logs["chain"], "--from", "0.3", "--to", "0.9", "--step", "0.01",
             "--jobs", "2", "--flush-rows", "2", "--out", out, "--no-progress"]
-    assert start_and_stop(args, out, signal.SIGINT, 1) == 130      # Ctrl-C: flush, stop
+    assert start_and_stop(args, out, signal.SIGINT, 1, tmp_path) == 130  # Ctrl-C: flush, stop
     assert SweepStore(out).read_doc()["status"] == "interrupted"
     first = len(keys(out))
-    assert start_and_stop(args, out, signal.SIGKILL, 2 + first // 2) == -signal.SIGKILL
+    assert start_and_stop(args, out, signal.SIGKILL, 2 + first // 2, tmp_path) == -signal.SIGKILL
     second = len(keys(out))
     assert first < second < 61
     done = dtrf(*args)

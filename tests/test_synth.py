@@ -302,36 +302,30 @@ def test_cli_help_and_errors(tmp_path):
 
 # --- search ----------------------------------------------------------------------------
 
-def test_ratio_grid_uses_decimal_text():
-    from dtrforensics.synth.search import ratio_grid
-    grid = ratio_grid("0.9", "0.95", "0.002")
-    assert grid[0] == 0.9 and grid[-1] == 0.95 and len(grid) == 26
-    assert grid[1] == float("0.902") and 0.946 in grid
-
-
-def test_holes_and_switches_on_a_made_up_scan():
-    from dtrforensics.synth.search import Point, holes, switches
-    pts = [Point(r, 0, o, ov, 0, 0) for r, o, ov in (
-        (0.1, "oom", 1.0), (0.2, "ok", 2.0), (0.3, "oom", 1.1), (0.4, "oom", 1.0),
-        (0.5, "ok", 1.9), (0.6, "ok", 1.2), (0.7, "ok", 1.1))]
-    hs = holes(pts)
-    assert [(h.ok_below, h.oom, h.ok_above) for h in hs] == [(0.2, 0.3, 0.5), (0.2, 0.4, 0.5)]
-    sw = switches(pts, 1.25)
-    assert [(s.lo_ratio, s.hi_ratio) for s in sw] == [(0.5, 0.6)]
-
-
-def test_find_hole_reproduces_the_reported_trace():
+def test_find_hole_reproduces_the_reported_trace(tmp_path):
     """rnn, depth 1, width 1, 3 size levels, seed 16 (24 ops, 7,384 bytes): ok at
-    0.916, OOM at 0.918, ok at 0.920; overhead 1.5352 at 0.920, 1.1366 at 0.922."""
+    0.916, failing at 0.918, ok at 0.920; overhead 1.5352 at 0.920, 1.1366 at 0.922.
+    Holes and switches are the sweep's own (queries/sweep), read from kept sweeps."""
+    from dtrforensics.sweep.holes import analyze
+    from dtrforensics.sweep.store import SweepStore
     from dtrforensics.synth.search import find_hole
     params = {"kind": ("rnn",), "depth": (1,), "width": (1,), "size_levels": (3,)}
-    (found,) = find_hole([16], params, lo="0.9", hi="0.93", step="0.002", fine_step="0.0005")
+    (found,) = find_hole([16], params, lo="0.9", hi="0.93", step="0.002", fine_step="0.0005",
+                         workdir=tmp_path)
     assert found.n_ops == 24 and found.file_bytes == 7384 and found.peak == 27_446_976
-    coarse_holes, coarse_switches = found.coarse[1], found.coarse[2]
-    assert [(h.ok_below, h.oom, h.ok_above) for h in coarse_holes] == [(0.916, 0.918, 0.92)]
-    (sw,) = coarse_switches
-    assert (sw.lo_ratio, sw.hi_ratio) == (0.92, 0.922) and sw.factor > 1.35
-    assert any(h.ok_below < h.oom < h.ok_above for h in found.holes)
+    (hole,) = found.coarse.holes
+    assert (hole.below.ratio, hole.lo.ratio, hole.hi.ratio, hole.above.ratio) == \
+        (0.916, 0.918, 0.918, 0.92)
+    assert hole.outcomes == "oom"
+    (sw,) = found.coarse.switches
+    assert (sw.lo.ratio, sw.hi.ratio) == (0.92, 0.922) and sw.factor > 1.35
+    assert found.fine is not None and found.fine.step == 0.0005
+    assert any(h.below.ratio < h.lo.ratio <= h.hi.ratio < h.above.ratio
+               for h in found.fine.holes)
+    assert float("0.9185") in SweepStore(found.fine.sweep).read_runs().column("ratio").to_pylist()
     a, b = found.exact_switch
-    assert (a.budget, b.budget) == (25_288_251, 25_288_252)
+    assert (a.hi, b.lo) == (25_288_251, 25_288_252)
     assert round(a.overhead, 4) == 1.5352 and round(b.overhead, 4) == 1.1366
+    # the kept sweep answers `dtrf holes` with the same regions
+    again = analyze(found.coarse.sweep).policy("dtr")
+    assert again.failure_regions == found.coarse.holes

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-from test_forensics_queries import forensic_recs  # noqa: F401
 
 from dtrforensics.recorder.reader import open_recording
 from dtrforensics.tui.app import ReplayApp
 from dtrforensics.tui.widgets import CandidatesTable, StackView, StepPanel
-
-pytest.importorskip("textual")
 
 
 async def settle(app, pilot, timeout: float = 10.0) -> None:

@@ -34,7 +34,9 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from ..recorder.reader import Recording
-from .runs import fetch_dicts, json_safe, open_together, same_trace
+from ..jsonsafe import json_safe
+from ..rows import fetch_dicts
+from .runs import open_together, same_trace
 
 TIMING_WINDOW = 16      # stream entries searched for the same victim in the other run
 DEFAULT_WINDOWS = 20    # aftermath windows when no window size is given

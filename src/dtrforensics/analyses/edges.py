@@ -23,7 +23,9 @@ from pathlib import Path
 from ..recorder.reader import Recording, is_recording, open_recording
 from ..recorder.record import default_recording_dir, record_run
 from .diff import diff
-from .runs import DEFAULT_CACHE, fetch_dicts, json_safe, open_together
+from ..jsonsafe import json_safe
+from ..rows import fetch_dicts
+from .runs import DEFAULT_CACHE, open_together
 
 MAX_EDGES = 20
 

@@ -27,7 +27,7 @@ CAVEAT = ("A hindsight retention is evidence about what caused the failure, not 
 
 
 @dataclass(frozen=True)
-class Candidate:
+class RetentionCandidate:
     storage: int
     last_evicted_op: int
     evictions: int
@@ -56,7 +56,7 @@ class Attempt:
 @dataclass
 class Explanation:
     baseline: dict
-    candidates: list[Candidate]
+    candidates: list[RetentionCandidate]
     attempts: list[Attempt] = field(default_factory=list)
     control_outcome: str | None = None
     control_matches: bool | None = None
@@ -78,7 +78,7 @@ class Explanation:
                 "note": self.note}
 
 
-def frontier_candidates(program: Program, result) -> list[Candidate]:
+def frontier_candidates(program: Program, result) -> list[RetentionCandidate]:
     """Storages the failing frontier needed that were pressure-evicted earlier."""
     if result.frontier is None:
         return []
@@ -102,10 +102,10 @@ def frontier_candidates(program: Program, result) -> list[Candidate]:
                 last_before[storage] = op_id
     # evicted before the failing op, latest first; then only-during, by id
     ordered = sorted(last_op, key=lambda s: (s not in last_before, -last_before.get(s, 0), s))
-    return [Candidate(s, last_before.get(s, last_op[s]), count[s], needed[s]) for s in ordered]
+    return [RetentionCandidate(s, last_before.get(s, last_op[s]), count[s], needed[s]) for s in ordered]
 
 
-def planned_retentions(candidates: list[Candidate], max_combo: int,
+def planned_retentions(candidates: list[RetentionCandidate], max_combo: int,
                        max_attempts: int) -> list[tuple[int, ...]]:
     """Singles in candidate order, then pairs, triples... up to the bounds."""
     ids = [c.storage for c in candidates]

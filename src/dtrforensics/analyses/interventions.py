@@ -13,27 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..engine.replay import Interventions, replay, resolve_budget
+from ..engine.replay import Interventions, RunResult, replay, resolve_budget
 from ..recorder.reader import is_recording, open_recording
 from ..recorder.record import default_recording_dir, record_run
 from ..trace.program import Program
 
-#: Summary keys compared side by side.
-SIDE_BY_SIDE = ("outcome", "overhead", "evictions", "remats", "max_pinned", "max_depth",
-                "clock", "victims_sha256")
 
 
 @dataclass(frozen=True)
-class RunRef:
+class ComparedRun:
     """One run of a comparison: its summary (the `dtrf run --json` object) and
     where it is recorded (None when not recorded)."""
 
     summary: dict
     recording: Path | None
-
-    @property
-    def peak_pinned_depth(self) -> int:
-        return self.summary["max_pinned"]["depth"]
 
 
 def same_execution(a: dict, b: dict) -> bool:
@@ -41,40 +34,47 @@ def same_execution(a: dict, b: dict) -> bool:
     return all(a[k] == b[k] for k in ("victims_sha256", "clock", "outcome", "dead_frees"))
 
 
+def control_reproduces(program: Program, plain: RunResult, *, interventions: Interventions,
+                       **run) -> bool:
+    """Does the intervention code path with nothing changed reproduce the plain run?
+    `plain` is the run just made (with `interventions`); `run` its budget, policy,
+    timeout and thrash factor. A plain run with interventions is made anew."""
+    if not interventions.is_empty():
+        plain = replay(program, **run)
+    checked = replay(program, interventions=Interventions(control=True), **run)
+    return same_execution(plain.summary.to_json(), checked.summary.to_json())
+
+
 def run_once(program: Program, *, budget: int, ratio: float | None, policy: str,
              interventions: Interventions, record_root: Path | None,
-             timeout: float | None = None, scores: str = "victims") -> RunRef:
+             timeout: float | None = None, scores: str = "victims") -> ComparedRun:
     """Replay (recorded under `record_root` when given), reusing a recording."""
     if record_root is None:
         result = replay(program, budget=budget, policy=policy, timeout=timeout,
                         interventions=interventions)
-        return RunRef(result.summary.to_json(), None)
+        return ComparedRun(result.summary.to_json(), None)
     target = default_recording_dir(program, budget, ratio, policy, interventions,
                                    root=record_root)
     if is_recording(target):
         recording = open_recording(target)
         summary = recording.summary
         if summary.get("outcome") != "timeout":
-            return RunRef(summary, target)
+            return ComparedRun(summary, target)
     result, path = record_run(program, budget=budget, policy=policy, out_dir=target,
                               scores=scores, timeout=timeout, interventions=interventions,
                               overwrite=is_recording(target))
-    return RunRef(result.summary.to_json(), path)
+    return ComparedRun(result.summary.to_json(), path)
 
 
 @dataclass(frozen=True)
 class InterventionResult:
-    baseline: RunRef
-    intervention: RunRef
-    control: RunRef
+    baseline: ComparedRun
+    intervention: ComparedRun
+    control: ComparedRun
 
     @property
     def control_matches(self) -> bool:
         return same_execution(self.baseline.summary, self.control.summary)
-
-    @property
-    def changed_outcome(self) -> bool:
-        return self.baseline.summary["outcome"] != self.intervention.summary["outcome"]
 
     def to_json(self) -> dict:
         return {"baseline": self.baseline.summary, "intervention": self.intervention.summary,

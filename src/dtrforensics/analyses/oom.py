@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..recorder.reader import Recording
-from .runs import fetch_dicts, json_safe, open_together
+from ..jsonsafe import json_safe
+from ..rows import fetch_dicts
+from .runs import open_together
 
 
 class NotAnOomError(ValueError):

@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..recorder.reader import Recording
-from .runs import fetch_dicts, json_safe, open_together, same_trace
+from ..jsonsafe import json_safe
+from ..rows import fetch_dicts
+from .runs import open_together, same_trace
 
-SCOPES = ("pressure", "stream")
 TOP = 10
 
 

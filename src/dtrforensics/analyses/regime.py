@@ -31,7 +31,9 @@ import math
 from dataclasses import asdict, dataclass
 
 from ..recorder.reader import Recording
-from .runs import fetch_dicts, json_safe, open_together, same_trace
+from ..jsonsafe import json_safe
+from ..rows import fetch_dicts
+from .runs import open_together, same_trace
 
 DEFAULT_WINDOWS = 100   # windows over the longer run when no window size is given
 FACTOR = 2.0

@@ -17,7 +17,9 @@ import threading
 from dataclasses import asdict, dataclass
 
 from ..recorder.reader import Recording
-from .runs import json_safe, open_together
+from ..jsonsafe import json_safe
+from ..rows import fetch_dicts
+from .runs import open_together
 
 ALL_OPS = (0, 2**62)
 
@@ -124,12 +126,6 @@ def _victim(r: dict) -> Victim:
                   pool_size=r["pool_size"])
 
 
-def _rows(con, sql: str, params) -> list[dict]:
-    con.execute(sql, list(params))
-    names = [d[0] for d in con.description]
-    return [dict(zip(names, row)) for row in con.fetchall()]
-
-
 def replay_window(rec: Recording, ops: tuple[int, int] | None = None, *,
                   limit: int | None = None, only_evicting: bool = False) -> ReplayWindow:
     """The allocation steps of ops `ops` (inclusive; None: the whole run), with victims.
@@ -141,13 +137,13 @@ def replay_window(rec: Recording, ops: tuple[int, int] | None = None, *,
     try:
         cur = con
         where = " WHERE evictions > 0 OR oom" if only_evicting else ""
-        steps = _rows(cur, f"SELECT * FROM allocation_steps(?, ?, ?){where} ORDER BY step",
+        steps = fetch_dicts(cur, f"SELECT * FROM allocation_steps(?, ?, ?){where} ORDER BY step",
                       [run_id, lo, hi])
         matched = len(steps)
         steps = steps[:limit] if limit is not None else steps
         victims: dict[int, list[Victim]] = {}
         if steps:
-            for r in _rows(cur, "SELECT * FROM step_victims(?, ?, ?) WHERE step BETWEEN ? AND ?",
+            for r in fetch_dicts(cur, "SELECT * FROM step_victims(?, ?, ?) WHERE step BETWEEN ? AND ?",
                            [run_id, lo, hi, steps[0]["step"], steps[-1]["step"]]):
                 victims.setdefault(r["step"], []).append(_victim(r))
     finally:
@@ -173,7 +169,7 @@ class ReplaySource:
         self.lo, self.hi = ops if ops is not None else ALL_OPS
         self.con, (self.run_id,) = open_together([rec])
         self._lock = threading.Lock()
-        self.steps: list[Step] = [_step(r) for r in _rows(
+        self.steps: list[Step] = [_step(r) for r in fetch_dicts(
             self.con, "SELECT * FROM allocation_steps(?, ?, ?) ORDER BY step",
             [self.run_id, self.lo, self.hi])]
         self.has_candidates = rec.run.get("scores") == "all"
@@ -184,7 +180,7 @@ class ReplaySource:
 
     def _query(self, sql: str, params) -> list[dict]:
         with self._lock:
-            return _rows(self.con, sql, params)
+            return fetch_dicts(self.con, sql, params)
 
     def __len__(self) -> int:
         return len(self.steps)

@@ -1,7 +1,8 @@
 """Run arguments of the forensic analyses: recordings, or run specs recorded on the fly.
 
 A run argument is a recording folder, or a run spec `TRACE@RATIO[:POLICY]`
-(`inceptionv4@0.235`, `lstm@0.264:dtr`, `path/to/log@0.5:lru`). A spec is
+(`inceptionv4@0.235`, `lstm@0.264:dtr`, `path/to/log@0.5:lru`) or
+`TRACE@BYTESB[:POLICY]` with the budget in bytes (`resnet32@1024657200B`). A spec is
 recorded once into the cache folder (default `recordings/cache/`, relative to
 the current directory) under the recorder's default name, which identifies
 trace, budget and policy: a later analysis of the same spec reuses it. A cached
@@ -13,7 +14,6 @@ shipped query installed, and says which run_id each one got.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,33 +41,47 @@ class RunSpecError(ValueError):
 
 @dataclass(frozen=True)
 class RunSpec:
+    """`TRACE@RATIO[:POLICY]` or `TRACE@BYTESB[:POLICY]`: exactly one of `ratio`
+    (budget = floor(ratio x peak)) and `budget` (bytes) is set."""
     trace: str
-    ratio: float
+    ratio: float | None
     policy: str = "dtr"
+    budget: int | None = None
 
     @classmethod
     def parse(cls, text: str) -> RunSpec:
-        """`TRACE@RATIO[:POLICY]` -> RunSpec; raises RunSpecError."""
+        """`TRACE@RATIO[:POLICY]` or `TRACE@BYTESB[:POLICY]` -> RunSpec; raises RunSpecError."""
         trace, at, rest = str(text).rpartition("@")
         if not at or not trace:
             raise RunSpecError(f"{text!r} is neither a recording folder nor a run spec "
-                               "TRACE@RATIO[:POLICY] (e.g. inceptionv4@0.235)")
-        ratio_text, _, policy = rest.partition(":")
-        try:
-            ratio = float(ratio_text)
-        except ValueError:
-            raise RunSpecError(f"run spec {text!r}: {ratio_text!r} is not a budget ratio") from None
-        if not ratio > 0:
-            raise RunSpecError(f"run spec {text!r}: the ratio must be > 0")
+                               "TRACE@RATIO[:POLICY] or TRACE@BYTESB[:POLICY] "
+                               "(e.g. inceptionv4@0.235, resnet32@1024657200B)")
+        amount, _, policy = rest.partition(":")
+        ratio, budget = None, None
+        if amount.endswith("B"):
+            digits = amount[:-1].replace(",", "").replace("_", "")
+            if not digits.isdigit() or int(digits) <= 0:
+                raise RunSpecError(f"run spec {text!r}: {amount!r} is not a budget in bytes "
+                                   "(a whole number > 0 followed by B)")
+            budget = int(digits)
+        else:
+            try:
+                ratio = float(amount)
+            except ValueError:
+                raise RunSpecError(f"run spec {text!r}: {amount!r} is not a budget ratio "
+                                   "(or a budget in bytes such as 1024657200B)") from None
+            if not ratio > 0:
+                raise RunSpecError(f"run spec {text!r}: the ratio must be > 0")
         policy = policy or "dtr"
         try:
             get_policy(policy)
         except ValueError as exc:
             raise RunSpecError(f"run spec {text!r}: {exc}") from None
-        return cls(trace, ratio, policy)
+        return cls(trace, ratio, policy, budget)
 
     def __str__(self) -> str:
-        return f"{self.trace}@{self.ratio!r}:{self.policy}"
+        amount = f"{self.budget}B" if self.budget is not None else repr(self.ratio)
+        return f"{self.trace}@{amount}:{self.policy}"
 
 
 def resolve_run(text: str | os.PathLike, *, scores: str = "victims",
@@ -83,7 +97,8 @@ def resolve_run(text: str | os.PathLike, *, scores: str = "victims",
         return open_recording(path)
     if isinstance(text, os.PathLike) or "@" not in str(text):
         raise NotARecordingError(f"no such recording: {text} (a run spec is written "
-                                 "TRACE@RATIO[:POLICY], e.g. inceptionv4@0.235)")
+                                 "TRACE@RATIO[:POLICY] or TRACE@BYTESB[:POLICY], e.g. "
+                                 "inceptionv4@0.235 or resnet32@1024657200B)")
     spec = RunSpec.parse(str(text))
     return record_spec(spec, scores=scores, cache=cache, on_record=on_record)
 
@@ -93,7 +108,7 @@ def record_spec(spec: RunSpec, *, scores: str = "victims",
                 on_record: Callable[[RunSpec, Path], None] | None = None) -> Recording:
     from ..trace import load_trace
     program = load_trace(spec.trace)
-    budget, ratio = resolve_budget(program, None, spec.ratio)
+    budget, ratio = resolve_budget(program, spec.budget, spec.ratio)
     folder = default_recording_dir(program, budget, ratio, spec.policy, root=Path(cache))
     if is_recording(folder):
         rec = open_recording(folder)
@@ -101,8 +116,8 @@ def record_spec(spec: RunSpec, *, scores: str = "victims",
             return rec
     if on_record is not None:
         on_record(spec, folder)
-    _, where = record_run(program, ratio=spec.ratio, policy=spec.policy, out_dir=folder,
-                          scores=scores, overwrite=True)
+    _, where = record_run(program, ratio=spec.ratio, budget=spec.budget, policy=spec.policy,
+                          out_dir=folder, scores=scores, overwrite=True)
     return open_recording(where)
 
 
@@ -129,24 +144,5 @@ def same_trace(recordings: Sequence[Recording]) -> None:
         raise RunSpecError(f"these recordings replay different traces: {names}")
 
 
-def json_safe(value):
-    """Nested dicts/lists -> strict JSON values: a non-finite float (a +inf score)
-    becomes the string "inf", "-inf" or "nan"."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
-    return value
-
-
-def fetch_dicts(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence = ()) -> list[dict]:
-    """Rows of a query as dicts (column name -> Python value)."""
-    rel = con.execute(sql, list(params))
-    names = [d[0] for d in rel.description]
-    return [dict(zip(names, row)) for row in rel.fetchall()]
-
-
-__all__ = ["DEFAULT_CACHE", "NotARecordingError", "RunSpec", "RunSpecError", "fetch_dicts",
-           "json_safe", "open_together", "record_spec", "resolve_run", "same_trace"]
+__all__ = ["DEFAULT_CACHE", "NotARecordingError", "RunSpec", "RunSpecError", "open_together",
+           "record_spec", "resolve_run", "same_trace"]

@@ -11,25 +11,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.rule import Rule
-from rich.table import Table
 
-from ..analyses.diff import diff
-from ..analyses.explain import explain
-from ..analyses.oom import explain_oom
-from ..analyses.runs import RunSpec, record_spec
-from ..sweep import holes as sweep_holes
-from ..sweep import plot as sweep_plot
-from ..sweep.runner import run_sweep
-from ..sweep.store import SweepParams
-from ..trace import load_trace
-from ..trace.registry import TraceNotFoundError, resolve_trace
-from . import diff_cmd, oom_cmd, sweep_cmd
-from .format import fmt_exact_bytes
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EMBEDDED = "hole"
 EMBEDDED_RANGE = (0.90, 0.93, 0.002)
@@ -45,15 +32,23 @@ def demo_command(
     jobs: Annotated[int, typer.Option(help="Worker processes for sweeps and searches.")] = 2,
 ) -> None:
     """Find, explain and fix a feasibility hole, end to end, in under a minute."""
+    from rich.console import Console
+
+    from .kernel_notice import announce_compile
+    announce_compile()
     run_demo(Console(), out, public=public, jobs=jobs)
 
 
 def _section(console: Console, title: str) -> None:
+    from rich.rule import Rule
     console.print()
     console.print(Rule(f"[bold]{title}"))
 
 
 def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2) -> dict:
+    """The story on the embedded trace (and ResNet-32 when found); returns the key
+    findings (hole edges, first divergence, OOM, fixes) so tests can check them."""
+    from ..trace.registry import TraceNotFoundError, resolve_trace
     started = time.perf_counter()
     out = Path(out)
     console.print("[bold]dtrforensics demo[/]: budgets a hair apart, deterministically "
@@ -84,6 +79,22 @@ def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2)
 
 def _story(console: Console, trace: str, grid: tuple[float, float, float], out: Path,
            jobs: int, exact: bool = True) -> dict:
+    from ..analyses.diff import diff
+    from ..analyses.explain import explain
+    from ..analyses.oom import explain_oom
+    from ..analyses.runs import RunSpec, record_spec
+    from ..render.diff import print_diff
+    from ..render.interventions import attempts_table
+    from ..render.oom import oom_view
+    from ..render.sweep import holes_view
+    from ..render.units import fmt_exact_bytes
+    from ..sweep import holes as sweep_holes
+    from ..sweep import plot as sweep_plot
+    from ..sweep.runner import run_sweep
+    from ..sweep.store import SweepParams
+    from ..trace import load_trace
+    from ..trace.registry import resolve_trace
+
     program = load_trace(trace)
     lo, hi, step = grid
     _section(console, f"1. Sweep {trace}: budget ratio {lo}-{hi}, step {step}"
@@ -91,7 +102,7 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
     params = SweepParams(lo, hi, step, exact=exact, max_runs=400)
     run_sweep(str(resolve_trace(trace)), params, out / "sweep", jobs=jobs)
     report = sweep_holes.analyze(out / "sweep")
-    for part in sweep_cmd.render_report(report):
+    for part in holes_view(report):
         console.print(part)
     dtr = report.policy("dtr")
     if not dtr.failure_regions:
@@ -116,24 +127,16 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
     rec_ok = record_spec(RunSpec(trace, ok_below.ratio), scores="all", cache=cache)
     rec_fail = record_spec(RunSpec(trace, failing.ratio), scores="all", cache=cache)
     report_diff = diff(rec_ok, rec_fail)
-    diff_cmd.render(report_diff, console)
+    print_diff(report_diff, console)
 
     _section(console, f"3. The OOM at {trace}@{failing.ratio:g}: the pinned frontier")
     oom = explain_oom(rec_fail)
-    console.print(oom_cmd.render(oom))
+    console.print(oom_view(oom))
 
     _section(console, "4. Which retention prevents it? (hindsight search, with controls)")
     found = explain(program, ratio=failing.ratio, max_attempts=8, max_combo=1, jobs=jobs,
                     record_root=out / "explain", stop_after_fixes=1)
-    table = Table()
-    for col in ("retain storage", "evicted at op", "outcome", "overhead", "max depth"):
-        table.add_column(col, justify="right")
-    evicted_at = {c.storage: c.last_evicted_op for c in found.candidates}
-    for a in found.attempts:
-        s = a.summary
-        table.add_row(",".join(map(str, a.retain)), ",".join(str(evicted_at[r]) for r in a.retain),
-                      s["outcome"], f"{s['overhead']:.4f}x", str(s["max_depth"]))
-    console.print(table)
+    console.print(attempts_table(found))
     console.print(("Control: the failure reproduces exactly without the retention. "
                    if found.control_matches else "[red]Control mismatch.[/] ")
                   + f"[dim]{found.note}[/]")

@@ -2,73 +2,22 @@
 
 A and B are recordings or run specs `TRACE@RATIO[:POLICY]` (recorded once, with
 every candidate's score, into the cache folder). A is the control. The
-analysis is `analyses/diff.py`; this module only renders it.
+analysis is `analyses/diff.py`, the rendering `render/diff.py`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console, Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
 
-from ..analyses.diff import DiffReport, Divergence, Failure, Rank, Side, diff
-from ..analyses.runs import DEFAULT_CACHE, RunSpec, RunSpecError, resolve_run
-from ..recorder.reader import NotARecordingError, Recording
-from ..recorder.schema import RecordingFormatError
+from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
 from .errors import CommandError
-from .format import fmt_bytes, fmt_exact_bytes
-
-CacheOption = Annotated[Path, typer.Option(
-    help="Where run specs (TRACE@RATIO[:POLICY]) are recorded and reused.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def register(app: typer.Typer) -> None:
     app.command("diff")(diff_command)
 
-
-# --- shared by the forensic commands -------------------------------------------------
-
-def console() -> Console:
-    """A console that does not wrap at 80 columns in a pipe (no terminal, no COLUMNS)."""
-    out = Console()
-    if not out.is_terminal and "COLUMNS" not in os.environ:
-        out = Console(width=max(out.width, 160))
-    return out
-
-
-def _announce(spec: RunSpec, folder: Path) -> None:
-    print(f"recording {spec} into {folder} (once; later runs reuse it)", file=sys.stderr)
-
-
-def open_run(text: str, *, scores: str, cache: Path) -> Recording:
-    """A recording argument or run spec -> Recording; user mistakes become CommandError."""
-    try:
-        return resolve_run(text, scores=scores, cache=cache, on_record=_announce)
-    except (RunSpecError, NotARecordingError, RecordingFormatError) as exc:
-        raise CommandError(str(exc)) from None
-
-
-def op_label(op_id: int | None, name: str | None = None) -> str:
-    if op_id is None:
-        return "-"
-    return f"op {op_id} (paper #{op_id + 1})" + (f" {name}" if name else "")
-
-
-def run_label(ref) -> str:
-    amount = f"ratio {ref.ratio:g}" if ref.ratio is not None else f"{ref.budget:,} B"
-    return f"{ref.trace} {amount} {ref.policy}"
-
-
-# --- the command --------------------------------------------------------------------
 
 def diff_command(
     a: Annotated[str, typer.Argument(help="Control: a recording or TRACE@RATIO[:POLICY].")],
@@ -79,6 +28,11 @@ def diff_command(
 ) -> None:
     """Compare two executions of one trace: first divergence of the eviction streams,
     first divergent choice, aftermath, and what a failing run lost."""
+    from ..analyses.diff import diff
+    from ..analyses.runs import RunSpecError
+    from ..render.console import wide_console
+    from ..render.diff import print_diff
+
     if window is not None and window < 1:
         raise CommandError("--window must be at least 1")
     rec_a = open_run(a, scores="all", cache=cache)
@@ -88,207 +42,6 @@ def diff_command(
     except RunSpecError as exc:
         raise CommandError(str(exc)) from None
     if as_json:
-        print(json.dumps(report.to_json(), indent=2, allow_nan=False))
+        print_json(report.to_json())
         return
-    render(report, console())
-
-
-# --- rendering ----------------------------------------------------------------------
-
-def render(report: DiffReport, out: Console) -> None:
-    out.print(_runs_table(report))
-    out.print(_prefix_line(report))
-    if report.first_divergence is not None:
-        out.print(_divergence_panel("First divergence of the eviction streams",
-                                    report.first_divergence, report))
-    if report.first_divergent_choice is not None:
-        out.print(_divergence_panel("First divergent choice", report.first_divergent_choice,
-                                    report))
-    else:
-        out.print(f"Every pressure decision agrees ({report.common_choices:,} in common).")
-    if report.aftermath is not None:
-        out.print(_aftermath_table(report))
-    for failure in report.failures:
-        out.print(_failure_panel(failure, report))
-
-
-def _runs_table(r: DiffReport) -> Table:
-    t = Table(title="Runs", title_justify="left")
-    for col in ("", "run", "budget", "outcome", "pressure", "dead", "stream", "scores"):
-        t.add_column(col, justify="right" if col in ("pressure", "dead", "stream") else "left")
-    for ref, role in ((r.a, "a (control)"), (r.b, "b (test)")):
-        t.add_row(role, f"{ref.run_id}\n{run_label(ref)}", fmt_exact_bytes(ref.budget),
-                  ref.outcome, f"{ref.evictions:,}", f"{ref.dead_frees:,}",
-                  f"{ref.stream_entries:,}", ref.scores)
-    return t
-
-
-def _prefix_line(r: DiffReport) -> Text:
-    if r.first_divergence is None:
-        return Text(f"The eviction streams are identical ({r.common_prefix:,} entries).",
-                    style="bold green")
-    return Text(f"The eviction streams share their first {r.common_prefix:,} entries "
-                f"(same storage, same kind); entry {r.common_prefix + 1:,} differs.",
-                style="bold")
-
-
-def _entry(side: Side) -> str:
-    if side.kind is None:
-        return "(stream ended)"
-    what = "pressure victim" if side.kind == "pressure" else "dead free"
-    text = f"{what} {side.victim}"
-    if side.tensor:
-        text += f" ({side.tensor}, {fmt_bytes(side.bytes)})"
-    return text
-
-
-def _rank(rank: Rank | None) -> str:
-    if rank is None:
-        return "-"
-    if rank.decision is None:
-        return f"run {rank.run}: no decision"
-    where = f"run {rank.run} decision {rank.decision}"
-    if rank.in_pool is None:
-        return f"{where}: unknown (no candidate scores)"
-    if not rank.in_pool:
-        return f"{where}: not a candidate"
-    total = f"/{rank.candidates}" if rank.candidates else ""
-    return f"{where}: rank {rank.rank}{total}, score {_score(rank.score)}"
-
-
-def _score(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.6g}"
-
-
-def _divergence_panel(title: str, d: Divergence, r: DiffReport) -> Panel:
-    t = Table(show_header=True, box=None, padding=(0, 2))
-    t.add_column("", style="bold")
-    t.add_column(f"a: {r.a.run_id}")
-    t.add_column(f"b: {r.b.run_id}")
-    rows = [
-        ("entry", _entry(d.a), _entry(d.b)),
-        ("at", op_label(d.a.op_id, d.a.op_name), op_label(d.b.op_id, d.b.op_name)),
-        ("stream position", _opt(d.a.stream_position), _opt(d.b.stream_position)),
-        ("decision", _opt(d.a.decision), _opt(d.b.decision)),
-        ("score", _score(d.a.score), _score(d.b.score)),
-        ("runner-up", _runner(d.a), _runner(d.b)),
-        ("rank in a", _rank(d.a.rank_in_a), _rank(d.b.rank_in_a)),
-        ("rank in b", _rank(d.a.rank_in_b), _rank(d.b.rank_in_b)),
-        ("clock", _opt(d.a.clock), _opt(d.b.clock)),
-        ("depth", _opt(d.a.depth), _opt(d.b.depth)),
-        ("allocation", _alloc(d.a), _alloc(d.b)),
-        ("memory", fmt_exact_bytes(d.a.memory), fmt_exact_bytes(d.b.memory)),
-        ("budget", fmt_exact_bytes(d.a.budget), fmt_exact_bytes(d.b.budget)),
-        ("shortfall", _shortfall(d.a.shortfall), _shortfall(d.b.shortfall)),
-        ("pool", _pool(d.a), _pool(d.b)),
-    ]
-    for row in rows:
-        t.add_row(*row)
-    where = f"position {d.position:,}" if d.decision is None else f"decision {d.decision:,}"
-    head = Text(f"{where}, {op_label(d.op_id, d.op_name)}", style="bold")
-    cause = Text(f"cause: {d.explanation}", style="yellow")
-    return Panel(Group(head, t, cause), title=title, title_align="left", expand=False)
-
-
-def _opt(x) -> str:
-    return "-" if x is None else (f"{x:,}" if isinstance(x, int) else str(x))
-
-
-def _runner(side: Side) -> str:
-    if side.runner_up is None:
-        return "-"
-    return f"{side.runner_up} ({_score(side.runner_up_score)})"
-
-
-def _alloc(side: Side) -> str:
-    if side.request is None:
-        return "-"
-    return f"{side.alloc_tensor} ({fmt_exact_bytes(side.request)})"
-
-
-def _shortfall(x: int | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,} B short" if x > 0 else f"fits, {-x:,} B to spare"
-
-
-def _pool(side: Side) -> str:
-    if side.pool_size is None:
-        return "-"
-    return f"{side.pool_size:,} storages, {fmt_bytes(side.pool_bytes)}"
-
-
-def _aftermath_table(r: DiffReport) -> Table:
-    am = r.aftermath
-    if am.reconverge_op is not None:
-        caption = f"The histories re-converge from {op_label(am.reconverge_op)} to the end."
-    else:
-        caption = ("The histories never re-converge"
-                   + (f" (last difference at {op_label(am.last_difference)})."
-                      if am.last_difference is not None else "."))
-    t = Table(title=f"Aftermath from {op_label(am.from_op)}, {am.window_ops:,} ops per window "
-                    "(a / b)", title_justify="left", caption=caption, caption_justify="left")
-    for col in ("ops", "evictions", "dead frees", "remats", "pinned max", "memory max", "depth",
-                "same"):
-        t.add_column(col, justify="left" if col in ("ops", "same") else "right")
-    for w in am.windows:
-        t.add_row(f"{w.first_op}..{w.last_op}", _pair(w, "evictions"), _pair(w, "dead_frees"),
-                  _pair(w, "remats"), _pair(w, "pinned_max", fmt_bytes),
-                  _pair(w, "memory_max", fmt_bytes), _pair(w, "depth_max"),
-                  "yes" if w.same_stream else "no")
-    return t
-
-
-def _num(x) -> str:
-    return f"{x:,}"
-
-
-def _pair(window, field, fmt=_num) -> str:
-    return f"{_ended(window.a, field, fmt)} / {_ended(window.b, field, fmt)}"
-
-
-def _ended(stats, field, fmt) -> str:
-    value = getattr(stats, field)
-    if stats.ops == 0:
-        return "ended"
-    return "-" if value is None else fmt(value)
-
-
-def _failure_panel(f: Failure, r: DiffReport) -> Panel:
-    other = "a" if f.run == "b" else "b"
-    lines = [Text(
-        f"Run {f.run} failed at {op_label(f.op_id, f.op_name)} allocating {f.tensor} "
-        f"({fmt_exact_bytes(f.request)}) at depth {f.depth}, with {fmt_exact_bytes(f.pinned)} "
-        f"pinned (short by {f.shortfall:,} B of a {f.budget:,} B budget).", style="bold red")]
-    lines.append(Text(
-        f"The failing operator needed {f.needed_missing:,} storages (its arguments and the "
-        f"frontier's) that were not resident when it began; run {other} kept "
-        f"{len(f.kept_by_other):,} of them resident."))
-    c = f.culprit
-    if c is not None:
-        s = c.storage
-        before = f.op_id - s.evicted_op
-        text = (f"Earliest: storage {s.storage} ({s.tensor}, {fmt_exact_bytes(s.bytes)}, made by "
-                f"{op_label(s.produced_by_op)}), evicted at {op_label(s.evicted_op)}, "
-                f"{before} op{'s' if before != 1 else ''} before the failure")
-        if s.evicted_decision is not None:
-            text += (f", by decision {s.evicted_decision} (score {_score(c.score)}, runner-up "
-                     f"{c.runner_up} at {_score(c.runner_up_score)}) making room for "
-                     f"{c.alloc_tensor}")
-        text += (f". Run {other} kept it resident from {op_label(s.other_from_op)} to "
-                 + (op_label(s.other_to_op) if s.other_to_op is not None else "the end")
-                 + f" and made {c.other_evictions_at_op} eviction"
-                 + ("s" if c.other_evictions_at_op != 1 else "") + f" at {op_label(s.evicted_op)}")
-        if c.other_victim is not None:
-            text += (f"; its decision {s.evicted_decision} evicted {c.other_victim} at "
-                     f"{op_label(c.other_victim_op)}, making room for {c.other_victim_alloc}")
-        lines.append(Text(text + "."))
-        if len(f.kept_by_other) > 1:
-            rest = ", ".join(f"{n.storage} (op {n.evicted_op})" for n in f.kept_by_other[1:8])
-            more = len(f.kept_by_other) - 8
-            lines.append(Text(f"Also kept by run {other}: {rest}"
-                              + (f" and {more} more" if more > 0 else "")))
-    return Panel(Group(*lines), title=f"Failure of run {f.run}", title_align="left",
-                 expand=False)
+    print_diff(report, wide_console())

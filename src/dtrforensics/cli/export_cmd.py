@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from ..recorder.reader import is_recording
-from ..recorder.schema import RecordingFormatError
 from .errors import CommandError
 
 RECORDING_FORMATS = ("perfetto", "memory-viz")
 TABLE_FORMATS = ("csv", "parquet")
 SUFFIX = {"perfetto": ".perfetto.json", "memory-viz": ".memory_viz.pickle", "csv": ".csv",
           "parquet": ".parquet"}
-SORT_KEYS = ("policy", "budget", "rep")
 
 HELP = """Export SOURCE for another tool.
 
@@ -57,19 +53,6 @@ def register(app: typer.Typer) -> None:
     app.command("export", help=HELP)(export)
 
 
-@dataclass(frozen=True)
-class TableExport:
-    """What a sweep-table export wrote."""
-
-    format: str
-    path: str
-    rows: int
-    columns: int
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
 def export(
     source: Annotated[Path, typer.Argument(help="A recording folder, or a sweep folder.", show_default=False)],
     fmt: Annotated[str, typer.Option("--format", "-f", help="perfetto or memory-viz (recordings); csv or parquet (sweeps).")],
@@ -86,6 +69,7 @@ def export(
     out = output if output is not None else str(Path(source.resolve().name + SUFFIX[fmt]))
     if as_json and out == "-":
         raise CommandError("--json prints to stdout: give -o FILE")
+    from ..recorder.reader import is_recording
     recording = is_recording(source)
     if fmt in RECORDING_FORMATS and not recording:
         raise CommandError(f"{fmt} exports a recording; {source} is not one (no run.json)")
@@ -96,7 +80,11 @@ def export(
         if fmt in RECORDING_FORMATS:
             result = _export_recording(source, fmt, out, max_nesting, max_frames)
         else:
-            result = _export_table(source, fmt, out)
+            from ..interop.tables import TableExportError, export_table
+            try:
+                result = export_table(source, fmt, out)
+            except TableExportError as exc:
+                raise CommandError(str(exc)) from None
     except IsADirectoryError:
         raise CommandError(f"{out} is a folder: give a file name with -o") from None
     if as_json:
@@ -106,7 +94,9 @@ def export(
 
 
 def _export_recording(source: Path, fmt: str, out: str, max_nesting: int, max_frames: int):
-    from ..interop.perfetto import ExportError, export_perfetto
+    from ..interop.perfetto import export_perfetto
+    from ..interop.plumbing import ExportError
+    from ..recorder.schema import RecordingFormatError
     try:
         if fmt == "perfetto":
             return export_perfetto(source, out, max_nesting=max_nesting)
@@ -117,7 +107,7 @@ def _export_recording(source: Path, fmt: str, out: str, max_nesting: int, max_fr
 
 
 def _describe(result) -> str:
-    if isinstance(result, TableExport):
+    if result.to_json()["format"] in TABLE_FORMATS:
         return f"wrote {result.rows:,} runs x {result.columns} columns to {result.path}"
     if result.to_json()["format"] == "perfetto":
         hidden = f" + {result.hidden_slices:,} nested too deep to show" \
@@ -130,51 +120,3 @@ def _describe(result) -> str:
     return (f"wrote {result.trace_entries:,} trace entries ({result.allocations:,} allocations, "
             f"{result.frees:,} frees, peak {result.peak_bytes:,} B, {result.segments:,} "
             f"segments at the end) to {result.path}: open it at pytorch.org/memory_viz")
-
-
-# --- sweep tables ------------------------------------------------------------------------
-
-def sweep_table(folder: Path):
-    """The runs of a sweep folder (or every Parquet file under a folder), sorted by
-    (policy, budget, rep) when it has those columns."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from ..sweep.store import SweepStore, SweepStoreError
-    if not folder.is_dir():
-        raise CommandError(f"{folder} is not a folder")
-    store = SweepStore(folder)
-    if store.exists():
-        try:
-            store.read_doc()
-            table = store.read_runs()
-        except SweepStoreError as exc:
-            raise CommandError(str(exc)) from None
-    else:
-        files = sorted(p for p in folder.rglob("*.parquet")
-                       if not any(part.startswith(".") for part in p.relative_to(folder).parts))
-        if not files:
-            raise CommandError(f"{folder} is neither a sweep (no sweep.json) nor a folder of "
-                               "Parquet results")
-        try:
-            table = pa.concat_tables([pq.read_table(p) for p in files],
-                                     promote_options="permissive")
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise CommandError(f"{folder}: its Parquet files do not form one table: {exc}") \
-                from None
-    keys = [k for k in SORT_KEYS if k in table.column_names]
-    return table.sort_by([(k, "ascending") for k in keys]) if keys else table
-
-
-def _export_table(folder: Path, fmt: str, out: str) -> TableExport:
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    from ..interop.perfetto import open_output, output_name
-    table = sweep_table(folder)
-    with open_output(out, binary=True, gzip_ok=fmt == "csv") as fh:
-        if fmt == "csv":
-            pacsv.write_csv(table, fh)
-        else:
-            pq.write_table(table, fh, compression="zstd")
-    return TableExport(fmt, output_name(out), table.num_rows, table.num_columns)

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
-from ..analyses.explain import explain
-from ..analyses.interventions import InterventionResult, intervene
 from ..engine.policies import POLICIES
-from ..engine.replay import InterventionError
-from ..trace import load_trace
 from .errors import CommandError
-from .format import fmt_exact_bytes
-from .options import interventions_from_options
+from .kernel_notice import announce_compile
 
 RecordRoot = Annotated[str, typer.Option(help="Where the runs are recorded (reused when present); '' to not record.")]
 
@@ -49,10 +40,16 @@ def intervene_command(
 ) -> None:
     """Run TRACE at a budget three times: baseline, with the intervention, and a
     control (same code path, nothing changed) that must reproduce the baseline."""
+    from ..analyses.interventions import intervene
+    from ..engine.replay import InterventionError
+    from ..trace import load_trace
+    from .options import interventions_from_options
+
     ivs = interventions_from_options(retain, retain_ops, forbid_victim, force_victim)
     if ivs.is_empty():
         raise CommandError("nothing to change: give --retain, --forbid-victim or --force-victim")
     program = load_trace(trace)
+    announce_compile()
     try:
         result = intervene(program, ivs, policy=policy, timeout=timeout,
                            record_root=Path(record_root) if record_root else None,
@@ -60,48 +57,24 @@ def intervene_command(
     except InterventionError as exc:
         raise CommandError(str(exc)) from None
     if as_json:
-        typer.echo(json.dumps(result.to_json()))
+        from ..render.jsonout import dumps
+        typer.echo(dumps(result.to_json()))
         return
-    console = Console()
+    from ..render.console import wide_console
+    from ..render.interventions import CONTROL_VERDICT, side_by_side
+    console = wide_console()
     console.print(side_by_side(result, ivs.to_json()))
-    verdict = ("[green]the control reproduces the baseline exactly[/]" if result.control_matches
-               else "[bold red]the control does NOT reproduce the baseline: the comparison is not valid[/]")
-    console.print(verdict)
-    _print_diff(console, result)
+    console.print(CONTROL_VERDICT[result.control_matches])
+    if result.baseline.recording and result.intervention.recording:
+        _print_diff(console, result.baseline.recording, result.intervention.recording)
 
 
-def side_by_side(result: InterventionResult, interventions: dict) -> Table:
-    table = Table(title="baseline / intervention / control")
-    table.add_column("")
-    for name in ("baseline", "intervention", "control"):
-        table.add_column(name, justify="right")
-    runs = (result.baseline.summary, result.intervention.summary, result.control.summary)
-    rows = [
-        ("outcome", lambda s: s["outcome"]),
-        ("overhead", lambda s: f"{s['overhead']:.4f}x"),
-        ("pressure evictions", lambda s: f"{s['evictions']:,}"),
-        ("remats", lambda s: f"{s['remats']:,}"),
-        ("peak pinned", lambda s: fmt_exact_bytes(s["max_pinned"]["bytes"])),
-        ("depth at peak pinned", lambda s: str(s["max_pinned"]["depth"])),
-        ("max nesting depth", lambda s: str(s["max_depth"])),
-        ("victims sha256", lambda s: s["victims_sha256"][:12]),
-    ]
-    for label, get in rows:
-        table.add_row(label, *(get(s) for s in runs))
-    table.caption = f"intervention: {json.dumps({k: v for k, v in interventions.items() if v})}"
-    return table
-
-
-def _print_diff(console: Console, result: InterventionResult) -> None:
-    """Baseline vs intervention: the first divergence, when the diff analysis is present."""
-    if not (result.baseline.recording and result.intervention.recording):
-        return
-    try:
-        from ..analyses.diff import diff
-        from .diff_cmd import render_diff
-    except ImportError:
-        return
-    console.print(render_diff(diff(result.baseline.recording, result.intervention.recording)))
+def _print_diff(console, baseline: Path, intervention: Path) -> None:
+    """Baseline (control) vs intervention: where the eviction streams part."""
+    from ..analyses.diff import diff
+    from ..recorder.reader import open_recording
+    from ..render.diff import print_diff
+    print_diff(diff(open_recording(baseline), open_recording(intervention)), console)
 
 
 def explain_command(
@@ -120,7 +93,16 @@ def explain_command(
     """For a failing run, find the storages whose retention turns the failure into
     a completion: candidates are storages the failing frontier needed that were
     evicted earlier (latest first); singles, then small combinations."""
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeRemainingColumn)
+
+    from ..analyses.explain import explain
+    from ..render.interventions import fixes_table
+    from ..trace import load_trace
+
     program = load_trace(trace)
+    announce_compile()
     console = Console(stderr=as_json)
     with Progress(TextColumn("[bold]retentions"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), TextColumn("{task.fields[last]}"), console=console,
@@ -136,7 +118,8 @@ def explain_command(
                          record_root=Path(record_root) if record_root else None,
                          on_attempt=on_attempt, **_budget_args(ratio, budget))
     if as_json:
-        typer.echo(json.dumps(result.to_json()))
+        from ..render.jsonout import dumps
+        typer.echo(dumps(result.to_json()))
         return
     base = result.baseline
     if base["outcome"] != "oom":
@@ -145,14 +128,7 @@ def explain_command(
     console.print(f"Baseline: [bold red]oom[/] at op {base['oom']['op_id']} allocating "
                   f"{base['oom']['tensor']} at depth {base['oom']['depth']}; "
                   f"{len(result.candidates)} candidate storages; {len(result.attempts)} tried.")
-    table = Table(title="retentions that complete the run")
-    for col in ("retain", "overhead", "max depth", "peak pinned", "depth at peak pinned"):
-        table.add_column(col, justify="right")
-    for a in result.fixes:
-        s = a.summary
-        table.add_row(",".join(map(str, a.retain)), f"{s['overhead']:.4f}x", str(s["max_depth"]),
-                      fmt_exact_bytes(s["max_pinned"]["bytes"]), str(s["max_pinned"]["depth"]))
-    console.print(table if result.fixes else "[yellow]No tried retention completes the run.[/]")
+    console.print(fixes_table(result) if result.fixes else "[yellow]No tried retention completes the run.[/]")
     console.print("Controls: " + ("the control and every worker's control reproduced the "
                                   "failure exactly." if result.control_matches else
                                   "[bold red]a control did not reproduce the failure[/]"))

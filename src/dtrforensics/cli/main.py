@@ -1,46 +1,96 @@
 """The `dtrf` command: a thin layer that parses arguments, calls analyses, renders.
 
-Each command family lives in its own module with a `register(app)` function;
-`COMMAND_MODULES` lists them in the order they appear in `--help`.
+Each command family lives in its own module with a `register(app)` function.
+`COMMANDS` names every command, its module and its one-line help, so that
+`dtrf --help` lists them without importing a single one: a command's module
+(and the engine, DuckDB, Arrow, Textual or matplotlib behind it) is imported
+only when that command runs or shows its own help.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from .errors import UserError, report_user_error
+HELP = ("Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay traces "
+        "exactly as the reference simulator, record every decision, diff executions, "
+        "explain OOMs and sweep budgets.")
 
-COMMAND_MODULES = (
-    "demo_cmd",
-    "run_cmd",
-    "record_cmd",
-    "diff_cmd",
-    "oom_cmd",
-    "replay_cmd",
-    "reevict_cmd",
-    "intervene_cmd",
-    "sweep_cmd",
-    "export_cmd",
-    "traces_cmd",
-    "synth_cmd",
-    "reproduce_cmd",
-)
+# name -> (module under cli/, one-line help shown by `dtrf --help`), in --help order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo_cmd", "Find, explain and fix a feasibility hole, end to end, in under a minute."),
+    "run": ("run_cmd", "Replay TRACE under a memory budget exactly as the reference DTR simulator."),
+    "sql": ("record_cmd", "Run SQL over one or several recordings (one `run_id` column tells them apart)."),
+    "show": ("record_cmd", "A recording's run summary and a per-op timeline of memory, pinned bytes and depth."),
+    "diff": ("diff_cmd", "Compare two executions of one trace: first divergence of the eviction streams, first divergent choice, aftermath, and what a failing run lost."),
+    "oom": ("oom_cmd", "Explain an OOM: the chain of in-progress materializations down to the failing allocation, the bytes each level holds locked, and proof the pool was empty."),
+    "replay": ("replay_cmd", "Replay a recording allocation by allocation: request, memory, budget, pinned and pool bytes at each check, and every victim with its score and runner-up."),
+    "regime": ("regime_cmd", "Compare two runs in different regimes: evictions per op window, the onset of the slow regime, the storages that drive it, the link to the first divergence."),
+    "reevict": ("reevict_cmd", "Re-eviction figures (evictions per storage, concentration, collateral remats), each over pressure victims alone and over the whole eviction stream."),
+    "intervene": ("intervene_cmd", "Run TRACE at a budget three times: baseline, with the intervention, and a control (same code path, nothing changed) that must reproduce the baseline."),
+    "explain": ("intervene_cmd", "For a failing run, find the storages whose retention turns the failure into a completion: candidates are storages the failing frontier needed that were evicted earlier (latest first); singles, then small combinations."),
+    "sweep": ("sweep_cmd", "Replay TRACE over a range of budgets, in parallel, resumably; then map its holes."),
+    "holes": ("sweep_cmd", "Feasibility holes, edges, timeouts and regime switches of a sweep."),
+    "edges": ("edges_cmd", "Both sides of every edge of a sweep (outcome or regime changes): the budget comparison that decides it, to the byte, and the first divergent victim."),
+    "plot": ("sweep_cmd", "Overhead against budget ratio per policy, failing budgets and holes marked."),
+    "export": ("export_cmd", "Export SOURCE for another tool."),
+    "traces": ("traces_cmd", "List, inspect, fetch and import DTR traces."),
+    "synth": ("synth_cmd", "Write a seeded synthetic DTR log (the public logs' exact format) and print a one-line summary: ops, tensors, unconstrained peak and model compute."),
+    "reproduce": ("reproduce_cmd", "Both DTR studies' published numbers beside ours, with a verdict each, and their figures in a report."),
+}
 
-app = typer.Typer(
-    name="dtrf",
-    help="Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay traces "
-    "exactly as the reference simulator, record every decision, diff executions, "
-    "explain OOMs and sweep budgets.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
 
-for _module in COMMAND_MODULES:
-    importlib.import_module(f"{__package__}.{_module}").register(app)
+def load_command(name: str) -> Any:
+    """The real click command behind `name`: its module registers on a scratch app."""
+    module, _ = COMMANDS[name]
+    scratch = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    importlib.import_module(f"{__package__}.{module}").register(scratch)
+    command = typer.main.get_command(scratch)
+    if isinstance(command, TyperGroup) and name in command.commands:
+        command = command.commands[name]
+    return command
+
+
+class LazyCommand(TyperCommand):
+    """Stands in for a command in the listing; loads the real one when used."""
+
+    def __init__(self, name: str, short_help: str):
+        super().__init__(name=name, callback=None, params=[], help=short_help,
+                         short_help=short_help)
+        self._real: Any = None
+
+    def real(self) -> Any:
+        if self._real is None:
+            self._real = load_command(self.name)
+        return self._real
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        return self.real().make_context(info_name, args, parent=parent, **extra)
+
+    def shell_complete(self, ctx, incomplete):
+        return self.real().shell_complete(ctx, incomplete)
+
+
+class LazyGroup(TyperGroup):
+    """The `dtrf` group: lists `COMMANDS` and hands out `LazyCommand`s."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.commands.update({name: LazyCommand(name, short_help)
+                              for name, (_, short_help) in COMMANDS.items()})
+
+
+app = typer.Typer(cls=LazyGroup, name="dtrf", help=HELP, no_args_is_help=True, rich_markup_mode=None,
+                  add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.callback()
+def _dtrf() -> None:
+    pass
 
 
 def main() -> None:
@@ -48,12 +98,15 @@ def main() -> None:
     (bad trace file, unknown name, bad option value) become one line and exit 2."""
     try:
         app()
-    except UserError as exc:
-        report_user_error(exc)
-        sys.exit(2)
     except KeyboardInterrupt:
         print("Aborted.", file=sys.stderr)
         sys.exit(130)
+    except Exception as exc:
+        from .errors import UserError, report_user_error
+        if not isinstance(exc, UserError):
+            raise
+        report_user_error(exc)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

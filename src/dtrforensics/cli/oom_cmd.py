@@ -1,28 +1,13 @@
-"""`dtrf oom REC`: the pinned frontier of an OOM, as a tree."""
+"""`dtrf oom REC`: the pinned frontier of an OOM, as a tree (`render/oom.py`)."""
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from dataclasses import dataclass
 from typing import Annotated
 
 import typer
-from rich.console import Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
-from rich.tree import Tree
 
-from ..analyses.oom import Level, NotAnOomError, OomReport, explain_oom
-from ..analyses.runs import DEFAULT_CACHE
-from .diff_cmd import CacheOption, JsonOption, console, op_label, open_run
+from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
 from .errors import CommandError
-from .format import fmt_bytes, fmt_exact_bytes
-
-HEAD = 3            # outer levels always shown
-TAIL = 5            # inner levels always shown
-NESTED_MAX = 12     # up to this many shown nodes the tree is nested, beyond it flat
 
 
 def register(app: typer.Typer) -> None:
@@ -37,107 +22,16 @@ def oom_command(
 ) -> None:
     """Explain an OOM: the chain of in-progress materializations down to the failing
     allocation, the bytes each level holds locked, and proof the pool was empty."""
+    from ..analyses.oom import NotAnOomError, explain_oom
+    from ..render.console import wide_console
+    from ..render.oom import oom_view
+
     rec = open_run(recording, scores="victims", cache=cache)
     try:
         report = explain_oom(rec)
     except NotAnOomError as exc:
         raise CommandError(str(exc)) from None
     if as_json:
-        print(json.dumps(report.to_json(), indent=2, allow_nan=False))
+        print_json(report.to_json())
         return
-    console().print(render(report, full=full))
-
-
-@dataclass(frozen=True)
-class Collapsed:
-    """Consecutive middle levels shown as one node."""
-    first_depth: int
-    last_depth: int
-    ops: tuple[tuple[str, int], ...]     # op name, count; most frequent first
-    new_locked_bytes: int
-
-    @property
-    def count(self) -> int:
-        return self.last_depth - self.first_depth + 1
-
-
-def collapse(levels: tuple[Level, ...] | list[Level], full: bool = False,
-             head: int = HEAD, tail: int = TAIL) -> list[Level | Collapsed]:
-    """The levels to show: all with `full` or a short chain, else the first `head`,
-    one `Collapsed` node for the middle, and the last `tail`."""
-    levels = list(levels)
-    if full or len(levels) <= head + tail + 1:
-        return levels
-    middle = levels[head:len(levels) - tail]
-    ops = Counter(lv.op_name for lv in middle)
-    return [*levels[:head],
-            Collapsed(middle[0].depth, middle[-1].depth,
-                      tuple(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
-                      sum(lv.new_locked_bytes for lv in middle)),
-            *levels[-tail:]]
-
-
-def _level_label(lv: Level, last: bool) -> Text:
-    text = Text()
-    text.append(f"d{lv.depth} ", style="dim")
-    text.append(lv.tensor, style="bold red" if last else "bold")
-    text.append(f" ← {lv.op_name} ", style="cyan")
-    text.append(f"[{op_label(lv.op_id)}{', remat' if lv.remat else ''}]", style="dim")
-    if lv.locked_bytes:
-        text.append(f"  locks {fmt_bytes(lv.locked_bytes)}")
-        if lv.new_locked_bytes != lv.locked_bytes:
-            text.append(f" ({fmt_bytes(lv.new_locked_bytes)} new)")
-    text.append(f"  Σ {fmt_bytes(lv.cumulative_bytes)}", style="magenta")
-    return text
-
-
-def _collapsed_label(c: Collapsed) -> Text:
-    ops = ", ".join(f"{name} ×{n}" for name, n in c.ops[:6])
-    if len(c.ops) > 6:
-        ops += f", … {len(c.ops) - 6} more op kinds"
-    return Text(f"… {c.count} levels d{c.first_depth}–d{c.last_depth} collapsed ({ops}); "
-                f"they lock {fmt_bytes(c.new_locked_bytes)} more  (--full shows them)",
-                style="yellow")
-
-
-def render(r: OomReport, full: bool = False) -> Group:
-    shown = collapse(r.frontier, full)
-    title = Text(f"OOM at {op_label(r.op_id, r.op_name)}: allocating {r.tensor} "
-                 f"({fmt_exact_bytes(r.request)}) at depth {r.depth}", style="bold red")
-    tree = Tree(title)
-    nested = len(shown) <= NESTED_MAX
-    node = tree
-    for item in shown:
-        label = (_collapsed_label(item) if isinstance(item, Collapsed)
-                 else _level_label(item, item.depth == r.depth))
-        child = node.add(label)
-        if nested:
-            node = child
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="bold")
-    facts.add_column()
-    rows = [
-        ("failing allocation", (f"{r.tensor} (tensor {r.tensor_id}, made by "
-                                f"{op_label(r.tensor_op_id, r.tensor_op)})")),
-        ("request", fmt_exact_bytes(r.request)),
-        ("budget", fmt_exact_bytes(r.budget)),
-        ("memory", fmt_exact_bytes(r.memory)),
-        ("pinned", fmt_exact_bytes(r.pinned)),
-        ("shortfall", f"{r.shortfall:,} B (memory + request - budget)"),
-        ("pool", f"{r.pool_size} storages, {r.pool_bytes:,} B: "
-                 + ("empty, nothing left to evict" if r.pool_empty
-                    else "NOT empty (interventions excluded the rest)")),
-        ("locked by the chain", (f"{fmt_exact_bytes(r.locked_total)} over {r.depth} "
-                                 f"levels, root {r.root_tensor}")),
-        ("pinned for good", fmt_exact_bytes(r.pinned_storage_bytes) + " (constants, outputs)"),
-        ("depth at peak pinned", "-" if r.peak_pinned is None else
-         f"{r.depth_at_peak_pinned} (peak {fmt_exact_bytes(r.peak_pinned)} at "
-         f"{op_label(r.peak_pinned_op_id)})"),
-        ("maximum nesting depth", f"{r.max_depth} (first at {op_label(r.max_depth_op_id)})"),
-    ]
-    if not r.chain_from_events:
-        rows.append(("warning", "the events rebuild a different chain than run.json"))
-    for k, v in rows:
-        facts.add_row(k, v)
-    return Group(tree, Panel(facts, title=f"{r.run_id}", title_align="left", expand=False))
-
+    wide_console().print(oom_view(report, full=full))

@@ -23,14 +23,12 @@ def reproduce_command(
     the public traces with dtrforensics' own analyses, print every published claim
     beside ours with a verdict (match, differs, sharper, not reproducible), and write
     a markdown report with the studies' figures."""
-    import json
-
-    from rich.console import Console
-
+    from ..render.console import err_console, wide_console
     from ..render.reproduce import print_reproduction
     from ..render.reproduce_report import write_report
     from ..reproduce.protocol import reproduce
     from ..trace.registry import resolve_trace
+    from .common import print_json
     from .errors import CommandError
 
     for trace in ("resnet32", "unet") + (() if quick else ("lstm", "inceptionv4")):
@@ -40,7 +38,7 @@ def reproduce_command(
             raise CommandError(f"the reproduction needs the public trace {trace!r} ({exc}); "
                                "get them with `dtrf traces fetch` or point DTRF_TRACES at "
                                "them") from None
-    err = Console(stderr=True)
+    err = err_console()
     started = time.perf_counter()
     with err.status("reproducing") as status:
         rep = reproduce(quick=quick, workdir=out / "work",
@@ -48,7 +46,7 @@ def reproduce_command(
     command = "dtrf reproduce" + (" --quick" if quick else "")
     path = write_report(rep, out, command=command, wall_seconds=time.perf_counter() - started)
     if as_json:
-        print(json.dumps({**rep.to_json(), "report": str(path)}, indent=2))
+        print_json({**rep.to_json(), "report": str(path)})
         return
-    print_reproduction(Console(), rep)
+    print_reproduction(wide_console(), rep)
     print(f"report: {path}", file=sys.stderr)

@@ -7,26 +7,15 @@ renders (rich progress and tables, JSON).
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console, Group
-from rich.panel import Panel
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
-from rich.table import Table
 
 from ..engine.policies import POLICIES
-from ..sweep.store import SweepStoreError
 from .errors import CommandError
-from .format import fmt_exact_bytes
-
-SWEEPS_DIR = Path("recordings") / "sweeps"
-MAX_ROWS = 40
+from .kernel_notice import announce_compile
 
 
 def register(app: typer.Typer) -> None:
@@ -62,8 +51,11 @@ def sweep(
     as_json: Annotated[bool, typer.Option("--json", help="Print the holes report as JSON.")] = False,
 ) -> None:
     """Replay TRACE over a range of budgets, in parallel, resumably; then map its holes."""
+    from ..render.console import err_console
+    from ..render.sweep import SweepProgress
+    from ..sweep.resume import sweep_folder
     from ..sweep.runner import ENGINES, run_sweep
-    from ..sweep.store import SweepParams
+    from ..sweep.store import SweepParams, SweepStoreError
     from ..trace import load_trace
 
     policies = tuple(p for p in policy.replace(" ", "").split(",") if p)
@@ -87,9 +79,10 @@ def sweep(
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     program = load_trace(trace)
-    out = out if out is not None else default_out(program.name, program.sha256, params)
-    err = Console(stderr=True)
-    observer = _RichObserver(err, enabled=not no_progress and err.is_terminal)
+    announce_compile()
+    out = out if out is not None else sweep_folder(program.name, program.sha256, params)
+    err = err_console()
+    observer = SweepProgress(err, enabled=not no_progress and err.is_terminal)
     err.print(f"sweep of {program.name} -> {out}")
     try:
         with observer:
@@ -106,74 +99,6 @@ def sweep(
     _report(out, None, None, as_json)
 
 
-def default_out(name: str, sha256: str, params) -> Path:
-    """The latest sweep of this trace with these parameters (to resume), else a new folder."""
-    from ..sweep.store import SweepStore
-    for folder in sorted(SWEEPS_DIR.glob(f"{name}-*"), reverse=True):
-        store = SweepStore(folder)
-        try:
-            if store.trace.sha256 == sha256 and not store.params.differences(params):
-                return folder
-        except (SweepStoreError, KeyError, TypeError):
-            continue
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder, n = SWEEPS_DIR / f"{name}-{stamp}", 1
-    while folder.exists():
-        n += 1
-        folder = SWEEPS_DIR / f"{name}-{stamp}-{n}"
-    return folder
-
-
-class _RichObserver:
-    """Progress bar with ETA on stderr: one task per stage, coverage in exact mode."""
-
-    def __init__(self, console: Console, enabled: bool):
-        self.enabled = enabled
-        self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description:<14}"), BarColumn(),
-            MofNCompleteColumn(), TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
-            TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,
-            disable=not enabled)
-        self.task = None
-        self.counts = {"ok": 0, "fail": 0, "unresolved": 0}
-        self.exact = False
-
-    def __enter__(self):
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.progress.stop()
-
-    def stage(self, name: str, todo: int, skipped: int) -> None:
-        self.counts = {"ok": 0, "fail": 0, "unresolved": 0}
-        self.exact = name == "exact"
-        note = f"{skipped} stored" if skipped else ""
-        total = 1000 if self.exact else todo
-        self.task = self.progress.add_task(name, total=total, note=note)
-
-    def grow(self, n: int) -> None:
-        if self.task is not None and not self.exact:
-            task = self.progress.tasks[-1]
-            self.progress.update(self.task, total=(task.total or 0) + n)
-
-    def finished(self, row: dict) -> None:
-        self.counts[row["status"]] = self.counts.get(row["status"], 0) + 1
-        c = self.counts
-        note = f"ok {c['ok']} fail {c['fail']}" + (f" timeout {c['unresolved']}"
-                                                    if c["unresolved"] else "")
-        if self.exact:
-            self.progress.update(self.task, note=f"{sum(c.values())} runs, " + note)
-        else:
-            self.progress.update(self.task, advance=1, note=note)
-
-    def coverage(self, fractions: dict[str, float]) -> None:
-        if self.task is not None and fractions:
-            mean = sum(fractions.values()) / len(fractions)
-            self.progress.update(self.task, completed=int(mean * 1000),
-                                 description=f"exact {mean:6.1%}")
-
-
 # --- dtrf holes ------------------------------------------------------------------------
 
 def holes_cmd(
@@ -187,139 +112,26 @@ def holes_cmd(
 
 
 def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_json: bool) -> None:
+    from ..render.sweep import holes_view
     from ..sweep.holes import analyze
+    from ..sweep.store import SweepStoreError
     policies = [p for p in policy.split(",") if p] if policy else None
     try:
         report = analyze(sweep_dir, threshold=threshold, policies=policies)
     except (SweepStoreError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     if as_json:
-        typer.echo(json.dumps(report.to_json(), indent=1))
+        from ..render.jsonout import dumps
+        typer.echo(dumps(report.to_json(), indent=1))
     else:
-        Console().print(*render_report(report))
+        from rich.console import Console
+        Console().print(*holes_view(report))
     bad = [p.policy for p in report.policies
            if p.disagreements or (p.exact is not None and p.exact.overlaps)]
     if bad:
         print(f"error: reruns or certificates disagree for {', '.join(bad)}: the replay is not "
               "deterministic", file=sys.stderr)
         sys.exit(1)     # not typer.Exit: main() drops the code of a non-standalone Exit
-
-
-def render_report(report) -> list:
-    trace = report.trace
-    lo, hi = report.range_bytes
-    head = (f"[bold]{trace.name}[/] peak {fmt_exact_bytes(trace.peak)}; range ratio "
-            f"{report.params.ratio_from:g}-{report.params.ratio_to:g} = bytes {lo:,}-{hi:,}; "
-            f"sweep {report.status}")
-    return [head] + [_policy_panel(report, p) for p in report.policies]
-
-
-def _r(x: float | None) -> str:
-    return "-" if x is None else f"{x:.6g}"
-
-
-def _ov(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f}x"
-
-
-def _policy_panel(report, p) -> Panel:
-    peak = report.trace.peak
-    parts: list = []
-    fs = p.first_success
-    first = (f"ratio {_r(fs.sample.ratio)} ({fs.sample.budget:,} B, overhead {_ov(fs.sample.overhead)})"
-             if fs.sample else "[red]none: no sample completes[/]")
-    parts.append(f"samples {fs.samples}; first success {first}; {fs.failing_below} failing below it")
-    if p.failures_above:
-        shown = ", ".join(_r(s.ratio) for s in p.failures_above[:12])
-        more = f" (+{len(p.failures_above) - 12})" if len(p.failures_above) > 12 else ""
-        parts.append(f"[red]{len(p.failures_above)} failing samples above the first success:[/] "
-                     f"{shown}{more}")
-    if p.failure_regions:
-        t = Table(title="failure regions (samples)", title_justify="left")
-        for c in ("#", "failing ratios", "failing bytes", "samples", "outcome",
-                  "last ok below", "first ok above", "timeouts"):
-            t.add_column(c)
-        for i, r in enumerate(p.failure_regions, 1):
-            t.add_row(str(i), f"{_r(r.lo.ratio)} - {_r(r.hi.ratio)}",
-                      f"{r.lo.budget:,} - {r.hi.budget:,}", str(r.failing), r.outcomes,
-                      f"{_r(r.below.ratio)} ({_ov(r.below.overhead)})",
-                      f"{_r(r.above.ratio)} ({_ov(r.above.overhead)})", str(r.timeouts_inside))
-        parts.append(t)
-    else:
-        parts.append("[green]no sample-supported failure region[/]")
-    if p.edge_brackets:
-        t = Table(title="edge brackets", title_justify="left")
-        for c in ("edge", "last ok / first ok", "failing sample", "bracket width"):
-            t.add_column(c)
-        for e in p.edge_brackets[:MAX_ROWS]:
-            t.add_row(e.direction, f"{_r(e.ok.ratio)} ({e.ok.budget:,} B)",
-                      f"{_r(e.fail.ratio)} ({e.fail.budget:,} B, {e.fail.outcome})",
-                      f"{e.width_bytes:,} B")
-        parts.append(t)
-    if p.regime_switches:
-        t = Table(title=f"regime switches (overhead jump > {report.threshold:.0%})",
-                  title_justify="left")
-        for c in ("from ratio", "to ratio", "overheads", "factor"):
-            t.add_column(c)
-        for s in p.regime_switches[:MAX_ROWS]:
-            t.add_row(_r(s.lo.ratio), _r(s.hi.ratio),
-                      f"{_ov(s.lo.overhead)} -> {_ov(s.hi.overhead)}", f"{s.factor:.2f} {s.direction}")
-        parts.append(t)
-    if p.unresolved:
-        parts.append("[magenta]unresolved (timeout): "
-                     + ", ".join(f"{_r(u.ratio)}" + (f" rep {u.rep}" if u.rep else "")
-                                 for u in p.unresolved[:20]) + "[/]")
-    if p.exact is not None:
-        parts += _exact_parts(p.exact, peak)
-    if p.reruns or p.disagreements:
-        if p.disagreements:
-            t = Table(title="[red]reruns that disagree[/]", title_justify="left")
-            for c in ("ratio", "budget", "rep", "differs in", "outcomes"):
-                t.add_column(c)
-            for d in p.disagreements:
-                t.add_row(_r(d.ratio), f"{d.budget:,}", str(d.rep), ", ".join(d.differing),
-                          f"{d.outcome_run} / {d.outcome_rerun}")
-            parts.append(t)
-        else:
-            parts.append(f"[green]{p.reruns} reruns in fresh processes, all identical[/]")
-    return Panel(Group(*parts), title=f"{report.trace.name} · {p.policy}", expand=False)
-
-
-def _exact_parts(x, peak: int) -> list:
-    parts: list = [f"exact: {x.coverage:.4%} of the range certified "
-                   f"({x.certified_bytes:,} of {x.range_bytes:,} bytes), "
-                   f"{len(x.partition)} distinct executions, {len(x.merged)} runs of equal outcome"]
-    if x.failure_regions:
-        t = Table(title="failing budgets (exact)", title_justify="left")
-        for c in ("first byte", "last byte", "width", "ratios", "executions", "edges", "kind"):
-            t.add_column(c)
-        for r in x.failure_regions:
-            edges = ("exact" if r.lo_exact and r.hi_exact else
-                     f"{'exact' if r.lo_exact else 'open'}/{'exact' if r.hi_exact else 'open'}")
-            kind = "hole" if r.hole else ("below first success" if r.below_status is None
-                                          else "top of range" if r.above_status is None else "-")
-            t.add_row(f"{r.lo:,}", f"{r.hi:,}", f"{r.hi - r.lo + 1:,}",
-                      f"{r.lo / peak:.6f} - {r.hi / peak:.6f}", str(r.intervals), edges, kind)
-        parts.append(t)
-    t = Table(title="partition (adjacent equal outcomes merged)", title_justify="left")
-    for c in ("from byte", "to byte", "width", "outcome", "executions", "min overhead"):
-        t.add_column(c)
-    for m in x.merged[:MAX_ROWS]:
-        t.add_row(f"{m.lo:,}", f"{m.hi:,}", f"{m.hi - m.lo + 1:,}", m.outcome, str(m.intervals),
-                  _ov(m.overhead))
-    if len(x.merged) > MAX_ROWS:
-        t.add_row("...", f"{len(x.merged) - MAX_ROWS} more (--json)", "", "", "", "")
-    parts.append(t)
-    if x.gaps:
-        by_reason: dict[str, list] = {}
-        for g in x.gaps:
-            by_reason.setdefault(g.reason, []).append(g)
-        parts.append("[yellow]uncertified: " + "; ".join(
-            f"{len(gs)} gaps {reason} ({sum(g.width for g in gs):,} bytes)"
-            for reason, gs in by_reason.items()) + "[/]")
-    if x.overlaps:
-        parts.append(f"[red]{len(x.overlaps)} overlapping certificates[/]")
-    return parts
 
 
 # --- dtrf plot -------------------------------------------------------------------------
@@ -332,6 +144,7 @@ def plot_cmd(
 ) -> None:
     """Overhead against budget ratio per policy, failing budgets and holes marked."""
     from ..sweep.holes import analyze, load_points
+    from ..sweep.store import SweepStoreError
     try:
         from ..sweep.plot import draw, save
         report = analyze(sweep_dir, policies=[p for p in policy.split(",") if p] if policy else None)

@@ -8,11 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ..engine.baseline import baseline
 from ..synth.generator import KINDS, SynthSpec, generate, random_small_log
-from ..trace.parser import parse_lines
 from .errors import CommandError
-from .format import fmt_bytes, fmt_ns
 
 SMALL_KIND = "small"
 _DEFAULT = SynthSpec()
@@ -99,6 +96,9 @@ def synth(
             raise CommandError(str(exc)) from None
         spec_json = spec.to_json()
         text = generate(spec)
+    from ..engine.baseline import baseline
+    from ..render.units import fmt_bytes, fmt_ns
+    from ..trace.parser import parse_lines
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from ..engine.baseline import baseline
 from ..trace import registry
-from ..trace.cache import CACHE_HIT, CACHE_MISS, CACHE_REBUILT, cache_path, load_program_with_status
-from ..trace.parser import TraceError
-from ..trace.program import Program
 from .errors import CommandError
-from .format import fmt_bytes, fmt_ns
 
 traces_app = typer.Typer(
     help="List, inspect, fetch and import DTR traces.",
@@ -32,53 +24,9 @@ def register(app: typer.Typer) -> None:
     app.add_typer(traces_app, name="traces")
 
 
-def _op_ref(program: Program, op_id: int) -> dict[str, Any]:
-    """An op as both numberings: ours (0-based) and the papers' (1-based)."""
-    return {"id": op_id, "paper_id": op_id + 1, "name": program.op_name(op_id)}
-
-
-# --- data -------------------------------------------------------------------------
-
-def summarize(program: Program, path: Path) -> dict[str, Any]:
-    """The numbers `traces list` shows for one trace."""
-    base = baseline(program)
-    return {
-        "name": program.name,
-        "ops": program.n_ops,
-        "tensors": program.n_tensors,
-        "storages": int(len(program.storage_ids())),
-        "peak_bytes": base.peak,
-        "peak_op": _op_ref(program, base.peak_op_id) if base.peak_op_id >= 0 else None,
-        "model_compute_ns": base.model_compute,
-        "bottleneck_bytes": base.bottleneck_bytes,
-        "bottleneck_op": _op_ref(program, base.bottleneck_op_id),
-        "path": str(path),
-    }
-
-
-def describe(program: Program, path: Path, cache_status: str) -> dict[str, Any]:
-    """Everything `traces info` shows."""
-    info = summarize(program, path)
-    names = [program.op_names[i] for i in program.op_name_id.tolist()]
-    counts = Counter(n for n in names if n != "constant")
-    published = registry.known_sha256(path)
-    info.update({
-        "sha256": program.sha256,
-        "published_sha256": published,
-        "verified": None if published is None else published == program.sha256,
-        "file_bytes": path.stat().st_size,
-        "commands": program.n_commands,
-        "constants": names.count("constant"),
-        "backward_ops": int(program.op_backward.sum()),
-        "distinct_op_names": len(counts),
-        "top_ops": [{"name": n, "count": c} for n, c in counts.most_common(10)],
-        "cache": {"status": cache_status, "path": str(cache_path(program.sha256))},
-    })
-    return info
-
-
-def _load(path: Path) -> tuple[Program, str]:
+def _load(path: Path):
     # TraceError propagates: main() prints `error: file:line: problem`, exit code 2.
+    from ..trace.cache import load_program_with_status
     return load_program_with_status(path)
 
 
@@ -91,14 +39,6 @@ def _resolve(spec: str) -> Path:
 
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2))
-
-
-def _wide_console() -> Console:
-    """A console for wide tables: in a pipe (no terminal, no COLUMNS) do not wrap at 80."""
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=max(console.width, 220))
-    return console
 
 
 def _short_path(path: str) -> str:
@@ -123,6 +63,13 @@ def _missing_hint(missing: list[str]) -> str:
 @traces_app.command("list")
 def list_traces(as_json: JsonOption = False) -> None:
     """Every trace found, with its size, unconstrained peak and single-op bottleneck."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..analyses.traces import summarize
+    from ..render.console import wide_console
+    from ..render.units import fmt_bytes, fmt_ns
+    from ..trace.parser import TraceError
     rows: list[dict[str, Any]] = []
     for entry in registry.available_traces():
         try:
@@ -139,7 +86,7 @@ def list_traces(as_json: JsonOption = False) -> None:
         _print_json({"traces": rows, "missing_public": missing,
                      "searched": [str(p) for p in registry.search_dirs()]})
         return
-    console = _wide_console()
+    console = wide_console()
     table = Table(title="Traces")
     # Numbers never wrap; the op and path columns absorb a narrow terminal.
     for header, justify, wrap in (("name", "left", False), ("ops", "right", False),
@@ -174,6 +121,12 @@ def info(
     as_json: JsonOption = False,
 ) -> None:
     """Details of one trace: op counts, backward ops, constants, hashes, cache status."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..analyses.traces import describe
+    from ..render.units import fmt_bytes, fmt_ns
+    from ..trace.cache import CACHE_HIT, CACHE_MISS, CACHE_REBUILT
     path = _resolve(name)
     program, status = _load(path)
     data = describe(program, path, status)
@@ -217,7 +170,7 @@ def info(
     console.print(ops)
 
 
-def _report_import(result: registry.ImportResult, console: Console, err: Console) -> None:
+def _report_import(result: registry.ImportResult, console, err) -> None:
     for path in result.imported:
         console.print(f"imported {path}", soft_wrap=True)
     for path in result.unchanged:
@@ -236,6 +189,7 @@ def fetch(
     = registry.FETCH_TIMEOUT,
 ) -> None:
     """Download the public DTR traces (logs.zip of uwsampl/dtr-prototype), verify, install."""
+    from rich.console import Console
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                                TimeRemainingColumn, TransferSpeedColumn)
 
@@ -266,6 +220,7 @@ def import_cmd(
     path: Annotated[Path, typer.Argument(help="A folder (searched recursively) or a zip of logs.")],
 ) -> None:
     """Copy traces into the user trace directory, verifying the published ones."""
+    from rich.console import Console
     err = Console(stderr=True)
     try:
         result = registry.import_traces(path)

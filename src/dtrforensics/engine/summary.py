@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass, field
 
-OUTCOMES = ("ok", "oom", "thrashed", "timeout")
-
 
 @dataclass(frozen=True)
 class MaxPinned:

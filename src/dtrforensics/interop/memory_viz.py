@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..recorder.reader import Recording
-from .perfetto import (
+from .plumbing import (
     BATCH_ROWS, ExportError, Static, as_recording, check_depth, iter_rows,
     open_output, output_name, pop_frame,
 )

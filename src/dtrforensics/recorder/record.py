@@ -66,15 +66,3 @@ def record_run(program: Program, *, ratio: float | None = None, budget: int | No
         recorder.abort()
         raise
     return result, recorder.path
-
-
-def record_from_cli(program: Program, ratio: float | None = None, budget: int | None = None,
-                    policy: str = "dtr", record_dir: str | Path | None = None,
-                    scores: str = "victims", timeout: float | None = None,
-                    interventions: Interventions | None = None, *, overwrite: bool = False,
-                    thrash_factor: float = DEFAULT_THRASH_FACTOR) -> tuple[RunResult, Path]:
-    """What `dtrf run --record [DIR]` calls: `record_dir` None or "" means the default."""
-    return record_run(program, ratio=ratio, budget=budget, policy=policy,
-                      out_dir=record_dir or None, scores=scores, timeout=timeout,
-                      interventions=interventions, overwrite=overwrite,
-                      thrash_factor=thrash_factor)

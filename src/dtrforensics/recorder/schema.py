@@ -14,11 +14,15 @@ meaning or type of something that exists. Readers refuse a newer major.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
 
+from ..engine import hooks
 from ..engine.hooks import EVENT_KINDS
 
 FORMAT_VERSION = "1.0"
@@ -79,9 +83,30 @@ class Table:
 
     def arrow_schema(self) -> pa.Schema:
         """The schema as written, with the format version in its metadata."""
+        return self._schema
+
+    @cached_property
+    def _schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns],
                          metadata={META_FORMAT: FORMAT_VERSION.encode(),
                                    META_TABLE: self.name.encode()})
+
+    def _ordered(self, columns: Mapping[str, pa.Array]) -> list[pa.Array]:
+        names = set(self.column_names)
+        if set(columns) != names:
+            raise ValueError(f"table {self.name}: missing columns "
+                             f"{sorted(names - set(columns))}, unknown columns "
+                             f"{sorted(set(columns) - names)}")
+        return [columns[name] for name in self.column_names]
+
+    def record_batch(self, columns: Mapping[str, pa.Array]) -> pa.RecordBatch:
+        """A batch of this table from arrays keyed by column name (in any order): data
+        lands under its name whatever the declared column order."""
+        return pa.RecordBatch.from_arrays(self._ordered(columns), schema=self._schema)
+
+    def arrow_table(self, columns: Mapping[str, pa.Array]) -> pa.Table:
+        """`record_batch` for a whole table."""
+        return pa.Table.from_arrays(self._ordered(columns), schema=self._schema)
 
     def query_schema(self) -> pa.Schema:
         """The schema as SQL sees it (dictionary columns read back as plain strings)."""
@@ -97,19 +122,26 @@ def C(name, type_, unit, doc, nullable=False, source=None) -> Column:  # noqa: N
     return Column(name, type_, unit, doc, nullable, source)
 
 
+def event_timings() -> dict[str, str]:
+    """When each event kind fires, relative to the state change: the first sentence of
+    its entry in the engine's observer documentation (`engine/hooks.py`)."""
+    text = hooks.__doc__.split("When each kind fires", 1)[1]
+    items = re.findall(r"^- `(\w+)`: (.*?)(?=^- `|\Z)", text, flags=re.M | re.S)
+    timings = {}
+    for kind, body in items:
+        flat = " ".join(body.split())
+        timings[kind] = re.split(r"(?<=\.)\s", flat, maxsplit=1)[0]
+    return {kind: timings[kind] for kind in EVENT_KINDS}
+
+
 # --- the tables --------------------------------------------------------------------
 
 EVENTS = Table("events", file="events.parquet", doc=(
     "Every engine event of the run, in order: one row per event. Each row carries "
     "the state it was taken in (clock, depth, memory, pool). Event kinds and when "
-    "they fire (engine/hooks.py): `materialize` a materialization starts (depth "
-    "includes it); `alloc_check` its allocation check, all parents resident and "
-    "locked, nothing freed yet; `evict` a pressure eviction, victim chosen, not yet "
-    "freed (memory and pool still include it); `free_dead` an eager eviction of a "
-    "storage whose last reference was released, not yet freed; `compute` an op ran "
-    "(clock advanced, memory grown by the op's total size; a collateral row per "
-    "sibling output that became defined); `pin` a storage was pinned; `oom` the "
-    "allocation that could not be satisfied."), columns=(
+    "they fire (from engine/hooks.py): "
+    + "; ".join(f"`{kind}` {when.rstrip('.')}" for kind, when in event_timings().items())
+    + "."), columns=(
     C("seq", I64, "index", "Position of the event in the run, from 0 (strictly increasing, no gaps)."),
     C("kind", KIND_TYPE, "", "One of: " + ", ".join(EVENT_KINDS) + "."),
     C("op_id", I64, "id", "Current top-level op (0-based op id; the papers number ops "
@@ -375,21 +407,30 @@ def render_format_doc() -> str:
     ]
     for table in TABLES.values():
         where = f"`{table.file}`" if table.file else f"derived from `{RUN_FILE}`"
-        out += [f"## {table.name}", "", f"{where}. {table.doc}", "",
-                "| column | type | unit | null | meaning |", "|---|---|---|---|---|"]
-        for c in table.columns:
-            out.append(f"| `{c.name}` | {type_name(c.type)} | {c.unit} | "
-                       f"{'yes' if c.nullable else ''} | {_escape(c.doc)} |")
-        out.append("")
+        out += table_doc(table, where)
     return "\n".join(out)
 
 
-def write_format_doc(root: Path) -> Path:
-    path = root / DOC_PATH
+def table_doc(table: Table, where: str) -> list[str]:
+    """A table's section of a generated format document: its doc and its columns."""
+    out = [f"## {table.name}", "", f"{where}. {table.doc}", "",
+           "| column | type | unit | null | meaning |", "|---|---|---|---|---|"]
+    for c in table.columns:
+        out.append(f"| `{c.name}` | {type_name(c.type)} | {c.unit} | "
+                   f"{'yes' if c.nullable else ''} | {_escape(c.doc)} |")
+    out.append("")
+    return out
+
+
+def write_doc(root: Path, relative: Path, text: str) -> Path:
+    """Write a generated document under the repository root `root`."""
+    path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_format_doc(), encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path
 
 
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
 if __name__ == "__main__":
-    print(write_format_doc(Path(__file__).resolve().parents[3]))
+    print(write_doc(REPO_ROOT, DOC_PATH, render_format_doc()))

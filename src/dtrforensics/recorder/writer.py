@@ -43,9 +43,6 @@ from .schema import (
 ROW_GROUP_ROWS = 1 << 17
 SCORES = ("victims", "all")
 _KINDS = pa.array(EVENT_KINDS, pa.string())
-_EVENTS_SCHEMA = EVENTS.arrow_schema()
-_DECISIONS_SCHEMA = DECISIONS.arrow_schema()
-_CANDIDATES_SCHEMA = CANDIDATES.arrow_schema()
 
 
 class RecordingExistsError(ValueError):
@@ -70,23 +67,27 @@ def events_batch(batch: EventBatch, budget: int) -> pa.RecordBatch:
     is_check = kind == EV_ALLOC_CHECK
     has_request = is_check | is_evict | (kind == EV_OOM)
     memory = cols[E_MEMORY]
-    arrays = [
-        pa.array(np.arange(batch.first_seq, batch.first_seq + n, dtype=np.int64)),
-        pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int8)), _KINDS),
-        pa.array(cols[E_OP]), pa.array(cols[E_CLOCK]), pa.array(cols[E_DEPTH]),
-        pa.array(cols[E_TENSOR]), pa.array(cols[E_STORAGE]),
-        pa.array(cols[E_BYTES], mask=kind == EV_MATERIALIZE),
-        pa.array(memory), pa.array(memory - cols[E_POOL_BYTES]),
-        pa.array(cols[E_POOL_BYTES]), pa.array(cols[E_POOL_SIZE]),
-        pa.array(np.full(n, budget, dtype=np.int64)),
-        pa.array(cols[E_REQUEST], mask=~has_request),
-        pa.array(cols[E_DECISION], mask=~is_evict),
-        pa.array((flag & FLAG_REMAT) != 0, mask=not_compute),
-        pa.array((flag & FLAG_COLLATERAL) != 0, mask=not_compute),
-        pa.array(flag != 0, mask=~is_check),
-        pa.array(cols[E_COST], mask=not_compute),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=_EVENTS_SCHEMA)
+    return EVENTS.record_batch({
+        "seq": pa.array(np.arange(batch.first_seq, batch.first_seq + n, dtype=np.int64)),
+        "kind": pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int8)), _KINDS),
+        "op_id": pa.array(cols[E_OP]),
+        "clock": pa.array(cols[E_CLOCK]),
+        "depth": pa.array(cols[E_DEPTH]),
+        "tensor_id": pa.array(cols[E_TENSOR]),
+        "storage_id": pa.array(cols[E_STORAGE]),
+        "bytes": pa.array(cols[E_BYTES], mask=kind == EV_MATERIALIZE),
+        "memory": pa.array(memory),
+        "pinned_bytes": pa.array(memory - cols[E_POOL_BYTES]),
+        "pool_bytes": pa.array(cols[E_POOL_BYTES]),
+        "pool_size": pa.array(cols[E_POOL_SIZE]),
+        "budget": pa.array(np.full(n, budget, dtype=np.int64)),
+        "request": pa.array(cols[E_REQUEST], mask=~has_request),
+        "decision": pa.array(cols[E_DECISION], mask=~is_evict),
+        "remat": pa.array((flag & FLAG_REMAT) != 0, mask=not_compute),
+        "collateral": pa.array((flag & FLAG_COLLATERAL) != 0, mask=not_compute),
+        "must_free": pa.array(flag != 0, mask=~is_check),
+        "cost": pa.array(cols[E_COST], mask=not_compute),
+    })
 
 
 def decisions_batch(batch: EventBatch, budget: int) -> pa.RecordBatch | None:
@@ -104,21 +105,32 @@ def decisions_batch(batch: EventBatch, budget: int) -> pa.RecordBatch | None:
         margin = runner_score - score
         relative = margin / runner_score
     memory, request = cols[E_MEMORY], cols[E_REQUEST]
-    arrays = [
-        pa.array(cols[E_DECISION]), pa.array(batch.first_seq + rows.astype(np.int64)),
-        pa.array(cols[E_OP]), pa.array(cols[E_CLOCK]), pa.array(cols[E_DEPTH]),
-        pa.array(cols[E_TENSOR]), pa.array(request), pa.array(memory),
-        pa.array(memory - cols[E_POOL_BYTES]), pa.array(memory + request - budget),
-        pa.array(cols[E_POOL_SIZE]), pa.array(cols[E_POOL_BYTES]),
-        pa.array(cols[E_STORAGE]), pa.array(cols[E_BYTES]), pa.array(score),
-        pa.array(cols[E_COMPUTE]), pa.array(cols[E_FWD]), pa.array(cols[E_BWD]),
-        pa.array(cols[E_STALENESS]),
-        pa.array(runner, mask=no_runner), pa.array(runner_score, mask=no_runner),
-        pa.array(margin, mask=no_runner | np.isnan(margin)),
-        pa.array(relative, mask=no_runner | np.isnan(relative) | ~np.isfinite(runner_score)
-                 | (runner_score == 0)),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=_DECISIONS_SCHEMA)
+    return DECISIONS.record_batch({
+        "decision": pa.array(cols[E_DECISION]),
+        "seq": pa.array(batch.first_seq + rows.astype(np.int64)),
+        "op_id": pa.array(cols[E_OP]),
+        "clock": pa.array(cols[E_CLOCK]),
+        "depth": pa.array(cols[E_DEPTH]),
+        "tensor_id": pa.array(cols[E_TENSOR]),
+        "request": pa.array(request),
+        "memory": pa.array(memory),
+        "pinned_bytes": pa.array(memory - cols[E_POOL_BYTES]),
+        "shortfall": pa.array(memory + request - budget),
+        "pool_size": pa.array(cols[E_POOL_SIZE]),
+        "pool_bytes": pa.array(cols[E_POOL_BYTES]),
+        "victim": pa.array(cols[E_STORAGE]),
+        "victim_bytes": pa.array(cols[E_BYTES]),
+        "score": pa.array(score),
+        "compute": pa.array(cols[E_COMPUTE]),
+        "fwd_compute": pa.array(cols[E_FWD]),
+        "bwd_compute": pa.array(cols[E_BWD]),
+        "staleness": pa.array(cols[E_STALENESS]),
+        "runner_up": pa.array(runner, mask=no_runner),
+        "runner_up_score": pa.array(runner_score, mask=no_runner),
+        "margin": pa.array(margin, mask=no_runner | np.isnan(margin)),
+        "relative_margin": pa.array(relative, mask=no_runner | np.isnan(relative)
+                                    | ~np.isfinite(runner_score) | (runner_score == 0)),
+    })
 
 
 def candidate_ranks(decision: np.ndarray, score: np.ndarray, position: np.ndarray) -> np.ndarray:
@@ -144,12 +156,10 @@ def candidates_batch(batch: CandidateBatch, victims: dict[int, int]) -> pa.Recor
     unique, inverse = np.unique(decision, return_inverse=True)
     victim = np.array([victims.pop(int(d), -1) for d in unique], dtype=np.int64)
     chosen = cols[C_STORAGE] == victim[inverse]
-    names = ("decision", "storage_id", "position", "score", "compute", "fwd_compute",
-             "bwd_compute", "size", "staleness", "rank", "chosen")
     values = {name: cols[CANDIDATE_COLUMNS.index(name)] for name in CANDIDATE_COLUMNS}
     values.update(score=scores, rank=rank, chosen=chosen)
-    return pa.RecordBatch.from_arrays([pa.array(values[n]) for n in names],
-                                      schema=_CANDIDATES_SCHEMA)
+    return CANDIDATES.record_batch({name: pa.array(values[name])
+                                    for name in CANDIDATES.column_names})
 
 
 # --- static tables --------------------------------------------------------------------
@@ -167,25 +177,32 @@ def storages_table(program: Program) -> pa.Table:
     np.add.at(compute, pairs // n_ops, program.op_cost[pairs % n_ops].astype(np.int64))
     op = program.tensor_op[ids].astype(np.int64)
     op_names = np.array(program.op_names, dtype=object)[program.op_name_id[op]]
-    return pa.Table.from_arrays([
-        pa.array(ids.astype(np.int64)), pa.array(program.tensor_size[ids].astype(np.int64)),
-        _names(program, ids), pa.array(op), pa.array(op + 1), pa.array(op_names, pa.string()),
-        pa.array(compute[ids]),
-        pa.array(np.bincount(program.tensor_storage, minlength=program.n_tensors)[ids]
-                 .astype(np.int64)),
-        pa.array(op_names == CONSTANT_OP_NAME),
-    ], schema=STORAGES.arrow_schema())
+    return STORAGES.arrow_table({
+        "storage_id": pa.array(ids.astype(np.int64)),
+        "size": pa.array(program.tensor_size[ids].astype(np.int64)),
+        "tensor": _names(program, ids),
+        "op_id": pa.array(op),
+        "paper_op": pa.array(op + 1),
+        "op_name": pa.array(op_names, pa.string()),
+        "compute": pa.array(compute[ids]),
+        "n_tensors": pa.array(np.bincount(program.tensor_storage,
+                                          minlength=program.n_tensors)[ids].astype(np.int64)),
+        "constant": pa.array(op_names == CONSTANT_OP_NAME),
+    })
 
 
 def tensors_table(program: Program) -> pa.Table:
     ids = np.arange(program.n_tensors, dtype=np.int64)
     alias = program.tensor_alias.astype(np.int64)
-    return pa.Table.from_arrays([
-        pa.array(ids), _names(program, ids), pa.array(program.tensor_op.astype(np.int64)),
-        pa.array(program.tensor_index.astype(np.int64)),
-        pa.array(program.tensor_storage.astype(np.int64)),
-        pa.array(program.tensor_size.astype(np.int64)), pa.array(alias, mask=alias < 0),
-    ], schema=TENSORS.arrow_schema())
+    return TENSORS.arrow_table({
+        "tensor_id": pa.array(ids),
+        "name": _names(program, ids),
+        "op_id": pa.array(program.tensor_op.astype(np.int64)),
+        "output_index": pa.array(program.tensor_index.astype(np.int64)),
+        "storage_id": pa.array(program.tensor_storage.astype(np.int64)),
+        "size": pa.array(program.tensor_size.astype(np.int64)),
+        "view_of_arg": pa.array(alias, mask=alias < 0),
+    })
 
 
 def ops_table(program: Program) -> pa.Table:
@@ -194,17 +211,21 @@ def ops_table(program: Program) -> pa.Table:
     offsets = np.r_[0, np.cumsum(n_out)].astype(np.int32)
     outputs = np.repeat(first, n_out) + (np.arange(offsets[-1]) - np.repeat(offsets[:-1], n_out))
     op_ids = np.arange(program.n_ops, dtype=np.int64)
-    return pa.Table.from_arrays([
-        pa.array(op_ids), pa.array(op_ids + 1),
-        pa.array(np.array(program.op_names, dtype=object)[program.op_name_id], pa.string()),
-        pa.array(program.op_cost.astype(np.int64)), pa.array(n_out),
-        pa.array(program.op_total_size.astype(np.int64)),
-        pa.array(program.op_backward.astype(bool)), pa.array(program.op_line.astype(np.int64)),
-        pa.array(first),
-        pa.ListArray.from_arrays(pa.array(offsets), _names(program, outputs)),
-        pa.ListArray.from_arrays(pa.array(program.op_arg_ptr.astype(np.int32)),
-                                 pa.array(program.op_args.astype(np.int64))),
-    ], schema=OPS.arrow_schema())
+    return OPS.arrow_table({
+        "op_id": pa.array(op_ids),
+        "paper_op": pa.array(op_ids + 1),
+        "name": pa.array(np.array(program.op_names, dtype=object)[program.op_name_id],
+                         pa.string()),
+        "cost": pa.array(program.op_cost.astype(np.int64)),
+        "n_outputs": pa.array(n_out),
+        "total_size": pa.array(program.op_total_size.astype(np.int64)),
+        "backward": pa.array(program.op_backward.astype(bool)),
+        "line": pa.array(program.op_line.astype(np.int64)),
+        "first_tensor": pa.array(first),
+        "outputs": pa.ListArray.from_arrays(pa.array(offsets), _names(program, outputs)),
+        "args": pa.ListArray.from_arrays(pa.array(program.op_arg_ptr.astype(np.int32)),
+                                         pa.array(program.op_args.astype(np.int64))),
+    })
 
 
 # --- sinks ------------------------------------------------------------------------------

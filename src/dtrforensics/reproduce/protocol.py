@@ -88,7 +88,8 @@ class Lab:
 
 def op_timeline(recording: Path) -> list[dict]:
     """Per op: most resident and pinned bytes and the deepest nesting (`queries/run/op_timeline`)."""
-    from ..analyses.runs import fetch_dicts, open_together
+    from ..analyses.runs import open_together
+    from ..rows import fetch_dicts
     con, (run_id,) = open_together([open_recording(recording)])
     try:
         return fetch_dicts(con, "SELECT op_id, memory_max, pinned_max, depth_max FROM op_timeline "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from ..rows import fetch_dicts
 from .store import SweepParams, SweepStore, TraceInfo
 
 SWEEP_QUERIES = (
@@ -25,7 +26,8 @@ SWEEP_QUERIES = (
 
 
 @dataclass(frozen=True)
-class Sample:
+class SampledBudget:
+    """A budget the sweep ran, as a report shows it (its outcome; overhead when ok)."""
     budget: int
     ratio: float
     outcome: str
@@ -37,7 +39,7 @@ class Sample:
 
 @dataclass(frozen=True)
 class FirstSuccess:
-    sample: Sample | None
+    sample: SampledBudget | None
     samples: int
     failing_below: int
     unresolved: int
@@ -46,28 +48,28 @@ class FirstSuccess:
 @dataclass(frozen=True)
 class FailureRegion:
     """A maximal run of failing samples with a completing sample just below and above."""
-    lo: Sample
-    hi: Sample
+    lo: SampledBudget
+    hi: SampledBudget
     failing: int
     outcomes: str
-    below: Sample
-    above: Sample
+    below: SampledBudget
+    above: SampledBudget
     timeouts_inside: int
 
 
 @dataclass(frozen=True)
 class EdgeBracket:
     direction: str          # 'ok->fail' | 'fail->ok' (in increasing budget)
-    ok: Sample
-    fail: Sample
+    ok: SampledBudget
+    fail: SampledBudget
     width_bytes: int
     timeouts_between: int
 
 
 @dataclass(frozen=True)
 class RegimeSwitch:
-    lo: Sample
-    hi: Sample
+    lo: SampledBudget
+    hi: SampledBudget
     factor: float
     direction: str
 
@@ -147,7 +149,7 @@ class ExactView:
 class PolicyHoles:
     policy: str
     first_success: FirstSuccess
-    failures_above: list[Sample]
+    failures_above: list[SampledBudget]
     failure_regions: list[FailureRegion]
     edge_brackets: list[EdgeBracket]
     unresolved: list[Unresolved]
@@ -234,12 +236,6 @@ def connect(store: SweepStore) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _rows(con, sql: str, params: list) -> list[dict]:
-    cur = con.execute(sql, params)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
-
-
 def _files(store: SweepStore) -> list[str]:
     return [os.fspath(p) for p in store.part_files()]
 
@@ -258,7 +254,7 @@ def load_points(path: str | os.PathLike) -> dict[str, list[dict]]:
     if not files:
         return out
     con = connect(store)
-    for r in _rows(con, "SELECT * FROM sample_points(?)", [files]):
+    for r in fetch_dicts(con, "SELECT * FROM sample_points(?)", [files]):
         out.setdefault(r["policy"], []).append(r)
     return out
 
@@ -303,14 +299,14 @@ def _run_all(con, files: list[str], rng: tuple[int, int], params: SweepParams,
     for name, extra in calls.items():
         marks = ", ".join("?" * (1 + len(extra)))
         grouped: dict[str, list[dict]] = {}
-        for r in _rows(con, f"SELECT * FROM {name}({marks})", [files, *extra]):
+        for r in fetch_dicts(con, f"SELECT * FROM {name}({marks})", [files, *extra]):
             grouped.setdefault(r["policy"], []).append(r)
         out[name] = grouped
     return out
 
 
-def _sample(r: dict, prefix: str = "") -> Sample:
-    return Sample(r[f"{prefix}budget"], r[f"{prefix}ratio"], r.get(f"{prefix}outcome", "ok"),
+def _sample(r: dict, prefix: str = "") -> SampledBudget:
+    return SampledBudget(r[f"{prefix}budget"], r[f"{prefix}ratio"], r.get(f"{prefix}outcome", "ok"),
                   r.get(f"{prefix}overhead"))
 
 
@@ -326,28 +322,28 @@ def _policy(res, policy: str, params: SweepParams, rng: tuple[int, int]) -> Poli
     fs_rows = q("first_success")
     if fs_rows and fs_rows[0]["first_budget"] is not None:
         f = fs_rows[0]
-        first = FirstSuccess(Sample(f["first_budget"], f["first_ratio"], "ok", f["first_overhead"]),
+        first = FirstSuccess(SampledBudget(f["first_budget"], f["first_ratio"], "ok", f["first_overhead"]),
                              f["samples"], f["failing_below"], f["unresolved"])
     else:
         n = fs_rows[0] if fs_rows else {"samples": 0, "failing_below": 0, "unresolved": 0}
         first = FirstSuccess(None, n["samples"], n["failing_below"], n["unresolved"])
     above = [_sample(r) for r in q("failures_above_first_success")]
     regions = [FailureRegion(
-        lo=Sample(r["lo_budget"], r["lo_ratio"], "fail", None),
-        hi=Sample(r["hi_budget"], r["hi_ratio"], "fail", None),
+        lo=SampledBudget(r["lo_budget"], r["lo_ratio"], "fail", None),
+        hi=SampledBudget(r["hi_budget"], r["hi_ratio"], "fail", None),
         failing=r["failing"], outcomes=r["outcomes"],
-        below=Sample(r["below_budget"], r["below_ratio"], "ok", r["below_overhead"]),
-        above=Sample(r["above_budget"], r["above_ratio"], "ok", r["above_overhead"]),
+        below=SampledBudget(r["below_budget"], r["below_ratio"], "ok", r["below_overhead"]),
+        above=SampledBudget(r["above_budget"], r["above_ratio"], "ok", r["above_overhead"]),
         timeouts_inside=r["timeouts_inside"]) for r in q("failure_regions")]
     edges = [EdgeBracket(
-        r["direction"], Sample(r["ok_budget"], r["ok_ratio"], "ok", r["ok_overhead"]),
-        Sample(r["fail_budget"], r["fail_ratio"], r["fail_outcome"], None),
+        r["direction"], SampledBudget(r["ok_budget"], r["ok_ratio"], "ok", r["ok_overhead"]),
+        SampledBudget(r["fail_budget"], r["fail_ratio"], r["fail_outcome"], None),
         r["width_bytes"], r["timeouts_between"]) for r in q("edge_brackets")]
     unresolved = [Unresolved(r["budget"], r["ratio"], r["rep"], r["stage"], r["wall_seconds"])
                   for r in q("unresolved_points")]
     switches = [RegimeSwitch(
-        Sample(r["lo_budget"], r["lo_ratio"], "ok", r["lo_overhead"]),
-        Sample(r["hi_budget"], r["hi_ratio"], "ok", r["hi_overhead"]), r["factor"], r["direction"])
+        SampledBudget(r["lo_budget"], r["lo_ratio"], "ok", r["lo_overhead"]),
+        SampledBudget(r["hi_budget"], r["hi_ratio"], "ok", r["hi_overhead"]), r["factor"], r["direction"])
         for r in q("regime_switches")]
     checked = q("repeat_disagreements_checked")
     disagreements = [Disagreement(r["budget"], r["ratio"], r["rep"], tuple(r["differing"]),

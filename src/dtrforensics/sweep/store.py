@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..fsutil import atomic_path, pid_alive, utc_now
+from .schema import RUNS
 
 FORMAT_VERSION = 1
 PARAMS_FILE = "sweep.json"
@@ -153,52 +154,8 @@ class Point:
 
 # --- the runs table -------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: pa.DataType
-    unit: str
-    doc: str
-
-
-RUN_COLUMNS: tuple[Column, ...] = (
-    Column("policy", pa.string(), "", "eviction policy"),
-    Column("budget", pa.int64(), "bytes", "memory budget of the run"),
-    Column("rep", pa.int32(), "",
-           "0: the point's run; k >= 1: k-th confirmation rerun (fresh process)"),
-    Column("ratio", pa.float64(), "", "requested ratio (grid/refinement) or budget / peak"),
-    Column("stage", pa.string(), "",
-           "grid | interior | refine | exact | repeat: who asked for the point"),
-    Column("status", pa.string(), "",
-           "ok (completed) | fail (oom, thrashed) | unresolved (timeout)"),
-    Column("outcome", pa.string(), "", "engine outcome: ok | oom | thrashed | timeout"),
-    Column("overhead", pa.float64(), "x",
-           "(model + remat compute) / model compute; null for timeout"),
-    Column("clock", pa.int64(), "ns", "final clock"),
-    Column("remat_compute", pa.int64(), "ns", "total rematerialization compute"),
-    Column("evictions", pa.int64(), "", "pressure evictions"),
-    Column("remats", pa.int64(), "", "rematerializations"),
-    Column("max_depth", pa.int64(), "", "maximum nesting depth"),
-    Column("peak_memory", pa.int64(), "bytes", "highest resident memory"),
-    Column("max_pinned_bytes", pa.int64(), "bytes",
-           "most pinned bytes at an allocation check that had to free memory"),
-    Column("max_pinned_depth", pa.int64(), "", "depth at that check"),
-    Column("interval_lo", pa.int64(), "bytes",
-           "budget-interval certificate: lowest budget with this identical execution "
-           "(null: timeout)"),
-    Column("interval_hi", pa.int64(), "bytes",
-           "highest such budget (null: unbounded, or timeout)"),
-    Column("victims_sha256", pa.string(), "", "SHA-256 of the pressure-victim sequence"),
-    Column("oom_op_id", pa.int64(), "", "OOM: top-level op id"),
-    Column("oom_request", pa.int64(), "bytes",
-           "OOM: bytes the failing allocation asked for"),
-    Column("oom_pinned", pa.int64(), "bytes", "OOM: pinned bytes at failure"),
-    Column("oom_depth", pa.int64(), "", "OOM: nesting depth at failure"),
-    Column("wall_seconds", pa.float64(), "s", "wall time of the replay"),
-    Column("worker", pa.string(), "", "host:pid of the process that ran it"),
-    Column("finished_at", pa.timestamp("ms", tz="UTC"), "", "when the run finished"),
-)
-RUN_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in RUN_COLUMNS])
+RUN_COLUMNS = RUNS.columns          # declared in sweep/schema.py (docs/sweep-format.md)
+RUN_SCHEMA = RUNS.query_schema()
 
 # Columns that describe the execution itself (a rerun must reproduce them exactly).
 EXECUTION_COLUMNS = ("outcome", "clock", "remat_compute", "evictions", "remats", "max_depth",

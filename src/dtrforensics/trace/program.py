@@ -17,7 +17,6 @@ CMD_COMPUTE = 0
 CMD_GET = 1
 CMD_RELEASE = 2
 CMD_PIN = 3
-COMMAND_NAMES = ("compute", "get", "release", "pin")
 
 CONSTANT_OP_NAME = "constant"
 
@@ -99,9 +98,6 @@ class Program:
     def storage_ids(self) -> np.ndarray:
         """Ids of all storages (tensors that own their storage)."""
         return np.flatnonzero(self.tensor_storage == np.arange(self.n_tensors))
-
-    def storage_size(self, storage_id: int) -> int:
-        return int(self.tensor_size[storage_id])
 
     def tensor_by_name(self, name: str) -> int:
         """The last tensor created under this name (a `$` suffix names mutation results)."""

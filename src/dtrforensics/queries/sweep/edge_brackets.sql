@@ -6,7 +6,7 @@
 -- success. The true edge lies between the two budgets (exact mode pins it to
 -- the byte: exact_failure_regions).
 -- Parameters: files -- the sweep's part files (list of paths or a glob).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS), rep 0 only.
+-- Reads: the sweep runs table (docs/sweep-format.md), rep 0 only.
 
 -- edge_brackets(files): one row per edge, by policy and budget.
 --   policy           eviction policy

@@ -6,7 +6,7 @@
 -- building block of exact_coverage and exact_gaps.
 -- Parameters: files -- the sweep's part files (list of paths or a glob);
 -- range_lo, range_hi -- the swept range in bytes (sweep.json `range_bytes`).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS).
+-- Reads: the sweep runs table (docs/sweep-format.md).
 
 -- exact_certificates(files, range_lo, range_hi): one row per distinct interval.
 --   policy    eviction policy

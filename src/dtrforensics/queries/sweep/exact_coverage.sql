@@ -5,7 +5,7 @@
 -- range's bytes, and the number of distinct executions seen in it.
 -- Parameters: files -- the sweep's part files (list of paths or a glob);
 -- range_lo, range_hi -- the swept range in bytes (sweep.json `range_bytes`).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS).
+-- Reads: the sweep runs table (docs/sweep-format.md).
 
 -- exact_coverage(files, range_lo, range_hi): one row per policy with a run.
 --   policy           eviction policy

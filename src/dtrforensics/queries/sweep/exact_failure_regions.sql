@@ -8,7 +8,7 @@
 -- lo - 1 is certified to complete; hi_exact: hi + 1 is).
 -- Parameters: files -- the sweep's part files (list of paths or a glob);
 -- range_lo, range_hi -- the swept range in bytes (sweep.json `range_bytes`).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS).
+-- Reads: the sweep runs table (docs/sweep-format.md).
 
 -- exact_failure_regions(files, range_lo, range_hi): one row per region, by policy and lo.
 --   policy          eviction policy; region: 1, 2, ... in budget order

@@ -8,7 +8,7 @@
 -- Parameters: files -- the sweep's part files (list of paths or a glob);
 -- range_lo, range_hi -- the swept range in bytes (sweep.json `range_bytes`);
 -- resolution -- the walk's --resolution in bytes (1: exact).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS).
+-- Reads: the sweep runs table (docs/sweep-format.md).
 
 -- exact_gaps(files, range_lo, range_hi, resolution): one row per gap, by policy and lo.
 --   policy       eviction policy

@@ -5,7 +5,7 @@
 -- (which keeps every distinct execution). An uncertified gap always ends a run.
 -- Parameters: files -- the sweep's part files (list of paths or a glob);
 -- range_lo, range_hi -- the swept range in bytes (sweep.json `range_bytes`).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS).
+-- Reads: the sweep runs table (docs/sweep-format.md).
 
 -- exact_merged(files, range_lo, range_hi): one row per merged run, by policy and lo.
 --   policy          eviction policy

@@ -4,7 +4,7 @@
 -- Certificates of a deterministic replay partition the budget axis, so this is
 -- empty unless the engine's certificate (or its determinism) is broken.
 -- Parameters: files -- the sweep's part files (list of paths or a glob).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS), rep 0 only.
+-- Reads: the sweep runs table (docs/sweep-format.md), rep 0 only.
 
 -- exact_overlaps(files): one row per overlapping pair (a starts first).
 --   policy

@@ -8,7 +8,7 @@
 -- (exact_overlaps checks it); bytes no row covers are uncertified (exact_gaps).
 -- Parameters: files -- the sweep's part files (list of paths or a glob);
 -- range_lo, range_hi -- the swept range in bytes (sweep.json `range_bytes`).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS).
+-- Reads: the sweep runs table (docs/sweep-format.md).
 
 -- exact_partition(files, range_lo, range_hi): one row per interval, by policy and lo.
 --   policy        eviction policy

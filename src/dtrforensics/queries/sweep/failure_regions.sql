@@ -6,7 +6,7 @@
 -- (nothing completes below them) and a failing run at the top of the range has
 -- no completing sample above: neither is listed.
 -- Parameters: files -- the sweep's part files (list of paths or a glob).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS), rep 0 only.
+-- Reads: the sweep runs table (docs/sweep-format.md), rep 0 only.
 
 -- failure_regions(files): one row per region, by policy and budget.
 --   policy           eviction policy; region: 1, 2, ... in budget order

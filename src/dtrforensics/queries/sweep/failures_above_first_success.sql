@@ -3,7 +3,7 @@
 -- Answers: every failing sample (OOM or thrashed) whose budget is above the
 -- policy's first success: the raw evidence of feasibility holes.
 -- Parameters: files -- the sweep's part files (list of paths or a glob).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS), rep 0 only.
+-- Reads: the sweep runs table (docs/sweep-format.md), rep 0 only.
 
 -- failures_above_first_success(files): one row per such sample, by policy and budget.
 --   policy, budget, ratio, stage, outcome, overhead

@@ -4,7 +4,7 @@
 -- overhead, and how many samples were taken, failed below it and timed out.
 -- A policy with no completing sample has first_budget null.
 -- Parameters: files -- the sweep's part files (list of paths or a glob).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS), rep 0 only.
+-- Reads: the sweep runs table (docs/sweep-format.md), rep 0 only.
 
 -- first_success(files): one row per policy.
 --   policy          eviction policy

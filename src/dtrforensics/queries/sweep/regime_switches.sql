@@ -4,7 +4,7 @@
 -- and whose overheads differ by more than a factor 1 + threshold.
 -- Parameters: files -- the sweep's part files (list of paths or a glob);
 -- threshold -- relative jump, e.g. 0.25 for max/min > 1.25.
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS), rep 0 only.
+-- Reads: the sweep runs table (docs/sweep-format.md), rep 0 only.
 
 -- regime_switches(files, threshold): one row per switch, by policy and budget.
 --   policy       eviction policy

@@ -6,7 +6,7 @@
 -- victim sequence and OOM details. The first macro lists disagreements (there
 -- should be none); the second counts what was checked.
 -- Parameters: files -- the sweep's part files (list of paths or a glob).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS). Timed-out reruns
+-- Reads: the sweep runs table (docs/sweep-format.md). Timed-out reruns
 -- and reruns of timed-out points are not comparisons (see unresolved_points).
 
 -- repeat_disagreements(files): one row per disagreeing rerun.

@@ -5,7 +5,7 @@
 -- ordered by policy and budget. This is what `dtrf plot` draws.
 -- Parameters: files -- the sweep's part files (a list of paths or a glob:
 -- `SweepStore.part_files()`, i.e. <sweep>/runs/part-*.parquet).
--- Reads: the sweep runs table (columns: sweep/store.py RUN_COLUMNS).
+-- Reads: the sweep runs table (columns: docs/sweep-format.md).
 
 -- sample_points(files): one row per policy and sampled budget.
 --   policy        eviction policy

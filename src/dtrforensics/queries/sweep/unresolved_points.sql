@@ -3,7 +3,7 @@
 -- Answers: every run stopped at the wall-clock limit. Such a point is neither a
 -- success nor a failure, and its certificate is not used.
 -- Parameters: files -- the sweep's part files (list of paths or a glob).
--- Reads: the sweep runs table (sweep/store.py RUN_COLUMNS), every rep.
+-- Reads: the sweep runs table (docs/sweep-format.md), every rep.
 
 -- unresolved_points(files): one row per timed-out run, by policy and budget.
 --   policy, budget, ratio, rep, stage

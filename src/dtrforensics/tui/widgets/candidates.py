@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.widgets import DataTable
 
 from ...analyses.replay_view import Candidate
-from ...cli.format import fmt_bytes
+from ...render.units import fmt_bytes, fmt_score
 
 
 class CandidatesTable(DataTable):
@@ -32,7 +32,7 @@ class CandidatesTable(DataTable):
         self.border_title = f"candidates of decision {decision}{source}"
         for c in candidates:
             self.add_row(str(c.rank), str(c.storage), c.tensor or "-",
-                         "-" if c.score is None else f"{c.score:.6g}",
+                         fmt_score(c.score),
                          fmt_bytes(c.size) if c.size is not None else "-",
                          "-" if c.staleness is None else f"{c.staleness:,}",
                          "evicted" if c.chosen else "")

@@ -6,11 +6,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ...analyses.replay_view import Step, Victim
-from ...cli.format import fmt_bytes, fmt_exact_bytes
-
-
-def _score(x: float | None) -> str:
-    return "-" if x is None else f"{x:.6g}"
+from ...render.labels import op_label
+from ...render.units import fmt_bytes, fmt_exact_bytes, fmt_score
 
 
 def step_text(step: Step, total: int, victims: list[Victim] | None) -> Text:
@@ -18,7 +15,7 @@ def step_text(step: Step, total: int, victims: list[Victim] | None) -> Text:
     t = Text()
     t.append(f"step {step.step:,} ", style="bold")
     t.append(f"({total:,} in view)  ", style="dim")
-    t.append(f"op {step.op_id} (paper #{step.paper_op})  depth {step.depth}\n")
+    t.append(f"{op_label(step.op_id)}  depth {step.depth}\n")
     t.append("allocating ", style="dim")
     t.append(step.tensor, style="bold")
     t.append(f" ← {step.op_name} (op {step.tensor_op_id})")
@@ -43,9 +40,9 @@ def step_text(step: Step, total: int, victims: list[Victim] | None) -> Text:
         t.append("loading victims…\n", style="dim")
     for v in victims or []:
         t.append(f"  ↳ #{v.decision} evict {v.victim} {v.tensor} ({fmt_bytes(v.bytes)}) "
-                 f"score {_score(v.score)}", style="cyan")
+                 f"score {fmt_score(v.score)}", style="cyan")
         if v.runner_up is not None:
-            t.append(f"; runner-up {v.runner_up} {_score(v.runner_up_score)}", style="dim")
+            t.append(f"; runner-up {v.runner_up} {fmt_score(v.runner_up_score)}", style="dim")
         t.append("\n")
     return t
 

@@ -1,11 +1,10 @@
-"""Human formatting shared by the commands: bytes, nanoseconds, ratios, op ids."""
+"""Numbers as people read them: bytes, nanoseconds, scores, overheads, ratios."""
 
 from __future__ import annotations
 
-from ..trace.program import Program
-
 
 def fmt_bytes(n: int | None) -> str:
+    """1536 -> '1.50 KiB' (bytes under 1 KiB stay exact: '12 B')."""
     if n is None:
         return "-"
     value = float(n)
@@ -33,8 +32,20 @@ def fmt_ns(ns: int) -> str:
     return f"{ns} ns"
 
 
-def fmt_op(program: Program, op_id: int) -> str:
-    """An op in both numberings: ours (0-based ids) and the papers' (1-based)."""
-    if op_id < 0:
-        return "-"
-    return f"op {op_id} (paper #{op_id + 1}) {program.op_name(op_id)}"
+def fmt_score(x: float | None) -> str:
+    """An eviction score (compute / (size x staleness)), six significant digits."""
+    return "-" if x is None else f"{x:.6g}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    """A budget ratio (fraction of peak memory), six significant digits."""
+    return "-" if x is None else f"{x:.6g}"
+
+
+def fmt_overhead(x: float | None, digits: int = 4) -> str:
+    """Simulated clock over model compute: '1.0412x'."""
+    return "-" if not x else f"{x:.{digits}f}x"
+
+
+def fmt_fraction(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"

@@ -1,0 +1,44 @@
+"""Plumbing shared by the forensic commands (not a command): run arguments and
+the options every one of them takes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from .errors import CommandError
+from .kernel_notice import announce_compile
+
+if TYPE_CHECKING:
+    from ..recorder.reader import Recording
+
+DEFAULT_CACHE = Path("recordings") / "cache"     # = analyses.runs.DEFAULT_CACHE (tested)
+
+CacheOption = Annotated[Path, typer.Option(
+    help="Where run specs (TRACE@RATIO[:POLICY]) are recorded and reused.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _announce(spec, folder: Path) -> None:
+    print(f"recording {spec} into {folder} (once; later runs reuse it)", file=sys.stderr)
+    announce_compile()
+
+
+def open_run(text: str, *, scores: str, cache: Path) -> Recording:
+    """A recording argument or run spec -> Recording; user mistakes become CommandError."""
+    from ..analyses.runs import RunSpecError, resolve_run
+    from ..recorder.reader import NotARecordingError
+    from ..recorder.schema import RecordingFormatError
+    try:
+        return resolve_run(text, scores=scores, cache=cache, on_record=_announce)
+    except (RunSpecError, NotARecordingError, RecordingFormatError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def print_json(data, *, indent: int | None = 2) -> None:
+    """One strict JSON document on stdout."""
+    from ..render.jsonout import dumps
+    print(dumps(data, indent=indent))

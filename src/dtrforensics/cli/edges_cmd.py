@@ -1,0 +1,51 @@
+"""`dtrf edges SWEEP`: both sides of every edge of a sweep, and the comparison that decides it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import DEFAULT_CACHE, CacheOption, JsonOption, print_json
+from .errors import CommandError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("edges")(edges_command)
+
+
+def edges_command(
+    sweep: Annotated[Path, typer.Argument(help="A sweep folder (dtrf sweep ... --out).")],
+    policy: Annotated[Optional[str], typer.Option(help="The sweep's policy to look at (default: its first).")] = None,
+    threshold: Annotated[Optional[float], typer.Option(help="Overhead jump that makes a regime edge (default: the sweep's --overhead-jump).")] = None,
+    max_edges: Annotated[int, typer.Option(help="Diff at most this many edges, in budget order.")] = 20,
+    cache: CacheOption = DEFAULT_CACHE,
+    as_json: JsonOption = False,
+) -> None:
+    """Every edge of a sweep (adjacent certified intervals, or adjacent samples, whose
+    outcome or regime differs): both budgets, their outcomes and overheads, the decisive
+    budget comparison (one run short by N bytes where the other fits) and the first
+    divergent victim. Both sides are recorded once into the cache and reused."""
+    from ..analyses.edges import edges
+    from ..render.console import err_console, wide_console
+    from ..render.edges import edges_view
+
+    if max_edges < 1:
+        raise CommandError("--max-edges must be at least 1")
+    if threshold is not None and not 0 < threshold < float("inf"):
+        raise CommandError("--threshold must be a positive number")
+    if not sweep.is_dir():
+        raise CommandError(f"no such sweep folder: {sweep}")
+    err = err_console()
+    with err.status("finding edges") as status:
+        try:
+            report = edges(sweep, policy=policy, threshold=threshold, max_edges=max_edges,
+                           cache=cache, on_edge=lambda i, n: status.update(
+                               f"recording and comparing both sides of edge {i} of {n}"))
+        except KeyError as exc:
+            raise CommandError(f"the sweep has no policy {exc}") from None
+    if as_json:
+        print_json(report.to_json())
+        return
+    wide_console().print(edges_view(report))

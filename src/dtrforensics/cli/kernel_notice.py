@@ -1,0 +1,61 @@
+"""Say on stderr that the replay kernel is about to be compiled, instead of
+looking hung: the first replay after an install (or after the engine's source
+changed) compiles it with numba, once, and later processes load it from
+numba's cache.
+
+The check reads numba's cache index files (`<module>.<function>-<line>.pyXY.nbi`)
+without importing numba: a module's cache is warm when every index carries
+the SHA-256 of the module's current source, as numba compares it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+from pathlib import Path
+
+COMPILE_SECONDS = 60    # measured: 54 s of CPU on the 2-core development machine
+
+_ENGINE = Path(__file__).resolve().parent.parent / "engine"
+
+
+def _cache_dir(source: Path) -> Path:
+    override = os.environ.get("NUMBA_CACHE_DIR")
+    if override:
+        parent = str(source.parent)
+        return Path(override) / f"{source.parent.name}_{hashlib.sha1(parent.encode()).hexdigest()}"
+    return source.parent / "__pycache__"
+
+
+def _fresh(index: Path, stamp: bytes) -> bool:
+    try:
+        with open(index, "rb") as fh:
+            pickle.load(fh)                  # numba's version
+            cached_stamp, _ = pickle.loads(fh.read())
+    except Exception:
+        return False
+    return cached_stamp == stamp
+
+
+def compiled_modules_missing(engine: Path = _ENGINE) -> list[str]:
+    """The engine modules with cached numba functions whose cache is absent or stale."""
+    missing = []
+    for source in sorted(engine.glob("*.py")):
+        text = source.read_bytes()
+        if b"cache=True" not in text:
+            continue
+        stamp = hashlib.sha256(text).digest()
+        indexes = list(_cache_dir(source).glob(f"{source.stem}.*.nbi"))
+        if not indexes or not all(_fresh(i, stamp) for i in indexes):
+            missing.append(source.stem)
+    return missing
+
+
+def announce_compile() -> None:
+    """One stderr line when this process is going to compile the kernel."""
+    if os.environ.get("NUMBA_DISABLE_JIT") == "1" or not compiled_modules_missing():
+        return
+    print(f"compiling the replay kernel, once (about {COMPILE_SECONDS} s)...", file=sys.stderr,
+          flush=True)

@@ -1,0 +1,68 @@
+"""`dtrf regime A B`: where one run's evictions blow up, which storages drive it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
+from .errors import CommandError
+
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("regime")(regime_command)
+
+
+def regime_command(
+    control: Annotated[str, typer.Argument(help="Run a: a recording, or TRACE@RATIO[:POLICY].")],
+    test: Annotated[str, typer.Argument(help="Run b, of the same trace.")],
+    window: Annotated[Optional[int], typer.Option(help="Ops per window (default: 100 windows over the longer run).")] = None,
+    factor: Annotated[float, typer.Option(help="Onset rule: the slow run evicts at least this many times as often as the fast run.")] = 2.0,
+    min_excess: Annotated[int, typer.Option(help="Onset rule: and at least this many more pressure evictions.")] = 10,
+    sustain: Annotated[int, typer.Option(help="Onset rule: for this many windows in a row.")] = 1,
+    top: Annotated[int, typer.Option(help="Drivers listed.")] = 10,
+    windows: Annotated[bool, typer.Option("--windows", help="Also list every window's evictions and rematerializations.")] = False,
+    plot: Annotated[Optional[Path], typer.Option("--plot", "-o", help="Write the evictions-per-window figure here (.png or .svg).")] = None,
+    cache: CacheOption = DEFAULT_CACHE,
+    as_json: JsonOption = False,
+) -> None:
+    """Compare two runs in different regimes (e.g. lstm@0.265 and lstm@0.264): evictions
+    and rematerializations per op window, the onset of the slow regime, the storages
+    whose re-eviction drives it, and how it links to the first divergence."""
+    from ..analyses.regime import regime
+    from ..analyses.runs import RunSpecError
+    from ..render.console import wide_console
+    from ..render.regime import regime_view
+
+    if window is not None and window < 1:
+        raise CommandError("--window must be at least 1 op")
+    if not factor >= 1 or factor == float("inf"):
+        raise CommandError("--factor must be a finite number >= 1")
+    if min_excess < 0 or sustain < 1 or top < 0:
+        raise CommandError("--min-excess and --top must be >= 0, --sustain >= 1")
+    if plot is not None and plot.suffix not in FIGURE_SUFFIXES:
+        raise CommandError(f"--plot: give a .png, .svg or .pdf file, not {plot}")
+    if plot is not None and not plot.parent.is_dir():
+        raise CommandError(f"--plot: no such folder {plot.parent}")
+    a = open_run(control, scores="victims", cache=cache)
+    b = open_run(test, scores="victims", cache=cache)
+    try:
+        report = regime(a, b, window_ops=window, factor=factor, min_excess=min_excess,
+                        sustain=sustain, top=top)
+    except RunSpecError as exc:
+        raise CommandError(str(exc)) from None
+    if plot is not None:
+        from ..fsutil import atomic_path
+        from ..render.regime_plot import draw
+        with atomic_path(plot) as tmp:
+            draw(report).savefig(tmp, dpi=110, format=plot.suffix.lstrip("."))
+    if as_json:
+        print_json(report.to_json())
+        return
+    wide_console().print(regime_view(report, windows=windows))
+    if plot is not None:
+        wide_console(stderr=True).print(f"figure: {plot}")

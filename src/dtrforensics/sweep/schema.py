@@ -1,0 +1,84 @@
+"""The runs table of a sweep folder, declared once with the recording format's
+`Table`/`Column`: the store writes its Parquet schema from it and
+`docs/sweep-format.md` is generated from it (run `python -m
+dtrforensics.sweep.schema` to rewrite the file; a test checks the committed
+file is current)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..recorder.schema import REPO_ROOT, Column, Table, table_doc, write_doc
+
+DOC_PATH = Path("docs") / "sweep-format.md"
+SWEEP_FILE = "sweep.json"
+STR, I32, I64, F64 = pa.string(), pa.int32(), pa.int64(), pa.float64()
+
+
+def _c(name: str, type_: pa.DataType, unit: str, doc: str) -> Column:
+    return Column(name, type_, unit, doc, nullable=True)
+
+
+RUNS = Table("runs", file="runs/part-*.parquet", doc=(
+    "One row per finished run of the sweep (a point and its confirmation reruns), "
+    "appended in batches as runs finish: each flushed batch is one part file, so a "
+    "killed sweep loses at most its unflushed rows and resumes by skipping the "
+    "(policy, budget, rep) keys already stored."), columns=(
+    _c("policy", STR, "", "eviction policy"),
+    _c("budget", I64, "bytes", "memory budget of the run"),
+    _c("rep", I32, "", "0: the point's run; k >= 1: k-th confirmation rerun (fresh process)"),
+    _c("ratio", F64, "", "requested ratio (grid/refinement) or budget / peak"),
+    _c("stage", STR, "", "grid | interior | refine | exact | repeat: who asked for the point"),
+    _c("status", STR, "", "ok (completed) | fail (oom, thrashed) | unresolved (timeout)"),
+    _c("outcome", STR, "", "engine outcome: ok | oom | thrashed | timeout"),
+    _c("overhead", F64, "x", "(model + remat compute) / model compute; null for timeout"),
+    _c("clock", I64, "ns", "final clock"),
+    _c("remat_compute", I64, "ns", "total rematerialization compute"),
+    _c("evictions", I64, "", "pressure evictions"),
+    _c("remats", I64, "", "rematerializations"),
+    _c("max_depth", I64, "", "maximum nesting depth"),
+    _c("peak_memory", I64, "bytes", "highest resident memory"),
+    _c("max_pinned_bytes", I64, "bytes",
+       "most pinned bytes at an allocation check that had to free memory"),
+    _c("max_pinned_depth", I64, "", "depth at that check"),
+    _c("interval_lo", I64, "bytes", "budget-interval certificate: lowest budget with this "
+                                    "identical execution (null: timeout)"),
+    _c("interval_hi", I64, "bytes", "highest such budget (null: unbounded, or timeout)"),
+    _c("victims_sha256", STR, "", "SHA-256 of the pressure-victim sequence"),
+    _c("oom_op_id", I64, "", "OOM: top-level op id"),
+    _c("oom_request", I64, "bytes", "OOM: bytes the failing allocation asked for"),
+    _c("oom_pinned", I64, "bytes", "OOM: pinned bytes at failure"),
+    _c("oom_depth", I64, "", "OOM: nesting depth at failure"),
+    _c("wall_seconds", F64, "s", "wall time of the replay"),
+    _c("worker", STR, "", "host:pid of the process that ran it"),
+    _c("finished_at", pa.timestamp("ms", tz="UTC"), "", "when the run finished"),
+))
+
+
+def render_sweep_doc() -> str:
+    """The text of docs/sweep-format.md, generated from `RUNS`."""
+    return "\n".join([
+        "# Sweep format",
+        "",
+        "<!-- Generated from src/dtrforensics/sweep/schema.py by "
+        "`python -m dtrforensics.sweep.schema`: do not edit by hand. -->",
+        "",
+        "A sweep (`dtrf sweep`) is one folder:",
+        "",
+        "```",
+        f"<sweep>/{SWEEP_FILE}            parameters, trace identity, status",
+        f"<sweep>/{RUNS.file}",
+        "```",
+        "",
+        "`dtrf holes` and `dtrf plot` read it through the questions of `queries/sweep/`; "
+        "`dtrf export SWEEP -f csv|parquet` writes the runs table sorted by "
+        "(policy, budget, rep).",
+        "",
+        *table_doc(RUNS, f"`{RUNS.file}`"),
+    ])
+
+
+if __name__ == "__main__":
+    print(write_doc(REPO_ROOT, DOC_PATH, render_sweep_doc()))

@@ -1,0 +1,119 @@
+"""The hand-written logs the tests share (their stories are told in the docstrings
+of test_queries.py and test_forensics_queries.py) and the random-log strategy of
+the property tests."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from logdsl import Log
+
+
+def tiny_log() -> Log:
+    return (Log().const("w", 10)
+           .call("a", "conv", ["w"], 10, 40)
+           .call("b", "conv", ["w"], 20, 40)
+           .call("x", "relu", ["w"], 5, 1).release("x")
+           .call("c", "conv", ["w"], 30, 40)
+           .call("d", "batch_norm", ["a", "b"], 40, 20)
+           .release("a").release("b").release("c"))
+
+
+def tiny_program():
+    return tiny_log().program("tiny")
+
+
+def shift_log() -> Log:
+    return (Log().const("w", 10)
+            .call("a", "f", ["w"], 10, 40)
+            .call("b", "f", ["w"], 20, 40)
+            .call("x", "f", ["w"], 5, 1).release("x")
+            .call("c", "f", ["w"], 30, 40).release("b")
+            .call("d", "g", ["c"], 1, 50)
+            .release("a").release("c").release("d")
+            .call("e", "f", ["w"], 1, 1).release("e"))
+
+
+def chain_log() -> Log:
+    return (Log().const("w", 10)
+            .call("a", "f", ["w"], 10, 20)
+            .call("b", "f", ["a"], 10, 20).release("a")
+            .call("c", "f", ["b"], 10, 20).release("b")
+            .call("d", "f", ["w"], 10, 30)
+            .call("e", "h", ["c", "d"], 10, 10)
+            .release("c").release("d").release("e"))
+
+
+def fan_log(n: int = 8) -> Log:
+    log = Log().const("w", 10)
+    for i in range(n):
+        log.call(f"x{i}", "f", ["w"], 3 + (i * 7) % 5, 10)
+    for i in range(n):
+        log.release(f"x{i}")
+    return log
+
+
+def mixed_log() -> Log:
+    """A small DAG whose budgets 80/90 and 100/120 part at a choice (see test_forensics)."""
+    log = Log().const("w", 10)
+    log.call("a", "f", ["w"], 4, 20)
+    log.call("b", "f", ["a"], 6, 10)
+    log.call("c", "f", ["w"], 3, 30)
+    log.call("d", "f", ["b", "c"], 8, 10)
+    log.call("e", "f", ["a"], 2, 20)
+    log.call("g", "f", ["d", "e"], 5, 10)
+    log.call("h", "f", ["c"], 7, 20)
+    log.call("i", "f", ["g", "h"], 9, 10)
+    for name in "abcdeghi":
+        log.release(name)
+    return log
+
+
+SIZES = (0, 8, 16, 16, 24, 64, 100, 128)
+COSTS = (0, 1, 1, 5, 10, 100)
+
+
+@st.composite
+def random_logs(draw):
+    """A valid log mixing every instruction kind over a small live-name pool."""
+    log = Log()
+    live: list[str] = []
+    counter = [0]
+
+    def fresh():
+        counter[0] += 1
+        return f"x{counter[0]}"
+
+    for _ in range(draw(st.integers(1, 3))):
+        name = fresh()
+        log.const(name, draw(st.sampled_from(SIZES[1:])))
+        live.append(name)
+    for _ in range(draw(st.integers(3, 28))):
+        action = draw(st.sampled_from(("call", "call", "call", "call", "view", "mutate",
+                                       "copy", "copy_from", "release", "release")))
+        if action in ("call", "view"):
+            args = draw(st.lists(st.sampled_from(live), min_size=1, max_size=3))
+            n_out = draw(st.integers(1, 3)) if action == "call" else 1
+            results = [fresh() for _ in range(n_out)]
+            aliases = ([0] if action == "view" else
+                       [draw(st.sampled_from([-1, -1, -1, 0])) for _ in results])
+            sizes = [draw(st.sampled_from(SIZES)) for _ in results]
+            log.call(results, "backward_op" if draw(st.booleans()) and len(live) > 4 else "op",
+                     args, draw(st.sampled_from(COSTS)), sizes, aliases)
+            live.extend(results)
+        elif action == "mutate":
+            args = draw(st.lists(st.sampled_from(live), min_size=1, max_size=2, unique=True))
+            log.mutate("add_", args, [0], draw(st.sampled_from(COSTS)))
+        elif action == "copy":
+            name = fresh()
+            log.copy(name, draw(st.sampled_from(live)))
+            live.append(name)
+        elif action == "copy_from":
+            log.copy_from(draw(st.sampled_from(live)), draw(st.sampled_from(live)))
+        elif len(live) > 1:
+            name = draw(st.sampled_from(live))
+            log.release(name)
+            if draw(st.booleans()):
+                live.remove(name)
+    if draw(st.booleans()):
+        log.release("never_defined")
+    return log.program()

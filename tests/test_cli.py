@@ -1,0 +1,98 @@
+"""The `dtrf` entry point: lazily registered commands, what --help imports, the
+compile notice."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dtrforensics.cli import kernel_notice
+from dtrforensics.cli.main import COMMANDS, app, load_command
+
+HEAVY = ("dtrforensics.analyses", "dtrforensics.engine", "dtrforensics.render", "numba",
+         "duckdb", "pyarrow", "textual", "matplotlib", "rich")
+
+
+def _paragraph(text: str) -> str:
+    return " ".join(inspect.cleandoc(text).split("\n\n")[0].split())
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_listed_help_is_the_commands_own(name):
+    """The one-line help `dtrf --help` shows without importing a command is the
+    first paragraph of that command's own help."""
+    command = load_command(name)
+    assert command.name == name
+    assert _paragraph(COMMANDS[name][1]) == _paragraph(command.help)
+
+
+def test_help_lists_every_command_and_runs_one():
+    runner = CliRunner()
+    listing = runner.invoke(app, ["--help"])
+    assert listing.exit_code == 0
+    for name in COMMANDS:
+        assert f"\n  {name} " in listing.stdout
+    own = runner.invoke(app, ["synth", "--help"])
+    assert own.exit_code == 0 and "--seed" in own.stdout
+    wrong = runner.invoke(app, ["sythn"])
+    assert wrong.exit_code == 2
+
+
+def test_help_imports_nothing_heavy():
+    code = ("import sys, runpy\nsys.argv = ['dtrf', '--help']\n"
+            "try:\n    runpy.run_module('dtrforensics.cli.main', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print('\\n'.join(sorted(sys.modules)), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    loaded = done.stderr.split()
+    heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    assert "Commands" in done.stdout and heavy == []
+
+
+def _engine(tmp_path: Path, cached: bool, stamp_of: bytes | None = None) -> Path:
+    engine = tmp_path / "engine"
+    (engine / "__pycache__").mkdir(parents=True)
+    source = b"from numba import njit\n@njit(cache=True)\ndef f(x):\n    return x\n"
+    (engine / "kernel.py").write_bytes(source)
+    (engine / "summary.py").write_bytes(b"OUTCOMES = ()\n")
+    if cached:
+        stamp = hashlib.sha256(stamp_of if stamp_of is not None else source).digest()
+        with open(engine / "__pycache__" / "kernel.f-2.py311.nbi", "wb") as fh:
+            pickle.dump("0.0", fh)
+            fh.write(pickle.dumps((stamp, {})))
+    return engine
+
+
+def test_compile_notice_reads_numba_cache_index(tmp_path, monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    assert kernel_notice.compiled_modules_missing(_engine(tmp_path / "a", False)) == ["kernel"]
+    assert kernel_notice.compiled_modules_missing(_engine(tmp_path / "b", True)) == []
+    stale = _engine(tmp_path / "c", True, stamp_of=b"an older kernel")
+    assert kernel_notice.compiled_modules_missing(stale) == ["kernel"]
+
+
+def test_compile_notice_follows_numba_cache_dir(tmp_path, monkeypatch):
+    engine = _engine(tmp_path, True)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert kernel_notice.compiled_modules_missing(engine) == ["kernel"]
+    target = kernel_notice._cache_dir(engine / "kernel.py")
+    target.mkdir(parents=True)
+    os.replace(engine / "__pycache__" / "kernel.f-2.py311.nbi", target / "kernel.f-2.py311.nbi")
+    assert kernel_notice.compiled_modules_missing(engine) == []
+
+
+def test_compile_notice_is_one_stderr_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(kernel_notice, "compiled_modules_missing", lambda: ["kernel"])
+    monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)
+    kernel_notice.announce_compile()
+    err = capsys.readouterr().err
+    assert err.startswith("compiling the replay kernel, once (about ") and err.count("\n") == 1
