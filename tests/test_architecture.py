@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dtrforensics.analyses", "dtrforensics.sweep", "dtrforensics.interop",
      "dtrforensics.synth.search", "dtrforensics.reproduce"),
     ("dtrforensics.render",),
-    ("dtrforensics.cli", "dtrforensics.tui"),
+    ("dtrforensics.cli", "dtrforensics.tui", "dtrforensics.api"),
 )
 TUI_DOOR = "dtrforensics.tui"           # the CLI may import this package, none of its modules
 
