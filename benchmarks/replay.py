@@ -4,7 +4,7 @@ Prints, for every non-timeout line of the reference results, our wall time
 beside the reference simulator's recorded seconds (`secs`) and the ratio;
 then the median ratio and the slowest reference points. As a baseline
 measured in this same run, the simple object-per-tensor oracle of the test
-suite (a straightforward implementation of SEMANTICS.md) is timed on the
+suite (a straightforward implementation of docs/semantics.md) is timed on the
 points where it takes under a few seconds.
 
     python benchmarks/replay.py [--traces DIR] [--reference FILE] [--no-oracle]

@@ -4,7 +4,7 @@
 fine grid of budget ratios under one policy and keeps the traces that show both
 
 * a **feasibility hole**: a ratio that runs out of memory with completing
-  ratios below and above it (SEMANTICS.md section 8), and
+  ratios below and above it (docs/semantics.md §12.8), and
 * an **overhead regime switch**: two adjacent grid ratios, both completing,
   whose overheads differ by more than `factor` (max/min).
 
