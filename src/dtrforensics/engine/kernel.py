@@ -24,20 +24,21 @@ from .hooks import (
     EV_ALLOC_CHECK, EV_COMPUTE, EV_EVICT, EV_FREE_DEAD, EV_MATERIALIZE, EV_OOM, EV_PIN,
     F_RUNNER_SCORE, F_SCORE, FLAG_COLLATERAL, FLAG_REMAT,
 )
-from .layout import (  # noqa: F401  (re-exported: readers use kernel.S_*, kernel.STATUS_*)
-    ACT_COMPUTE, ACT_NONE, ACT_PIN, FR_ACTION, FR_INDEX, FR_PENDING_COUNT, FR_PENDING_START,
-    FR_PHASE, FR_REMAT, FR_TENSOR, N_SCALARS, NEVER, NO_HI, PH_CHECK, PH_COMPUTE, PH_ENTER,
-    PH_FREE, PH_PARENT, PH_PARENT_LOCK, R_COMPUTE, R_DEFINED, R_IN_POOL, R_LAST_ACCESS,
-    R_LAST_OP, R_LOCK, R_MATERIAL, R_PINNED, R_POOL_NEXT, R_POOL_PREV, R_REF_EXT, S_ABSORB_WORK,
-    S_ABSORBS, S_ANOMALIES, S_ARENA_TOP, S_BUDGET, S_CLOCK, S_CMD_POS, S_COLLATERAL, S_CREATED,
-    S_CUR_OP, S_DEAD, S_DEBUG, S_DEPTH, S_EMIT, S_EMIT_CANDS, S_EPOCH, S_EVICTIONS,
-    S_EXCLUSION_CHECKS, S_FREE_SLOTS, S_HI_TRUE, S_LO, S_MAX_DEPTH, S_MAXPIN_BYTES,
-    S_MAXPIN_DEPTH, S_MAXPIN_OP, S_MEMORY, S_MODEL_COMPUTE, S_N_CANDS, S_N_EVENTS, S_N_STREAM,
-    S_PEAK, S_PEND_TOP, S_POOL_BYTES, S_POOL_HEAD, S_POOL_SIZE, S_POOL_TAIL, S_REBUILDS,
-    S_REMAT_COMPUTE, S_REMAT_LIMIT, S_REMATS, S_SCORE_EVALS, S_STATUS, S_STEPS,
-    S_WALK_VISITS, STATUS_ARENA_FULL, STATUS_DONE, STATUS_FORCE_FAILED, STATUS_OOM,
+from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by the driver)
+    ACT_COMPUTE, ACT_NONE, ACT_PIN, BACKWARD, FORWARD, FR_ACTION, FR_INDEX, FR_PENDING_COUNT,
+    FR_PENDING_START, FR_PHASE, FR_REMAT, FR_TENSOR, NEVER, NO_HI, N_SCALARS, PH_CHECK,
+    PH_COMPUTE, PH_ENTER, PH_FREE, PH_PARENT, PH_PARENT_LOCK, R_COMPUTE, R_DEFINED, R_IN_POOL,
+    R_LAST_ACCESS, R_LAST_OP, R_LOCK, R_MATERIAL, R_PINNED, R_POOL_NEXT, R_POOL_PREV, R_REF_EXT,
+    SCRATCH_AFFECTED, SCRATCH_FRONTIER, SCRATCH_INTERIOR, SCRATCH_MEMBERS, SCRATCH_NEW_RESIDENT,
+    SCRATCH_WALK_STACK, STATUS_ARENA_FULL, STATUS_DONE, STATUS_FORCE_FAILED, STATUS_OOM,
     STATUS_RUNNING, STATUS_THRASHED, STREAM_CLOCK, STREAM_DEAD, STREAM_KIND, STREAM_OP,
-    STREAM_PRESSURE, STREAM_STORAGE,
+    STREAM_PRESSURE, STREAM_STORAGE, S_ABSORBS, S_ABSORB_WORK, S_ANOMALIES, S_ARENA_TOP,
+    S_BUDGET, S_CLOCK, S_CMD_POS, S_COLLATERAL, S_CREATED, S_CUR_OP, S_DEAD, S_DEBUG, S_DEPTH,
+    S_EMIT, S_EMIT_CANDS, S_EPOCH, S_EVICTIONS, S_EXCLUSION_CHECKS, S_FREE_SLOTS, S_HI_TRUE,
+    S_LO, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP, S_MAX_DEPTH, S_MEMORY, S_MODEL_COMPUTE,
+    S_N_CANDS, S_N_EVENTS, S_N_STREAM, S_PEAK, S_PEND_TOP, S_POOL_BYTES, S_POOL_HEAD,
+    S_POOL_SIZE, S_POOL_TAIL, S_REBUILDS, S_REMATS, S_REMAT_COMPUTE, S_REMAT_LIMIT,
+    S_SCORE_EVALS, S_STATUS, S_STEPS, S_WALK_VISITS,
 )
 from .policies import (
     P_BWD, P_COMPUTE, P_FRESH, P_FWD, P_LRU, P_ONE, P_REGIONS, P_SIZE, P_STALENESS,
@@ -174,13 +175,14 @@ def check_invariants(g, sc, st):
 
 # ---------------------------------------------------------------- regions
 
-# Evicted neighbourhoods (semantics.md §8), laid out as in state.Regions. Each of the 2n regions (2*s forward, 2*s+1
-# backward) has two sets: its interior (set id r) and frontier (set id 2n + r),
-# stored as blocks of one int64 arena (start/cap/len per set). A set that grows
-# past its block moves to a new block at the arena's top; abandoned blocks are
-# reclaimed by compaction. Any call that may allocate can move blocks, so code
-# re-reads `rg.start` after it. Large sets also get a membership bitset (a row
-# of `rg.bits`), so absorb tests membership in O(1) instead of re-marking them.
+# Evicted neighbourhoods (semantics.md §8), laid out as in state.Regions. Each
+# of the 2n regions (2*s forward, 2*s+1 backward) has two sets: its interior
+# (set id r) and frontier (set id 2n + r), stored as blocks of one int64 arena
+# (start/cap/len per set). A set that grows past its block moves to a new
+# block at the arena's top; abandoned blocks are reclaimed by compaction. Any
+# call that may allocate can move blocks, so code re-reads `rg.start` after it.
+# Large sets also get a membership bitset (a row of `rg.bits`), so absorb tests
+# membership in O(1) instead of re-marking them.
 BITSET_MIN = 64
 
 
@@ -335,10 +337,12 @@ def _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
     """§8.2: recompute one region of storage s from scratch."""
     r = 2 * s + backward
     sc[S_REBUILDS] += 1
-    n_int, n_fr, comp = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1],
-                              scratch[2], s, backward)
-    _store(rg, sc, r, scratch[1], n_int)
-    _store(rg, sc, rg.n_regions + r, scratch[2], n_fr)
+    interior = scratch[SCRATCH_INTERIOR]
+    frontier = scratch[SCRATCH_FRONTIER]
+    n_int, n_fr, comp = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_WALK_STACK],
+                              interior, frontier, s, backward)
+    _store(rg, sc, r, interior, n_int)
+    _store(rg, sc, rg.n_regions + r, frontier, n_fr)
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
 
@@ -527,9 +531,10 @@ APPROX_MARGIN = 1e-12
 
 @njit(cache=True, inline="always")
 def _score(pol, compute, size, last_access, clock, fwd, bwd, exact):
-    """Score of a storage under the policy (§7.2), from its own compute, size and last
-    access and its neighbourhood computes; with exact=False a float-first
-    approximation (within APPROX_MARGIN), else the exact quotient (§7.3). Scalars only: this runs per candidate."""
+    """Score of a storage under the policy (§7.2), from its own compute, size and
+    last access and its neighbourhood computes; with exact=False a float-first
+    approximation (within APPROX_MARGIN), else the exact quotient (§7.3).
+    Scalars only: this runs per candidate."""
     if pol[P_LRU]:
         return np.float64(last_access)
     num = 0
@@ -565,10 +570,13 @@ def _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark, scratch, s):
     fwd = 0
     bwd = 0
     if pol[P_FWD]:
-        fwd = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1], scratch[2], s, 0)[2]
+        fwd = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_WALK_STACK],
+                    scratch[SCRATCH_INTERIOR], scratch[SCRATCH_FRONTIER], s, FORWARD)[2]
     if pol[P_BWD]:
-        bwd = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1], scratch[2], s, 1)[2]
+        bwd = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_WALK_STACK],
+                    scratch[SCRATCH_INTERIOR], scratch[SCRATCH_FRONTIER], s, BACKWARD)[2]
     return fwd, bwd
+
 
 # ---------------------------------------------------------------- the machine
 
@@ -885,17 +893,17 @@ def _evict(g, pol, sc, st, mark, scratch, rg, s):
             break
         st[R_DEFINED, u] = 0
     if pol[P_REGIONS]:
-        rf = 2 * s
-        rb = 2 * s + 1
-        members = scratch[5]
+        rf = 2 * s + FORWARD
+        rb = 2 * s + BACKWARD
+        members = scratch[SCRATCH_MEMBERS]
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rb, members, mark, sc[S_EPOCH])
         for i in range(n):
-            _absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i], s, rf)
+            _absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + FORWARD, s, rf)
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rf, members, mark, sc[S_EPOCH])
         for i in range(n):
-            _absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + 1, s, rb)
+            _absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + BACKWARD, s, rb)
         _clear(rg, sc, rf)
         _clear(rg, sc, rb)
 
@@ -908,7 +916,7 @@ def _compute(g, pol, sc, st, mark, scratch, rg, ev, evf, emit, t, remat):
     op = g.tensor_op[t]
     first = g.op_first_tensor[op]
     n_out = g.op_n_outputs[op]
-    newly = scratch[3]
+    newly = scratch[SCRATCH_NEW_RESIDENT]
     n_new = 0
     # storages that become resident: siblings in output order, then t
     for u in range(first, first + n_out):
@@ -962,15 +970,15 @@ def _rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
     st_compute = st[R_COMPUTE]
     for i in range(n_new):
         s = newly[i]
-        _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, 0)
-        _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, 1)
-    affected = scratch[4]
-    for direction in range(2):
+        _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, FORWARD)
+        _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, BACKWARD)
+    affected = scratch[SCRATCH_AFFECTED]
+    for direction in (FORWARD, BACKWARD):
         sc[S_EPOCH] += 1
         epoch = sc[S_EPOCH]
         n_aff = 0
         for i in range(n_new):
-            r = 2 * newly[i] + (1 - direction)
+            r = 2 * newly[i] + (BACKWARD - direction)  # the opposite frontier
             n_aff += frontier_members(rg, r, affected[n_aff:], mark, epoch)
         for j in range(n_aff):
             _rebuild(g, sc, material, st_compute, mark, scratch, rg, affected[j], direction)

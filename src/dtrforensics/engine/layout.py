@@ -32,6 +32,14 @@ STATE_ROWS = ("defined", "material", "pinned", "lock", "ref_ext", "last_access",
  FR_ACTION) = range(7)
 FRAME_ROWS = ("tensor", "remat", "phase", "index", "pending_start", "pending_count", "action")
 
+# Directions of an evicted neighbourhood (semantics.md §8.1): region 2*s + d.
+FORWARD, BACKWARD = 0, 1
+
+# Rows of the work matrix `scratch` (no state: reused by every step).
+(SCRATCH_WALK_STACK, SCRATCH_INTERIOR, SCRATCH_FRONTIER, SCRATCH_NEW_RESIDENT,
+ SCRATCH_AFFECTED, SCRATCH_MEMBERS) = range(6)
+N_SCRATCH_ROWS = 6
+
 # Phases of a materialization (semantics.md §6): enter (§6.1, first half of
 # §6.2), materialize the next undefined parent, lock it, allocation check
 # (§6.3), free one victim, compute and unlock (§6.4-6.6).

@@ -9,7 +9,9 @@ import numpy as np
 
 from . import kernel as K
 from .graph import KernelGraph
-from .layout import FRAME_ROWS, R_LAST_ACCESS, R_POOL_NEXT, R_POOL_PREV, STATE_ROWS
+from .layout import (
+    FRAME_ROWS, N_SCRATCH_ROWS, R_LAST_ACCESS, R_POOL_NEXT, R_POOL_PREV, STATE_ROWS,
+)
 
 
 Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "compute",
@@ -80,7 +82,7 @@ class MachineState:
             sc=sc, st=st,
             frames=np.zeros((len(FRAME_ROWS), n + 2), dtype=np.int64),
             pending=np.zeros(len(g.op_args) + n + 8, dtype=np.int64),
-            scratch=np.zeros((6, n + 2), dtype=np.int64),
+            scratch=np.zeros((N_SCRATCH_ROWS, n + 2), dtype=np.int64),
             mark=np.zeros(n, dtype=np.int64),
             regions=regions,
             stream=np.zeros((stream_capacity, 4), dtype=np.int64),
