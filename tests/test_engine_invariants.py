@@ -73,3 +73,14 @@ def test_each_invariant_is_checked(corrupt):
         st[K.R_IN_POOL, program.tensor_by_name("w")] = 1  # a pinned constant
     assert K.check_invariants(graph, sc, st) >= 1
     assert sc[K.S_ANOMALIES] >= 1
+
+
+def test_a_view_made_after_the_last_rebuild_is_a_frontier_miss_not_an_anomaly():
+    # o's op views w and reads a: a's forward region (rebuilt for o) sees w
+    # through the view, w's backward region (built when w was computed) never
+    # sees a. Freeing a makes w's backward region absorb a storage it lacks.
+    p = (Log().const("w", 8).call("a", "f", ["w"], 1, 10)
+         .call(["o", "v"], "g", ["w", "a"], 1, [10, 0], aliases=[-1, 0]).release("a").program())
+    s = replay(p, budget=10**6).summary
+    assert s.dead_frees == 1
+    assert s.frontier_misses == 1 and s.anomalies == 0

@@ -34,11 +34,11 @@ from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by th
     STATUS_RUNNING, STATUS_THRASHED, STREAM_CLOCK, STREAM_DEAD, STREAM_KIND, STREAM_OP,
     STREAM_PRESSURE, STREAM_STORAGE, S_ABSORBS, S_ABSORB_WORK, S_ANOMALIES, S_ARENA_TOP,
     S_BUDGET, S_CLOCK, S_CMD_POS, S_COLLATERAL, S_CREATED, S_CUR_OP, S_DEAD, S_DEBUG, S_DEPTH,
-    S_EMIT, S_EMIT_CANDS, S_EPOCH, S_EVICTIONS, S_EXCLUSION_CHECKS, S_FREE_SLOTS, S_HI_TRUE,
-    S_LO, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP, S_MAX_DEPTH, S_MEMORY, S_MODEL_COMPUTE,
-    S_N_CANDS, S_N_EVENTS, S_N_STREAM, S_PEAK, S_PEND_TOP, S_POOL_BYTES, S_POOL_HEAD,
-    S_POOL_SIZE, S_POOL_TAIL, S_REBUILDS, S_REMATS, S_REMAT_COMPUTE, S_REMAT_LIMIT,
-    S_SCORE_EVALS, S_STATUS, S_STEPS, S_WALK_VISITS,
+    S_EMIT, S_EMIT_CANDS, S_EPOCH, S_EVICTIONS, S_EXCLUSION_CHECKS, S_FREE_SLOTS,
+    S_FRONTIER_MISSES, S_HI_TRUE, S_LO, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP,
+    S_MAX_DEPTH, S_MEMORY, S_MODEL_COMPUTE, S_N_CANDS, S_N_EVENTS, S_N_STREAM, S_PEAK,
+    S_PEND_TOP, S_POOL_BYTES, S_POOL_HEAD, S_POOL_SIZE, S_POOL_TAIL, S_REBUILDS, S_REMATS,
+    S_REMAT_COMPUTE, S_REMAT_LIMIT, S_SCORE_EVALS, S_STATUS, S_STEPS, S_WALK_VISITS,
 )
 from .policies import (
     P_BWD, P_COMPUTE, P_FRESH, P_FWD, P_LRU, P_ONE, P_REGIONS, P_SIZE, P_STALENESS,
@@ -426,7 +426,7 @@ def _absorb_frontier(sc, mark, rg, r, e, r2):
             _clear_bit(bits, fslot, e)
             rg.fr_live[r] -= 1
         else:
-            sc[S_ANOMALIES] += 1  # §13.4
+            sc[S_FRONTIER_MISSES] += 1  # §8.3: the reference asserts e is there
     else:
         n = rg.len[f]
         found = False
@@ -438,7 +438,7 @@ def _absorb_frontier(sc, mark, rg, r, e, r2):
                 found = True
                 break
         if not found:
-            sc[S_ANOMALIES] += 1  # §13.4
+            sc[S_FRONTIER_MISSES] += 1  # §8.3: the reference asserts e is there
         sc[S_EPOCH] += 1
         epoch = sc[S_EPOCH]
         for i in range(rg.len[f]):

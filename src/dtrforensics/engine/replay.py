@@ -289,4 +289,5 @@ def _summarize(program, base, ctx, state, status, timed_out, stream, frontier, s
         ops_done=int(sc[K.S_CUR_OP]) + 1, peak_memory=int(sc[K.S_PEAK]),
         score_evals=int(sc[K.S_SCORE_EVALS]), wall_seconds=seconds,
         interventions=ctx.interventions.to_json(), error=error,
-        anomalies=int(sc[K.S_ANOMALIES]), exclusion_checks=int(sc[K.S_EXCLUSION_CHECKS]))
+        anomalies=int(sc[K.S_ANOMALIES]), exclusion_checks=int(sc[K.S_EXCLUSION_CHECKS]),
+        frontier_misses=int(sc[K.S_FRONTIER_MISSES]))
