@@ -402,22 +402,16 @@ def _compact_frontier(rg, f):
 @njit(cache=True)
 def _absorb(sc, st_compute, mark, rg, r, e, r2):
     """§8.3: region r absorbs evicted storage e, whose region of the same
-    direction is r2."""
+    direction is r2. One function, not two: every call passing the regions'
+    arrays costs reference counting, and absorbs run by the hundred thousand."""
     sc[S_ABSORBS] += 1
-    if _absorb_frontier(sc, mark, rg, r, e, r2):
-        _absorb_interior(sc, st_compute, mark, rg, r, e, r2)
-
-
-@njit(cache=True, inline="always")
-def _absorb_frontier(sc, mark, rg, r, e, r2):
-    """r's frontier loses e and gains r2's frontier (a set union). Returns
-    False when the arena is exhausted."""
     arena = rg.arena
     bits = rg.bits
+    # frontier: remove e, add r2's frontier (set union)
     f = rg.n_regions + r
     f2 = rg.n_regions + r2
     if not _ensure(rg, sc, f, rg.len[f2]):
-        return False
+        return
     fslot = rg.bit_slot[f]
     fbase = rg.start[f]
     epoch = 0
@@ -467,17 +461,9 @@ def _absorb_frontier(sc, mark, rg, r, e, r2):
             _compact_frontier(rg, f)
     elif n >= BITSET_MIN:
         _index(rg, sc, f)
-    return True
-
-
-@njit(cache=True, inline="always")
-def _absorb_interior(sc, st_compute, mark, rg, r, e, r2):
-    """r's interior gains (r2's interior - r's interior) + {e}, and their
-    compute; e's compute always counts."""
+    # interior: new members are (r2.interior - r.interior) + {e}; e's compute always counts
     if not _ensure(rg, sc, r, rg.len[r2] + 1):
         return
-    arena = rg.arena
-    bits = rg.bits
     sc[S_EPOCH] += 2
     in_r = sc[S_EPOCH] - 1
     in_diff = sc[S_EPOCH]
