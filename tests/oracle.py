@@ -1,4 +1,4 @@
-"""A deliberately simple replay of SEMANTICS.md sections 3-7, used as a test oracle.
+"""A deliberately simple replay of docs/semantics.md §4-§11, used as a test oracle.
 
 One Python object per storage, tensor and neighbourhood region; Python sets and
 Python ints throughout; recursion for nested rematerialization. Nothing here is
@@ -25,7 +25,7 @@ if sys.getrecursionlimit() < _RECURSION_LIMIT:
     sys.setrecursionlimit(_RECURSION_LIMIT)
 
 POLICIES = ("dtr", "no-staleness", "no-size", "compute-only", "lru", "size", "msps", "dtr-local")
-# Policies whose score reads the evicted neighbourhoods (section 6). The others
+# Policies whose score reads the evicted neighbourhoods (§8). The others
 # skip the region bookkeeping, which changes nothing about their decisions.
 REGION_POLICIES = frozenset({"dtr", "no-staleness", "no-size", "compute-only", "msps"})
 
@@ -68,7 +68,7 @@ class _Thrashed(Exception):
 
 
 # --------------------------------------------------------------------------- #
-# Runtime objects (section 3)
+# Runtime objects (§4)
 # --------------------------------------------------------------------------- #
 
 class Op:
@@ -123,7 +123,7 @@ class Tensor:
 
 
 class Region:
-    """An evicted neighbourhood of `base` in one direction (section 6)."""
+    """An evicted neighbourhood of `base` in one direction (§8.1)."""
 
     def __init__(self, base: Storage, forward: bool):
         self.base = base
@@ -141,6 +141,7 @@ class Region:
         self.compute = 0
 
     def rebuild(self) -> None:
+        """§8.2: walk from the base afresh."""
         self.clear()
         stack = [self.base]
         while stack:
@@ -158,7 +159,7 @@ class Region:
                         stack.append(us)
 
     def absorb(self, evicted: Storage) -> None:
-        """`evicted` (a frontier member of this region) was just evicted."""
+        """§8.3: `evicted` (a frontier member of this region) was just evicted."""
         other = evicted.fwd if self.forward else evicted.bwd
         # The reference asserts `evicted` is in the frontier; discard keeps the
         # oracle usable on inputs where that invariant would not hold.
@@ -230,6 +231,7 @@ class Runtime:
     # ---- eviction ---------------------------------------------------------- #
 
     def evict(self, s: Storage, kind: str) -> None:
+        """§5.5, then the absorbs of §8.3."""
         s.material = False
         self.memory -= s.size
         self.pool.pop(s, None)
@@ -246,7 +248,7 @@ class Runtime:
             self.victims.append((s.id, self.current_op, self.clock))
         self.stream.append((kind, s.id, self.current_op))
 
-    # ---- scores (section 5) ------------------------------------------------ #
+    # ---- scores (§7) ----------------------------------------------------- #
 
     @staticmethod
     def ratio(num: int, den):
@@ -254,6 +256,7 @@ class Runtime:
         return num / den if den > 0 else math.inf
 
     def score(self, s: Storage):
+        """§7.2, one exact division (§7.3)."""
         policy = self.policy
         staleness = self.clock - s.last_access        # int, or inf if never accessed
         if policy == "lru":
@@ -276,6 +279,7 @@ class Runtime:
         raise AssertionError(policy)
 
     def choose_victim(self) -> Storage:
+        """§7.1: the last of equal minimal scores, or the first zero."""
         best = math.inf
         victim = None
         for s in self.pool:
@@ -290,6 +294,7 @@ class Runtime:
     # ---- allocation -------------------------------------------------------- #
 
     def does_not_fit(self, request: int) -> bool:
+        """§6.3's comparison, recorded for the budget certificate (§11)."""
         value = self.memory + request
         result = value > self.budget
         if result:
@@ -321,7 +326,7 @@ class Runtime:
                 raise _OutOfMemory()
             self.evict(self.choose_victim(), "pressure")
 
-    # ---- materialize (section 4) ------------------------------------------- #
+    # ---- materialize (§6) ----------------------------------------------- #
 
     def materialize(self, t: Tensor, remat: bool) -> None:
         assert not t.defined
@@ -329,10 +334,10 @@ class Runtime:
         self.chain.append(t)
         self.max_depth = max(self.max_depth, self.depth)
 
-        # 1. touch parents
+        # §6.1 touch parents
         for p in t.parents:
             p.storage.last_access = self.clock
-        # 2. lock defined parents, then rematerialize and lock undefined ones
+        # §6.2 lock defined parents, then rematerialize and lock undefined ones
         defined_now = [p for p in t.parents if p.defined]
         undefined_now = [p for p in t.parents if not p.defined]
         for p in defined_now:
@@ -341,14 +346,14 @@ class Runtime:
             if not p.defined:
                 self.materialize(p, remat=True)
             self.lock(p.storage)
-        # 3. allocation check
+        # §6.3 allocation check
         self.allocate(t)
-        # 4. compute
+        # §6.4 compute
         self.run_op(t, remat)
-        # 5. unlock in argument order
+        # §6.5 unlock in argument order
         for p in t.parents:
             self.unlock(p.storage)
-        # 6. thrash check
+        # §6.6 thrash check
         if self.remat_compute > self.remat_limit:
             raise _Thrashed()
 
@@ -356,6 +361,7 @@ class Runtime:
         self.depth -= 1
 
     def run_op(self, t: Tensor, remat: bool) -> None:
+        """§6.4, then the rebuilds of §8.4."""
         op = t.op
         already_defined = [u for u in t.siblings if u.defined]
         newly_defined = [u for u in t.siblings if not u.defined]
@@ -395,6 +401,7 @@ class Runtime:
     # ---- commands ---------------------------------------------------------- #
 
     def compute(self, op_id: int) -> None:
+        """§5.1 (children linked at creation, §4.2)."""
         program = self.program
         op = self.ops[op_id]
         self.current_op = op_id
@@ -428,6 +435,7 @@ class Runtime:
         t.storage.ext_refs += 1
 
     def release(self, tensor_id: int) -> None:
+        """§5.3: a dead free when the last reference goes."""
         t = self.tensors[tensor_id]
         t.ext_refs -= 1
         s = t.storage
@@ -436,6 +444,7 @@ class Runtime:
             self.evict(s, "dead")
 
     def pin(self, tensor_id: int) -> None:
+        """§5.4: recompute if needed, then lock for good."""
         t = self.tensors[tensor_id]
         if not t.defined:
             self.materialize(t, remat=True)

@@ -1,4 +1,4 @@
-"""One test per semantic rule (SEMANTICS.md sections 3-7) on tiny hand-written traces.
+"""One test per semantic rule (docs/semantics.md §4-§11) on tiny hand-written traces.
 
 Each trace is built so that the rule alone decides the expected outcome; the
 simple oracle (tests/oracle.py) must agree with the engine on each.

@@ -24,9 +24,10 @@ def _same_execution(a, b) -> bool:
 def test_engine_agrees_with_oracle(program, fraction, policy):
     peak = baseline(program).peak
     budget = int(fraction * peak)
-    got = replay(program, budget=budget, policy=policy)
+    got = replay(program, budget=budget, policy=policy, debug=True)
     want = oracle_run(program, budget, policy)
     s = got.summary
+    assert s.anomalies == 0
     assert [tuple(v) for v in got.victims.tolist()] == [tuple(v) for v in want.victims]
     assert [(("pressure", "dead")[k], st_, op) for k, st_, op, _ in got.stream.tolist()] == \
         [tuple(e) for e in want.stream]

@@ -1,4 +1,4 @@
-"""The replay engine against every reference result (SEMANTICS.md; ../shared/reference).
+"""The replay engine against every reference result (docs/semantics.md; ../shared/reference).
 
 A forensic replay that makes one different decision tells a false story, so
 each point must agree on everything the reference recorded. Points the

@@ -1,6 +1,6 @@
 """The published forensic cases, from recordings of the public traces alone.
 
-- ResNet-32 at 0.104 fails (SEMANTICS.md section 8): x7984's allocation, 179,830,912
+- ResNet-32 at 0.104 fails (docs/semantics.md §12): x7984's allocation, 179,830,912
   bytes, 889,795,480 pinned, depth 118, chain rooted at x9012.
 - InceptionV4 at 0.2343 completes and at 0.235 fails. The two eviction streams share
   their first 13 entries; the 14th is pressure victim 931 (op 944, the papers'

@@ -1,4 +1,4 @@
-"""Parser: every malformed input names its line and problem; lowering follows SEMANTICS.md §1."""
+"""Parser: every malformed input names its line and problem; lowering follows docs/semantics.md §2."""
 
 from __future__ import annotations
 

@@ -132,12 +132,15 @@ def _attempt(program: Program, retain: tuple[int, ...], budget: int, ratio: floa
              policy: str, record_root: Path | None, timeout: float | None,
              baseline: dict) -> Attempt:
     common = dict(budget=budget, ratio=ratio, policy=policy, timeout=timeout)
-    key = ("control", budget, policy)
-    control = _WORKER.get(key)
-    if control is None:  # one control per worker process, checked for every attempt
+    # One control per trace content, budget and policy in each process (a
+    # program parsed from memory has no content hash: its control is not kept).
+    key = ("control", program.sha256, budget, policy) if program.sha256 else None
+    control = _WORKER.get(key) if key else None
+    if control is None:
         control = run_once(program, interventions=Interventions(control=True), record_root=None,
                            **common)
-        _WORKER[key] = control
+        if key:
+            _WORKER[key] = control
     run = run_once(program, interventions=Interventions(retain=retain), record_root=record_root,
                    **common)
     return Attempt(retain, run.summary, same_execution(control.summary, baseline),

@@ -3,7 +3,7 @@
 Every figure comes in two scopes, always labelled:
 - `pressure`: pressure victims alone (the heuristic's choices);
 - `stream`: the whole eviction stream, pressure victims and dead frees
-  (SEMANTICS.md section 8). The published LSTM figures (0.265 vs 0.264: 5,233
+  (docs/semantics.md §12.3). The published LSTM figures (0.265 vs 0.264: 5,233
   vs 5,236 distinct storages, Jaccard 0.999, 1.33 vs 8.27 evictions per
   storage) are stream figures.
 

@@ -1,6 +1,6 @@
 """Unconstrained replay: the trace's peak memory and model compute.
 
-SEMANTICS.md section 7: no budget and no heuristic; a storage is freed as soon
+docs/semantics.md §10.1: no budget and no heuristic; a storage is freed as soon
 as its external reference count reaches 0, pinned or not.
 """
 

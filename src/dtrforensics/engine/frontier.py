@@ -1,7 +1,7 @@
 """The pinned frontier at an OOM: the chain of in-progress materializations.
 
-Built from the kernel's frame stack after a failed allocation (SEMANTICS.md
-section 8): outermost first, each level with the storages it holds locked.
+Built from the kernel's frame stack after a failed allocation (semantics.md
+§12.6): outermost first, each level with the storages it holds locked.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 
 from ..trace.program import Program
 from . import kernel as K
-from .state import FRAME_ROWS, MachineState
+from .layout import FR_INDEX, FR_PENDING_COUNT, FR_PENDING_START, FR_PHASE, FR_REMAT, FR_TENSOR
+from .state import MachineState
 
 
 @dataclass(frozen=True)
@@ -63,15 +64,15 @@ class Frontier:
 
 def _locked_parents(program: Program, state: MachineState, f: int) -> list[int]:
     frames = state.frames
-    t = int(frames[FRAME_ROWS.index("tensor"), f])
-    phase = int(frames[FRAME_ROWS.index("phase"), f])
+    t = int(frames[FR_TENSOR, f])
+    phase = int(frames[FR_PHASE, f])
     if phase == K.PH_ENTER:
         return []
     op = int(program.tensor_op[t])
     args = program.op_args_of(op).tolist()
-    start = int(frames[FRAME_ROWS.index("pending_start"), f])
-    count = int(frames[FRAME_ROWS.index("pending_count"), f])
-    index = int(frames[FRAME_ROWS.index("index"), f])
+    start = int(frames[FR_PENDING_START, f])
+    count = int(frames[FR_PENDING_COUNT, f])
+    index = int(frames[FR_INDEX, f])
     snapshot = state.pending[start:start + count].tolist()
     remaining = list(snapshot)
     defined_at_entry = []
@@ -92,7 +93,7 @@ def build_frontier(program: Program, state: MachineState, request: int) -> Front
     cumulative = 0
     levels = []
     for f in range(depth):
-        t = int(state.frames[FRAME_ROWS.index("tensor"), f])
+        t = int(state.frames[FR_TENSOR, f])
         storages = sorted({int(program.tensor_storage[p]) for p in _locked_parents(program, state, f)})
         locked = int(sum(int(size[s]) for s in storages))
         new = int(sum(int(size[s]) for s in storages if s not in seen))
@@ -102,7 +103,7 @@ def build_frontier(program: Program, state: MachineState, request: int) -> Front
         levels.append(FrontierLevel(
             depth=f + 1, tensor_id=t, tensor=program.tensor_name(t), op_id=op,
             op_name=program.op_name(op),
-            remat=bool(state.frames[FRAME_ROWS.index("remat"), f]),
+            remat=bool(state.frames[FR_REMAT, f]),
             locked_storages=tuple(storages), locked_bytes=locked, new_locked_bytes=new,
             cumulative_bytes=cumulative))
     pinned_flag = state.row("pinned").astype(bool) & state.row("material").astype(bool)

@@ -1,10 +1,12 @@
-"""The replay kernel: SEMANTICS.md sections 3-6 as a resumable state machine.
+"""The replay kernel: semantics.md §4-§8 as a resumable state machine.
 
-All state lives in arrays, so the kernel can stop at any step (slice budget
-used up, event buffer full, wall clock to check) and resume where it was.
-`materialize` recursion is an explicit frame stack: deep nesting is just a
-taller array. Compiled with numba; with `NUMBA_DISABLE_JIT=1` it runs as plain
-Python, which the tests use to cross-check.
+All state lives in arrays (named in `layout`), so the kernel can stop at any
+step (slice budget used up, event buffer full, wall clock to check) and resume
+where it was. `materialize` recursion (§6) is an explicit frame stack: deep
+nesting is just a taller array. One step runs one command (§5) or one phase of
+the innermost materialization; each phase is a function below, named after
+the section it implements. Compiled with numba; with `NUMBA_DISABLE_JIT=1` it
+runs as plain Python (the test suite checks that form against the oracle).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..trace.program import CMD_COMPUTE, CMD_GET, CMD_RELEASE
 from .exactdiv import exact_ratio
 from .hooks import (
     C_BWD, C_COMPUTE, C_DECISION, C_FWD, C_POSITION, C_SIZE, C_STALENESS, C_STORAGE,
@@ -21,33 +24,29 @@ from .hooks import (
     EV_ALLOC_CHECK, EV_COMPUTE, EV_EVICT, EV_FREE_DEAD, EV_MATERIALIZE, EV_OOM, EV_PIN,
     F_RUNNER_SCORE, F_SCORE, FLAG_COLLATERAL, FLAG_REMAT,
 )
+from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by the driver)
+    ACT_COMPUTE, ACT_NONE, ACT_PIN, BACKWARD, FORWARD, FR_ACTION, FR_INDEX, FR_PENDING_COUNT,
+    FR_PENDING_START, FR_PHASE, FR_REMAT, FR_TENSOR, NEVER, NO_HI, N_SCALARS, PH_CHECK,
+    PH_COMPUTE, PH_ENTER, PH_FREE, PH_PARENT, PH_PARENT_LOCK, R_COMPUTE, R_DEFINED, R_IN_POOL,
+    R_LAST_ACCESS, R_LAST_OP, R_LOCK, R_MATERIAL, R_PINNED, R_POOL_NEXT, R_POOL_PREV, R_REF_EXT,
+    SCRATCH_AFFECTED, SCRATCH_FRONTIER, SCRATCH_INTERIOR, SCRATCH_MEMBERS, SCRATCH_NEW_RESIDENT,
+    SCRATCH_WALK_STACK, STATUS_ARENA_FULL, STATUS_DONE, STATUS_FORCE_FAILED, STATUS_OOM,
+    STATUS_RUNNING, STATUS_THRASHED, STREAM_CLOCK, STREAM_DEAD, STREAM_KIND, STREAM_OP,
+    STREAM_PRESSURE, STREAM_STORAGE, S_ABSORBS, S_ABSORB_WORK, S_ANOMALIES, S_ARENA_TOP,
+    S_BUDGET, S_CLOCK, S_CMD_POS, S_COLLATERAL, S_CREATED, S_CUR_OP, S_DEAD, S_DEBUG, S_DEPTH,
+    S_EMIT, S_EMIT_CANDS, S_EPOCH, S_EVICTIONS, S_EXCLUSION_CHECKS, S_FREE_SLOTS,
+    S_FRONTIER_MISSES, S_HI_TRUE, S_LO, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP,
+    S_MAX_DEPTH, S_MEMORY, S_MODEL_COMPUTE, S_N_CANDS, S_N_EVENTS, S_N_STREAM, S_PEAK,
+    S_PEND_TOP, S_POOL_BYTES, S_POOL_HEAD, S_POOL_SIZE, S_POOL_TAIL, S_REBUILDS, S_REMATS,
+    S_REMAT_COMPUTE, S_REMAT_LIMIT, S_SCORE_EVALS, S_STATUS, S_STEPS, S_WALK_VISITS,
+)
 from .policies import (
     P_BWD, P_COMPUTE, P_FRESH, P_FWD, P_LRU, P_ONE, P_REGIONS, P_SIZE, P_STALENESS,
 )
 
-# Scalar state slots (int64 vector `sc`).
-(S_CLOCK, S_MEMORY, S_CMD_POS, S_CREATED, S_CUR_OP, S_DEPTH, S_MAX_DEPTH, S_MODEL_COMPUTE,
- S_REMAT_COMPUTE, S_EVICTIONS, S_DEAD, S_REMATS, S_COLLATERAL, S_POOL_BYTES, S_POOL_SIZE,
- S_POOL_HEAD, S_POOL_TAIL, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP, S_LO, S_HI_TRUE,
- S_STATUS, S_PEAK, S_EPOCH, S_N_EVENTS, S_N_CANDS, S_PEND_TOP, S_SCORE_EVALS,
- S_ANOMALIES, S_BUDGET, S_EMIT, S_EMIT_CANDS, S_REMAT_LIMIT, S_N_STREAM, S_UNUSED,
- S_STEPS, S_REBUILDS, S_WALK_VISITS, S_ABSORBS, S_ABSORB_WORK, S_ARENA_TOP,
- S_FREE_SLOTS) = range(43)
-N_SCALARS = 43
-# Eviction stream rows: kind (0 pressure, 1 dead), storage, op id, clock.
-STREAM_PRESSURE, STREAM_DEAD = 0, 1
-
-# Kernel status codes.
-(STATUS_RUNNING, STATUS_DONE, STATUS_OOM, STATUS_THRASHED, STATUS_FORCE_FAILED,
- STATUS_ARENA_FULL) = range(6)
-
-# Frame phases of a materialization.
-PH_ENTER, PH_PARENT, PH_PARENT_LOCK, PH_CHECK, PH_FREE, PH_COMPUTE = range(6)
-# What to do when a top-level frame completes.
-ACT_NONE, ACT_COMPUTE, ACT_PIN = range(3)
-
-NO_HI = -1
-NEVER = np.iinfo(np.int64).min // 4
+# What `_choose` returns instead of a storage when it finds no victim.
+NO_VICTIM = -1              # every pool member is excluded by an intervention
+FORCED_NOT_CANDIDATE = -2   # the forced victim is not in the pool (or is excluded)
 
 
 @njit(cache=True, inline="always")
@@ -78,53 +77,112 @@ def _emit(ev, evf, sc, kind, tensor, storage, nbytes):
     return row
 
 
-# ---------------------------------------------------------------- pool
+# ---------------------------------------------------------------- pool (§4.4)
 
 @njit(cache=True, inline="always")
-def _pool_append(sc, st_size, pool_prev, pool_next, in_pool, s):
-    if in_pool[s]:
+def _pool_append(sc, st, size, s):
+    if st[R_IN_POOL, s]:
         return
-    in_pool[s] = True
+    st[R_IN_POOL, s] = 1
     tail = sc[S_POOL_TAIL]
-    pool_prev[s] = tail
-    pool_next[s] = -1
+    st[R_POOL_PREV, s] = tail
+    st[R_POOL_NEXT, s] = -1
     if tail == -1:
         sc[S_POOL_HEAD] = s
     else:
-        pool_next[tail] = s
+        st[R_POOL_NEXT, tail] = s
     sc[S_POOL_TAIL] = s
     sc[S_POOL_SIZE] += 1
-    sc[S_POOL_BYTES] += st_size[s]
+    sc[S_POOL_BYTES] += size[s]
 
 
 @njit(cache=True, inline="always")
-def _pool_remove(sc, st_size, pool_prev, pool_next, in_pool, s):
-    if not in_pool[s]:
+def _pool_remove(sc, st, size, s):
+    if not st[R_IN_POOL, s]:
         return
-    in_pool[s] = False
-    p = pool_prev[s]
-    n = pool_next[s]
+    st[R_IN_POOL, s] = 0
+    p = st[R_POOL_PREV, s]
+    n = st[R_POOL_NEXT, s]
     if p == -1:
         sc[S_POOL_HEAD] = n
     else:
-        pool_next[p] = n
+        st[R_POOL_NEXT, p] = n
     if n == -1:
         sc[S_POOL_TAIL] = p
     else:
-        pool_prev[n] = p
+        st[R_POOL_PREV, n] = p
     sc[S_POOL_SIZE] -= 1
-    sc[S_POOL_BYTES] -= st_size[s]
+    sc[S_POOL_BYTES] -= size[s]
+
+
+@njit(cache=True, inline="always")
+def _lock(sc, st, size, s):
+    """§6.2: a lock count leaving 0 takes the storage out of the pool."""
+    if st[R_LOCK, s] == 0:
+        _pool_remove(sc, st, size, s)
+    st[R_LOCK, s] += 1
+
+
+@njit(cache=True, inline="always")
+def _unlock(sc, st, size, s):
+    """§6.5: a lock count returning to 0 appends the storage to the pool."""
+    st[R_LOCK, s] -= 1
+    if st[R_LOCK, s] == 0:
+        _pool_append(sc, st, size, s)
+    elif st[R_LOCK, s] < 0:
+        sc[S_ANOMALIES] += 1  # §13.2
+
+
+@njit(cache=True)
+def check_invariants(g, sc, st):
+    """Count the breaches of semantics.md §13.1 and §13.3 into S_ANOMALIES (one
+    pass over the storages and the pool); returns how many were found."""
+    size = g.tensor_size
+    created = sc[S_CREATED]
+    found = 0
+    resident = 0
+    evictable = 0
+    evictable_bytes = 0
+    for s in range(created):
+        if g.tensor_storage[s] != s:
+            continue
+        if st[R_LOCK, s] < 0:
+            found += 1
+        if st[R_MATERIAL, s]:
+            resident += size[s]
+        should_pool = st[R_MATERIAL, s] != 0 and st[R_LOCK, s] == 0
+        if should_pool != (st[R_IN_POOL, s] != 0):
+            found += 1
+        if should_pool:
+            evictable += 1
+            evictable_bytes += size[s]
+    listed = 0
+    listed_bytes = 0
+    s = sc[S_POOL_HEAD]
+    while s != -1 and listed <= created:
+        listed += 1
+        listed_bytes += size[s]
+        s = st[R_POOL_NEXT, s]
+    if resident != sc[S_MEMORY]:
+        found += 1
+    if not (evictable == listed == sc[S_POOL_SIZE]):
+        found += 1
+    if not (evictable_bytes == listed_bytes == sc[S_POOL_BYTES]):
+        found += 1
+    sc[S_ANOMALIES] += found
+    return found
 
 
 # ---------------------------------------------------------------- regions
 
-# Regions (see state.Regions). Each of the 2n regions (2*s forward, 2*s+1
-# backward) has two sets: its interior (set id r) and frontier (set id 2n + r),
-# stored as blocks of one int64 arena (start/cap/len per set). A set that grows
-# past its block moves to a new block at the arena's top; abandoned blocks are
-# reclaimed by compaction. Any call that may allocate can move blocks, so code
-# re-reads `rg.start` after it. Large sets also get a membership bitset (a row
-# of `rg.bits`), so absorb tests membership in O(1) instead of re-marking them.
+# Evicted neighbourhoods (semantics.md §8), laid out as in state.Regions. Each
+# of the 2n regions (2*s forward, 2*s+1 backward) has two sets: its interior
+# (set id r) and frontier (set id 2n + r), stored as blocks of one int64 arena
+# (start/cap/len per set). A set that grows past its block moves to a new
+# block at the arena's top; abandoned blocks are reclaimed by compaction. Any
+# call that may allocate can move blocks, so code re-reads `rg.start` after it.
+# Large sets also get a membership bitset (a row of `rg.bits`), so absorb tests
+# membership in O(1) instead of re-marking them.
 BITSET_MIN = 64
 
 
@@ -220,7 +278,7 @@ def _index(rg, sc, k):
 
 @njit(cache=True)
 def _walk(g, sc, material, st_compute, mark, scratch_stack, out_int, out_fr, base, backward):
-    """From-scratch evicted neighbourhood of `base` in one direction.
+    """From-scratch evicted neighbourhood of `base` in one direction (§8.2).
     Returns (interior count, frontier count, interior compute) into out arrays."""
     sc[S_EPOCH] += 1
     epoch = sc[S_EPOCH]
@@ -276,18 +334,22 @@ def _store(rg, sc, k, src, n):
 
 @njit(cache=True)
 def _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
+    """§8.2: recompute one region of storage s from scratch."""
     r = 2 * s + backward
     sc[S_REBUILDS] += 1
-    n_int, n_fr, comp = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1],
-                              scratch[2], s, backward)
-    _store(rg, sc, r, scratch[1], n_int)
-    _store(rg, sc, rg.n_regions + r, scratch[2], n_fr)
+    interior = scratch[SCRATCH_INTERIOR]
+    frontier = scratch[SCRATCH_FRONTIER]
+    n_int, n_fr, comp = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_WALK_STACK],
+                              interior, frontier, s, backward)
+    _store(rg, sc, r, interior, n_int)
+    _store(rg, sc, rg.n_regions + r, frontier, n_fr)
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
 
 
 @njit(cache=True)
 def _clear(rg, sc, r):
+    """§8.3: empty region r (its blocks become garbage for compaction)."""
     f = rg.n_regions + r
     rg.len[r] = 0
     rg.len[f] = 0
@@ -339,8 +401,9 @@ def _compact_frontier(rg, f):
 
 @njit(cache=True)
 def _absorb(sc, st_compute, mark, rg, r, e, r2):
-    """Region r absorbs evicted storage e whose same-direction region is r2
-    (SEMANTICS.md section 6)."""
+    """§8.3: region r absorbs evicted storage e, whose region of the same
+    direction is r2. One function, not two: every call passing the regions'
+    arrays costs reference counting, and absorbs run by the hundred thousand."""
     sc[S_ABSORBS] += 1
     arena = rg.arena
     bits = rg.bits
@@ -357,7 +420,7 @@ def _absorb(sc, st_compute, mark, rg, r, e, r2):
             _clear_bit(bits, fslot, e)
             rg.fr_live[r] -= 1
         else:
-            sc[S_ANOMALIES] += 1
+            sc[S_FRONTIER_MISSES] += 1  # §8.3: the reference asserts e is there
     else:
         n = rg.len[f]
         found = False
@@ -369,7 +432,7 @@ def _absorb(sc, st_compute, mark, rg, r, e, r2):
                 found = True
                 break
         if not found:
-            sc[S_ANOMALIES] += 1
+            sc[S_FRONTIER_MISSES] += 1  # §8.3: the reference asserts e is there
         sc[S_EPOCH] += 1
         epoch = sc[S_EPOCH]
         for i in range(rg.len[f]):
@@ -454,9 +517,10 @@ APPROX_MARGIN = 1e-12
 
 @njit(cache=True, inline="always")
 def _score(pol, compute, size, last_access, clock, fwd, bwd, exact):
-    """Score of a storage under the policy, from its own compute, size and last
-    access and its neighbourhood computes; with exact=False a float-first
-    approximation (within APPROX_MARGIN). Scalars only: this runs per candidate."""
+    """Score of a storage under the policy (§7.2), from its own compute, size and
+    last access and its neighbourhood computes; with exact=False a float-first
+    approximation (within APPROX_MARGIN), else the exact quotient (§7.3).
+    Scalars only: this runs per candidate."""
     if pol[P_LRU]:
         return np.float64(last_access)
     num = 0
@@ -486,15 +550,17 @@ def _score(pol, compute, size, last_access, clock, fwd, bwd, exact):
 
 @njit(cache=True)
 def _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark, scratch, s):
-    """From-scratch neighbourhood computes (the dtr-exact-nbhd variant). Kept out
+    """From-scratch neighbourhood computes (the dtr-exact-nbhd variant, §8.5). Kept out
     of the scan's common path: a call carrying the graph tuple costs far more
     than the region lookup it replaces."""
     fwd = 0
     bwd = 0
     if pol[P_FWD]:
-        fwd = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1], scratch[2], s, 0)[2]
+        fwd = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_WALK_STACK],
+                    scratch[SCRATCH_INTERIOR], scratch[SCRATCH_FRONTIER], s, FORWARD)[2]
     if pol[P_BWD]:
-        bwd = _walk(g, sc, material, st_compute, mark, scratch[0], scratch[1], scratch[2], s, 1)[2]
+        bwd = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_WALK_STACK],
+                    scratch[SCRATCH_INTERIOR], scratch[SCRATCH_FRONTIER], s, BACKWARD)[2]
     return fwd, bwd
 
 
@@ -505,299 +571,340 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
               iv_retain, iv_window, iv_forbid, iv_force, max_steps, event_room, cand_room):
     """Advance the replay by at most `max_steps` steps; returns the status.
 
-    st: per-storage/tensor state rows (see `state.STATE_ROWS`); fr: frame stack
-    rows (tensor, remat, phase, index, pending start, pending count, action).
-    Stops early (STATUS_RUNNING) when fewer than `event_room` event rows or
-    `cand_room` candidate rows remain, so one step always fits.
+    st: state rows (`layout.R_*`); fr: frame stack rows (`layout.FR_*`), one
+    column per materialization in progress. Stops early (STATUS_RUNNING) when
+    fewer than `event_room` event rows or `cand_room` candidate rows remain, so
+    one step always fits.
     """
-    defined = st[0]
-    material = st[1]
-    pinned = st[2]
-    ref_ext = st[4]
-    last_access = st[5]
-    st_compute = st[6]
-    st_last_op = st[7]
-    st_size = g.tensor_size
-    f_tensor = fr[0]
-    f_remat = fr[1]
-    f_phase = fr[2]
-    f_idx = fr[3]
-    f_pstart = fr[4]
-    f_pn = fr[5]
-    f_action = fr[6]
     emit = sc[S_EMIT] != 0
-    emit_cands = sc[S_EMIT_CANDS] != 0
-    budget = sc[S_BUDGET]
-    n_cmds = g.sched_kind.shape[0]
     steps = 0
     while True:
         if sc[S_STATUS] != STATUS_RUNNING:
             return sc[S_STATUS]
-        if steps >= max_steps or sc[S_N_STREAM] >= stream.shape[0]:
+        if steps >= max_steps or _no_room(sc, rg, stream, ev, cand, event_room, cand_room):
             return STATUS_RUNNING
-        if emit and sc[S_N_EVENTS] + event_room > ev.shape[0]:
-            return STATUS_RUNNING
-        if emit_cands and sc[S_N_CANDS] + cand_room > cand.shape[0]:
-            return STATUS_RUNNING
-        if sc[S_ARENA_TOP] * 4 > rg.arena.shape[0] * 3:
-            return STATUS_RUNNING  # the driver compacts or grows the arena
         steps += 1
         sc[S_STEPS] += 1
-        depth = sc[S_DEPTH]
-        if depth == 0:
-            pos = sc[S_CMD_POS]
-            if pos >= n_cmds:
-                sc[S_STATUS] = STATUS_DONE
-                continue
-            sc[S_CMD_POS] = pos + 1
-            kind = g.sched_kind[pos]
-            arg = g.sched_arg[pos]
-            if kind == 0:  # compute
-                op = arg
-                sc[S_CUR_OP] = op
-                first = g.op_first_tensor[op]
-                for t in range(first, first + g.op_n_outputs[op]):
-                    sc[S_CREATED] = t + 1
-                    s = g.tensor_storage[t]
-                    if s == t:
-                        last_access[s] = NEVER
-                        st_compute[s] = 0
-                        st_last_op[s] = -1
-                    ref_ext[s] += 1
-                    if st_last_op[s] != op:
-                        st_last_op[s] = op
-                        st_compute[s] += g.op_cost[op]
-                _push(sc, fr, first, 0, ACT_COMPUTE)
-                if emit:
-                    _emit(ev, evf, sc, EV_MATERIALIZE, first, g.tensor_storage[first], 0)
-            elif kind == 1:  # get
-                ref_ext[g.tensor_storage[arg]] += 1
-            elif kind == 2:  # release
-                s = g.tensor_storage[arg]
-                ref_ext[s] -= 1
-                if ref_ext[s] == 0 and material[s] and not pinned[s]:
-                    if emit:
-                        _emit(ev, evf, sc, EV_FREE_DEAD, arg, s, st_size[s])
-                    sc[S_DEAD] += 1
-                    _stream(sc, stream, STREAM_DEAD, s)
-                    _evict(g, pol, sc, st, mark, scratch, rg, s)
-            else:  # pin
-                if not defined[arg]:
-                    _push(sc, fr, arg, 1, ACT_PIN)
-                    if emit:
-                        _emit(ev, evf, sc, EV_MATERIALIZE, arg, g.tensor_storage[arg], 0)
-                else:
-                    _pin(g, sc, st, ev, evf, emit, arg)
+        if sc[S_DEPTH] == 0:
+            _next_command(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, emit)
             continue
-
-        f = depth - 1
-        t = f_tensor[f]
-        op = g.tensor_op[t]
-        phase = f_phase[f]
+        f = sc[S_DEPTH] - 1
+        phase = fr[FR_PHASE, f]
         if phase == PH_ENTER:
-            a0 = g.op_arg_ptr[op]
-            a1 = g.op_arg_ptr[op + 1]
-            clock = sc[S_CLOCK]
-            for i in range(a0, a1):
-                last_access[g.tensor_storage[g.op_args[i]]] = clock
-            for i in range(a0, a1):
-                p = g.op_args[i]
-                if defined[p]:
-                    _lock(sc, st, st_size, g.tensor_storage[p])
-            start = sc[S_PEND_TOP]
-            for i in range(a0, a1):
-                p = g.op_args[i]
-                if not defined[p]:
-                    pending[sc[S_PEND_TOP]] = p
-                    sc[S_PEND_TOP] += 1
-            f_pstart[f] = start
-            f_pn[f] = sc[S_PEND_TOP] - start
-            f_idx[f] = 0
-            f_phase[f] = PH_PARENT
+            _enter(g, sc, st, fr, pending, f)
         elif phase == PH_PARENT:
-            if f_idx[f] >= f_pn[f]:
-                f_phase[f] = PH_CHECK
-                continue
-            p = pending[f_pstart[f] + f_idx[f]]
-            f_phase[f] = PH_PARENT_LOCK
-            if not defined[p]:
-                _push(sc, fr, p, 1, ACT_NONE)
-                if emit:
-                    _emit(ev, evf, sc, EV_MATERIALIZE, p, g.tensor_storage[p], 0)
+            _next_parent(g, sc, st, fr, pending, ev, evf, emit, f)
         elif phase == PH_PARENT_LOCK:
-            p = pending[f_pstart[f] + f_idx[f]]
-            _lock(sc, st, st_size, g.tensor_storage[p])
-            f_idx[f] += 1
-            f_phase[f] = PH_PARENT
+            _lock_parent(g, sc, st, fr, pending, f)
         elif phase == PH_CHECK:
-            request = g.op_total_size[op]
-            value = sc[S_MEMORY] + request
-            over = value > budget
-            _compare(sc, value, over)
-            if emit:
-                row = _emit(ev, evf, sc, EV_ALLOC_CHECK, t, g.tensor_storage[t], request)
-                ev[row, E_REQUEST] = request
-                ev[row, E_FLAG] = 1 if over else 0
-            if over:
-                pinned_bytes = sc[S_MEMORY] - sc[S_POOL_BYTES]
-                if pinned_bytes > sc[S_MAXPIN_BYTES]:
-                    sc[S_MAXPIN_BYTES] = pinned_bytes
-                    sc[S_MAXPIN_DEPTH] = depth
-                    sc[S_MAXPIN_OP] = sc[S_CUR_OP]
-                f_phase[f] = PH_FREE
-            else:
-                f_phase[f] = PH_COMPUTE
+            _allocation_check(g, sc, st, fr, ev, evf, emit, f)
         elif phase == PH_FREE:
-            request = g.op_total_size[op]
-            value = sc[S_MEMORY] + request
-            over = value > budget
-            _compare(sc, value, over)
-            if not over:
-                f_phase[f] = PH_COMPUTE
-                continue
-            if sc[S_POOL_SIZE] == 0:
-                sc[S_STATUS] = STATUS_OOM
-                if emit:
-                    row = _emit(ev, evf, sc, EV_OOM, t, g.tensor_storage[t], request)
-                    ev[row, E_REQUEST] = request
-                continue
-            decision = sc[S_EVICTIONS]
-            victim = _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf,
-                             emit, emit_cands, iv_retain, iv_window, iv_forbid, iv_force,
-                             decision, t, request)
-            if victim < 0:
-                if victim == -2:
-                    sc[S_STATUS] = STATUS_FORCE_FAILED
-                    continue
-                # every pool member is excluded by an intervention
-                sc[S_STATUS] = STATUS_OOM
-                if emit:
-                    row = _emit(ev, evf, sc, EV_OOM, t, g.tensor_storage[t], request)
-                    ev[row, E_REQUEST] = request
-                continue
-            sc[S_EVICTIONS] += 1
-            _stream(sc, stream, STREAM_PRESSURE, victim)
-            _evict(g, pol, sc, st, mark, scratch, rg,
-                   victim)
-        else:  # PH_COMPUTE
-            _compute(g, pol, sc, st, mark, scratch, rg, ev, evf, emit, t, f_remat[f] != 0)
-            for i in range(g.op_arg_ptr[op], g.op_arg_ptr[op + 1]):
-                _unlock(sc, st, st_size, g.tensor_storage[g.op_args[i]])
-            if sc[S_REMAT_COMPUTE] > sc[S_REMAT_LIMIT]:
-                sc[S_STATUS] = STATUS_THRASHED
-                continue
-            # pop the frame
-            sc[S_PEND_TOP] = f_pstart[f]
-            sc[S_DEPTH] = f
-            action = f_action[f]
-            if action == ACT_COMPUTE:
-                clock = sc[S_CLOCK]
-                first = g.op_first_tensor[op]
-                for u in range(first, first + g.op_n_outputs[op]):
-                    last_access[g.tensor_storage[u]] = clock
-            elif action == ACT_PIN:
-                _pin(g, sc, st, ev, evf, emit, t)
+            _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, cand, candf, emit,
+                      iv_retain, iv_window, iv_forbid, iv_force, f)
+        else:
+            _compute_and_unlock(g, pol, sc, st, fr, scratch, mark, rg, ev, evf, emit, f)
 
 
 @njit(cache=True, inline="always")
-def _compare(sc, value, over):
-    """Record one `memory + request > budget` comparison for the budget interval."""
+def _no_room(sc, rg, stream, ev, cand, event_room, cand_room):
+    """Whether a buffer could overflow within the next step (the driver then
+    drains it, or compacts or grows the arena, and resumes)."""
+    if sc[S_N_STREAM] >= stream.shape[0]:
+        return True
+    if sc[S_EMIT] != 0 and sc[S_N_EVENTS] + event_room > ev.shape[0]:
+        return True
+    if sc[S_EMIT_CANDS] != 0 and sc[S_N_CANDS] + cand_room > cand.shape[0]:
+        return True
+    return sc[S_ARENA_TOP] * 4 > rg.arena.shape[0] * 3
+
+
+# ---------------------------------------------------------------- commands (§5)
+
+@njit(cache=True, inline="always")
+def _next_command(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, emit):
+    """Run the schedule's next command, or end the run when there is none."""
+    pos = sc[S_CMD_POS]
+    if pos >= g.sched_kind.shape[0]:
+        sc[S_STATUS] = STATUS_DONE
+        return
+    sc[S_CMD_POS] = pos + 1
+    kind = g.sched_kind[pos]
+    arg = g.sched_arg[pos]
+    if kind == CMD_COMPUTE:
+        _start_compute(g, sc, st, fr, ev, evf, emit, arg)
+    elif kind == CMD_GET:
+        st[R_REF_EXT, g.tensor_storage[arg]] += 1
+    elif kind == CMD_RELEASE:
+        _release(g, pol, sc, st, scratch, mark, rg, stream, ev, evf, emit, arg)
+    else:  # CMD_PIN, §5.4
+        if st[R_DEFINED, arg]:
+            _pin(g, sc, st, ev, evf, emit, arg)
+        else:
+            _push(sc, fr, arg, 1, ACT_PIN)
+            if emit:
+                _emit(ev, evf, sc, EV_MATERIALIZE, arg, g.tensor_storage[arg], 0)
+
+
+@njit(cache=True, inline="always")
+def _start_compute(g, sc, st, fr, ev, evf, emit, op):
+    """§5.1: create the op's outputs (§4.1, §4.2), then materialize the first."""
+    sc[S_CUR_OP] = op
+    first = g.op_first_tensor[op]
+    for t in range(first, first + g.op_n_outputs[op]):
+        sc[S_CREATED] = t + 1
+        s = g.tensor_storage[t]
+        if s == t:
+            st[R_LAST_ACCESS, s] = NEVER
+            st[R_COMPUTE, s] = 0
+            st[R_LAST_OP, s] = -1
+        st[R_REF_EXT, s] += 1
+        if st[R_LAST_OP, s] != op:  # a storage's compute counts each distinct op once
+            st[R_LAST_OP, s] = op
+            st[R_COMPUTE, s] += g.op_cost[op]
+    _push(sc, fr, first, 0, ACT_COMPUTE)
+    if emit:
+        _emit(ev, evf, sc, EV_MATERIALIZE, first, g.tensor_storage[first], 0)
+
+
+@njit(cache=True, inline="always")
+def _release(g, pol, sc, st, scratch, mark, rg, stream, ev, evf, emit, t):
+    """§5.3: drop a reference; a resident, unpinned storage left without any is
+    freed at once (a dead free)."""
+    s = g.tensor_storage[t]
+    st[R_REF_EXT, s] -= 1
+    if st[R_REF_EXT, s] == 0 and st[R_MATERIAL, s] and not st[R_PINNED, s]:
+        if emit:
+            _emit(ev, evf, sc, EV_FREE_DEAD, t, s, g.tensor_size[s])
+        sc[S_DEAD] += 1
+        _stream(sc, stream, STREAM_DEAD, s)
+        _evict(g, pol, sc, st, mark, scratch, rg, s)
+
+
+@njit(cache=True)
+def _pin(g, sc, st, ev, evf, emit, t):
+    """§5.4: lock a storage for good (it never returns to the pool)."""
+    s = g.tensor_storage[t]
+    if st[R_PINNED, s]:
+        return
+    _lock(sc, st, g.tensor_size, s)
+    st[R_PINNED, s] = 1
+    if emit:
+        _emit(ev, evf, sc, EV_PIN, t, s, g.tensor_size[s])
+
+
+@njit(cache=True, inline="always")
+def _push(sc, fr, t, remat, action):
+    """Start materializing t (§6): a new frame on top of the stack."""
+    f = sc[S_DEPTH]
+    fr[FR_TENSOR, f] = t
+    fr[FR_REMAT, f] = remat
+    fr[FR_PHASE, f] = PH_ENTER
+    fr[FR_INDEX, f] = 0
+    fr[FR_PENDING_START, f] = sc[S_PEND_TOP]
+    fr[FR_PENDING_COUNT, f] = 0
+    fr[FR_ACTION, f] = action
+    sc[S_DEPTH] = f + 1
+    if f + 1 > sc[S_MAX_DEPTH]:
+        sc[S_MAX_DEPTH] = f + 1
+
+
+# ---------------------------------------------------------------- materialization (§6)
+
+@njit(cache=True, inline="always")
+def _enter(g, sc, st, fr, pending, f):
+    """§6.1 and the first half of §6.2: touch every parent, lock the defined
+    ones, and list the undefined ones (on the `pending` stack) for later."""
+    op = g.tensor_op[fr[FR_TENSOR, f]]
+    a0 = g.op_arg_ptr[op]
+    a1 = g.op_arg_ptr[op + 1]
+    clock = sc[S_CLOCK]
+    for i in range(a0, a1):
+        st[R_LAST_ACCESS, g.tensor_storage[g.op_args[i]]] = clock
+    for i in range(a0, a1):
+        p = g.op_args[i]
+        if st[R_DEFINED, p]:
+            _lock(sc, st, g.tensor_size, g.tensor_storage[p])
+    start = sc[S_PEND_TOP]
+    for i in range(a0, a1):
+        p = g.op_args[i]
+        if not st[R_DEFINED, p]:
+            pending[sc[S_PEND_TOP]] = p
+            sc[S_PEND_TOP] += 1
+    fr[FR_PENDING_START, f] = start
+    fr[FR_PENDING_COUNT, f] = sc[S_PEND_TOP] - start
+    fr[FR_INDEX, f] = 0
+    fr[FR_PHASE, f] = PH_PARENT
+
+
+@njit(cache=True, inline="always")
+def _next_parent(g, sc, st, fr, pending, ev, evf, emit, f):
+    """Second half of §6.2: materialize the next listed parent if it is still
+    undefined (a frame on top), then lock it; after the last, the check."""
+    if fr[FR_INDEX, f] >= fr[FR_PENDING_COUNT, f]:
+        fr[FR_PHASE, f] = PH_CHECK
+        return
+    p = pending[fr[FR_PENDING_START, f] + fr[FR_INDEX, f]]
+    fr[FR_PHASE, f] = PH_PARENT_LOCK
+    if not st[R_DEFINED, p]:
+        _push(sc, fr, p, 1, ACT_NONE)
+        if emit:
+            _emit(ev, evf, sc, EV_MATERIALIZE, p, g.tensor_storage[p], 0)
+
+
+@njit(cache=True, inline="always")
+def _lock_parent(g, sc, st, fr, pending, f):
+    p = pending[fr[FR_PENDING_START, f] + fr[FR_INDEX, f]]
+    _lock(sc, st, g.tensor_size, g.tensor_storage[p])
+    fr[FR_INDEX, f] += 1
+    fr[FR_PHASE, f] = PH_PARENT
+
+
+@njit(cache=True, inline="always")
+def _does_not_fit(sc, request):
+    """The comparison of §6.3, recorded for the budget certificate (§11)."""
+    value = sc[S_MEMORY] + request
+    over = value > sc[S_BUDGET]
     if over:
         if sc[S_HI_TRUE] == NO_HI or value < sc[S_HI_TRUE]:
             sc[S_HI_TRUE] = value
     elif value > sc[S_LO]:
         sc[S_LO] = value
+    return over
+
+
+@njit(cache=True, inline="always")
+def _allocation_check(g, sc, st, fr, ev, evf, emit, f):
+    """§6.3, first comparison: fits (compute next) or must free memory; a
+    check that must free samples the pinned bytes (§12.6)."""
+    t = fr[FR_TENSOR, f]
+    request = g.op_total_size[g.tensor_op[t]]
+    over = _does_not_fit(sc, request)
+    if sc[S_DEBUG]:
+        check_invariants(g, sc, st)
+    if emit:
+        row = _emit(ev, evf, sc, EV_ALLOC_CHECK, t, g.tensor_storage[t], request)
+        ev[row, E_REQUEST] = request
+        ev[row, E_FLAG] = 1 if over else 0
+    if not over:
+        fr[FR_PHASE, f] = PH_COMPUTE
+        return
+    pinned_bytes = sc[S_MEMORY] - sc[S_POOL_BYTES]
+    if pinned_bytes > sc[S_MAXPIN_BYTES]:
+        sc[S_MAXPIN_BYTES] = pinned_bytes
+        sc[S_MAXPIN_DEPTH] = f + 1
+        sc[S_MAXPIN_OP] = sc[S_CUR_OP]
+    fr[FR_PHASE, f] = PH_FREE
+
+
+@njit(cache=True, inline="always")
+def _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, cand, candf, emit,
+              iv_retain, iv_window, iv_forbid, iv_force, f):
+    """§6.3, the eviction loop: compare again; while it does not fit, evict one
+    victim (§7) per step, or end the run out of memory (§10.3)."""
+    t = fr[FR_TENSOR, f]
+    request = g.op_total_size[g.tensor_op[t]]
+    if not _does_not_fit(sc, request):
+        fr[FR_PHASE, f] = PH_COMPUTE
+        return
+    if sc[S_POOL_SIZE] == 0:
+        _out_of_memory(g, sc, ev, evf, emit, t, request)
+        return
+    decision = sc[S_EVICTIONS]
+    victim = _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
+                     sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid, iv_force,
+                     decision, t, request)
+    if victim == FORCED_NOT_CANDIDATE:
+        sc[S_STATUS] = STATUS_FORCE_FAILED
+        return
+    if victim == NO_VICTIM:
+        _out_of_memory(g, sc, ev, evf, emit, t, request)
+        return
+    sc[S_EVICTIONS] += 1
+    _stream(sc, stream, STREAM_PRESSURE, victim)
+    _evict(g, pol, sc, st, mark, scratch, rg, victim)
+
+
+@njit(cache=True, inline="always")
+def _out_of_memory(g, sc, ev, evf, emit, t, request):
+    sc[S_STATUS] = STATUS_OOM
+    if emit:
+        row = _emit(ev, evf, sc, EV_OOM, t, g.tensor_storage[t], request)
+        ev[row, E_REQUEST] = request
+
+
+@njit(cache=True, inline="always")
+def _compute_and_unlock(g, pol, sc, st, fr, scratch, mark, rg, ev, evf, emit, f):
+    """§6.4-§6.6, then the frame completes: the end of a compute command sets
+    its outputs' last access (§5.1), the end of a pin pins (§5.4)."""
+    t = fr[FR_TENSOR, f]
+    op = g.tensor_op[t]
+    _compute(g, pol, sc, st, mark, scratch, rg, ev, evf, emit, t, fr[FR_REMAT, f] != 0)
+    for i in range(g.op_arg_ptr[op], g.op_arg_ptr[op + 1]):
+        _unlock(sc, st, g.tensor_size, g.tensor_storage[g.op_args[i]])
+    if sc[S_REMAT_COMPUTE] > sc[S_REMAT_LIMIT]:
+        sc[S_STATUS] = STATUS_THRASHED
+        return
+    sc[S_PEND_TOP] = fr[FR_PENDING_START, f]
+    sc[S_DEPTH] = f
+    action = fr[FR_ACTION, f]
+    if action == ACT_COMPUTE:
+        clock = sc[S_CLOCK]
+        first = g.op_first_tensor[op]
+        for u in range(first, first + g.op_n_outputs[op]):
+            st[R_LAST_ACCESS, g.tensor_storage[u]] = clock
+    elif action == ACT_PIN:
+        _pin(g, sc, st, ev, evf, emit, t)
 
 
 @njit(cache=True, inline="always")
 def _stream(sc, stream, kind, s):
     row = sc[S_N_STREAM]
     sc[S_N_STREAM] = row + 1
-    stream[row, 0] = kind
-    stream[row, 1] = s
-    stream[row, 2] = sc[S_CUR_OP]
-    stream[row, 3] = sc[S_CLOCK]
-
-
-@njit(cache=True, inline="always")
-def _push(sc, fr, t, remat, action):
-    f = sc[S_DEPTH]
-    fr[0, f] = t
-    fr[1, f] = remat
-    fr[2, f] = PH_ENTER
-    fr[3, f] = 0
-    fr[4, f] = sc[S_PEND_TOP]
-    fr[5, f] = 0
-    fr[6, f] = action
-    sc[S_DEPTH] = f + 1
-    if f + 1 > sc[S_MAX_DEPTH]:
-        sc[S_MAX_DEPTH] = f + 1
-
-
-@njit(cache=True, inline="always")
-def _lock(sc, st, st_size, s):
-    if st[3, s] == 0:
-        _pool_remove(sc, st_size, st[9], st[10], st[8], s)
-    st[3, s] += 1
-
-
-@njit(cache=True, inline="always")
-def _unlock(sc, st, st_size, s):
-    st[3, s] -= 1
-    if st[3, s] == 0:
-        _pool_append(sc, st_size, st[9], st[10], st[8], s)
-
-
-@njit(cache=True)
-def _pin(g, sc, st, ev, evf, emit, t):
-    s = g.tensor_storage[t]
-    if st[2, s]:
-        return
-    _lock(sc, st, g.tensor_size, s)
-    st[2, s] = 1
-    if emit:
-        _emit(ev, evf, sc, EV_PIN, t, s, g.tensor_size[s])
+    stream[row, STREAM_KIND] = kind
+    stream[row, STREAM_STORAGE] = s
+    stream[row, STREAM_OP] = sc[S_CUR_OP]
+    stream[row, STREAM_CLOCK] = sc[S_CLOCK]
 
 
 @njit(cache=True)
 def _evict(g, pol, sc, st, mark, scratch, rg, s):
-    st[1, s] = 0
+    """§5.5, then the absorbs of §8.3."""
+    st[R_MATERIAL, s] = 0
     sc[S_MEMORY] -= g.tensor_size[s]
-    _pool_remove(sc, g.tensor_size, st[9], st[10], st[8], s)
+    _pool_remove(sc, st, g.tensor_size, s)
     created = sc[S_CREATED]
     for i in range(g.st_tensor_ptr[s], g.st_tensor_ptr[s + 1]):
         u = g.st_tensors[i]
         if u >= created:
             break
-        st[0, u] = 0
+        st[R_DEFINED, u] = 0
     if pol[P_REGIONS]:
-        rf = 2 * s
-        rb = 2 * s + 1
-        members = scratch[5]
+        rf = 2 * s + FORWARD
+        rb = 2 * s + BACKWARD
+        members = scratch[SCRATCH_MEMBERS]
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rb, members, mark, sc[S_EPOCH])
         for i in range(n):
-            _absorb(sc, st[6], mark, rg, 2 * members[i], s, rf)
+            _absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + FORWARD, s, rf)
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rf, members, mark, sc[S_EPOCH])
         for i in range(n):
-            _absorb(sc, st[6], mark, rg, 2 * members[i] + 1, s, rb)
+            _absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + BACKWARD, s, rb)
         _clear(rg, sc, rf)
         _clear(rg, sc, rb)
 
 
 @njit(cache=True)
-def _compute(g, pol, sc, st, mark, scratch, rg,
-             ev, evf, emit, t, remat):
-    """SEMANTICS.md section 4 step 4, then the neighbourhood rebuilds of section 6."""
-    defined = st[0]
-    material = st[1]
+def _compute(g, pol, sc, st, mark, scratch, rg, ev, evf, emit, t, remat):
+    """§6.4, then the neighbourhood rebuilds of §8.4."""
+    defined = st[R_DEFINED]
+    material = st[R_MATERIAL]
     op = g.tensor_op[t]
     first = g.op_first_tensor[op]
     n_out = g.op_n_outputs[op]
-    newly = scratch[3]
+    newly = scratch[SCRATCH_NEW_RESIDENT]
     n_new = 0
-    # storages that become material: siblings in output order, then t
+    # storages that become resident: siblings in output order, then t
     for u in range(first, first + n_out):
         if u != t and not material[g.tensor_storage[u]]:
             newly[n_new] = g.tensor_storage[u]
@@ -825,7 +932,7 @@ def _compute(g, pol, sc, st, mark, scratch, rg,
         if u == t:
             continue
         if defined[u]:
-            sc[S_MEMORY] -= g.tensor_size[u]
+            sc[S_MEMORY] -= g.tensor_size[u]  # computed twice: dropped
         else:
             material[g.tensor_storage[u]] = 1
             defined[u] = 1
@@ -835,29 +942,40 @@ def _compute(g, pol, sc, st, mark, scratch, rg,
                 row = _emit(ev, evf, sc, EV_COMPUTE, u, g.tensor_storage[u], g.tensor_size[u])
                 ev[row, E_FLAG] = FLAG_COLLATERAL | (FLAG_REMAT if remat else 0)
     for i in range(n_new):
-        _pool_append(sc, g.tensor_size, st[9], st[10], st[8], newly[i])
+        _pool_append(sc, st, g.tensor_size, newly[i])
     if pol[P_REGIONS] and n_new > 0:
-        st_compute = st[6]
-        for i in range(n_new):
-            s = newly[i]
-            _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, 0)
-            _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, 1)
-        # affected: forward regions of the new storages' backward frontiers and
-        # backward regions of their forward frontiers (deduplicated)
-        affected = scratch[4]
-        for direction in range(2):
-            sc[S_EPOCH] += 1
-            epoch = sc[S_EPOCH]
-            n_aff = 0
-            for i in range(n_new):
-                r = 2 * newly[i] + (1 - direction)
-                n_aff += frontier_members(rg, r, affected[n_aff:], mark, epoch)
-            for j in range(n_aff):
-                _rebuild(g, sc, material, st_compute, mark, scratch, rg, affected[j], direction)
+        _rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new)
 
 
 @njit(cache=True, inline="always")
+def _rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
+    """§8.4: both regions of each new resident storage, then the forward regions
+    of their backward frontiers and the backward regions of their forward
+    frontiers (each storage once)."""
+    material = st[R_MATERIAL]
+    st_compute = st[R_COMPUTE]
+    for i in range(n_new):
+        s = newly[i]
+        _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, FORWARD)
+        _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, BACKWARD)
+    affected = scratch[SCRATCH_AFFECTED]
+    for direction in (FORWARD, BACKWARD):
+        sc[S_EPOCH] += 1
+        epoch = sc[S_EPOCH]
+        n_aff = 0
+        for i in range(n_new):
+            r = 2 * newly[i] + (BACKWARD - direction)  # the opposite frontier
+            n_aff += frontier_members(rg, r, affected[n_aff:], mark, epoch)
+        for j in range(n_aff):
+            _rebuild(g, sc, material, st_compute, mark, scratch, rg, affected[j], direction)
+
+
+# ---------------------------------------------------------------- victim choice (§7, §14)
+
+@njit(cache=True, inline="always")
 def _excluded(sc, iv_retain, iv_window, iv_forbid, decision, s):
+    """§14: whether an intervention keeps storage s out of this decision."""
+    sc[S_EXCLUSION_CHECKS] += 1
     if iv_retain[s]:
         op = sc[S_CUR_OP]
         if iv_window[0] <= op <= iv_window[1]:
@@ -871,23 +989,21 @@ def _excluded(sc, iv_retain, iv_window, iv_forbid, decision, s):
 @njit(cache=True)
 def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_cands,
             iv_retain, iv_window, iv_forbid, iv_force, decision, t, request):
-    """Scan the pool in order; the last of equal minimal scores wins, the first
-    zero stops the scan (SEMANTICS.md section 5). Returns the victim, -1 when
-    every candidate is excluded, -2 when a forced victim is not a candidate."""
+    """§7.1: scan the pool in order; the last of equal minimal scores wins, the
+    first zero stops the scan. Returns the victim, NO_VICTIM when every
+    candidate is excluded, FORCED_NOT_CANDIDATE when a forced victim (§14) is
+    not a candidate. Scores are float-first; only a storage that could be the
+    victim or the runner-up is scored exactly (§7.3)."""
     st_size = g.tensor_size
-    material = st[1]
-    st_compute = st[6]
-    last_access = st[5]
-    pool_next = st[10]
+    material = st[R_MATERIAL]
+    st_compute = st[R_COMPUTE]
+    last_access = st[R_LAST_ACCESS]
+    pool_next = st[R_POOL_NEXT]
     fresh = pol[P_FRESH] != 0
     reg_compute = rg.compute
     forbids = iv_forbid.shape[0] > 0
-    forced = -1
-    for i in range(iv_force.shape[0]):
-        if iv_force[i, 0] == decision:
-            forced = iv_force[i, 1]
     best = np.inf
-    victim = -1
+    victim = NO_VICTIM
     runner = -1
     runner_score = np.inf
     position = 0
@@ -915,17 +1031,8 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
             score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK], fwd, bwd,
                            True)
         if emit_cands:
-            row = sc[S_N_CANDS]
-            sc[S_N_CANDS] = row + 1
-            cand[row, C_DECISION] = decision
-            cand[row, C_STORAGE] = s
-            cand[row, C_POSITION] = position
-            cand[row, C_COMPUTE] = st_compute[s]
-            cand[row, C_FWD] = fwd
-            cand[row, C_BWD] = bwd
-            cand[row, C_SIZE] = st_size[s]
-            cand[row, C_STALENESS] = sc[S_CLOCK] - last_access[s]
-            candf[row] = score
+            _record_candidate(sc, cand, candf, decision, s, position, st_compute[s], fwd, bwd,
+                              st_size[s], sc[S_CLOCK] - last_access[s], score)
         position += 1
         if score <= best:
             runner = victim
@@ -938,37 +1045,77 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
         if score == 0.0:
             break
         s = pool_next[s]
+    forced = _forced_victim(iv_force, decision)
     if forced >= 0:
-        if not (st[8, forced] and not _excluded(sc, iv_retain, iv_window, iv_forbid,
-                                                 decision, forced)):
-            return -2
+        if not st[R_IN_POOL, forced] or _excluded(sc, iv_retain, iv_window, iv_forbid,
+                                                   decision, forced):
+            return FORCED_NOT_CANDIDATE
         if forced != victim:
             runner = victim
             runner_score = best
             victim = forced
-            if fresh:
-                fwd, bwd = _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark,
-                                                 scratch, forced)
-            else:
-                fwd = reg_compute[2 * forced]
-                bwd = reg_compute[2 * forced + 1]
-            best = _score(pol, st_compute[forced], st_size[forced], last_access[forced],
-                          sc[S_CLOCK], fwd, bwd, True)
+            best = _exact_score(g, pol, sc, st, mark, scratch, rg, forced)
     if victim >= 0 and emit:
-        row = _emit(ev, evf, sc, EV_EVICT, t, victim, st_size[victim])
-        ev[row, E_DECISION] = decision
-        ev[row, E_RUNNER] = runner
-        ev[row, E_REQUEST] = request
-        if fresh:
-            fwd, bwd = _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark,
-                                             scratch, victim)
-        else:
-            fwd = reg_compute[2 * victim]
-            bwd = reg_compute[2 * victim + 1]
-        ev[row, E_COMPUTE] = st_compute[victim]
-        ev[row, E_FWD] = fwd
-        ev[row, E_BWD] = bwd
-        ev[row, E_STALENESS] = sc[S_CLOCK] - last_access[victim]
-        evf[row, F_SCORE] = best
-        evf[row, F_RUNNER_SCORE] = runner_score if runner >= 0 else np.nan
+        _emit_eviction(g, pol, sc, st, mark, scratch, rg, ev, evf, decision, t, request,
+                       victim, best, runner, runner_score)
     return victim
+
+
+@njit(cache=True, inline="always")
+def _record_candidate(sc, cand, candf, decision, s, position, compute, fwd, bwd, size,
+                      staleness, score):
+    row = sc[S_N_CANDS]
+    sc[S_N_CANDS] = row + 1
+    cand[row, C_DECISION] = decision
+    cand[row, C_STORAGE] = s
+    cand[row, C_POSITION] = position
+    cand[row, C_COMPUTE] = compute
+    cand[row, C_FWD] = fwd
+    cand[row, C_BWD] = bwd
+    cand[row, C_SIZE] = size
+    cand[row, C_STALENESS] = staleness
+    candf[row] = score
+
+
+@njit(cache=True, inline="always")
+def _forced_victim(iv_force, decision):
+    """The storage an intervention imposes at this decision, or -1 (the last
+    pair for the decision wins)."""
+    forced = -1
+    for i in range(iv_force.shape[0]):
+        if iv_force[i, 0] == decision:
+            forced = iv_force[i, 1]
+    return forced
+
+
+@njit(cache=True)
+def _neighbourhoods(g, pol, sc, st, mark, scratch, rg, s):
+    """fwd and bwd of storage s as the policy reads them (§8)."""
+    if pol[P_FRESH]:
+        return _fresh_neighbourhoods(g, pol, sc, st[R_MATERIAL], st[R_COMPUTE], mark,
+                                     scratch, s)
+    return rg.compute[2 * s], rg.compute[2 * s + 1]
+
+
+@njit(cache=True)
+def _exact_score(g, pol, sc, st, mark, scratch, rg, s):
+    fwd, bwd = _neighbourhoods(g, pol, sc, st, mark, scratch, rg, s)
+    return _score(pol, st[R_COMPUTE, s], g.tensor_size[s], st[R_LAST_ACCESS, s], sc[S_CLOCK],
+                  fwd, bwd, True)
+
+
+@njit(cache=True)
+def _emit_eviction(g, pol, sc, st, mark, scratch, rg, ev, evf, decision, t, request, victim,
+                   score, runner, runner_score):
+    """The `evict` event (hooks.py): the victim's score and its components."""
+    row = _emit(ev, evf, sc, EV_EVICT, t, victim, g.tensor_size[victim])
+    ev[row, E_DECISION] = decision
+    ev[row, E_RUNNER] = runner
+    ev[row, E_REQUEST] = request
+    fwd, bwd = _neighbourhoods(g, pol, sc, st, mark, scratch, rg, victim)
+    ev[row, E_COMPUTE] = st[R_COMPUTE, victim]
+    ev[row, E_FWD] = fwd
+    ev[row, E_BWD] = bwd
+    ev[row, E_STALENESS] = sc[S_CLOCK] - st[R_LAST_ACCESS, victim]
+    evf[row, F_SCORE] = score
+    evf[row, F_RUNNER_SCORE] = runner_score if runner >= 0 else np.nan

@@ -1,7 +1,7 @@
 """Eviction policies: each is one small class declaring its score formula.
 
 Every reference heuristic scores a storage as a ratio
-`numerator / denominator` built from the same features (SEMANTICS.md section 5):
+`numerator / denominator` built from the same features (docs/semantics.md §7.2):
 numerator terms `compute` (own), `fwd`/`bwd` (evicted-neighbourhood compute),
 denominator factors `size` and `staleness`; LRU scores by last access instead.
 The kernel evaluates the declared formula with the reference's exact rounding,

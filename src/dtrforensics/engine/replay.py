@@ -6,6 +6,7 @@ between slices, enforces the wall-clock timeout and assembles the summary.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -30,8 +31,15 @@ TIMED_SLICE_STEPS = 1 << 12  # with a timeout, look at the wall clock more often
 EVENT_CAPACITY = 1 << 16
 
 
+STRICT_INVARIANTS_ENV = "DTRF_STRICT_INVARIANTS"
+
+
 class InterventionError(ValueError):
     """An intervention that cannot apply to this trace or run."""
+
+
+class InvariantError(RuntimeError):
+    """A run broke an invariant of semantics.md §13 while strict checking is on."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,8 @@ class Interventions:
     retain: storages never offered as victims (within `retain_ops`, an inclusive
     window of top-level op ids, when given). forbid/force: (storage, decision
     index) pairs excluding a storage from / imposing it at one decision.
+    control: run the exclusion check on every candidate of every decision and
+    exclude nothing (semantics.md §14); it must reproduce the plain run.
     """
 
     retain: tuple[int, ...] = ()
@@ -59,6 +69,9 @@ class Interventions:
                 "force": [list(x) for x in self.force], "control": self.control}
 
     def validate(self, program: Program) -> None:
+        if self.control and not self.is_empty():
+            raise InterventionError("a control changes nothing: give it no retain, forbid "
+                                    "or force")
         storages = set(program.storage_ids().tolist())
         for s in list(self.retain) + [x[0] for x in self.forbid + self.force]:
             if s not in storages:
@@ -76,6 +89,14 @@ class Interventions:
                     f"op window {lo}..{hi} is outside the trace (op ids 0..{program.n_ops - 1})")
 
     def arrays(self, n: int):
+        """The kernel's (retain, window, forbid, force) arrays. A control marks
+        every storage retained within an empty op window and lists a forbid
+        and a force at a decision that never comes: every check runs, none
+        excludes."""
+        if self.control:
+            never = np.array([[-1, -1]], dtype=np.int64)
+            return (np.ones(n, dtype=np.int64), np.array([1, 0], dtype=np.int64), never,
+                    never.copy())
         retain = np.zeros(n, dtype=np.int64)
         retain[list(self.retain)] = 1
         window = np.array(self.retain_ops or (np.iinfo(np.int64).min, np.iinfo(np.int64).max),
@@ -134,8 +155,15 @@ def resolve_budget(program: Program, budget: int | None, ratio: float | None) ->
 def replay(program: Program, *, budget: int | None = None, ratio: float | None = None,
            policy: str | Policy = "dtr", observers: tuple[Observer, ...] | list = (),
            timeout: float | None = None, interventions: Interventions | None = None,
-           thrash_factor: float = DEFAULT_THRASH_FACTOR, keep_state: bool = False) -> RunResult:
-    """Replay `program` under a budget exactly as the reference simulator."""
+           thrash_factor: float = DEFAULT_THRASH_FACTOR, keep_state: bool = False,
+           debug: bool = False) -> RunResult:
+    """Replay `program` under a budget exactly as the reference simulator.
+
+    The invariants of semantics.md §13 are checked at the end of the run, and
+    with `debug` at every allocation check too; the summary counts breaches as
+    `anomalies`. With the environment variable DTRF_STRICT_INVARIANTS=1 (the
+    test suite sets it) a run with anomalies raises `InvariantError`.
+    """
     started = time.perf_counter()
     graph, base = prepared(program)
     budget, ratio = resolve_budget(program, budget, ratio)
@@ -154,6 +182,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     emit_cands = any(o.wants_candidates for o in observers)
     state.sc[K.S_EMIT] = emit
     state.sc[K.S_EMIT_CANDS] = emit_cands
+    state.sc[K.S_DEBUG] = debug
     ev_cap = EVENT_CAPACITY if emit else 1
     ev = np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64)
     evf = np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64)
@@ -212,8 +241,12 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
         frontier = build_frontier(program, state, request)
         for obs in observers:
             obs.on_oom(frontier)
+    K.check_invariants(graph, state.sc, state.st)
     summary = _summarize(program, base, ctx, state, status, timed_out, stream, frontier,
                          time.perf_counter() - started)
+    if summary.anomalies and os.environ.get(STRICT_INVARIANTS_ENV) == "1":
+        raise InvariantError(f"{program.name} at budget {budget} ({policy.name}): "
+                             f"{summary.anomalies} broken invariants (semantics.md §13)")
     for obs in observers:
         obs.on_finish(summary)
     return RunResult(summary, stream, frontier, state if keep_state else None)
@@ -255,4 +288,6 @@ def _summarize(program, base, ctx, state, status, timed_out, stream, frontier, s
         budget_interval=(int(sc[K.S_LO]), None if hi == K.NO_HI else hi - 1),
         ops_done=int(sc[K.S_CUR_OP]) + 1, peak_memory=int(sc[K.S_PEAK]),
         score_evals=int(sc[K.S_SCORE_EVALS]), wall_seconds=seconds,
-        interventions=ctx.interventions.to_json(), error=error)
+        interventions=ctx.interventions.to_json(), error=error,
+        anomalies=int(sc[K.S_ANOMALIES]), exclusion_checks=int(sc[K.S_EXCLUSION_CHECKS]),
+        frontier_misses=int(sc[K.S_FRONTIER_MISSES]))

@@ -9,11 +9,9 @@ import numpy as np
 
 from . import kernel as K
 from .graph import KernelGraph
-
-# Rows of the per-storage/tensor state matrix `st` (indexed by tensor or storage id).
-STATE_ROWS = ("defined", "material", "pinned", "lock", "ref_ext", "last_access", "compute",
-              "last_op", "in_pool", "pool_prev", "pool_next")
-FRAME_ROWS = ("tensor", "remat", "phase", "index", "pending_start", "pending_count", "action")
+from .layout import (
+    FRAME_ROWS, N_SCRATCH_ROWS, R_LAST_ACCESS, R_POOL_NEXT, R_POOL_PREV, STATE_ROWS,
+)
 
 
 Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "compute",
@@ -77,14 +75,14 @@ class MachineState:
         sc[K.S_FREE_SLOTS] = len(regions.free_slots)
         sc[K.S_REMAT_LIMIT] = remat_limit
         st = np.zeros((len(STATE_ROWS), n), dtype=np.int64)
-        st[STATE_ROWS.index("last_access")] = K.NEVER
-        st[STATE_ROWS.index("pool_prev")] = -1
-        st[STATE_ROWS.index("pool_next")] = -1
+        st[R_LAST_ACCESS] = K.NEVER
+        st[R_POOL_PREV] = -1
+        st[R_POOL_NEXT] = -1
         return cls(
             sc=sc, st=st,
             frames=np.zeros((len(FRAME_ROWS), n + 2), dtype=np.int64),
             pending=np.zeros(len(g.op_args) + n + 8, dtype=np.int64),
-            scratch=np.zeros((6, n + 2), dtype=np.int64),
+            scratch=np.zeros((N_SCRATCH_ROWS, n + 2), dtype=np.int64),
             mark=np.zeros(n, dtype=np.int64),
             regions=regions,
             stream=np.zeros((stream_capacity, 4), dtype=np.int64),

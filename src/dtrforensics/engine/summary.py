@@ -62,6 +62,9 @@ class RunSummary:
     wall_seconds: float
     interventions: dict = field(default_factory=dict)
     error: str | None = None
+    anomalies: int = 0          # broken invariants (semantics.md §13); 0 in a correct run
+    exclusion_checks: int = 0   # intervention exclusion checks made (semantics.md §14)
+    frontier_misses: int = 0    # absorbs the reference would have refused (semantics.md §8.3)
 
     @property
     def budget_interval_ratio(self) -> tuple[float, float | None]:

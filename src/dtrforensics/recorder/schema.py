@@ -392,7 +392,7 @@ def render_format_doc() -> str:
         "one aside (`.<name>.old-<pid>`), renames the new one into place, then deletes "
         "the old one.",
         "",
-        "Identifiers follow SEMANTICS.md section 2: op ids are 0-based (the papers count "
+        "Identifiers follow docs/semantics.md §3: op ids are 0-based (the papers count "
         "from 1: `paper_op`), storage ids are the tensor id of the owning tensor. Null "
         "means \"does not apply to this row\". In SQL (`dtrforensics.db.connect`, "
         "`dtrf sql`), every table is a view with a leading `run_id` column, the "

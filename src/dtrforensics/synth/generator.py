@@ -1,7 +1,7 @@
 """Seeded synthetic DTR logs with planted structure (issue: synthetic traces).
 
 The output is byte-for-byte in the style of the public DTR prototype logs
-(SEMANTICS.md section 1): one compact JSON object per line with sorted keys, a
+(docs/semantics.md §2.1): one compact JSON object per line with sorted keys, a
 `{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}` first line, `MEMORY`, `TIME`
 and `ALIAS` values as decimal strings, tensor names `x<N>` numbered in order of
 appearance.

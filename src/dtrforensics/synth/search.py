@@ -7,7 +7,7 @@ regime switch is the sweep's own definition, the questions of
 `queries/sweep/` read through `sweep.holes.analyze`:
 
 * a **hole** is a failure region: a maximal run of failing grid samples with a
-  completing sample just below and just above it;
+  completing sample just below and just above it (docs/semantics.md §12.8);
 * a **regime switch** is a pair of neighbouring completing samples whose
   overheads differ by more than `factor` (max / min).
 

@@ -1,6 +1,6 @@
 """Parse DTR prototype logs (one JSON object per line) into a `Program`.
 
-The lowering follows SEMANTICS.md section 1 exactly: constants become
+The lowering follows docs/semantics.md §2 exactly: constants become
 zero-cost ops followed by a pin, mutations become new ops whose results are
 named `<old>$`, COPY/COPY_FROM/RELEASE become reference-count commands, and the
 names still referenced at the end are pinned in first-insertion order.

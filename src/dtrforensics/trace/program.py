@@ -1,7 +1,7 @@
 """The compiled form of a DTR trace: an immutable program of numpy arrays.
 
 A `Program` is what every layer above the parser works with. Identifiers follow
-SEMANTICS.md section 2: op ids index `compute` commands in schedule order
+docs/semantics.md §3: op ids index `compute` commands in schedule order
 (constants included), tensor ids are assigned in creation order (an op's outputs
 are consecutive), and a storage id is the tensor id of its owning tensor.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Schedule command kinds (SEMANTICS.md section 1, lowering).
+# Schedule command kinds (docs/semantics.md §2.2, lowering).
 CMD_COMPUTE = 0
 CMD_GET = 1
 CMD_RELEASE = 2

@@ -1,6 +1,6 @@
 -- eviction_stream: what did a run free, in order, and under which allocation?
 --
--- Answers: the eviction stream of run `run` (SEMANTICS.md section 8): pressure
+-- Answers: the eviction stream of run `run` (docs/semantics.md §12.3): pressure
 -- victims (heuristic choices) and dead frees (eager evictions of released
 -- storages) interleaved in event order, each with its op id, the score of a
 -- pressure victim, and the allocation check that governs it (the last

@@ -2,7 +2,7 @@
 --
 -- Answers: per run, two rows: scope 'pressure' counts pressure victims alone
 -- (heuristic choices), scope 'stream' the whole eviction stream (pressure
--- victims and dead frees, SEMANTICS.md section 8). Per scope: evictions,
+-- victims and dead frees, docs/semantics.md §12.3). Per scope: evictions,
 -- distinct storages, evictions per distinct storage (mean, max), the share of
 -- evictions taken by the 10 most evicted storages, and the rematerializations
 -- that brought back storages whose last removal was in the scope, with the

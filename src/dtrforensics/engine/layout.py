@@ -1,0 +1,60 @@
+"""Where the kernel keeps its state: named slots of the arrays of a `MachineState`.
+
+The kernel's state is plain int64 arrays so that a run can stop and resume at
+any step; this module gives every row and slot its name, once, for the kernel,
+the state allocator and the readers of a stopped machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Scalar slots (the int64 vector `sc`).
+(S_CLOCK, S_MEMORY, S_CMD_POS, S_CREATED, S_CUR_OP, S_DEPTH, S_MAX_DEPTH, S_MODEL_COMPUTE,
+ S_REMAT_COMPUTE, S_EVICTIONS, S_DEAD, S_REMATS, S_COLLATERAL, S_POOL_BYTES, S_POOL_SIZE,
+ S_POOL_HEAD, S_POOL_TAIL, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP, S_LO, S_HI_TRUE,
+ S_STATUS, S_PEAK, S_EPOCH, S_N_EVENTS, S_N_CANDS, S_PEND_TOP, S_SCORE_EVALS,
+ S_ANOMALIES, S_BUDGET, S_EMIT, S_EMIT_CANDS, S_REMAT_LIMIT, S_N_STREAM,
+ S_STEPS, S_REBUILDS, S_WALK_VISITS, S_ABSORBS, S_ABSORB_WORK, S_ARENA_TOP,
+ S_FREE_SLOTS, S_DEBUG, S_EXCLUSION_CHECKS, S_FRONTIER_MISSES) = range(45)
+N_SCALARS = 45
+
+# Rows of the state matrix `st`. R_DEFINED is indexed by tensor id, every other
+# row by storage id (semantics.md §4.1, §4.2); R_IN_POOL/R_POOL_PREV/R_POOL_NEXT
+# are the pool as a doubly linked list in pool order (§4.4).
+(R_DEFINED, R_MATERIAL, R_PINNED, R_LOCK, R_REF_EXT, R_LAST_ACCESS, R_COMPUTE, R_LAST_OP,
+ R_IN_POOL, R_POOL_PREV, R_POOL_NEXT) = range(11)
+STATE_ROWS = ("defined", "material", "pinned", "lock", "ref_ext", "last_access", "compute",
+              "last_op", "in_pool", "pool_prev", "pool_next")
+
+# Rows of the frame stack `frames`: one column per materialization in progress.
+(FR_TENSOR, FR_REMAT, FR_PHASE, FR_INDEX, FR_PENDING_START, FR_PENDING_COUNT,
+ FR_ACTION) = range(7)
+FRAME_ROWS = ("tensor", "remat", "phase", "index", "pending_start", "pending_count", "action")
+
+# Directions of an evicted neighbourhood (semantics.md §8.1): region 2*s + d.
+FORWARD, BACKWARD = 0, 1
+
+# Rows of the work matrix `scratch` (no state: reused by every step).
+(SCRATCH_WALK_STACK, SCRATCH_INTERIOR, SCRATCH_FRONTIER, SCRATCH_NEW_RESIDENT,
+ SCRATCH_AFFECTED, SCRATCH_MEMBERS) = range(6)
+N_SCRATCH_ROWS = 6
+
+# Phases of a materialization (semantics.md §6): enter (§6.1, first half of
+# §6.2), materialize the next undefined parent, lock it, allocation check
+# (§6.3), free one victim, compute and unlock (§6.4-6.6).
+PH_ENTER, PH_PARENT, PH_PARENT_LOCK, PH_CHECK, PH_FREE, PH_COMPUTE = range(6)
+# What a frame does when it completes: nothing (a parent), the end of a
+# compute command (§5.1) or of a pin command (§5.4).
+ACT_NONE, ACT_COMPUTE, ACT_PIN = range(3)
+
+# Kernel status codes.
+(STATUS_RUNNING, STATUS_DONE, STATUS_OOM, STATUS_THRASHED, STATUS_FORCE_FAILED,
+ STATUS_ARENA_FULL) = range(6)
+
+# Eviction stream: one row per eviction (semantics.md §12.3).
+STREAM_KIND, STREAM_STORAGE, STREAM_OP, STREAM_CLOCK = range(4)
+STREAM_PRESSURE, STREAM_DEAD = 0, 1
+
+NO_HI = -1                                 # no comparison failed yet (§11)
+NEVER = np.iinfo(np.int64).min // 4        # last_access of a storage never touched
