@@ -21,6 +21,7 @@ from .hooks import (
     Observer,
 )
 from .policies import Policy, get_policy
+from .prefixes import PrefixCache
 from .state import MachineState, grow_arena
 from .summary import MaxPinned, OomInfo, RunSummary, victims_sha256
 
@@ -134,8 +135,14 @@ def resolve_budget(program: Program, budget: int | None, ratio: float | None) ->
 def replay(program: Program, *, budget: int | None = None, ratio: float | None = None,
            policy: str | Policy = "dtr", observers: tuple[Observer, ...] | list = (),
            timeout: float | None = None, interventions: Interventions | None = None,
-           thrash_factor: float = DEFAULT_THRASH_FACTOR, keep_state: bool = False) -> RunResult:
-    """Replay `program` under a budget exactly as the reference simulator."""
+           thrash_factor: float = DEFAULT_THRASH_FACTOR, keep_state: bool = False,
+           prefixes: PrefixCache | None = None) -> RunResult:
+    """Replay `program` under a budget exactly as the reference simulator.
+
+    With `prefixes` and no observers, the run starts from the furthest
+    snapshot of an earlier run that its budget admits and leaves snapshots of
+    its own (engine/prefixes.py); the result is the same as from op 0.
+    """
     started = time.perf_counter()
     graph, base = prepared(program)
     budget, ratio = resolve_budget(program, budget, ratio)
@@ -149,7 +156,16 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
         obs.on_start(ctx)
 
     n = program.n_tensors
-    state = MachineState.new(graph, budget, remat_limit)
+    family = _family(program, policy, interventions, remat_limit)
+    start = prefixes.best(family, budget) if prefixes is not None and not observers else None
+    if start is None:
+        state = MachineState.new(graph, budget, remat_limit)
+        stream_chunks: list[np.ndarray] = []
+    else:
+        state = MachineState.resume(start, budget)
+        stream_chunks = list(start.stream_chunks)
+    resumed_at = int(state.sc[K.S_STEPS])
+    taker = prefixes.taker(family, resumed_at) if prefixes is not None and not observers else None
     emit = bool(observers)
     emit_cands = any(o.wants_candidates for o in observers)
     state.sc[K.S_EMIT] = emit
@@ -164,15 +180,17 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     cand_room = n + 8
     retain, window, forbid, force = interventions.arrays(n)
     policy_params = policy.params()
-    stream_chunks: list[np.ndarray] = []
     slice_steps = SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS
     seq = 0
     timed_out = False
     while True:
+        steps = slice_steps
+        if taker is not None and taker.next_at >= 0:
+            steps = max(1, min(steps, taker.next_at - int(state.sc[K.S_STEPS])))
         status = K.run_slice(
             graph, policy_params, state.sc, state.st, state.frames, state.pending,
             state.scratch, state.mark, state.regions, state.stream, ev, evf, cand, candf,
-            retain, window, forbid, force, slice_steps, event_room, cand_room)
+            retain, window, forbid, force, steps, event_room, cand_room)
         if status == K.STATUS_ARENA_FULL:
             raise RuntimeError("neighbourhood arena exhausted within one step; "
                                "this trace needs a larger ARENA_MIN in engine/state.py")
@@ -198,9 +216,13 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
                 state.sc[K.S_N_CANDS] = 0
         if status != K.STATUS_RUNNING:
             break
+        if taker is not None and 0 <= taker.next_at <= state.sc[K.S_STEPS]:
+            taker.take(state.snapshot(tuple(stream_chunks)))
         if timeout is not None and time.perf_counter() - started > timeout:
             timed_out = True
             break
+    if prefixes is not None and taker is not None:
+        prefixes.finished(family, resumed_at, int(state.sc[K.S_STEPS]))
     stream_chunks.append(state.stream[:int(state.sc[K.S_N_STREAM])].copy())
     stream = np.concatenate(stream_chunks) if stream_chunks else np.zeros((0, 4), np.int64)
 
@@ -217,6 +239,12 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     for obs in observers:
         obs.on_finish(summary)
     return RunResult(summary, stream, frontier, state if keep_state else None)
+
+
+def _family(program: Program, policy: Policy, interventions: Interventions,
+            remat_limit: int) -> tuple:
+    """What runs sharing prefixes must have in common: everything but the budget."""
+    return (program.sha256, policy.name, policy.params().tobytes(), interventions, remat_limit)
 
 
 def _summarize(program, base, ctx, state, status, timed_out, stream, frontier, seconds):

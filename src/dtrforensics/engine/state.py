@@ -24,6 +24,7 @@ arena; `compute` is each region's interior compute; large sets have a
 membership bitset (a row of `bits`, taken from the `free_slots` stack)."""
 
 ARENA_MIN = 1 << 22
+STREAM_CAPACITY = 4096
 BITSETS_BYTES = 32 << 20
 
 
@@ -63,7 +64,8 @@ class MachineState:
     stream: np.ndarray
 
     @classmethod
-    def new(cls, g: KernelGraph, budget: int, remat_limit: int, stream_capacity: int = 4096) -> "MachineState":
+    def new(cls, g: KernelGraph, budget: int, remat_limit: int,
+            stream_capacity: int = STREAM_CAPACITY) -> "MachineState":
         n = len(g.tensor_op)
         sc = np.zeros(K.N_SCALARS, dtype=np.int64)
         sc[K.S_CLOCK] = 1
@@ -92,3 +94,85 @@ class MachineState:
 
     def row(self, name: str) -> np.ndarray:
         return self.st[STATE_ROWS.index(name)]
+
+    def snapshot(self, stream_chunks: tuple[np.ndarray, ...] = ()) -> "Snapshot":
+        """A copy of the state between two steps (see `Snapshot`). Compacts the
+        neighbourhood arena first, so only its live blocks are copied."""
+        rg = self.regions
+        K.compact_arena(rg, self.sc)
+        top = int(self.sc[K.S_ARENA_TOP])
+        used = np.flatnonzero(rg.bit_slot >= 0)
+        slots = rg.bit_slot[used]
+        regions = rg._replace(
+            arena=rg.arena[:top].copy(), start=rg.start.copy(), cap=rg.cap.copy(),
+            len=rg.len.copy(), compute=rg.compute.copy(), fr_live=rg.fr_live.copy(),
+            bit_slot=rg.bit_slot.copy(), bits=rg.bits[slots].copy(),
+            free_slots=rg.free_slots.copy())
+        hi = int(self.sc[K.S_HI_TRUE])
+        return Snapshot(
+            steps=int(self.sc[K.S_STEPS]), lo=int(self.sc[K.S_LO]),
+            hi=None if hi == K.NO_HI else hi - 1,
+            arena_len=len(rg.arena), bit_rows=rg.bits.shape,
+            state=MachineState(
+                sc=self.sc.copy(), st=self.st.copy(), frames=self.frames.copy(),
+                pending=self.pending.copy(), scratch=self.scratch.copy(), mark=self.mark.copy(),
+                regions=regions, stream=self.stream[:int(self.sc[K.S_N_STREAM])].copy()),
+            stream_chunks=tuple(stream_chunks))
+
+    @classmethod
+    def resume(cls, snap: "Snapshot", budget: int) -> "MachineState":
+        """A fresh state equal to the snapshot's, running at `budget` (which
+        the snapshot must admit: then every step so far would have been the same)."""
+        if not snap.admits(budget):
+            raise ValueError(f"budget {budget} is outside the snapshot's prefix interval "
+                             f"[{snap.lo}, {snap.hi}]")
+        s = snap.state
+        rg = s.regions
+        arena = np.zeros(snap.arena_len, dtype=np.int64)
+        arena[:len(rg.arena)] = rg.arena
+        bits = np.zeros(snap.bit_rows, dtype=np.uint64)
+        used = rg.bit_slot[rg.bit_slot >= 0]
+        bits[used] = rg.bits
+        regions = rg._replace(
+            arena=arena, start=rg.start.copy(), cap=rg.cap.copy(), len=rg.len.copy(),
+            compute=rg.compute.copy(), fr_live=rg.fr_live.copy(), bit_slot=rg.bit_slot.copy(),
+            bits=bits, free_slots=rg.free_slots.copy())
+        stream = np.zeros((max(STREAM_CAPACITY, len(s.stream)), 4), dtype=np.int64)
+        stream[:len(s.stream)] = s.stream
+        sc = s.sc.copy()
+        sc[K.S_BUDGET] = budget
+        return cls(sc=sc, st=s.st.copy(), frames=s.frames.copy(), pending=s.pending.copy(),
+                   scratch=s.scratch.copy(), mark=s.mark.copy(), regions=regions, stream=stream)
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """A run's machine state after `steps` steps, with its prefix certificate.
+
+    Budgets only enter the kernel through `memory + request > budget`
+    comparisons, and [lo, hi] is the set of budgets for which every
+    comparison made so far has the same outcome: a run at any of them makes
+    exactly these steps, so it may resume here instead of at op 0. The budget
+    scalar is the only state a resumed run changes; the certificate so far
+    (lo, hi), the counters, the pool, the neighbourhoods and the eviction
+    stream (`stream_chunks` + the buffer in `state.stream`) carry over as they
+    are. Taken with observers off only: no event is buffered at a snapshot.
+    """
+
+    steps: int
+    lo: int
+    hi: int | None
+    arena_len: int
+    bit_rows: tuple[int, int]
+    state: MachineState
+    stream_chunks: tuple[np.ndarray, ...]
+
+    def admits(self, budget: int) -> bool:
+        return self.lo <= budget and (self.hi is None or budget <= self.hi)
+
+    @property
+    def nbytes(self) -> int:
+        s = self.state
+        arrays = (s.sc, s.st, s.frames, s.pending, s.scratch, s.mark, s.stream,
+                  *(a for a in s.regions if isinstance(a, np.ndarray)))
+        return sum(a.nbytes for a in arrays)
