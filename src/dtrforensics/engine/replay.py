@@ -187,6 +187,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
         steps = slice_steps
         if taker is not None and taker.next_at >= 0:
             steps = max(1, min(steps, taker.next_at - int(state.sc[K.S_STEPS])))
+        cut = steps < slice_steps  # a slice cut short for a snapshot skips the clock check
         status = K.run_slice(
             graph, policy_params, state.sc, state.st, state.frames, state.pending,
             state.scratch, state.mark, state.regions, state.stream, ev, evf, cand, candf,
@@ -218,7 +219,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
             break
         if taker is not None and 0 <= taker.next_at <= state.sc[K.S_STEPS]:
             taker.take(state.snapshot(tuple(stream_chunks)))
-        if timeout is not None and time.perf_counter() - started > timeout:
+        if timeout is not None and not cut and time.perf_counter() - started > timeout:
             timed_out = True
             break
     if prefixes is not None and taker is not None:
