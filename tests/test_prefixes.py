@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from oracle import run as oracle_run
 from test_engine_vs_oracle import POLICIES, random_logs
@@ -16,7 +16,8 @@ from dtrforensics.engine.prefixes import PrefixCache
 from dtrforensics.engine.replay import replay
 from dtrforensics.engine.state import MachineState
 from dtrforensics.recorder.record import record_run
-from dtrforensics.trace import load_trace
+from dtrforensics.synth.generator import SynthSpec, generate
+from dtrforensics.trace import load_trace, parse_lines
 
 
 def everything(result) -> tuple:
@@ -57,10 +58,16 @@ def test_resumed_runs_equal_runs_from_scratch_and_the_oracle(program, fractions,
         assert [tuple(v) for v in got.victims.tolist()] == [tuple(v) for v in oracle.victims]
         assert (got.summary.outcome, got.summary.clock) == (oracle.outcome, oracle.clock)
         assert list(got.summary.budget_interval) == list(oracle.budget_interval)
+    event(f"resumed: {cache.stats.resumed > 0}, spliced: {cache.stats.spliced > 0}")
 
 
-def test_a_walk_resumes_and_changes_nothing():
-    program = load_trace("hole-rnn-seed16")
+def synthetic_resnet():
+    text = generate(SynthSpec(kind="resnet", seed=2))
+    return parse_lines(text.splitlines(keepends=True), "<synth>", "synth-resnet-2")
+
+
+def test_a_walk_resumes_splices_and_changes_nothing():
+    program = synthetic_resnet()
     peak = baseline(program).peak
     cache = PrefixCache(first_spacing=4)
     budget = int(0.3 * peak)
@@ -68,8 +75,8 @@ def test_a_walk_resumes_and_changes_nothing():
         got = replay(program, budget=budget, prefixes=cache)
         assert everything(got) == everything(replay(program, budget=budget))
         budget = got.summary.budget_interval[1] + 1
-    assert cache.stats.resumed >= 6
-    assert cache.stats.steps_skipped > 0
+    assert cache.stats.resumed >= 6 and cache.stats.spliced >= 3
+    assert cache.stats.steps_skipped > 0 and cache.stats.steps_spliced > 0
     assert 0 < cache.nbytes <= cache.max_bytes
 
 

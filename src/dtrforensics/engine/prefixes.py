@@ -1,10 +1,19 @@
-"""Shared prefixes: runs at nearby budgets resume from each other's snapshots.
+"""Shared work: runs at nearby budgets resume from, and splice onto, each other.
 
 Two runs of one trace, policy, interventions and thrash limit make the same
 steps up to their first budget comparison with a different outcome. A run
 handed a `PrefixCache` leaves snapshots of its state along the way (each with
 the interval of budgets its prefix admits, `state.Snapshot`), and starts from
 the furthest snapshot that admits its own budget instead of from op 0.
+
+After they part, nearby runs usually meet again within a few commands (one
+eviction made a check later, say) and stay together. So a run also leaves
+checkpoints: at chosen top-level command boundaries, the digest of its state
+(engine/digest.py), its counters and the extremes of the rest of the run
+(certificate, maxima). A resumed run takes checkpoints at the same boundaries;
+when its digest equals its donor's and its budget is inside the certificate of
+the donor's remainder, the rest is the donor's rest: the run ends there,
+with the donor's remaining eviction stream appended and counters shifted.
 
 Only unobserved runs take part: a recorded run must see every event from
 op 0, so `replay` neither resumes nor snapshots when observers are attached.
@@ -17,9 +26,23 @@ recently used snapshots beyond `max_bytes`.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from .state import Snapshot
+import numpy as np
+
+from . import kernel as K
+from .digest import state_digest
+from .state import Extremes, MachineState, Snapshot
+
+# Where a run takes checkpoints, in commands after its start: nearby runs meet again
+# within a few commands of parting, which is usually soon after the later one starts;
+# further on (they may part and meet again), every CHECKPOINT_EVERY commands.
+CHECKPOINT_EVERY = 32
+CHECKPOINT_OFFSETS = sorted({int(1.5 ** i) for i in range(9)})
+# Counters a spliced run adds up: its own so far plus the donor's after the meeting point.
+ADDITIVE = np.array([K.S_EVICTIONS, K.S_DEAD, K.S_REMATS, K.S_COLLATERAL, K.S_SCORE_EVALS,
+                     K.S_STEPS, K.S_ANOMALIES, K.S_REBUILDS, K.S_WALK_VISITS, K.S_ABSORBS,
+                     K.S_ABSORB_WORK], dtype=np.int64)
 
 DEFAULT_MAX_BYTES = 256 << 20
 SNAPSHOTS_PER_RUN = 16
@@ -33,11 +56,15 @@ class PrefixStats:
     steps_skipped: int = 0   # steps not replayed thanks to a snapshot
     steps_run: int = 0
     snapshots_taken: int = 0
+    spliced: int = 0
+    steps_spliced: int = 0   # donor steps a spliced run did not replay
 
     @property
     def skipped_fraction(self) -> float:
-        total = self.steps_skipped + self.steps_run
-        return self.steps_skipped / total if total else 0.0
+        """Of all steps the runs stand for, those not replayed."""
+        saved = self.steps_skipped + self.steps_spliced
+        total = saved + self.steps_run
+        return saved / total if total else 0.0
 
 
 class PrefixCache:
@@ -87,12 +114,16 @@ class PrefixCache:
     def taker(self, family: tuple, start_steps: int) -> "SnapshotTaker":
         return SnapshotTaker(self, family, start_steps)
 
-    def finished(self, family: tuple, resumed_at: int, steps: int) -> None:
-        """A run of `family` ended after `steps` steps, the first `resumed_at` skipped."""
+    def finished(self, family: tuple, resumed_at: int, steps_run: int,
+                 steps_spliced: int = 0) -> None:
+        """A run of `family` ended: `resumed_at` steps skipped, `steps_run`
+        replayed, `steps_spliced` taken from a donor."""
         self.stats.runs += 1
         self.stats.resumed += resumed_at > 0
+        self.stats.spliced += steps_spliced > 0
         self.stats.steps_skipped += resumed_at
-        self.stats.steps_run += steps - resumed_at
+        self.stats.steps_run += steps_run
+        self.stats.steps_spliced += steps_spliced
 
 
 class SnapshotTaker:
@@ -115,3 +146,145 @@ class SnapshotTaker:
         self.taken += 1
         self.spacing *= 2
         self.next_at = snap.steps + self.spacing if self.taken < self.cache.per_run else -1
+
+
+# --- splicing -------------------------------------------------------------------------
+
+@dataclass
+class Checkpoint:
+    """A run's state at the boundary before top-level command `cmd`."""
+
+    cmd: int
+    digest: tuple[int, int]
+    sc: np.ndarray               # the scalars there (counters)
+    stream_at: int               # eviction stream rows before it
+    suffix: Extremes = Extremes()  # of the rest of the run from here (set when it ends)
+
+
+@dataclass
+class RunRecord:
+    """What a run leaves for later runs that meet it: its checkpoints and its end."""
+
+    checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
+    complete: bool = False       # ended without timeout: its rest may be spliced on
+    final_sc: np.ndarray | None = None
+    stream: np.ndarray | None = None
+    frontier: object = None
+    status: int = K.STATUS_RUNNING
+
+
+@dataclass
+class Splice:
+    """A run's end taken from its donor (see module doc)."""
+
+    sc: np.ndarray
+    stream: np.ndarray
+    frontier: object
+    status: int
+    steps: int                   # donor steps not replayed
+
+
+def _boundaries(sched_kind: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each wanted command index, the first boundary at or after it that
+    follows a get or a release: a run gets there at depth 0 within one step of
+    starting the command before it, so slices can stop exactly there."""
+    after_simple = np.flatnonzero((sched_kind[:-1] == 1) | (sched_kind[:-1] == 2)) + 1
+    at = np.searchsorted(after_simple, wanted)
+    return np.unique(after_simple[at[at < len(after_simple)]])
+
+
+class Sharing:
+    """One run's part in shared work: snapshots, checkpoints, the splice."""
+
+    def __init__(self, cache: PrefixCache, family: tuple, budget: int, start: Snapshot | None,
+                 state: MachineState, sched_kind: np.ndarray, can_splice: bool):
+        self.cache, self.family, self.budget = cache, family, budget
+        self.record = RunRecord()
+        self.before = start.before if start is not None else Extremes()
+        self.resumed_at = int(state.sc[K.S_STEPS])
+        self.taker = cache.taker(family, self.resumed_at)
+        donor = start.run if start is not None else None
+        self.donor: RunRecord | None = donor if can_splice and donor and donor.complete else None
+        here = int(state.sc[K.S_CMD_POS])
+        wanted = [here + d for d in CHECKPOINT_OFFSETS]
+        wanted += range(here + CHECKPOINT_EVERY, len(sched_kind), CHECKPOINT_EVERY)
+        own = set(_boundaries(sched_kind, np.array(wanted, dtype=np.int64)).tolist())
+        theirs = set(self.donor.checkpoints) if self.donor else set()
+        self.plan = sorted(c for c in own | theirs if here <= c < len(sched_kind))
+        self.stretches: list[tuple[Checkpoint, Extremes]] = []  # checkpoint, stretch before it
+
+    def slice_limit(self, sc: np.ndarray, steps: int) -> int:
+        """At most `steps`, stopping at the next snapshot or checkpoint boundary."""
+        if 0 <= self.taker.next_at:
+            steps = min(steps, self.taker.next_at - int(sc[K.S_STEPS]))
+        if self.plan:
+            ahead = self.plan[0] - int(sc[K.S_CMD_POS])
+            steps = min(steps, ahead if ahead > 0 else 1)  # a step starts at most one command
+        return max(1, steps)
+
+    def after_slice(self, state: MachineState, stream_chunks: list) -> Splice | None:
+        sc = state.sc
+        if 0 <= self.taker.next_at <= sc[K.S_STEPS]:
+            self.taker.take(state.snapshot(tuple(stream_chunks), self.before, self.record))
+        while self.plan and self.plan[0] < sc[K.S_CMD_POS]:
+            self.plan.pop(0)   # passed inside a deep command: no boundary there
+        if not (self.plan and self.plan[0] == sc[K.S_CMD_POS] and sc[K.S_DEPTH] == 0):
+            return None
+        cmd = self.plan.pop(0)
+        stretch = Extremes.read(sc)
+        self.before = self.before.then(stretch)
+        Extremes().write(sc)
+        stream_at = sum(len(c) for c in stream_chunks) + int(sc[K.S_N_STREAM])
+        mine = Checkpoint(cmd, state_digest(state), sc.copy(), stream_at)
+        self.record.checkpoints[cmd] = mine
+        self.stretches.append((mine, stretch))
+        theirs = self.donor.checkpoints.get(cmd) if self.donor else None
+        if theirs is not None and theirs.digest == mine.digest \
+                and theirs.suffix.admits(self.budget):
+            return self._splice(mine, theirs, stream_chunks, state)
+        return None
+
+    def _splice(self, mine: Checkpoint, theirs: Checkpoint, stream_chunks: list,
+                state: MachineState) -> Splice:
+        donor = self.donor
+        sc = donor.final_sc.copy()
+        shift = mine.sc[ADDITIVE] - theirs.sc[ADDITIVE]
+        sc[ADDITIVE] += shift
+        self.before.then(theirs.suffix).write(sc)
+        own = stream_chunks + [state.stream[:int(state.sc[K.S_N_STREAM])]]
+        stream = np.concatenate(own + [donor.stream[theirs.stream_at:]])
+        frontier = donor.frontier
+        if frontier is not None:
+            frontier = replace(frontier, budget=self.budget)
+        rows = mine.stream_at - theirs.stream_at
+        for cmd, cp in donor.checkpoints.items():   # the donor's later checkpoints are ours
+            if cmd > mine.cmd:
+                moved = cp.sc.copy()
+                moved[ADDITIVE] += shift
+                self.record.checkpoints[cmd] = Checkpoint(cmd, cp.digest, moved,
+                                                          cp.stream_at + rows, cp.suffix)
+        splice = Splice(sc, stream, frontier, donor.status,
+                        int(donor.final_sc[K.S_STEPS] - theirs.sc[K.S_STEPS]))
+        self._close(theirs.suffix)
+        self._keep(sc, stream, frontier, donor.status)
+        return splice
+
+    def finish(self, state: MachineState, stream: np.ndarray, frontier, status: int,
+               complete: bool) -> None:
+        """The run ended on its own: fold its extremes into the registers."""
+        last = Extremes.read(state.sc)
+        total = self.before.then(last)
+        total.write(state.sc)
+        self._close(last)
+        if complete:
+            self._keep(state.sc.copy(), stream, frontier, status)
+
+    def _close(self, rest: Extremes) -> None:
+        """Each own checkpoint's suffix: the stretches after it, then `rest`."""
+        for cp, stretch in reversed(self.stretches):
+            cp.suffix = rest
+            rest = stretch.then(rest)
+
+    def _keep(self, sc, stream, frontier, status) -> None:
+        r = self.record
+        r.final_sc, r.stream, r.frontier, r.status, r.complete = sc, stream, frontier, status, True

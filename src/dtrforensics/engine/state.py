@@ -52,6 +52,43 @@ def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
     return regions._replace(arena=bigger)
 
 
+@dataclass(frozen=True)
+class Extremes:
+    """The budget certificate and running maxima over a stretch of a run.
+
+    The kernel keeps them in scalar registers; a driver that splits a run
+    into stretches (to splice runs, engine/prefixes.py) folds each stretch's
+    registers into the earlier ones with `then` and resets them.
+    """
+
+    lo: int = 0
+    hi_true: int = K.NO_HI          # smallest failing `memory + request`, exclusive bound
+    max_depth: int = 0
+    peak: int = 0
+    maxpin: tuple[int, int, int] = (0, 0, -1)
+
+    @classmethod
+    def read(cls, sc: np.ndarray) -> "Extremes":
+        return cls(int(sc[K.S_LO]), int(sc[K.S_HI_TRUE]), int(sc[K.S_MAX_DEPTH]),
+                   int(sc[K.S_PEAK]), (int(sc[K.S_MAXPIN_BYTES]), int(sc[K.S_MAXPIN_DEPTH]),
+                                       int(sc[K.S_MAXPIN_OP])))
+
+    def write(self, sc: np.ndarray) -> None:
+        sc[K.S_LO], sc[K.S_HI_TRUE] = self.lo, self.hi_true
+        sc[K.S_MAX_DEPTH], sc[K.S_PEAK] = self.max_depth, self.peak
+        sc[K.S_MAXPIN_BYTES], sc[K.S_MAXPIN_DEPTH], sc[K.S_MAXPIN_OP] = self.maxpin
+
+    def then(self, later: "Extremes") -> "Extremes":
+        """This stretch followed by `later` (the first maximum of pinned bytes is kept)."""
+        his = [h for h in (self.hi_true, later.hi_true) if h != K.NO_HI]
+        return Extremes(max(self.lo, later.lo), min(his) if his else K.NO_HI,
+                        max(self.max_depth, later.max_depth), max(self.peak, later.peak),
+                        later.maxpin if later.maxpin[0] > self.maxpin[0] else self.maxpin)
+
+    def admits(self, budget: int) -> bool:
+        return self.lo <= budget and (self.hi_true == K.NO_HI or budget < self.hi_true)
+
+
 @dataclass
 class MachineState:
     sc: np.ndarray
@@ -95,9 +132,12 @@ class MachineState:
     def row(self, name: str) -> np.ndarray:
         return self.st[STATE_ROWS.index(name)]
 
-    def snapshot(self, stream_chunks: tuple[np.ndarray, ...] = ()) -> "Snapshot":
-        """A copy of the state between two steps (see `Snapshot`). Compacts the
-        neighbourhood arena first, so only its live blocks are copied."""
+    def snapshot(self, stream_chunks: tuple[np.ndarray, ...] = (),
+                 before: Extremes = Extremes(), run=None) -> "Snapshot":
+        """A copy of the state between two steps (see `Snapshot`); `before`: the
+        extremes of the stretches folded out of the registers so far; `run`:
+        what the run taking it leaves for splicing. Compacts the neighbourhood
+        arena first, so only its live blocks are copied."""
         rg = self.regions
         K.compact_arena(rg, self.sc)
         top = int(self.sc[K.S_ARENA_TOP])
@@ -108,10 +148,11 @@ class MachineState:
             len=rg.len.copy(), compute=rg.compute.copy(), fr_live=rg.fr_live.copy(),
             bit_slot=rg.bit_slot.copy(), bits=rg.bits[slots].copy(),
             free_slots=rg.free_slots.copy())
-        hi = int(self.sc[K.S_HI_TRUE])
+        prefix = before.then(Extremes.read(self.sc))
         return Snapshot(
-            steps=int(self.sc[K.S_STEPS]), lo=int(self.sc[K.S_LO]),
-            hi=None if hi == K.NO_HI else hi - 1,
+            steps=int(self.sc[K.S_STEPS]), lo=prefix.lo,
+            hi=None if prefix.hi_true == K.NO_HI else prefix.hi_true - 1,
+            before=before, run=run,
             arena_len=len(rg.arena), bit_rows=rg.bits.shape,
             state=MachineState(
                 sc=self.sc.copy(), st=self.st.copy(), frames=self.frames.copy(),
@@ -157,11 +198,15 @@ class Snapshot:
     (lo, hi), the counters, the pool, the neighbourhoods and the eviction
     stream (`stream_chunks` + the buffer in `state.stream`) carry over as they
     are. Taken with observers off only: no event is buffered at a snapshot.
+    `before` holds the extremes of stretches already folded out of the
+    registers, and `run` the record of the run that took it (for splicing).
     """
 
     steps: int
     lo: int
     hi: int | None
+    before: Extremes
+    run: object
     arena_len: int
     bit_rows: tuple[int, int]
     state: MachineState
