@@ -44,7 +44,7 @@ def walk_budgets(first: int, interval: tuple[int, int | None], extra: list[int])
 def test_resumed_runs_equal_runs_from_scratch_and_the_oracle(program, fractions, policy, thrash):
     peak = baseline(program).peak
     budgets = [int(f * peak) for f in fractions]
-    cache = PrefixCache(first_spacing=1, per_run=64)
+    cache = PrefixCache(first_spacing=1, per_run=64, checkpoint_every=2)
     first = replay(program, budget=budgets[0], policy=policy, thrash_factor=thrash,
                    prefixes=cache)
     assert everything(first) == everything(

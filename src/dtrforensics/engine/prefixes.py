@@ -10,10 +10,11 @@ After they part, nearby runs usually meet again within a few commands (one
 eviction made a check later, say) and stay together. So a run also leaves
 checkpoints: at chosen top-level command boundaries, the digest of its state
 (engine/digest.py), its counters and the extremes of the rest of the run
-(certificate, maxima). A resumed run takes checkpoints at the same boundaries;
-when its digest equals its donor's and its budget is inside the certificate of
-the donor's remainder, the rest is the donor's rest: the run ends there,
-with the donor's remaining eviction stream appended and counters shifted.
+(certificate, maxima). A later run takes checkpoints at the same boundaries;
+when its digest equals that of its donor (the run whose snapshot it resumed)
+or of any recent run, and its budget is inside the certificate of that run's
+remainder, the rest is that run's rest: the run ends there, with the other
+run's remaining eviction stream appended and counters shifted.
 
 Only unobserved runs take part: a recorded run must see every event from
 op 0, so `replay` neither resumes nor snapshots when observers are attached.
@@ -34,10 +35,11 @@ from . import kernel as K
 from .digest import state_digest
 from .state import Extremes, MachineState, Snapshot
 
-# Where a run takes checkpoints, in commands after its start: nearby runs meet again
-# within a few commands of parting, which is usually soon after the later one starts;
-# further on (they may part and meet again), every CHECKPOINT_EVERY commands.
-CHECKPOINT_EVERY = 32
+# Where a run takes checkpoints: CHECKPOINT_OFFSETS commands after its start (nearby
+# runs meet again within a few commands of parting, which is usually soon after the
+# later one starts), and at every multiple of `checkpoint_every`, where all runs of a
+# family take them, so a run may meet any earlier run there, not only its donor.
+CHECKPOINT_EVERY = 64
 CHECKPOINT_OFFSETS = sorted({int(1.5 ** i) for i in range(9)})
 # Counters a spliced run adds up: its own so far plus the donor's after the meeting point.
 ADDITIVE = np.array([K.S_EVICTIONS, K.S_DEAD, K.S_REMATS, K.S_COLLATERAL, K.S_SCORE_EVALS,
@@ -46,6 +48,7 @@ ADDITIVE = np.array([K.S_EVICTIONS, K.S_DEAD, K.S_REMATS, K.S_COLLATERAL, K.S_SC
 
 DEFAULT_MAX_BYTES = 256 << 20
 SNAPSHOTS_PER_RUN = 16
+MAX_RECORDS = 256  # finished runs whose checkpoints later runs may meet
 FIRST_SPACING = 8  # steps
 
 
@@ -71,28 +74,33 @@ class PrefixCache:
     """Snapshots of earlier runs, by run family (everything but the budget)."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, per_run: int = SNAPSHOTS_PER_RUN,
-                 first_spacing: int = FIRST_SPACING):
-        if max_bytes < 0 or per_run < 1 or first_spacing < 1:
-            raise ValueError("a prefix cache needs max_bytes >= 0, per_run >= 1 and "
-                             "first_spacing >= 1")
+                 first_spacing: int = FIRST_SPACING, max_records: int = MAX_RECORDS,
+                 checkpoint_every: int = CHECKPOINT_EVERY):
+        if max_bytes < 0 or min(per_run, first_spacing, checkpoint_every) < 1:
+            raise ValueError("a prefix cache needs max_bytes >= 0, and per_run, "
+                             "first_spacing and checkpoint_every >= 1")
+        self.checkpoint_every = checkpoint_every
         self.max_bytes = max_bytes
         self.per_run = per_run
         self.first_spacing = first_spacing
         self.nbytes = 0
         self.peak_nbytes = 0
         self.stats = PrefixStats()
+        self.max_records = max_records
         self._families: dict[tuple, list[Snapshot]] = {}
         self._lru: OrderedDict[int, tuple[tuple, Snapshot]] = OrderedDict()
+        self._records: OrderedDict[int, tuple[tuple, "RunRecord"]] = OrderedDict()
+        self._meetings: dict[tuple, dict[tuple, list["RunRecord"]]] = {}
 
     def __len__(self) -> int:
         return len(self._lru)
 
     def best(self, family: tuple, budget: int) -> Snapshot | None:
         """The furthest snapshot of `family` whose prefix admits `budget`."""
-        found = None
+        found, most = None, -1
         for snap in self._families.get(family, ()):
-            if snap.admits(budget) and (found is None or snap.steps > found.steps):
-                found = snap
+            if snap.steps > most and snap.lo <= budget and (snap.hi is None or budget <= snap.hi):
+                found, most = snap, snap.steps
         if found is not None:
             self._lru.move_to_end(id(found))
         return found
@@ -110,6 +118,26 @@ class PrefixCache:
     def _drop(self, family: tuple, snap: Snapshot) -> None:
         self._families[family].remove(snap)
         self.nbytes -= snap.nbytes
+
+    def publish(self, family: tuple, record: "RunRecord") -> None:
+        """Offer a finished run's checkpoints to every later run of `family`
+        (the `max_records` most recent runs are kept)."""
+        index = self._meetings.setdefault(family, {})
+        for cmd, cp in record.checkpoints.items():
+            index.setdefault((cmd, cp.digest), []).append(record)
+        self._records[id(record)] = (family, record)
+        while len(self._records) > self.max_records:
+            _, (fam, old) = self._records.popitem(last=False)
+            index = self._meetings[fam]
+            for cmd, cp in old.checkpoints.items():
+                runs = index[(cmd, cp.digest)]
+                runs.remove(old)
+                if not runs:
+                    del index[(cmd, cp.digest)]
+
+    def meetings(self, family: tuple, cmd: int, digest: tuple[int, int]) -> list["RunRecord"]:
+        """Finished runs of `family` whose state before command `cmd` had this digest."""
+        return self._meetings.get(family, {}).get((cmd, digest), [])
 
     def taker(self, family: tuple, start_steps: int) -> "SnapshotTaker":
         return SnapshotTaker(self, family, start_steps)
@@ -204,10 +232,12 @@ class Sharing:
         self.resumed_at = int(state.sc[K.S_STEPS])
         self.taker = cache.taker(family, self.resumed_at)
         donor = start.run if start is not None else None
+        self.can_splice = can_splice
         self.donor: RunRecord | None = donor if can_splice and donor and donor.complete else None
         here = int(state.sc[K.S_CMD_POS])
-        wanted = [here + d for d in CHECKPOINT_OFFSETS]
-        wanted += range(here + CHECKPOINT_EVERY, len(sched_kind), CHECKPOINT_EVERY)
+        wanted = [here + d for d in CHECKPOINT_OFFSETS]   # near the start, as the donor did
+        every = cache.checkpoint_every
+        wanted += range(here + -here % every, len(sched_kind), every)
         own = set(_boundaries(sched_kind, np.array(wanted, dtype=np.int64)).tolist())
         theirs = set(self.donor.checkpoints) if self.donor else set()
         self.plan = sorted(c for c in own | theirs if here <= c < len(sched_kind))
@@ -238,15 +268,19 @@ class Sharing:
         mine = Checkpoint(cmd, state_digest(state), sc.copy(), stream_at)
         self.record.checkpoints[cmd] = mine
         self.stretches.append((mine, stretch))
-        theirs = self.donor.checkpoints.get(cmd) if self.donor else None
-        if theirs is not None and theirs.digest == mine.digest \
-                and theirs.suffix.admits(self.budget):
-            return self._splice(mine, theirs, stream_chunks, state)
+        if not self.can_splice:
+            return None
+        donors = ([self.donor] if self.donor else []) + self.cache.meetings(self.family, cmd,
+                                                                          mine.digest)
+        for donor in donors:
+            theirs = donor.checkpoints.get(cmd)
+            if theirs is not None and theirs.digest == mine.digest \
+                    and theirs.suffix.admits(self.budget):
+                return self._splice(donor, mine, theirs, stream_chunks, state)
         return None
 
-    def _splice(self, mine: Checkpoint, theirs: Checkpoint, stream_chunks: list,
-                state: MachineState) -> Splice:
-        donor = self.donor
+    def _splice(self, donor: RunRecord, mine: Checkpoint, theirs: Checkpoint,
+                stream_chunks: list, state: MachineState) -> Splice:
         sc = donor.final_sc.copy()
         shift = mine.sc[ADDITIVE] - theirs.sc[ADDITIVE]
         sc[ADDITIVE] += shift
@@ -288,3 +322,5 @@ class Sharing:
     def _keep(self, sc, stream, frontier, status) -> None:
         r = self.record
         r.final_sc, r.stream, r.frontier, r.status, r.complete = sc, stream, frontier, status, True
+        if self.can_splice:
+            self.cache.publish(self.family, r)
