@@ -3,6 +3,7 @@
     python benchmarks/sweep_share.py [--traces resnet32,lstm,...|all]
                                      [--from 0.05] [--to 0.60] [--jobs 2]
                                      [--limit-seconds 600] [--compare-runs 200]
+                                     [--run-timeout SECONDS]
 
 For each trace:
 
@@ -90,13 +91,14 @@ class Watch(runner.SweepObserver):
             raise TimeLimit
 
 
-def full_map(program, lo: float, hi: float, jobs: int, limit: float, tmp: Path) -> None:
+def full_map(program, lo: float, hi: float, jobs: int, limit: float, run_timeout: float | None,
+             tmp: Path) -> None:
     out = tmp / "map"
     watch = Watch(limit)
     start = time.perf_counter()
+    params = SweepParams(lo, hi, exact=True, max_runs=10**9, timeout=run_timeout)
     try:
-        runner.run_sweep(program, SweepParams(lo, hi, exact=True, max_runs=10**9), out,
-                         jobs=jobs, observer=watch)
+        runner.run_sweep(program, params, out, jobs=jobs, observer=watch)
     except TimeLimit:
         pass
     spent = time.perf_counter() - start
@@ -119,6 +121,9 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--limit-seconds", type=float, default=600.0)
     ap.add_argument("--compare-runs", type=int, default=200)
+    ap.add_argument("--run-timeout", type=float, default=None,
+                    help="wall-clock limit per run of the map (a run in flight when the "
+                         "time limit comes is waited for)")
     args = ap.parse_args()
     names = PUBLIC if args.traces == "all" else tuple(args.traces.split(","))
     for name in names:
@@ -130,7 +135,7 @@ def main() -> int:
             compare(program, args.ratio_from, args.ratio_to, args.jobs, args.compare_runs,
                     Path(tmp))
             full_map(program, args.ratio_from, args.ratio_to, args.jobs, args.limit_seconds,
-                     Path(tmp))
+                     args.run_timeout, Path(tmp))
     me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"peak RSS: this process {me:.0f} MB, largest worker {kids:.0f} MB")
