@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/recording.py
 	$(BIN)/python benchmarks/sweep.py
+	$(BIN)/python benchmarks/sweep_share.py
 	$(BIN)/python benchmarks/trace_cache.py
 	$(BIN)/python benchmarks/startup.py
 

@@ -22,6 +22,7 @@ from .hooks import (
     Observer,
 )
 from .policies import Policy, get_policy
+from .prefixes import PrefixCache, Sharing
 from .state import MachineState, grow_arena
 from .summary import MaxPinned, OomInfo, RunSummary, victims_sha256
 
@@ -156,13 +157,18 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
            policy: str | Policy = "dtr", observers: tuple[Observer, ...] | list = (),
            timeout: float | None = None, interventions: Interventions | None = None,
            thrash_factor: float = DEFAULT_THRASH_FACTOR, keep_state: bool = False,
-           debug: bool = False) -> RunResult:
+           debug: bool = False, prefixes: PrefixCache | None = None) -> RunResult:
     """Replay `program` under a budget exactly as the reference simulator.
 
     The invariants of semantics.md §13 are checked at the end of the run, and
     with `debug` at every allocation check too; the summary counts breaches as
     `anomalies`. With the environment variable DTRF_STRICT_INVARIANTS=1 (the
     test suite sets it) a run with anomalies raises `InvariantError`.
+
+    With `prefixes` and no observers, the run starts from the furthest
+    snapshot of an earlier run that its budget admits, ends early when it
+    meets that run again, and leaves snapshots and checkpoints of its own
+    (engine/prefixes.py); the result is the same as from op 0.
     """
     started = time.perf_counter()
     graph, base = prepared(program)
@@ -177,7 +183,18 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
         obs.on_start(ctx)
 
     n = program.n_tensors
-    state = MachineState.new(graph, budget, remat_limit)
+    sharing = None
+    if prefixes is not None and not observers:
+        family = _family(program, policy, interventions, remat_limit)
+        start = prefixes.best(family, budget)
+        state = (MachineState.new(graph, budget, remat_limit) if start is None
+                 else MachineState.resume(start, budget))
+        stream_chunks = list(start.stream_chunks) if start is not None else []
+        can_splice = not (keep_state or interventions.forbid or interventions.force)
+        sharing = Sharing(prefixes, family, budget, start, state, graph.sched_kind, can_splice)
+    else:
+        state = MachineState.new(graph, budget, remat_limit)
+        stream_chunks = []
     emit = bool(observers)
     emit_cands = any(o.wants_candidates for o in observers)
     state.sc[K.S_EMIT] = emit
@@ -193,15 +210,18 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     cand_room = n + 8
     retain, window, forbid, force = interventions.arrays(n)
     policy_params = policy.params()
-    stream_chunks: list[np.ndarray] = []
     slice_steps = SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS
     seq = 0
     timed_out = False
+    spliced = None
+    unclocked = 0  # steps since the wall clock was last looked at
     while True:
+        steps = slice_steps if sharing is None else sharing.slice_limit(state.sc, slice_steps)
+        before_steps = int(state.sc[K.S_STEPS])
         status = K.run_slice(
             graph, policy_params, state.sc, state.st, state.frames, state.pending,
             state.scratch, state.mark, state.regions, state.stream, ev, evf, cand, candf,
-            retain, window, forbid, force, slice_steps, event_room, cand_room)
+            retain, window, forbid, force, steps, event_room, cand_room)
         if status == K.STATUS_ARENA_FULL:
             raise RuntimeError("neighbourhood arena exhausted within one step; "
                                "this trace needs a larger ARENA_MIN in engine/state.py")
@@ -227,22 +247,42 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
                 state.sc[K.S_N_CANDS] = 0
         if status != K.STATUS_RUNNING:
             break
-        if timeout is not None and time.perf_counter() - started > timeout:
-            timed_out = True
-            break
-    stream_chunks.append(state.stream[:int(state.sc[K.S_N_STREAM])].copy())
-    stream = np.concatenate(stream_chunks) if stream_chunks else np.zeros((0, 4), np.int64)
+        if sharing is not None:
+            spliced = sharing.after_slice(state, stream_chunks)
+            if spliced is not None:
+                status = spliced.status
+                break
+        # slices cut short for sharing look at the clock as often as whole ones
+        unclocked += int(state.sc[K.S_STEPS]) - before_steps
+        if timeout is not None and (sharing is None or unclocked >= slice_steps):
+            unclocked = 0
+            if time.perf_counter() - started > timeout:
+                timed_out = True
+                break
 
-    frontier = None
-    if status == K.STATUS_OOM and not timed_out:
-        depth = int(state.sc[K.S_DEPTH])
-        failing = int(state.frames[0, depth - 1])
-        request = int(program.op_total_size[program.tensor_op[failing]])
-        frontier = build_frontier(program, state, request)
-        for obs in observers:
-            obs.on_oom(frontier)
-    K.check_invariants(graph, state.sc, state.st)
-    summary = _summarize(program, base, ctx, state, status, timed_out, stream, frontier,
+    if spliced is not None:
+        sc, stream, frontier = spliced.sc, spliced.stream, spliced.frontier
+        sc[K.S_BUDGET] = budget
+    else:
+        sc = state.sc
+        stream_chunks.append(state.stream[:int(sc[K.S_N_STREAM])].copy())
+        stream = np.concatenate(stream_chunks)
+        frontier = None
+        if status == K.STATUS_OOM and not timed_out:
+            depth = int(sc[K.S_DEPTH])
+            failing = int(state.frames[0, depth - 1])
+            request = int(program.op_total_size[program.tensor_op[failing]])
+            frontier = build_frontier(program, state, request)
+            for obs in observers:
+                obs.on_oom(frontier)
+        K.check_invariants(graph, sc, state.st)   # a spliced run's rest was checked in its donor
+        if sharing is not None:
+            sharing.finish(state, stream, frontier, status, complete=not timed_out)
+    if sharing is not None:
+        steps_run = int(sc[K.S_STEPS]) - sharing.resumed_at - (spliced.steps if spliced else 0)
+        prefixes.finished(sharing.family, sharing.resumed_at, steps_run,
+                          spliced.steps if spliced else 0)
+    summary = _summarize(program, base, ctx, sc, status, timed_out, stream, frontier,
                          time.perf_counter() - started)
     if summary.anomalies and os.environ.get(STRICT_INVARIANTS_ENV) == "1":
         raise InvariantError(f"{program.name} at budget {budget} ({policy.name}): "
@@ -252,8 +292,13 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     return RunResult(summary, stream, frontier, state if keep_state else None)
 
 
-def _summarize(program, base, ctx, state, status, timed_out, stream, frontier, seconds):
-    sc = state.sc
+def _family(program: Program, policy: Policy, interventions: Interventions,
+            remat_limit: int) -> tuple:
+    """What runs sharing prefixes must have in common: everything but the budget."""
+    return (program.sha256, policy.name, policy.params().tobytes(), interventions, remat_limit)
+
+
+def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seconds):
     outcome = "timeout" if timed_out else {
         K.STATUS_DONE: "ok", K.STATUS_OOM: "oom", K.STATUS_THRASHED: "thrashed",
         K.STATUS_FORCE_FAILED: "error"}[int(status)]

@@ -22,6 +22,7 @@ arena; `compute` is each region's interior compute; large sets have a
 membership bitset (a row of `bits`, taken from the `free_slots` stack)."""
 
 ARENA_MIN = 1 << 22
+STREAM_CAPACITY = 4096
 BITSETS_BYTES = 32 << 20
 
 
@@ -49,6 +50,43 @@ def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
     return regions._replace(arena=bigger)
 
 
+@dataclass(frozen=True)
+class Extremes:
+    """The budget certificate and running maxima over a stretch of a run.
+
+    The kernel keeps them in scalar registers; a driver that splits a run
+    into stretches (to splice runs, engine/prefixes.py) folds each stretch's
+    registers into the earlier ones with `then` and resets them.
+    """
+
+    lo: int = 0
+    hi_true: int = K.NO_HI          # smallest failing `memory + request`, exclusive bound
+    max_depth: int = 0
+    peak: int = 0
+    maxpin: tuple[int, int, int] = (0, 0, -1)
+
+    @classmethod
+    def read(cls, sc: np.ndarray) -> "Extremes":
+        return cls(int(sc[K.S_LO]), int(sc[K.S_HI_TRUE]), int(sc[K.S_MAX_DEPTH]),
+                   int(sc[K.S_PEAK]), (int(sc[K.S_MAXPIN_BYTES]), int(sc[K.S_MAXPIN_DEPTH]),
+                                       int(sc[K.S_MAXPIN_OP])))
+
+    def write(self, sc: np.ndarray) -> None:
+        sc[K.S_LO], sc[K.S_HI_TRUE] = self.lo, self.hi_true
+        sc[K.S_MAX_DEPTH], sc[K.S_PEAK] = self.max_depth, self.peak
+        sc[K.S_MAXPIN_BYTES], sc[K.S_MAXPIN_DEPTH], sc[K.S_MAXPIN_OP] = self.maxpin
+
+    def then(self, later: "Extremes") -> "Extremes":
+        """This stretch followed by `later` (the first maximum of pinned bytes is kept)."""
+        his = [h for h in (self.hi_true, later.hi_true) if h != K.NO_HI]
+        return Extremes(max(self.lo, later.lo), min(his) if his else K.NO_HI,
+                        max(self.max_depth, later.max_depth), max(self.peak, later.peak),
+                        later.maxpin if later.maxpin[0] > self.maxpin[0] else self.maxpin)
+
+    def admits(self, budget: int) -> bool:
+        return self.lo <= budget and (self.hi_true == K.NO_HI or budget < self.hi_true)
+
+
 @dataclass
 class MachineState:
     sc: np.ndarray
@@ -61,7 +99,8 @@ class MachineState:
     stream: np.ndarray
 
     @classmethod
-    def new(cls, g: KernelGraph, budget: int, remat_limit: int, stream_capacity: int = 4096) -> "MachineState":
+    def new(cls, g: KernelGraph, budget: int, remat_limit: int,
+            stream_capacity: int = STREAM_CAPACITY) -> "MachineState":
         n = len(g.tensor_op)
         sc = np.zeros(K.N_SCALARS, dtype=np.int64)
         sc[K.S_CLOCK] = 1
@@ -90,3 +129,93 @@ class MachineState:
 
     def row(self, name: str) -> np.ndarray:
         return self.st[STATE_ROWS.index(name)]
+
+    def snapshot(self, stream_chunks: tuple[np.ndarray, ...] = (),
+                 before: Extremes = Extremes(), run=None) -> "Snapshot":
+        """A copy of the state between two steps (see `Snapshot`); `before`: the
+        extremes of the stretches folded out of the registers so far; `run`:
+        what the run taking it leaves for splicing. Compacts the neighbourhood
+        arena first, so only its live blocks are copied."""
+        rg = self.regions
+        K.compact_arena(rg, self.sc)
+        top = int(self.sc[K.S_ARENA_TOP])
+        used = np.flatnonzero(rg.bit_slot >= 0)
+        slots = rg.bit_slot[used]
+        regions = rg._replace(
+            arena=rg.arena[:top].copy(), start=rg.start.copy(), cap=rg.cap.copy(),
+            len=rg.len.copy(), compute=rg.compute.copy(), fr_live=rg.fr_live.copy(),
+            bit_slot=rg.bit_slot.copy(), bits=rg.bits[slots].copy(),
+            free_slots=rg.free_slots.copy())
+        prefix = before.then(Extremes.read(self.sc))
+        return Snapshot(
+            steps=int(self.sc[K.S_STEPS]), lo=prefix.lo,
+            hi=None if prefix.hi_true == K.NO_HI else prefix.hi_true - 1,
+            before=before, run=run,
+            arena_len=len(rg.arena), bit_rows=rg.bits.shape,
+            state=MachineState(
+                sc=self.sc.copy(), st=self.st.copy(), frames=self.frames.copy(),
+                pending=self.pending.copy(), scratch=self.scratch.copy(), mark=self.mark.copy(),
+                regions=regions, stream=self.stream[:int(self.sc[K.S_N_STREAM])].copy()),
+            stream_chunks=tuple(stream_chunks))
+
+    @classmethod
+    def resume(cls, snap: "Snapshot", budget: int) -> "MachineState":
+        """A fresh state equal to the snapshot's, running at `budget` (which
+        the snapshot must admit: then every step so far would have been the same)."""
+        if not snap.admits(budget):
+            raise ValueError(f"budget {budget} is outside the snapshot's prefix interval "
+                             f"[{snap.lo}, {snap.hi}]")
+        s = snap.state
+        rg = s.regions
+        arena = np.zeros(snap.arena_len, dtype=np.int64)
+        arena[:len(rg.arena)] = rg.arena
+        bits = np.zeros(snap.bit_rows, dtype=np.uint64)
+        used = rg.bit_slot[rg.bit_slot >= 0]
+        bits[used] = rg.bits
+        regions = rg._replace(
+            arena=arena, start=rg.start.copy(), cap=rg.cap.copy(), len=rg.len.copy(),
+            compute=rg.compute.copy(), fr_live=rg.fr_live.copy(), bit_slot=rg.bit_slot.copy(),
+            bits=bits, free_slots=rg.free_slots.copy())
+        stream = np.zeros((max(STREAM_CAPACITY, len(s.stream)), 4), dtype=np.int64)
+        stream[:len(s.stream)] = s.stream
+        sc = s.sc.copy()
+        sc[K.S_BUDGET] = budget
+        return cls(sc=sc, st=s.st.copy(), frames=s.frames.copy(), pending=s.pending.copy(),
+                   scratch=s.scratch.copy(), mark=s.mark.copy(), regions=regions, stream=stream)
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """A run's machine state after `steps` steps, with its prefix certificate.
+
+    Budgets only enter the kernel through `memory + request > budget`
+    comparisons, and [lo, hi] is the set of budgets for which every
+    comparison made so far has the same outcome: a run at any of them makes
+    exactly these steps, so it may resume here instead of at op 0. The budget
+    scalar is the only state a resumed run changes; the certificate so far
+    (lo, hi), the counters, the pool, the neighbourhoods and the eviction
+    stream (`stream_chunks` + the buffer in `state.stream`) carry over as they
+    are. Taken with observers off only: no event is buffered at a snapshot.
+    `before` holds the extremes of stretches already folded out of the
+    registers, and `run` the record of the run that took it (for splicing).
+    """
+
+    steps: int
+    lo: int
+    hi: int | None
+    before: Extremes
+    run: object
+    arena_len: int
+    bit_rows: tuple[int, int]
+    state: MachineState
+    stream_chunks: tuple[np.ndarray, ...]
+
+    def admits(self, budget: int) -> bool:
+        return self.lo <= budget and (self.hi is None or budget <= self.hi)
+
+    @property
+    def nbytes(self) -> int:
+        s = self.state
+        arrays = (s.sc, s.st, s.frames, s.pending, s.scratch, s.mark, s.stream,
+                  *(a for a in s.regions if isinstance(a, np.ndarray)))
+        return sum(a.nbytes for a in arrays)

@@ -14,6 +14,14 @@ so the two walkers meet). A split can land in an interval another walker is
 about to certify: that run is wasted but harmless (its key is new, its
 interval a duplicate).
 
+The walk goes in rounds (`WalkRounds`): each round takes `WALK_ROUND`
+budgets per policy from the results of all earlier rounds, and the next round
+starts when every run of this one has finished. Which budgets are probed is
+then a function of the parameters alone, never of which worker finished
+first or how many there are: a repeated or resumed sweep probes the same
+budgets, row for row (a resumed sweep replays the rounds, taking stored runs
+instead of running them).
+
 Bounds: at most `max_runs` walk runs (runs already stored count); with
 `resolution` R > 1 the walker steps to hi + R instead of hi + 1 and leaves
 gaps narrower than R uncertified. A timed-out run certifies nothing: its budget
@@ -26,7 +34,11 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from .store import STATUS_UNRESOLVED
+from typing import Callable
+
+from .store import STATUS_UNRESOLVED, Point
+
+WALK_ROUND = 4  # budgets per policy and round; fixed, so the probes do not depend on jobs
 
 
 @dataclass(frozen=True)
@@ -158,3 +170,51 @@ class ExactWalk:
             return 0
         widths = sorted(self._widths)
         return widths[len(widths) // 2]
+
+
+class WalkRounds:
+    """The walks of all policies as a point source for the sweep scheduler.
+
+    `stored` maps (policy, budget) to the runs-table row of an exact run made
+    by an earlier, interrupted sweep: replaying the rounds takes those rows
+    instead of running them. `on_absorb` hears of every result absorbed.
+    """
+
+    queue_per_worker = 2
+
+    def __init__(self, walks: dict[str, ExactWalk], peak: int, stored: dict[tuple, dict],
+                 on_absorb: Callable[[], None] = lambda: None):
+        self.walks, self.peak, self.stored = walks, peak, stored
+        self.on_absorb = on_absorb
+        self._ready: list[Point] = []
+        self._outstanding = 0
+
+    def take(self, n: int) -> list[Point]:
+        """Up to n points of the current round (none while it is still running)."""
+        while not self._ready and not self._outstanding:
+            if not self._plan_round():
+                break
+        out, self._ready = self._ready[:n], self._ready[n:]
+        self._outstanding += len(out)
+        return out
+
+    def _plan_round(self) -> bool:
+        """Plan the next round; False when every walk is done."""
+        planned = [(policy, b) for policy, walk in self.walks.items()
+                   for b in walk.take(WALK_ROUND)]
+        for policy, b in planned:
+            row = self.stored.get((policy, b))
+            if row is None:
+                self._ready.append(Point(policy, b, 0, b / self.peak, "exact"))
+            else:
+                self._absorb_row(policy, b, row)
+        return bool(planned)
+
+    def absorb(self, point: Point, row: dict) -> None:
+        self._outstanding -= 1
+        self._absorb_row(point.policy, point.budget, row)
+
+    def _absorb_row(self, policy: str, budget: int, row: dict) -> None:
+        self.walks[policy].absorb(budget, row["status"], (row["interval_lo"], row["interval_hi"]),
+                                  walk_run=True)
+        self.on_absorb()

@@ -28,10 +28,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine.prefixes import PrefixCache
 from ..engine.replay import prepared, replay
 from ..trace.program import Program
 from . import grid
-from .exact import ExactWalk, Gap
+from .exact import ExactWalk, Gap, WalkRounds
 from .store import Point, SweepParams, SweepStore, TraceInfo, row_from_summary
 
 ENGINES = ("process", "dask", "inline")
@@ -45,6 +46,7 @@ REPEAT_START_METHOD = "spawn"
 # --- worker side ---------------------------------------------------------------------
 
 _PROGRAMS: dict[str, tuple[Program, float]] = {}
+_PREFIXES = PrefixCache()
 
 
 def _install(program: Program, thrash_factor: float) -> None:
@@ -80,10 +82,13 @@ def _install_from_ipc(sha256: str, payload: bytes, thrash_factor: float) -> None
 
 
 def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
-    """Replay one point with the installed program; a runs-table row."""
+    """Replay one point with the installed program; a runs-table row. Runs in
+    one process share prefixes (nearby budgets resume from earlier snapshots),
+    except confirmation repeats, which must not lean on other runs."""
     program, thrash = _PROGRAMS[sha256]
     result = replay(program, budget=point.budget, policy=point.policy, timeout=timeout,
-                    thrash_factor=thrash)
+                    thrash_factor=thrash,
+                    prefixes=None if point.stage == "repeat" else _PREFIXES)
     return row_from_summary(point, result.summary)
 
 
@@ -257,38 +262,6 @@ class _Static:
         pass
 
 
-class _ExactSource:
-    """The certificate walks of all policies, interleaved (one point per
-    worker: a point queued early is a split that may duplicate work)."""
-
-    queue_per_worker = 1
-
-    def __init__(self, walks: dict[str, ExactWalk], peak: int, observer: SweepObserver):
-        self.walks, self.peak, self.observer = walks, peak, observer
-        self._turn = 0
-
-    def take(self, n: int) -> list[Point]:
-        out: list[Point] = []
-        names = list(self.walks)
-        idle = 0
-        while len(out) < n and idle < len(names):
-            policy = names[self._turn % len(names)]
-            self._turn += 1
-            budgets = self.walks[policy].take(1)
-            if budgets:
-                idle = 0
-                out.append(Point(policy, budgets[0], 0, budgets[0] / self.peak, "exact"))
-            else:
-                idle += 1
-        return out
-
-    def absorb(self, point: Point, row: dict) -> None:
-        self.walks[point.policy].absorb(point.budget, row["status"],
-                                        (row["interval_lo"], row["interval_hi"]),
-                                        walk_run=True)
-        self.observer.coverage({p: w.coverage() for p, w in self.walks.items()})
-
-
 # --- the scheduler --------------------------------------------------------------------
 
 @dataclass
@@ -454,16 +427,19 @@ def _exact_stage(sched: _Scheduler, backend, params: SweepParams, peak: int,
                  rng: tuple[int, int], observer: SweepObserver) -> dict[str, ExactWalk]:
     walks = {p: ExactWalk(*rng, max_runs=params.max_runs, resolution=params.resolution)
              for p in params.policies}
+    stored = {}
     for r in sched.rows:
         if r["rep"] == 0 and r["policy"] in walks:
-            walks[r["policy"]].absorb(r["budget"], r["status"],
-                                      (r["interval_lo"], r["interval_hi"]),
-                                      walk_run=r["stage"] == "exact")
-    stored = sum(1 for r in sched.rows if r["rep"] == 0 and r["stage"] == "exact")
-    sched.counts.setdefault("exact", StageCount()).skipped += stored
-    observer.stage("exact", 0, stored)
-    observer.coverage({p: w.coverage() for p, w in walks.items()})
-    sched.run(backend, "exact", _ExactSource(walks, peak, observer))
+            if r["stage"] == "exact":   # taken again as the walk's rounds reach it
+                stored[(r["policy"], r["budget"])] = r
+            else:
+                walks[r["policy"]].absorb(r["budget"], r["status"],
+                                          (r["interval_lo"], r["interval_hi"]), walk_run=False)
+    sched.counts.setdefault("exact", StageCount()).skipped += len(stored)
+    observer.stage("exact", 0, len(stored))
+    report = lambda: observer.coverage({p: w.coverage() for p, w in walks.items()})  # noqa: E731
+    report()
+    sched.run(backend, "exact", WalkRounds(walks, peak, stored, report))
     return walks
 
 

@@ -1,0 +1,146 @@
+"""Exact budget maps with shared prefixes vs the same walk from op 0, in one run.
+
+    python benchmarks/sweep_share.py [--traces resnet32,lstm,...|all]
+                                     [--from 0.05] [--to 0.60] [--jobs 2]
+                                     [--limit-seconds 600] [--compare-runs 200]
+                                     [--run-timeout SECONDS]
+
+For each trace:
+
+1. a comparison on identical work: the exact walk's first `--compare-runs`
+   runs (the walk's rounds make the probed budgets the same in both modes),
+   once with workers sharing prefixes and once replaying every run from op 0;
+   prints both times and the ratio, and checks that both stored identical rows;
+2. the whole exact map over the range with sharing, stopped after
+   `--limit-seconds`: runs, certified fraction, time, and when the map is not
+   complete, the time extrapolated from the certified fraction (a rough
+   figure: executions are not spread evenly over the budget axis).
+
+Peak RSS of this process and of its worker processes is printed at the end.
+Goal (issue 12): the ResNet-32 map over 0.05-0.60, 100% certified, in at
+most 60 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from dtrforensics.engine.replay import prepared, replay  # noqa: E402
+from dtrforensics.sweep import runner  # noqa: E402
+from dtrforensics.sweep.store import SweepParams, SweepStore  # noqa: E402
+from dtrforensics.trace import load_trace  # noqa: E402
+
+PUBLIC = ("resnet32", "tv_densenet121", "inceptionv4", "transformer", "unet", "treelstm", "lstm",
+          "unroll_gan")
+VOLATILE = ("wall_seconds", "worker", "finished_at")
+
+
+def rows(path: Path) -> list[dict]:
+    out = [{k: v for k, v in r.items() if k not in VOLATILE}
+           for r in SweepStore(path).read_runs().to_pylist()]
+    return sorted(out, key=lambda r: (r["policy"], r["budget"], r["rep"]))
+
+
+def timed_sweep(program, params: SweepParams, out: Path, jobs: int, share: bool):
+    saved = runner._PREFIXES
+    if not share:
+        runner._PREFIXES = None        # workers fork from here: every run starts at op 0
+    try:
+        start = time.perf_counter()
+        result = runner.run_sweep(program, params, out, jobs=jobs)
+        return result, time.perf_counter() - start
+    finally:
+        runner._PREFIXES = saved
+
+
+def compare(program, lo: float, hi: float, jobs: int, n_runs: int, tmp: Path) -> None:
+    params = SweepParams(lo, hi, exact=True, max_runs=n_runs)
+    shared, t_shared = timed_sweep(program, params, tmp / "shared", jobs, True)
+    scratch, t_scratch = timed_sweep(program, params, tmp / "scratch", jobs, False)
+    same = rows(tmp / "shared") == rows(tmp / "scratch")
+    print(f"  same {shared.ran} walk runs: from op 0 {t_scratch:7.2f} s, shared "
+          f"{t_shared:7.2f} s, speedup {t_scratch / t_shared:5.2f}x, "
+          f"rows identical: {'yes' if same else 'NO'}")
+    if not same:
+        raise SystemExit(f"{program.name}: shared and from-scratch sweeps differ")
+
+
+class TimeLimit(Exception):
+    pass
+
+
+class Watch(runner.SweepObserver):
+    """Keeps the certified fraction; stops the sweep at the time limit."""
+
+    def __init__(self, limit: float):
+        self.deadline = time.perf_counter() + limit
+        self.certified = 0.0
+
+    def coverage(self, fractions: dict[str, float]) -> None:
+        self.certified = fractions["dtr"]
+
+    def finished(self, row: dict) -> None:
+        if time.perf_counter() > self.deadline:
+            raise TimeLimit
+
+
+def full_map(program, lo: float, hi: float, jobs: int, limit: float, run_timeout: float | None,
+             tmp: Path) -> None:
+    out = tmp / "map"
+    watch = Watch(limit)
+    start = time.perf_counter()
+    params = SweepParams(lo, hi, exact=True, max_runs=10**9, timeout=run_timeout)
+    try:
+        runner.run_sweep(program, params, out, jobs=jobs, observer=watch)
+    except TimeLimit:
+        pass
+    spent = time.perf_counter() - start
+    n = len(SweepStore(out).read_runs())
+    line = (f"  map {lo}-{hi}: {n} runs, {watch.certified:.2%} certified in {spent:7.1f} s "
+            f"({n / spent:5.1f} runs/s)")
+    if watch.certified < 1.0:
+        line += (f"; stopped at the time limit, extrapolated "
+                 f"{spent / max(watch.certified, 1e-9):9.0f} s")
+    elif program.name.startswith("resnet32"):
+        line += f"; goal <= 60 s: {'met' if spent <= 60 else 'MISSED'}"
+    print(line)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", default="resnet32")
+    ap.add_argument("--from", dest="ratio_from", type=float, default=0.05)
+    ap.add_argument("--to", dest="ratio_to", type=float, default=0.60)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--limit-seconds", type=float, default=600.0)
+    ap.add_argument("--compare-runs", type=int, default=200)
+    ap.add_argument("--run-timeout", type=float, default=None,
+                    help="wall-clock limit per run of the map (a run in flight when the "
+                         "time limit comes is waited for)")
+    args = ap.parse_args()
+    names = PUBLIC if args.traces == "all" else tuple(args.traces.split(","))
+    for name in names:
+        program = load_trace(name)
+        prepared(program)
+        replay(program, budget=0)          # load the compiled kernel before timing
+        print(f"{program.name}: exact map {args.ratio_from}-{args.ratio_to}, {args.jobs} workers")
+        with tempfile.TemporaryDirectory(prefix="dtrf-bench-share-") as tmp:
+            compare(program, args.ratio_from, args.ratio_to, args.jobs, args.compare_runs,
+                    Path(tmp))
+            full_map(program, args.ratio_from, args.ratio_to, args.jobs, args.limit_seconds,
+                     args.run_timeout, Path(tmp))
+    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"peak RSS: this process {me:.0f} MB, largest worker {kids:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
