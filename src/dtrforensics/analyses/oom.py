@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..errors import OptionError
 from ..recorder.reader import Recording
 from .runs import fetch_dicts, json_safe, open_together
 
 
-class NotAnOomError(ValueError):
+class NotAnOomError(OptionError):
     """The run did not end out of memory."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import duckdb
 
+from ..errors import OptionError
 from .. import db
 from ..engine.policies import get_policy
 from ..engine.replay import resolve_budget
@@ -35,7 +36,7 @@ from ..recorder.record import default_recording_dir, record_run
 DEFAULT_CACHE = Path("recordings") / "cache"
 
 
-class RunSpecError(ValueError):
+class RunSpecError(OptionError):
     """A run argument that is neither a recording nor a valid run spec."""
 
 

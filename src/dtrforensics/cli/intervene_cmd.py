@@ -18,7 +18,7 @@ from ..engine.replay import InterventionError
 from ..trace import load_trace
 from .errors import CommandError
 from .format import fmt_exact_bytes
-from .options import interventions_from_options
+from .options import at_least, check_timeout, interventions_from_options
 
 RecordRoot = Annotated[str, typer.Option(help="Where the runs are recorded (reused when present); '' to not record.")]
 
@@ -43,7 +43,7 @@ def intervene_command(
     retain_ops: Annotated[Optional[str], typer.Option(help="Limit --retain to decisions inside top-level ops A..B.")] = None,
     forbid_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: exclude storage S at decision K.")] = None,
     force_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: evict S at decision K instead.")] = None,
-    timeout: Annotated[Optional[float], typer.Option(help="Wall-clock limit per run, seconds.")] = None,
+    timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per run, seconds.")] = None,
     record_root: RecordRoot = "recordings/interventions",
     as_json: Annotated[bool, typer.Option("--json", help="Print {baseline, intervention, control, control_matches}.")] = False,
 ) -> None:
@@ -109,11 +109,11 @@ def explain_command(
     ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of peak memory.")] = None,
     budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
     policy: Annotated[str, typer.Option(help=f"Policy: {', '.join(POLICIES)}.")] = "dtr",
-    max_attempts: Annotated[int, typer.Option(help="At most this many retentions are tried.")] = 32,
-    max_combo: Annotated[int, typer.Option(help="Largest retained set tried (1 = singles only).")] = 2,
-    timeout: Annotated[Optional[float], typer.Option(help="Wall-clock limit per attempt, seconds (a timed-out attempt is unresolved).")] = None,
-    jobs: Annotated[Optional[int], typer.Option(help="Parallel processes (default: all cores).")] = None,
-    first: Annotated[Optional[int], typer.Option(help="Stop after this many fixes are found.")] = None,
+    max_attempts: Annotated[int, typer.Option(callback=at_least(1), help="At most this many retentions are tried.")] = 32,
+    max_combo: Annotated[int, typer.Option(callback=at_least(1), help="Largest retained set tried (1 = singles only).")] = 2,
+    timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per attempt, seconds (a timed-out attempt is unresolved).")] = None,
+    jobs: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Parallel processes (default: all cores).")] = None,
+    first: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Stop after this many fixes are found.")] = None,
     record_root: RecordRoot = "recordings/explain",
     as_json: Annotated[bool, typer.Option("--json", help="Print {fixes, tried, control, ...} as JSON.")] = False,
 ) -> None:

@@ -11,7 +11,8 @@ import sys
 
 import typer
 
-from .errors import UserError, report_user_error
+from ..errors import EXIT_INTERRUPTED, UserError
+from .errors import report_user_error
 
 COMMAND_MODULES = (
     "demo_cmd",
@@ -43,17 +44,16 @@ for _module in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console entry point. Usage errors exit 2 (click reports them); user errors
-    (bad trace file, unknown name, bad option value) become one line and exit 2."""
+    """Console entry point. Usage errors exit 2 (click reports them); every
+    `UserError` (and an OSError on a path) becomes one line and its exit code
+    (see `dtrforensics.errors`); anything else is a bug and keeps its traceback."""
     try:
         app()
-    except UserError as exc:
-        report_user_error(exc)
-        sys.exit(2)
+    except (UserError, OSError) as exc:
+        sys.exit(report_user_error(exc))
     except KeyboardInterrupt:
         print("Aborted.", file=sys.stderr)
-        sys.exit(130)
-
+        sys.exit(EXIT_INTERRUPTED)
 
 if __name__ == "__main__":
     main()

@@ -23,6 +23,7 @@ from ..recorder.reader import Recording, find_recordings, open_recording
 from ..recorder.schema import RecordingFormatError
 from .errors import CommandError
 from .format import fmt_bytes, fmt_exact_bytes
+from .options import at_least
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 SPARK = " ▁▂▃▄▅▆▇█"
@@ -76,7 +77,7 @@ def sql(
     as_csv: Annotated[bool, typer.Option("--csv", help="Write CSV to stdout.")] = False,
     parquet: Annotated[Optional[Path], typer.Option("--parquet", help="Write the result to this Parquet file.")] = None,
     as_json: JsonOption = False,
-    limit: Annotated[int, typer.Option(help="Rows shown in the table (CSV, JSON and Parquet get all).")] = 100,
+    limit: Annotated[int, typer.Option(callback=at_least(0), help="Rows shown in the table (CSV, JSON and Parquet get all).")] = 100,
 ) -> None:
     """Run SQL over one or several recordings (one `run_id` column tells them apart)."""
     if sum([as_csv, parquet is not None, as_json]) > 1:

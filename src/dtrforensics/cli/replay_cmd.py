@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from .. import validate
 from ..analyses.replay_view import ReplayWindow, Step, replay_window
 from ..analyses.runs import DEFAULT_CACHE
 from .diff_cmd import CacheOption, JsonOption, console, open_run
@@ -40,13 +41,13 @@ def replay_command(
     """Replay a recording allocation by allocation: request, memory, budget, pinned
     and pool bytes at each check, and every victim with its score and runner-up."""
     window = parse_window(ops)
-    if window is not None and window[0] > window[1]:
-        raise CommandError(f"empty op window {ops}")
     if limit is not None and limit < 0:
         raise CommandError("--limit must be >= 0")
     if scores not in ("victims", "all"):
         raise CommandError("--scores is 'victims' or 'all'")
     rec = open_run(recording, scores=scores, cache=cache)
+    if window is not None:
+        validate.op_window(window, rec.table("ops").num_rows, "--ops")
     if tui:
         from ..tui.app import ReplayApp
         ReplayApp(rec, ops=window).run()

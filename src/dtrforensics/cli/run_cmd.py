@@ -18,7 +18,7 @@ from ..trace import load_trace
 from ..trace.program import Program
 from .errors import CommandError
 from .format import fmt_exact_bytes, fmt_op
-from .options import interventions_from_options
+from .options import check_timeout, interventions_from_options
 
 OUTCOME_STYLE = {"ok": "bold green", "oom": "bold red", "thrashed": "bold yellow",
                  "timeout": "bold magenta", "error": "bold red"}
@@ -33,7 +33,7 @@ def run(
     ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of the trace's peak memory: floor(ratio x peak) bytes.")] = None,
     budget: Annotated[Optional[int], typer.Option(help="Budget in bytes (instead of --ratio).")] = None,
     policy: Annotated[str, typer.Option(help=f"Eviction policy: {', '.join(POLICIES)}.")] = "dtr",
-    timeout: Annotated[Optional[float], typer.Option(help="Wall-clock limit in seconds; the run is then 'timeout' (unresolved).")] = None,
+    timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit in seconds; the run is then 'timeout' (unresolved).")] = None,
     thrash_limit: Annotated[float, typer.Option(help="Overhead at which a run counts as thrashed.")] = DEFAULT_THRASH_FACTOR,
     retain: Annotated[Optional[str], typer.Option(help="Storages never offered as victims, e.g. 612,3131.")] = None,
     retain_ops: Annotated[Optional[str], typer.Option(help="Limit --retain to decisions inside top-level ops A..B.")] = None,

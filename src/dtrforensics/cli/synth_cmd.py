@@ -13,6 +13,7 @@ from ..synth.generator import KINDS, SynthSpec, generate, random_small_log
 from ..trace.parser import parse_lines
 from .errors import CommandError
 from .format import fmt_bytes, fmt_ns
+from .options import check_seed
 
 SMALL_KIND = "small"
 _DEFAULT = SynthSpec()
@@ -33,7 +34,7 @@ def synth(
         "--output", "-o", help="File to write the log to (parent folders are created).",
         show_default=False)],
     seed: Annotated[int, typer.Option(
-        "--seed", "-s", help="Random seed: the same seed and options give a byte-identical log.")] = 0,
+        "--seed", "-s", callback=check_seed, help="Random seed: the same seed and options give a byte-identical log.")] = 0,
     depth: Annotated[int, typer.Option(
         "--depth", "--steps", "-d",
         help="Layers (chain), residual blocks (resnet), unrolled time steps (rnn) or "

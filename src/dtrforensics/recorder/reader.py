@@ -18,12 +18,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import DataError
 from .schema import (
     META_FORMAT, OLD_MARK, PARTIAL_MARK, RUN_FILE, TABLES, RecordingFormatError, check_version,
 )
 
 
-class NotARecordingError(FileNotFoundError):
+class NotARecordingError(DataError, FileNotFoundError):
     """A path that is not a complete recording (missing, partial or without run.json)."""
 
 

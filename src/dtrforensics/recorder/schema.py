@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from ..errors import DataError
 from ..engine.hooks import EVENT_KINDS
 
 FORMAT_VERSION = "1.0"
@@ -33,7 +34,7 @@ KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 I64, F64, BOOL, STR = pa.int64(), pa.float64(), pa.bool_(), pa.string()
 
 
-class RecordingFormatError(ValueError):
+class RecordingFormatError(DataError, ValueError):
     """A recording this version cannot read (newer major format, malformed version)."""
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import RefusedError
 from .. import __version__
 from ..fsutil import pid_alive, utc_now
 from ..engine.hooks import (
@@ -48,7 +49,7 @@ _DECISIONS_SCHEMA = DECISIONS.arrow_schema()
 _CANDIDATES_SCHEMA = CANDIDATES.arrow_schema()
 
 
-class RecordingExistsError(ValueError):
+class RecordingExistsError(RefusedError, ValueError):
     """The target folder exists and may not be replaced."""
 
 

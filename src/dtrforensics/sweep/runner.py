@@ -28,13 +28,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import validate
 from ..engine.replay import prepared, replay
+from ..errors import OptionError
 from ..trace.program import Program
 from . import grid
 from .exact import ExactWalk, Gap
 from .store import Point, SweepParams, SweepStore, TraceInfo, row_from_summary
 
 ENGINES = ("process", "dask", "inline")
+MAX_POINTS = 100_000     # runs a sweep may plan unless asked for more (--max-points)
 # fork: workers inherit the loaded program and the compiled kernel from this
 # process (ready in milliseconds); spawn re-imports and reloads both (~2 s).
 DEFAULT_START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
@@ -196,6 +199,16 @@ def _program_plugin(program: Program, thrash_factor: float):
             _install_from_ipc(self.sha256, self.payload, self.thrash_factor)
 
     return ProgramPlugin(program.sha256, payload, thrash_factor)
+
+
+def check_size(params: SweepParams, max_points: int = MAX_POINTS) -> int:
+    """The sweep's bound on runs (`grid.planned_points`); OptionError above `max_points`."""
+    n = grid.planned_points(params)
+    if n > max_points:
+        raise OptionError(f"this sweep could make up to {n:,} runs, more than --max-points "
+                          f"{max_points:,}: widen --step, lower --interior or --max-runs, "
+                          f"or raise --max-points")
+    return n
 
 
 def make_backend(engine: str, program: Program, thrash_factor: float, *, jobs: int,
@@ -372,14 +385,16 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
               jobs: int | None = None, engine: str | None = None,
               scheduler: str | None = None, observer: SweepObserver | None = None,
               start_method: str = DEFAULT_START_METHOD, flush_rows: int = 64,
-              flush_seconds: float = 2.0) -> SweepResult:
+              flush_seconds: float = 2.0, max_points: int = MAX_POINTS) -> SweepResult:
     """Run (or resume) the sweep `params` of `trace` into the folder `out`.
 
     `trace`: a trace spec or path (see `load_trace`), or a Program read from a
-    log file. `engine` defaults to `inline` for jobs=1, else `process`.
+    log file. `engine` defaults to `inline` for jobs=1, else `process`. A sweep
+    that could make more than `max_points` runs is refused before it plans any.
     """
     started = time.perf_counter()
     params.validate()
+    check_size(params, max_points)
     observer = observer or SweepObserver()
     if isinstance(trace, Program):
         program = trace
@@ -390,6 +405,8 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     engine = engine or ("inline" if jobs == 1 else "process")
     _, base = prepared(program)
     peak = base.peak
+    validate.ratio(params.ratio_to, "--to", peak)
+    validate.thrash_limit(params.thrash_factor, base.model_compute)
     info = TraceInfo(program.name, program.sha256, str(program.source), peak, base.model_compute)
     lo, hi = grid.range_bytes(params, peak)
     store = SweepStore(out, flush_rows=flush_rows, flush_seconds=flush_seconds)

@@ -33,6 +33,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import validate
+from ..errors import DataError, OptionError
 from ..fsutil import atomic_path, pid_alive, utc_now
 
 FORMAT_VERSION = 1
@@ -44,7 +46,7 @@ STATUS_OK, STATUS_FAIL, STATUS_UNRESOLVED = "ok", "fail", "unresolved"
 STAGES = ("grid", "interior", "refine", "exact", "repeat")
 
 
-class SweepStoreError(Exception):
+class SweepStoreError(DataError):
     """A sweep directory that cannot be used as asked (message says why)."""
 
 
@@ -78,30 +80,38 @@ class SweepParams:
     thrash_factor: float = 60.0
 
     def validate(self) -> None:
-        """Raise ValueError for parameters that cannot describe a sweep."""
+        """Raise OptionError (a ValueError) for parameters that cannot describe a sweep."""
+        for name, what in (("ratio_from", "--from"), ("ratio_to", "--to"),
+                           ("min_step", "--min-step"), ("overhead_jump", "--overhead-jump")):
+            validate.finite(getattr(self, name), what)
+        if self.step is not None:
+            validate.finite(self.step, "--step")
+        validate.timeout(self.timeout)
+        validate.seed(self.seed)
+        validate.thrash_limit(self.thrash_factor)
         if not 0 < self.ratio_from < self.ratio_to:
-            raise ValueError(f"need 0 < --from < --to, got {self.ratio_from} and {self.ratio_to}")
+            raise OptionError(f"need 0 < --from < --to, got {self.ratio_from} and {self.ratio_to}")
         if self.step is None and not self.exact:
-            raise ValueError("give --step (a grid) or --exact (the certificate walk), or both")
+            raise OptionError("give --step (a grid) or --exact (the certificate walk), or both")
         width = Decimal(repr(self.ratio_to)) - Decimal(repr(self.ratio_from))
         if self.step is not None and not 0 < Decimal(repr(self.step)) <= width:
-            raise ValueError(f"--step must be in (0, to - from], got {self.step}")
+            raise OptionError(f"--step must be in (0, to - from], got {self.step}")
         if not self.policies:
-            raise ValueError("no policy given")
+            raise OptionError("no policy given")
         if len(set(self.policies)) != len(self.policies):
-            raise ValueError(f"a policy is named twice: {','.join(self.policies)}")
+            raise OptionError(f"a policy is named twice: {','.join(self.policies)}")
         if self.interior < 0 or self.repeats < 0:
-            raise ValueError("--interior and --repeats must be >= 0")
+            raise OptionError("--interior and --repeats must be >= 0")
         if self.interior and self.step is None:
-            raise ValueError("--interior samples grid intervals: give --step")
+            raise OptionError("--interior samples grid intervals: give --step")
         if self.refine and self.step is None:
-            raise ValueError("--refine refines grid intervals: give --step")
+            raise OptionError("--refine refines grid intervals: give --step")
         if not self.min_step > 0 or not self.overhead_jump > 0:
-            raise ValueError("--min-step and --overhead-jump must be > 0")
+            raise OptionError("--min-step and --overhead-jump must be > 0")
         if self.max_runs < 1 or self.resolution < 1:
-            raise ValueError("--max-runs and --resolution must be >= 1")
+            raise OptionError("--max-runs and --resolution must be >= 1")
         if self.timeout is not None and not self.timeout > 0:
-            raise ValueError(f"--timeout must be > 0 seconds, got {self.timeout}")
+            raise OptionError(f"--timeout must be > 0 seconds, got {self.timeout}")
 
     def to_json(self) -> dict:
         out = asdict(self)
