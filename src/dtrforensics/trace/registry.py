@@ -160,24 +160,24 @@ def resolve_trace(spec: str | os.PathLike) -> Path:
     raise TraceNotFoundError(_not_found_message(text, looks_like_path))
 
 
-def _why_not_a_file(path: Path) -> str:
+def _why_not_a_file(spec: str, path: Path) -> str:
     """What a path that is not a readable trace file is instead."""
     try:
         path.stat()
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            return "a symbolic link loop, not a trace file"
+            return f"{spec} is a symbolic link loop, not a trace file"
         if path.is_symlink():
-            return "a broken symbolic link, not a trace file"
-        return "no such trace file"
+            return f"{spec} is a broken symbolic link, not a trace file"
+        return f"no such trace file: {spec}"
     if path.is_dir():
-        return "a directory, not a trace file (give the log file inside it)"
-    return "not a regular file, so not a trace file"
+        return f"{spec} is a directory, not a trace file (give the log file inside it)"
+    return f"{spec} is not a regular file, so not a trace file"
 
 
 def _not_found_message(spec: str, looks_like_path: bool) -> str:
     if looks_like_path:
-        return f"{spec}: {_why_not_a_file(Path(spec).expanduser())}"
+        return _why_not_a_file(spec, Path(spec).expanduser())
     looked = [*search_dirs()]
     synthetic = repo_trace_dir()
     if synthetic is not None:
