@@ -4,7 +4,8 @@ A run argument is a recording folder, or a run spec `TRACE@RATIO[:POLICY]`
 (`inceptionv4@0.235`, `lstm@0.264:dtr`, `path/to/log@0.5:lru`). A spec is
 recorded once into the cache folder (default `recordings/cache/`, relative to
 the current directory) under the recorder's default name, which identifies
-trace, budget and policy: a later analysis of the same spec reuses it. A cached
+trace, budget and policy: a later analysis of the same spec reuses it, and
+records it again if the cached recording is damaged. A cached
 recording made with scores="victims" is re-recorded when candidates are needed.
 
 `open_together` opens several recordings in one DuckDB connection with every
@@ -21,16 +22,16 @@ from pathlib import Path
 
 import duckdb
 
-from ..errors import OptionError
+from ..errors import DataError, OptionError
 from .. import db
 from ..engine.policies import get_policy
 from ..engine.replay import resolve_budget
 from ..recorder.reader import (
     NotARecordingError,
     Recording,
-    is_recording,
     open_recording,
 )
+from ..recorder import manifest
 from ..recorder.record import default_recording_dir, record_run
 
 DEFAULT_CACHE = Path("recordings") / "cache"
@@ -96,10 +97,14 @@ def record_spec(spec: RunSpec, *, scores: str = "victims",
     program = load_trace(spec.trace)
     budget, ratio = resolve_budget(program, None, spec.ratio)
     folder = default_recording_dir(program, budget, ratio, spec.policy, root=Path(cache))
-    if is_recording(folder):
-        rec = open_recording(folder)
-        if scores != "all" or rec.run.get("scores") == "all":
-            return rec
+    if folder.exists():
+        try:
+            rec = open_recording(folder)
+        except DataError:
+            manifest.discard_damaged(folder)     # a damaged cache entry is recorded again
+        else:
+            if scores != "all" or rec.run.get("scores") == "all":
+                return rec
     if on_record is not None:
         on_record(spec, folder)
     _, where = record_run(program, ratio=spec.ratio, policy=spec.policy, out_dir=folder,

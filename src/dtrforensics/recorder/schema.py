@@ -22,7 +22,7 @@ import pyarrow as pa
 from ..errors import DataError
 from ..engine.hooks import EVENT_KINDS
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 RUN_FILE = "run.json"
 PARTIAL_MARK = ".partial-"   # `.<name>.partial-<pid>`: a recording being written
 OLD_MARK = ".old-"           # `.<name>.old-<pid>`: a replaced recording being deleted
@@ -315,7 +315,10 @@ RUN_JSON: tuple[tuple[str, str], ...] = (
     ("summary", "The full run summary (`dtrf run --json`)."),
     ("frontier", "OOM only: the pinned frontier (chain of in-progress materializations "
                  "with the bytes each level holds locked); null otherwise."),
-    ("tables", "Per Parquet file: its name and row count."),
+    ("tables", "The manifest: per Parquet file its name (`file`), `rows`, size in "
+               "`bytes` and `sha256` (size and checksum since format 1.1). Opening a "
+               "recording checks the folder against it: a missing, extra, truncated or "
+               "altered table is an error naming the file."),
 )
 
 

@@ -36,9 +36,10 @@ from ..engine.hooks import (
     FLAG_REMAT, CandidateBatch, EventBatch, Observer,
 )
 from ..trace.program import CONSTANT_OP_NAME, Program
+from . import manifest
 from .schema import (
     CANDIDATES, DECISIONS, EVENTS, FORMAT_VERSION, OLD_MARK, OPS, PARTIAL_MARK, RUN_FILE,
-    STORAGES, TABLES, TENSORS, Table,
+    STORAGES, TENSORS, Table,
 )
 
 ROW_GROUP_ROWS = 1 << 17
@@ -269,11 +270,6 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _replaceable(path: Path) -> bool:
-    """Only a recording (or an empty folder) may be replaced, never arbitrary data."""
-    return path.is_dir() and ((path / RUN_FILE).is_file() or not any(path.iterdir()))
-
-
 # --- the observer ---------------------------------------------------------------------
 
 class Recorder(Observer):
@@ -296,7 +292,6 @@ class Recorder(Observer):
         self.complete = False
         self._sinks: dict[str, _Sink] = {}
         self._victims: dict[int, int] = {}
-        self._static_rows: dict[str, int] = {}
         self._frontier = None
         self._ctx = None
         self._started_at = None
@@ -309,9 +304,11 @@ class Recorder(Observer):
             if not self.overwrite:
                 raise RecordingExistsError(
                     f"{self.path} already exists: choose another folder or overwrite it (--overwrite)")
-            if not _replaceable(self.path):
+            if not manifest.replaceable(self.path):
                 raise RecordingExistsError(
-                    f"{self.path} exists and is not a recording: refusing to replace it")
+                    f"{self.path} exists and is not a recording (only a folder holding "
+                    f"nothing but the files its {RUN_FILE} lists may be replaced): refusing "
+                    f"to delete it; choose another folder")
 
     def on_start(self, run) -> None:
         self.check_target()
@@ -325,7 +322,7 @@ class Recorder(Observer):
             program = run.program
             for table, build in ((STORAGES, storages_table), (TENSORS, tensors_table),
                                  (OPS, ops_table)):
-                self._static_rows[table.file] = _write_static(self.partial, table, build(program))
+                _write_static(self.partial, table, build(program))
             tables = [EVENTS, DECISIONS] + ([CANDIDATES] if self.wants_candidates else [])
             for table in tables:
                 self._sinks[table.name] = _Sink(self.partial / table.file, table,
@@ -351,12 +348,10 @@ class Recorder(Observer):
 
     def on_finish(self, summary) -> None:
         try:
-            rows = dict(self._static_rows)
-            for name, sink in self._sinks.items():
+            for sink in self._sinks.values():
                 sink.close()
-                rows[TABLES[name].file] = sink.rows
             self._sinks = {}
-            self._write_run_json(summary, rows)
+            self._write_run_json(summary, manifest.manifest_of(self.partial))
             for path in self.partial.iterdir():
                 _fsync(path)
             self._publish()
@@ -377,7 +372,7 @@ class Recorder(Observer):
 
     # -- details
 
-    def _write_run_json(self, summary, rows: dict[str, int]) -> None:
+    def _write_run_json(self, summary, tables: list[dict]) -> None:
         ctx = self._ctx
         program = ctx.program
         doc = {
@@ -397,7 +392,7 @@ class Recorder(Observer):
             "outcome": summary.outcome,
             "summary": summary.to_json(),
             "frontier": self._frontier.to_json() if self._frontier is not None else None,
-            "tables": [{"file": f, "rows": n} for f, n in sorted(rows.items())],
+            "tables": tables,
         }
         text = json.dumps(doc, indent=2) + "\n"     # one write: json.dump writes per token
         (self.partial / RUN_FILE).write_text(text, encoding="utf-8")
