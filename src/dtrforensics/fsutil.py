@@ -9,13 +9,29 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import OptionError
+
+
+def require_parent(dest: str | os.PathLike) -> Path:
+    """`dest` as a Path; OptionError unless its folder exists (an output path never
+    creates folders a typo named)."""
+    dest = Path(dest)
+    parent = dest.parent
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise OptionError(f"cannot write {dest}: the folder {parent} {what} (create it first)")
+    return dest
+
 
 @contextlib.contextmanager
-def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(dest: str | os.PathLike, *, make_parents: bool = False) -> Iterator[Path]:
     """A temporary file beside `dest` (same directory, so the rename is atomic),
-    renamed onto `dest` when the block succeeds and removed when it fails."""
+    renamed onto `dest` when the block succeeds and removed when it fails.
+    The folder must exist unless `make_parents` (for the tool's own folders)."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    require_parent(dest)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     umask = os.umask(0)

@@ -85,12 +85,15 @@ def sql(
     import duckdb  # loaded here, not at import: every `dtrf` command imports this module
 
     from .. import db
+    from ..recorder.reader import refuse_inside_recording
+    if parquet is not None:
+        refuse_inside_recording(parquet)
     con = db.connect(_recordings(recordings))
     db.install_queries(con)
     try:
+        db.check_read_only(con, query)
         if parquet is not None:
-            con.sql(query).write_parquet(str(parquet))
-            rows = con.sql(f"SELECT count(*) FROM read_parquet('{_sq(parquet)}')").fetchall()[0][0]
+            rows = write_parquet_result(con.sql(query), parquet)
             print(f"wrote {rows} rows to {parquet}", file=sys.stderr)
             return
         con.execute(query)
@@ -103,11 +106,24 @@ def sql(
         else:
             _print_table(con, limit)
     except duckdb.Error as exc:
-        raise CommandError(f"SQL: {exc}") from None
+        raise CommandError(f"SQL: {str(exc).strip().splitlines()[0]}") from None
 
 
-def _sq(path: Path) -> str:
-    return str(path).replace("'", "''")
+def write_parquet_result(relation, path: Path) -> int:
+    """Stream a query result into a Parquet file (written whole or not at all);
+    the number of rows."""
+    import pyarrow.parquet as pq
+
+    from ..fsutil import atomic_path
+    if relation is None:
+        raise CommandError("--parquet needs a query that returns rows")
+    reader = relation.to_arrow_reader()
+    rows = 0
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, reader.schema) as writer:
+        for batch in reader:
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    return rows
 
 
 def _json_value(value: Any):

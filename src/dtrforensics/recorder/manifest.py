@@ -48,8 +48,9 @@ def manifest_of(folder: Path) -> list[dict]:
 
 def _damaged(folder: Path, run: dict, problem: str) -> RecordingDamagedError:
     command = run.get("command_line") if isinstance(run, dict) else None
-    again = (f"; record it again ({' '.join(command)} --overwrite)"
-             if isinstance(command, list) and command else "; record the run again")
+    again = "; record the run again"
+    if isinstance(command, list) and command:
+        again += f" (it was recorded by `{' '.join([Path(command[0]).name, *command[1:]])}`)"
     return RecordingDamagedError(f"{folder}: damaged recording: {problem}{again}")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import DataError
+from ..errors import DataError, RefusedError
 from . import manifest
 from .schema import (
     META_FORMAT, OLD_MARK, PARTIAL_MARK, RUN_FILE, TABLES, RecordingFormatError, check_version,
@@ -120,6 +120,23 @@ def open_recording(path: str | os.PathLike, *, verify: bool = True) -> Recording
     if verify:
         manifest.verify(path, run)
     return Recording(path, run)
+
+
+def enclosing_recording(path: str | os.PathLike) -> Path | None:
+    """The recording (complete or unfinished) that `path` is or lies inside, if any."""
+    path = Path(path).absolute()
+    for folder in (path, *path.parents):
+        if is_partial(folder) or (folder.is_dir() and (folder / RUN_FILE).is_file()):
+            return folder
+    return None
+
+
+def refuse_inside_recording(path: str | os.PathLike) -> None:
+    """Raise RefusedError if an output file `path` would land inside a recording."""
+    folder = enclosing_recording(Path(path).resolve())
+    if folder is not None:
+        raise RefusedError(f"{path} is inside the recording {folder}: a recording is never "
+                           "written to; choose an output file outside it")
 
 
 def find_recordings(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Recording]:

@@ -282,7 +282,7 @@ def _iter_logs(source: Path) -> Iterator[tuple[str, str, Callable[[], BinaryIO]]
 
 
 def _copy_atomic(opener: Callable[[], BinaryIO], dest: Path) -> None:
-    with atomic_path(dest) as tmp, open(tmp, "wb") as out, opener() as src:
+    with atomic_path(dest, make_parents=True) as tmp, open(tmp, "wb") as out, opener() as src:
         shutil.copyfileobj(src, out, 1 << 20)
 
 
