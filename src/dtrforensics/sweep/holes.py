@@ -283,7 +283,7 @@ def analyze(path: str | os.PathLike, *, threshold: float | None = None,
     res = _run_all(connect(store), files, (lo, hi), params, threshold) if files else None
     results = [_policy(res, policy, params, (lo, hi)) for policy in wanted]
     return HolesReport(store.path, store.trace, params, (lo, hi), threshold,
-                       store.read_doc().get("status", "?"), results)
+                       store.status, results)
 
 
 def _run_all(con, files: list[str], rng: tuple[int, int], params: SweepParams,

@@ -21,9 +21,11 @@ rerun never shares a process with the run it checks.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,8 @@ from .exact import ExactWalk, Gap
 from .store import Point, SweepParams, SweepStore, TraceInfo, row_from_summary
 
 ENGINES = ("process", "dask", "inline")
+PR_SET_PDEATHSIG = 1     # linux/prctl.h
+PARENT_WATCH_SECONDS = 0.5
 MAX_POINTS = 100_000     # runs a sweep may plan unless asked for more (--max-points)
 # fork: workers inherit the loaded program and the compiled kernel from this
 # process (ready in milliseconds); spawn re-imports and reloads both (~2 s).
@@ -58,10 +62,29 @@ def _install(program: Program, thrash_factor: float) -> None:
     _PROGRAMS[program.sha256] = (program, thrash_factor)
 
 
-def _init_process_worker(path: str, sha256: str, thrash_factor: float) -> None:
-    """ProcessPoolExecutor initializer: load the trace once per worker (a
-    forked worker already holds it, installed by its parent). Ctrl-C is left
-    to the coordinator, which stops submitting and flushes what finished."""
+def die_with_parent(parent: int) -> None:
+    """Make this worker die when the process `parent` does, even by kill -9:
+    Linux's PR_SET_PDEATHSIG, plus a watch thread where that is unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(PARENT_WATCH_SECONDS)
+            os._exit(1)
+        threading.Thread(target=watch, name="dtrf-parent-watch", daemon=True).start()
+    if os.getppid() != parent:     # it died before the request took effect
+        os._exit(1)
+
+
+def _init_process_worker(path: str, sha256: str, thrash_factor: float, parent: int) -> None:
+    """ProcessPoolExecutor initializer: die with the sweep, then load the trace
+    once per worker (a forked worker already holds it, installed by its parent).
+    Ctrl-C is left to the coordinator, which stops submitting and flushes what
+    finished."""
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sha256 in _PROGRAMS:
         return
@@ -129,7 +152,7 @@ class ProcessBackend:
         self.pool = cf.ProcessPoolExecutor(
             max_workers=jobs, mp_context=multiprocessing.get_context(start_method),
             initializer=_init_process_worker,
-            initargs=(str(program.source), program.sha256, thrash_factor))
+            initargs=(str(program.source), program.sha256, thrash_factor, os.getpid()))
 
     def submit(self, point: Point, timeout: float | None) -> cf.Future:
         return self.pool.submit(run_point, self.sha256, point, timeout)
@@ -414,6 +437,7 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     store.acquire()
     result = SweepResult(store.path, info, resumed)
     try:
+        store.set_aside_corrupt()
         rows = store.read_runs().to_pylist()
         sched = _Scheduler(store, rows, observer, params.timeout)
         backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,

@@ -4,11 +4,15 @@ Layout of a sweep directory:
 
     sweep.json              format, parameters, trace identity, byte range, status
     runs/part-*.parquet     one file per flushed batch of finished runs (RUN_COLUMNS)
-    sweep.lock              pid of the sweep writing here (removed when it stops)
+    sweep.lock              pid of the sweep writing here (removed when it stops;
+                            a lock whose process is gone is stale: the sweep was killed)
 
 A part file is written under a temporary name and renamed into place, so a
 reader (or a resumed sweep) never sees half a file; a killed sweep loses at most
-the runs finished since the last flush. A run is identified by its key
+the runs finished since the last flush. Parts carry Parquet page checksums and
+are checked when read: a part that is unreadable, altered or of another schema
+is skipped with a `CorruptPartWarning` by readers, and moved aside into
+`runs/corrupt/` by a resumed sweep, which then reruns its points. A run is identified by its key
 `(policy, budget, rep)`: a resumed sweep skips every key already stored, so no
 point is ever run twice. `rep` 0 is the point's own run; `rep` k >= 1 is its
 k-th confirmation rerun in a fresh process.
@@ -21,11 +25,13 @@ is not a parameter: a sweep started on a pool may be resumed on a cluster.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import socket
 import time
+import warnings
 from dataclasses import asdict, dataclass, fields
 from decimal import Decimal
 from pathlib import Path
@@ -41,6 +47,7 @@ FORMAT_VERSION = 1
 PARAMS_FILE = "sweep.json"
 RUNS_DIR = "runs"
 LOCK_FILE = "sweep.lock"
+CORRUPT_DIR = "corrupt"
 
 STATUS_OK, STATUS_FAIL, STATUS_UNRESOLVED = "ok", "fail", "unresolved"
 STAGES = ("grid", "interior", "refine", "exact", "repeat")
@@ -48,6 +55,10 @@ STAGES = ("grid", "interior", "refine", "exact", "repeat")
 
 class SweepStoreError(DataError):
     """A sweep directory that cannot be used as asked (message says why)."""
+
+
+class CorruptPartWarning(UserWarning):
+    """A part file of a sweep could not be read and was skipped (or set aside)."""
 
 
 class ParamsMismatch(SweepStoreError):
@@ -336,18 +347,51 @@ class SweepStore:
         with atomic_path(self.params_path) as tmp:
             tmp.write_text(json.dumps(self._doc, indent=2) + "\n", encoding="utf-8")
 
+    @property
+    def status(self) -> str:
+        """The stored status, except that a "running" sweep whose writer is gone
+        is "killed" (rerunning the same command resumes it)."""
+        status = self.read_doc().get("status", "?")
+        return "killed" if status == "running" and self.lock_holder() is None else status
+
     # lock ------------------------------------------------------------------------
+    @property
+    def lock_path(self) -> Path:
+        return self.path / LOCK_FILE
+
+    def lock_holder(self) -> int | None:
+        """The pid of the live sweep holding the lock, or None (no lock, or a stale one)."""
+        try:
+            pid = int(self.lock_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if pid == os.getpid() or pid_alive(pid) else None
+
     def acquire(self) -> None:
-        """Refuse a second live sweep writing to this folder."""
-        lock = self.path / LOCK_FILE
-        if lock.is_file():
+        """Take the folder's lock (created exclusively); refuse while a live sweep holds
+        it. A stale lock (its sweep was killed) is taken over with a warning."""
+        for _ in range(2):
             try:
-                pid = int(lock.read_text().strip())
-            except ValueError:
-                pid = None
-            if pid and pid != os.getpid() and pid_alive(pid):
-                raise SweepStoreError(f"another sweep (pid {pid}) is writing to {self.path}")
-        lock.write_text(f"{os.getpid()}\n")
+                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self.lock_holder()
+                if holder == os.getpid():
+                    return
+                if holder is not None:
+                    raise SweepStoreError(
+                        f"another sweep (pid {holder}) is writing to {self.path}: wait for it "
+                        f"or stop it; if no such sweep runs (a pid reused by another program), "
+                        f"delete {self.lock_path}")
+                warnings.warn(f"{self.lock_path} was left by a sweep that is no longer running "
+                              "(killed?): taking it over", stacklevel=2)
+                with contextlib.suppress(FileNotFoundError):
+                    self.lock_path.unlink()
+                continue
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{os.getpid()}\n")
+            return
+        raise SweepStoreError(f"could not take the lock {self.lock_path}: another sweep took "
+                              "it meanwhile")
 
     def release(self) -> None:
         lock = self.path / LOCK_FILE
@@ -358,14 +402,45 @@ class SweepStore:
             pass
 
     # runs ------------------------------------------------------------------------
+    @property
+    def corrupt_dir(self) -> Path:
+        return self.runs_dir / CORRUPT_DIR
+
     def part_files(self) -> list[Path]:
+        """The readable part files (a corrupt one is skipped with a CorruptPartWarning)."""
+        good = []
+        for path, problem in self.checked_parts():
+            if problem is None:
+                good.append(path)
+            else:
+                warnings.warn(f"skipping {path}: {problem}; resuming the sweep (the same "
+                              "command) sets it aside and reruns its points",
+                              CorruptPartWarning, stacklevel=2)
+        return good
+
+    def checked_parts(self) -> list[tuple[Path, str | None]]:
+        """Every part file with what is wrong with it (None: nothing)."""
         if not self.runs_dir.is_dir():
             return []
-        return sorted(self.runs_dir.glob("part-*.parquet"))
+        return [(p, _part_problem(p)) for p in sorted(self.runs_dir.glob("part-*.parquet"))]
+
+    def set_aside_corrupt(self) -> list[Path]:
+        """Move unreadable parts into runs/corrupt/ (their points are then missing,
+        so a resumed sweep runs them again); the new paths. Call with the lock held."""
+        moved = []
+        for path, problem in self.checked_parts():
+            if problem is not None:
+                self.corrupt_dir.mkdir(exist_ok=True)
+                dest = self.corrupt_dir / path.name
+                os.replace(path, dest)
+                warnings.warn(f"set aside {path} ({problem}) as {dest}: its points run again",
+                              CorruptPartWarning, stacklevel=2)
+                moved.append(dest)
+        return moved
 
     def read_runs(self) -> pa.Table:
-        """Every stored run (all part files), in RUN_SCHEMA."""
-        tables = [pq.read_table(p, schema=RUN_SCHEMA) for p in self.part_files()]
+        """Every stored run (all readable part files), in RUN_SCHEMA."""
+        tables = [_read_part(p) for p in self.part_files()]
         return pa.concat_tables(tables) if tables else RUN_SCHEMA.empty_table()
 
     def append(self, row: dict) -> None:
@@ -387,8 +462,31 @@ class SweepStore:
         name = f"part-{time.time_ns():020d}-{os.getpid()}-{self._parts:05d}.parquet"
         final = self.runs_dir / name
         with atomic_path(final) as tmp:
-            pq.write_table(table, tmp, compression="zstd")
+            pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
         self._buffer.clear()
         return final
 
 
+def _read_part(path: Path) -> pa.Table:
+    return pq.read_table(path, schema=RUN_SCHEMA, page_checksum_verification=True)
+
+
+# (path, size, mtime_ns) of parts read whole in this process: each is checked once.
+_CHECKED_PARTS: set[tuple[str, int, int]] = set()
+
+
+def _part_problem(path: Path) -> str | None:
+    """Why a part file cannot be used (unreadable, bad checksum, other schema), or None."""
+    try:
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key in _CHECKED_PARTS:
+            return None
+        schema = pq.read_schema(path)
+        if not schema.remove_metadata().equals(RUN_SCHEMA):
+            return "not a runs table of this sweep format (other columns or types)"
+        _read_part(path)
+    except (pa.ArrowException, OSError) as exc:
+        return f"unreadable ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
+    _CHECKED_PARTS.add(key)
+    return None
