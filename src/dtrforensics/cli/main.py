@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import typer
 
@@ -43,10 +44,16 @@ for _module in COMMAND_MODULES:
     importlib.import_module(f"{__package__}.{_module}").register(app)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning is one `warning:` line, like an error (no source line)."""
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main() -> None:
     """Console entry point. Usage errors exit 2 (click reports them); every
     `UserError` (and an OSError on a path) becomes one line and its exit code
     (see `dtrforensics.errors`); anything else is a bug and keeps its traceback."""
+    warnings.showwarning = _show_warning
     try:
         app()
     except (UserError, OSError) as exc:

@@ -14,6 +14,7 @@ from ..engine.policies import POLICIES
 from ..analyses.interventions import same_execution
 from ..engine.replay import DEFAULT_THRASH_FACTOR, InterventionError, Interventions, replay
 from ..engine.summary import RunSummary
+from ..errors import NotDeterministicError
 from ..trace import load_trace
 from ..trace.program import Program
 from .errors import CommandError
@@ -92,6 +93,9 @@ def run(
                           "plain run[/]")
     if summary.outcome == "error":
         raise CommandError(summary.error)
+    if control and not control_matches:
+        raise NotDeterministicError("the control (the intervention code path with nothing "
+                                    "changed) did not reproduce the plain run")
 
 
 def summary_panel(program: Program, s: RunSummary, recording=None) -> Panel:

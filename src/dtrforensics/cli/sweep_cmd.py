@@ -21,6 +21,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
 from rich.table import Table
 
 from ..engine.policies import POLICIES
+from ..errors import NotDeterministicError
 from ..sweep.store import SweepStoreError
 from .errors import CommandError
 from .format import fmt_exact_bytes
@@ -203,9 +204,8 @@ def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_jso
     bad = [p.policy for p in report.policies
            if p.disagreements or (p.exact is not None and p.exact.overlaps)]
     if bad:
-        print(f"error: reruns or certificates disagree for {', '.join(bad)}: the replay is not "
-              "deterministic", file=sys.stderr)
-        sys.exit(1)     # not typer.Exit: main() drops the code of a non-standalone Exit
+        raise NotDeterministicError(f"reruns or certificates disagree for {', '.join(bad)}: "
+                                    "the replay is not deterministic")
 
 
 def render_report(report) -> list:
