@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 
 from ..errors import DataError, OptionError
-from .. import db
+from .. import db, validate
 from ..engine.policies import get_policy
 from ..engine.replay import resolve_budget
 from ..recorder.reader import (
@@ -56,11 +56,10 @@ class RunSpec:
                                "TRACE@RATIO[:POLICY] (e.g. inceptionv4@0.235)")
         ratio_text, _, policy = rest.partition(":")
         try:
-            ratio = float(ratio_text)
-        except ValueError:
-            raise RunSpecError(f"run spec {text!r}: {ratio_text!r} is not a budget ratio") from None
-        if not ratio > 0:
-            raise RunSpecError(f"run spec {text!r}: the ratio must be > 0")
+            ratio = validate.ratio(float(ratio_text), "the ratio")
+        except ValueError as exc:
+            why = exc if isinstance(exc, OptionError) else f"{ratio_text!r} is not a budget ratio"
+            raise RunSpecError(f"run spec {text!r}: {why}") from None
         policy = policy or "dtr"
         try:
             get_policy(policy)
