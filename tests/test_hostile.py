@@ -244,12 +244,16 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("damage", list(DAMAGE))
-@pytest.mark.parametrize("table", ["events.parquet", "storages.parquet"])
-@pytest.mark.parametrize("command", [("show", "{rec}"), ("sql", "SELECT count(*) FROM events",
-                                                         "{rec}"),
-                                     ("oom", "{rec}"), ("reevict", "{rec}", "{rec}"),
-                                     ("export", "{rec}", "-f", "perfetto", "-o", "out.json")])
+SQL_COUNT = ("sql", "SELECT count(*) FROM events", "{rec}")
+# Every damage under one command, every command under two damages.
+DAMAGED_CASES = [(d, t, SQL_COUNT) for d in DAMAGE for t in ("events.parquet", "storages.parquet")]
+DAMAGED_CASES += [(d, "storages.parquet", c) for d in ("deleted", "garbled")
+                  for c in [("show", "{rec}"), ("oom", "{rec}"), ("reevict", "{rec}", "{rec}"),
+                            ("replay", "{rec}"),
+                            ("export", "{rec}", "-f", "perfetto", "-o", "out.json")]]
+
+
+@pytest.mark.parametrize("damage,table,command", DAMAGED_CASES)
 def test_a_damaged_recording_is_named_not_read(ws, tmp_path, damage, table, command):
     rec = tmp_path / "rec"
     shutil.copytree(ws / "REC", rec)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as _dt
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -44,6 +46,26 @@ def atomic_path(dest: str | os.PathLike, *, make_parents: bool = False) -> Itera
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+RENAME_EXCHANGE = 2      # linux/fs.h
+AT_FDCWD = -100
+
+
+def exchange(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Swap two existing paths in one atomic step (Linux `renameat2` with
+    RENAME_EXCHANGE), so `b` is never missing; False where the system or the
+    file system cannot (the caller then falls back to two renames)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(a), None, os.fspath(b))
 
 
 def pid_alive(pid: int) -> bool:

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from ..errors import RefusedError
 from .. import __version__
-from ..fsutil import pid_alive, utc_now
+from ..fsutil import exchange, pid_alive, utc_now
 from ..engine.hooks import (
     C_DECISION, C_POSITION, C_STORAGE, CANDIDATE_COLUMNS, E_BWD, E_BYTES, E_CLOCK, E_COMPUTE, E_COST,
     E_DECISION, E_DEPTH, E_FLAG, E_FWD, E_KIND, E_MEMORY, E_OP, E_POOL_BYTES, E_POOL_SIZE,
@@ -398,9 +398,17 @@ class Recorder(Observer):
         (self.partial / RUN_FILE).write_text(text, encoding="utf-8")
 
     def _publish(self) -> None:
+        """Rename the finished folder into place. A recording being replaced is
+        swapped with it atomically where the system can (the target always holds
+        the old or the new recording), else renamed aside first."""
         final = self.path
         if final.exists() or final.is_symlink():
             self.check_target()   # still ours to replace?
+            if exchange(self.partial, final):
+                self.complete = True
+                _fsync(final.parent)
+                shutil.rmtree(self.partial, ignore_errors=True)   # now the old recording
+                return
             old = final.with_name(f".{final.name}{OLD_MARK}{os.getpid()}")
             os.rename(final, old)
             os.rename(self.partial, final)

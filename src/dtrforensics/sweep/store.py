@@ -327,15 +327,20 @@ class SweepStore:
                     + "\n  ".join(diffs)
                     + "\nrerun with the stored parameters, or choose another --out directory")
             return True
-        if self.path.exists() and any(self.path.iterdir()):
+        if self.path.exists() and not all(map(self._leftover, self.path.iterdir())):
             raise SweepStoreError(f"{self.path} exists, is not empty and holds no {PARAMS_FILE}")
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
         now = utc_now()
         self._doc = {"format": FORMAT_VERSION, "params": params.to_json(),
                      "trace": asdict(trace), "range_bytes": list(range_bytes),
                      "created": now, "updated": now, "status": "running"}
-        self._write_doc()
+        self._write_doc()          # first: a folder with sweep.json is resumable
+        self.runs_dir.mkdir(exist_ok=True)
         return False
+
+    def _leftover(self, path: Path) -> bool:
+        """What a sweep killed before its first sweep.json was written leaves behind."""
+        return ((path.name.startswith(f".{PARAMS_FILE}.") and path.name.endswith(".tmp"))
+                or (path == self.runs_dir and path.is_dir() and not any(path.iterdir())))
 
     def set_status(self, status: str, **extra) -> None:
         doc = self.read_doc()
