@@ -10,6 +10,9 @@ import os
 import random
 import shutil
 import signal
+import subprocess
+import sys
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -189,3 +192,58 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, program, s
         assert SweepStore(out).status == "complete"
         shutil.rmtree(out)
     assert kills >= KILLS // 2
+
+
+HANGING_SWEEP = """
+import pathlib, sys, time
+from dtrforensics.sweep.runner import SweepObserver, run_sweep
+from dtrforensics.sweep.store import SweepParams
+
+class Hang(SweepObserver):
+    def finished(self, row):
+        pathlib.Path(sys.argv[1]).write_text("running")
+        time.sleep(600)
+
+run_sweep("hole", SweepParams(ratio_from=0.3, ratio_to=1.0, step=0.01), sys.argv[2], jobs=2,
+          engine="process", observer=Hang())
+"""
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sweep_workers_die_with_a_killed_parent(tmp_path):
+    ready = tmp_path / "ready"
+    parent = subprocess.Popen([sys.executable, "-c", HANGING_SWEEP, ready, tmp_path / "sweep"])
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not ready.exists():                  # a run finished: the pool is up
+            assert parent.poll() is None, "the sweep ended early"
+            assert time.monotonic() < deadline, "the sweep never started"
+            time.sleep(0.1)
+        workers += _children(parent.pid)
+        assert len(workers) == 2
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, workers)), "workers outlived their sweep"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for pid in filter(_alive, workers):      # only ours, by pid: a failed test leaves none
+            os.kill(pid, signal.SIGKILL)
