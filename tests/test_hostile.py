@@ -438,3 +438,54 @@ def test_sweep_parameters_are_refused_cleanly_before_any_run(frm, to, step, inte
         assert str(exc) and "\n" not in str(exc)
         return
     assert 0 < n <= 100_000
+
+
+def test_a_victim_pin_the_run_never_reaches_is_reported(ws):
+    result = dtrf("run", TRACE, "--ratio", "0.6", "--forbid-victim", "3@999999", "--json", cwd=ws)
+    assert result.code == 0
+    assert "warning: --forbid-victim 3@999999 never applied" in result.err
+
+
+# --- the hierarchy and its exit codes --------------------------------------------------------
+
+def test_every_user_error_class_maps_to_its_exit_code(monkeypatch, ws):
+    from dtrforensics.cli import run_cmd
+    from dtrforensics.errors import DataError, NotDeterministicError, RefusedError
+
+    cases = [(OptionError("bad --thing"), EXIT_USER), (DataError("bad file"), EXIT_USER),
+             (RefusedError("no"), EXIT_USER),
+             (NotDeterministicError("reruns disagree"), EXIT_NOT_DETERMINISTIC),
+             (PermissionError(13, "Permission denied", "/some/file"), EXIT_USER)]
+    for exc, code in cases:
+        def boom(*args, exc=exc, **kwargs):
+            raise exc
+        monkeypatch.setattr(run_cmd, "load_trace", boom)
+        result = dtrf("run", TRACE, "--ratio", "0.6", cwd=ws)
+        assert result.traceback is None and result.code == code
+        assert result.error_lines == [f"error: {exc}" if not isinstance(exc, OSError)
+                                      else "error: /some/file: Permission denied"]
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch, ws):
+    from dtrforensics.cli import run_cmd
+
+    def bug(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+    monkeypatch.setattr(run_cmd, "load_trace", bug)
+    result = dtrf("run", TRACE, "--ratio", "0.6", cwd=ws)
+    assert result.traceback is not None and "ZeroDivisionError" in result.traceback
+
+
+def test_library_errors_belong_to_the_hierarchy():
+    from dtrforensics.analyses.runs import RunSpecError
+    from dtrforensics.engine.replay import InterventionError
+    from dtrforensics.recorder.reader import NotARecordingError
+    from dtrforensics.recorder.schema import RecordingFormatError
+    from dtrforensics.recorder.writer import RecordingExistsError
+    from dtrforensics.sweep.store import SweepStoreError
+    from dtrforensics.trace.parser import TraceError
+    from dtrforensics.trace.registry import TraceNotFoundError
+    for cls in (RunSpecError, InterventionError, NotARecordingError, RecordingFormatError,
+                RecordingExistsError, SweepStoreError, TraceError, TraceNotFoundError,
+                RecordingDamagedError, db.SqlRefusedError):
+        assert issubclass(cls, UserError), cls

@@ -3,6 +3,8 @@ and typer callbacks that check a value where it enters (`dtrforensics.validate`)
 
 from __future__ import annotations
 
+import warnings
+
 import typer
 
 from .. import validate
@@ -69,3 +71,13 @@ def interventions_from_options(retain: str | None, retain_ops: str | None,
     return Interventions(retain=storages, retain_ops=window,
                          forbid=parse_victim_at(forbid, "--forbid-victim"),
                          force=parse_victim_at(force, "--force-victim"), control=control)
+
+
+def warn_unreached(interventions: Interventions, decisions: int) -> None:
+    """A victim pin at a decision the run never reached changed nothing: say so."""
+    for what, pins in (("--forbid-victim", interventions.forbid),
+                       ("--force-victim", interventions.force)):
+        for storage, k in pins:
+            if k >= decisions:
+                warnings.warn(f"{what} {storage}@{k} never applied: the run made only "
+                              f"{decisions} eviction decisions", stacklevel=2)

@@ -79,7 +79,11 @@ def sql(
     as_json: JsonOption = False,
     limit: Annotated[int, typer.Option(callback=at_least(0), help="Rows shown in the table (CSV, JSON and Parquet get all).")] = 100,
 ) -> None:
-    """Run SQL over one or several recordings (one `run_id` column tells them apart)."""
+    """Run SQL over one or several recordings (one `run_id` column tells them apart).
+
+    SQL may read the views and the given recordings' own Parquet files, nothing
+    else; it cannot write: COPY, EXPORT, ATTACH, INSTALL, LOAD, PRAGMA and SET are
+    refused (save a result with --csv, --json or --parquet FILE, outside any recording)."""
     if sum([as_csv, parquet is not None, as_json]) > 1:
         raise CommandError("choose one of --csv, --parquet and --json")
     import duckdb  # loaded here, not at import: every `dtrf` command imports this module

@@ -19,7 +19,7 @@ from ..trace import load_trace
 from ..trace.program import Program
 from .errors import CommandError
 from .format import fmt_exact_bytes, fmt_op
-from .options import check_timeout, interventions_from_options
+from .options import check_timeout, interventions_from_options, warn_unreached
 
 OUTCOME_STYLE = {"ok": "bold green", "oom": "bold red", "thrashed": "bold yellow",
                  "timeout": "bold magenta", "error": "bold red"}
@@ -69,6 +69,7 @@ def run(
     except (InterventionError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     summary = result.summary
+    warn_unreached(interventions, summary.evictions)
     control_matches = None
     if control:
         same = dict(ratio=ratio, budget=budget, policy=policy, timeout=timeout,
