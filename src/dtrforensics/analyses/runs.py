@@ -22,16 +22,16 @@ from pathlib import Path
 
 import duckdb
 
-from ..errors import DataError, OptionError
 from .. import db, validate
 from ..engine.policies import get_policy
 from ..engine.replay import resolve_budget
+from ..errors import DataError, OptionError
+from ..recorder import manifest
 from ..recorder.reader import (
     NotARecordingError,
     Recording,
     open_recording,
 )
-from ..recorder import manifest
 from ..recorder.record import default_recording_dir, record_run
 
 DEFAULT_CACHE = Path("recordings") / "cache"

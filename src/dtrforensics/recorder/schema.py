@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import DataError
 from ..engine.hooks import EVENT_KINDS
+from ..errors import DataError
 
 FORMAT_VERSION = "1.1"
 RUN_FILE = "run.json"

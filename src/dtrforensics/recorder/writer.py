@@ -25,9 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import RefusedError
 from .. import __version__
-from ..fsutil import exchange, pid_alive, utc_now
 from ..engine.hooks import (
     C_DECISION, C_POSITION, C_STORAGE, CANDIDATE_COLUMNS, E_BWD, E_BYTES, E_CLOCK, E_COMPUTE, E_COST,
     E_DECISION, E_DEPTH, E_FLAG, E_FWD, E_KIND, E_MEMORY, E_OP, E_POOL_BYTES, E_POOL_SIZE,
@@ -35,6 +33,8 @@ from ..engine.hooks import (
     EV_EVICT, EV_MATERIALIZE, EV_OOM, EVENT_KINDS, F_RUNNER_SCORE, F_SCORE, FLAG_COLLATERAL,
     FLAG_REMAT, CandidateBatch, EventBatch, Observer,
 )
+from ..errors import RefusedError
+from ..fsutil import exchange, pid_alive, utc_now
 from ..trace.program import CONSTANT_OP_NAME, Program
 from . import manifest
 from .schema import (
