@@ -86,6 +86,8 @@ def sql(
     refused (save a result with --csv, --json or --parquet FILE, outside any recording)."""
     if sum([as_csv, parquet is not None, as_json]) > 1:
         raise CommandError("choose one of --csv, --parquet and --json")
+    if not query.strip():
+        raise CommandError("the SQL query is empty")
     import duckdb  # loaded here, not at import: every `dtrf` command imports this module
 
     from .. import db

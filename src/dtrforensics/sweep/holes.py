@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from .. import validate
 from .store import SweepParams, SweepStore, TraceInfo
 
 SWEEP_QUERIES = (
@@ -272,7 +273,8 @@ def analyze(path: str | os.PathLike, *, threshold: float | None = None,
     """
     store = open_sweep(path)
     params = store.params
-    threshold = params.overhead_jump if threshold is None else threshold
+    threshold = params.overhead_jump if threshold is None else validate.positive(
+        threshold, "--threshold")
     wanted = list(policies or params.policies)
     unknown = set(wanted) - set(params.policies)
     if unknown:
