@@ -317,7 +317,10 @@ class Recorder(Observer):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_partials(self.path)
         self.partial = partial_path(self.path)
-        self.partial.mkdir()
+        try:
+            self.partial.mkdir()
+        except OSError as exc:
+            raise RefusedError(f"cannot record into {self.path.parent}: {exc.strerror}") from None
         try:
             program = run.program
             for table, build in ((STORAGES, storages_table), (TENSORS, tensors_table),
