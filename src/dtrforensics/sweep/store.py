@@ -12,9 +12,9 @@ reader (or a resumed sweep) never sees half a file; a killed sweep loses at most
 the runs finished since the last flush. Parts carry Parquet page checksums and
 are checked when read: a part that is unreadable, altered or of another schema
 is skipped with a `CorruptPartWarning` by readers, and moved aside into
-`runs/corrupt/` by a resumed sweep, which then reruns its points. A run is identified by its key
-`(policy, budget, rep)`: a resumed sweep skips every key already stored, so no
-point is ever run twice. `rep` 0 is the point's own run; `rep` k >= 1 is its
+`runs/corrupt/` by a resumed sweep, which then reruns its points. A run is
+identified by its key `(policy, budget, rep)`: a resumed sweep skips every key
+already stored, so no point is ever run twice. `rep` 0 is the point's own run; `rep` k >= 1 is its
 k-th confirmation rerun in a fresh process.
 
 Parameters that decide which points exist and what their results are
@@ -121,8 +121,6 @@ class SweepParams:
             raise OptionError("--min-step and --overhead-jump must be > 0")
         if self.max_runs < 1 or self.resolution < 1:
             raise OptionError("--max-runs and --resolution must be >= 1")
-        if self.timeout is not None and not self.timeout > 0:
-            raise OptionError(f"--timeout must be > 0 seconds, got {self.timeout}")
 
     def to_json(self) -> dict:
         out = asdict(self)
