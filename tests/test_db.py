@@ -16,7 +16,7 @@ from logs import tiny_program
 
 from dtrforensics import db
 from dtrforensics.recorder.record import record_run
-from dtrforensics.recorder.schema import FILE_TABLES, RUNS, TABLES
+from dtrforensics.recorder.schema import FILE_TABLES, FORMAT_VERSION, RUNS, TABLES
 
 REPO = Path(__file__).resolve().parents[1]
 DUCK = {"int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN", "string": "VARCHAR",
@@ -63,8 +63,8 @@ def test_runs_view(two_runs):
                   "dead_frees, remats, max_depth, oom_tensor, oom_request, oom_pinned, "
                   "oom_depth, format_version FROM runs ORDER BY run_id").fetchall()
     assert got == [
-        ("ok", "tiny", "dtr", None, 120, "all", "ok", 2, 3, 1, 2, None, None, None, None, "1.0"),
-        ("oom", "tiny", "dtr", None, 105, "victims", "oom", 2, 1, 1, 2, "d", 20, 90, 1, "1.0"),
+        ("ok", "tiny", "dtr", None, 120, "all", "ok", 2, 3, 1, 2, None, None, None, None, FORMAT_VERSION),
+        ("oom", "tiny", "dtr", None, 105, "victims", "oom", 2, 1, 1, 2, "d", 20, 90, 1, FORMAT_VERSION),
     ]
     (path,) = con.sql("SELECT path FROM runs WHERE run_id = 'ok'").fetchall()[0]
     assert Path(path) == (two_runs / "ok").resolve()

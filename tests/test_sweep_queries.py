@@ -61,7 +61,7 @@ def con(tmp_path_factory):
     table = pa.Table.from_pylist(rows, schema=RUN_SCHEMA)
     pq.write_table(table.slice(0, 6), root / "part-1.parquet")
     pq.write_table(table.slice(6), root / "part-2.parquet")
-    con = db.connect([])
+    con = db.connect([], read_only=False)        # reads sweep parts, not recordings
     db.install_queries(con)
     con.execute("SET VARIABLE files = ?", [[str(root / "part-1.parquet"),
                                            str(root / "part-2.parquet")]])

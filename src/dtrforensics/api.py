@@ -141,12 +141,14 @@ def edges(sweep_dir: str | os.PathLike, *, policy: str | None = None,
 
 
 def sql(query: str, *runs: RunArg, cache: str | os.PathLike = DEFAULT_CACHE) -> list[dict]:
-    """Rows of a SQL query over recordings (views runs, events, decisions, candidates,
-    storages, tensors, ops; every shipped query installed), as dicts."""
+    """Rows of a read-only SQL query over recordings (views runs, events, decisions,
+    candidates, storages, tensors, ops; every shipped query installed), as dicts."""
+    from . import db
     from .analyses.runs import open_together
     from .rows import fetch_dicts
     con, _ = open_together([recording(r, cache=cache) for r in runs])
     try:
+        db.check_read_only(con, query)
         return fetch_dicts(con, query)
     finally:
         con.close()

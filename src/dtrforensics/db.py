@@ -8,6 +8,15 @@ name. Views read the Parquet files in place (nothing is loaded up front); a
 table a recording lacks (candidates without scores=all) contributes no rows,
 and every view has all its declared columns and types even when empty.
 
+Connections are read-only by default: once the views exist, DuckDB itself is
+told to touch no file but the recordings' own Parquet files
+(`allowed_paths`, `enable_external_access = false`, then
+`lock_configuration = true`), so SQL can read the views and those files and
+nothing else -- no other file, no network, no extension, no ATTACH. The
+recordings' files could still be written by a COPY naming them:
+`check_read_only(con, sql)` refuses every statement that is not a query or an
+in-memory definition, and `dtrf sql` runs it on every statement it is given.
+
 Shipped questions live in `dtrforensics/queries/<area>/<name>.sql` (the
 repository's top-level `queries/` links there): `load_query("oom/failing_allocation")`
 returns the text, `install_query(con, ...)` runs it, `install_queries(con)`
@@ -23,6 +32,7 @@ from importlib import resources
 import duckdb
 import pyarrow as pa
 
+from .errors import RefusedError
 from .recorder.reader import Recording, find_recordings
 from .recorder.schema import FILE_TABLES, RUNS
 
@@ -75,9 +85,10 @@ def runs_table(recordings: list[Recording], run_ids: list[str] | None = None) ->
 
 
 def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathLike = (),
-            *, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+            *, database: str = ":memory:", read_only: bool = True) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection over the given recordings (Recording objects, recording
-    folders, or folders holding recordings; partial folders are skipped with a warning)."""
+    folders, or folders holding recordings; partial folders are skipped with a warning).
+    read_only: the connection may read the recordings' files and no other (see above)."""
     if isinstance(recordings, (str, os.PathLike, Recording)):
         recordings = [recordings]
     recs: list[Recording] = []
@@ -85,6 +96,7 @@ def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathL
         recs.extend([item] if isinstance(item, Recording) else find_recordings([item]))
     run_ids = _run_ids(recs)
     con = duckdb.connect(database)
+    files: list[str] = []
     con.register("_dtrf_runs", runs_table(recs, run_ids))
     con.execute("CREATE OR REPLACE VIEW runs AS SELECT * FROM _dtrf_runs")
     for table in FILE_TABLES:
@@ -95,11 +107,37 @@ def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathL
         for rec, run_id in zip(recs, run_ids):
             path = rec.table_path(table.name)
             if path is not None:
+                files.append(str(path.absolute()))
                 parts.append(f"SELECT {_quote(run_id)} AS run_id, * "
-                             f"FROM read_parquet({_quote(path)})")
+                             f"FROM read_parquet({_quote(files[-1])})")
         union = "\nUNION ALL BY NAME\n".join(parts)
         con.execute(f"CREATE OR REPLACE VIEW {table.name} AS SELECT {cols} FROM ({union})")
+    if read_only:
+        con.execute(f"SET allowed_paths = [{', '.join(map(_quote, files))}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
     return con
+
+
+# Statements that only read, or define things in the in-memory database.
+READ_ONLY_STATEMENTS = frozenset({"SELECT", "EXPLAIN", "CREATE", "DROP", "INSERT", "UPDATE",
+                                  "DELETE", "MULTI"})
+
+
+class SqlRefusedError(RefusedError):
+    """A statement that could write a file or change the connection's guards."""
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Raise SqlRefusedError for any statement of `sql` (parsed by DuckDB) that is
+    not a query or an in-memory definition: COPY, EXPORT, ATTACH, INSTALL, LOAD,
+    PRAGMA, SET and the like."""
+    for statement in con.extract_statements(sql):
+        kind = statement.type.name
+        if kind not in READ_ONLY_STATEMENTS:
+            raise SqlRefusedError(
+                f"{kind} statements are refused: dtrf sql only reads recordings (save a "
+                f"result with --csv, --json or --parquet FILE)")
 
 
 # --- shipped queries -------------------------------------------------------------------

@@ -3,19 +3,37 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as _dt
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import OptionError
+
+
+def require_parent(dest: str | os.PathLike) -> Path:
+    """`dest` as a Path; OptionError unless its folder exists (an output path never
+    creates folders a typo named)."""
+    dest = Path(dest)
+    parent = dest.parent
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise OptionError(f"cannot write {dest}: the folder {parent} {what} (create it first)")
+    return dest
+
 
 @contextlib.contextmanager
-def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(dest: str | os.PathLike, *, make_parents: bool = False) -> Iterator[Path]:
     """A temporary file beside `dest` (same directory, so the rename is atomic),
-    renamed onto `dest` when the block succeeds and removed when it fails."""
+    renamed onto `dest` when the block succeeds and removed when it fails.
+    The folder must exist unless `make_parents` (for the tool's own folders)."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    require_parent(dest)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     umask = os.umask(0)
@@ -28,6 +46,26 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+RENAME_EXCHANGE = 2      # linux/fs.h
+AT_FDCWD = -100
+
+
+def exchange(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Swap two existing paths in one atomic step (Linux `renameat2` with
+    RENAME_EXCHANGE), so `b` is never missing; False where the system or the
+    file system cannot (the caller then falls back to two renames)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(a), None, os.fspath(b))
 
 
 def pid_alive(pid: int) -> bool:

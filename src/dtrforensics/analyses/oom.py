@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..errors import OptionError
 from ..recorder.reader import Recording
 from ..jsonsafe import json_safe
 from ..rows import fetch_dicts
 from .runs import open_together
 
 
-class NotAnOomError(ValueError):
+class NotAnOomError(OptionError):
     """The run did not end out of memory."""
 
 

@@ -5,7 +5,8 @@ A run argument is a recording folder, or a run spec `TRACE@RATIO[:POLICY]`
 `TRACE@BYTESB[:POLICY]` with the budget in bytes (`resnet32@1024657200B`). A spec is
 recorded once into the cache folder (default `recordings/cache/`, relative to
 the current directory) under the recorder's default name, which identifies
-trace, budget and policy: a later analysis of the same spec reuses it. A cached
+trace, budget and policy: a later analysis of the same spec reuses it, and
+records it again if the cached recording is damaged. A cached
 recording made with scores="victims" is re-recorded when candidates are needed.
 
 `open_together` opens several recordings in one DuckDB connection with every
@@ -21,13 +22,14 @@ from pathlib import Path
 
 import duckdb
 
-from .. import db
+from .. import db, validate
 from ..engine.policies import get_policy
 from ..engine.replay import resolve_budget
+from ..errors import DataError, OptionError
+from ..recorder import manifest
 from ..recorder.reader import (
     NotARecordingError,
     Recording,
-    is_recording,
     open_recording,
 )
 from ..recorder.record import default_recording_dir, record_run
@@ -35,7 +37,7 @@ from ..recorder.record import default_recording_dir, record_run
 DEFAULT_CACHE = Path("recordings") / "cache"
 
 
-class RunSpecError(ValueError):
+class RunSpecError(OptionError):
     """A run argument that is neither a recording nor a valid run spec."""
 
 
@@ -63,15 +65,17 @@ class RunSpec:
             if not digits.isdigit() or int(digits) <= 0:
                 raise RunSpecError(f"run spec {text!r}: {amount!r} is not a budget in bytes "
                                    "(a whole number > 0 followed by B)")
-            budget = int(digits)
+            try:
+                budget = validate.budget(int(digits), "the budget")
+            except OptionError as exc:
+                raise RunSpecError(f"run spec {text!r}: {exc}") from None
         else:
             try:
-                ratio = float(amount)
-            except ValueError:
-                raise RunSpecError(f"run spec {text!r}: {amount!r} is not a budget ratio "
-                                   "(or a budget in bytes such as 1024657200B)") from None
-            if not ratio > 0:
-                raise RunSpecError(f"run spec {text!r}: the ratio must be > 0")
+                ratio = validate.ratio(float(amount), "the ratio")
+            except ValueError as exc:
+                why = exc if isinstance(exc, OptionError) else (
+                    f"{amount!r} is not a budget ratio (or a budget in bytes such as 1024657200B)")
+                raise RunSpecError(f"run spec {text!r}: {why}") from None
         policy = policy or "dtr"
         try:
             get_policy(policy)
@@ -110,10 +114,14 @@ def record_spec(spec: RunSpec, *, scores: str = "victims",
     program = load_trace(spec.trace)
     budget, ratio = resolve_budget(program, spec.budget, spec.ratio)
     folder = default_recording_dir(program, budget, ratio, spec.policy, root=Path(cache))
-    if is_recording(folder):
-        rec = open_recording(folder)
-        if scores != "all" or rec.run.get("scores") == "all":
-            return rec
+    if folder.exists():
+        try:
+            rec = open_recording(folder)
+        except DataError:
+            manifest.discard_damaged(folder)     # a damaged cache entry is recorded again
+        else:
+            if scores != "all" or rec.run.get("scores") == "all":
+                return rec
     if on_record is not None:
         on_record(spec, folder)
     _, where = record_run(program, ratio=spec.ratio, budget=spec.budget, policy=spec.policy,

@@ -10,6 +10,7 @@ import typer
 from ..engine.policies import POLICIES
 from .errors import CommandError
 from .kernel_notice import announce_compile
+from .options import at_least, check_timeout
 
 RecordRoot = Annotated[str, typer.Option(help="Where the runs are recorded (reused when present); '' to not record.")]
 
@@ -34,7 +35,7 @@ def intervene_command(
     retain_ops: Annotated[Optional[str], typer.Option(help="Limit --retain to decisions inside top-level ops A..B.")] = None,
     forbid_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: exclude storage S at decision K.")] = None,
     force_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: evict S at decision K instead.")] = None,
-    timeout: Annotated[Optional[float], typer.Option(help="Wall-clock limit per run, seconds.")] = None,
+    timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per run, seconds.")] = None,
     record_root: RecordRoot = "recordings/interventions",
     as_json: Annotated[bool, typer.Option("--json", help="Print {baseline, intervention, control, control_matches}.")] = False,
 ) -> None:
@@ -59,14 +60,23 @@ def intervene_command(
     if as_json:
         from ..render.jsonout import dumps
         typer.echo(dumps(result.to_json()))
-        return
-    from ..render.console import wide_console
-    from ..render.interventions import CONTROL_VERDICT, side_by_side
-    console = wide_console()
-    console.print(side_by_side(result, ivs.to_json()))
-    console.print(CONTROL_VERDICT[result.control_matches])
-    if result.baseline.recording and result.intervention.recording:
-        _print_diff(console, result.baseline.recording, result.intervention.recording)
+    else:
+        from ..render.console import wide_console
+        from ..render.interventions import CONTROL_VERDICT, side_by_side
+        console = wide_console()
+        console.print(side_by_side(result, ivs.to_json()))
+        console.print(CONTROL_VERDICT[result.control_matches])
+        if result.baseline.recording and result.intervention.recording:
+            _print_diff(console, result.baseline.recording, result.intervention.recording)
+    _require_control(result.control_matches)
+
+
+def _require_control(matches: bool | None) -> None:
+    """A control that does not reproduce the plain run makes every comparison void."""
+    if matches is False:
+        from ..errors import NotDeterministicError
+        raise NotDeterministicError("the control (the intervention code path with nothing "
+                                    "changed) did not reproduce the plain run")
 
 
 def _print_diff(console, baseline: Path, intervention: Path) -> None:
@@ -82,11 +92,11 @@ def explain_command(
     ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of peak memory.")] = None,
     budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
     policy: Annotated[str, typer.Option(help=f"Policy: {', '.join(POLICIES)}.")] = "dtr",
-    max_attempts: Annotated[int, typer.Option(help="At most this many retentions are tried.")] = 32,
-    max_combo: Annotated[int, typer.Option(help="Largest retained set tried (1 = singles only).")] = 2,
-    timeout: Annotated[Optional[float], typer.Option(help="Wall-clock limit per attempt, seconds (a timed-out attempt is unresolved).")] = None,
-    jobs: Annotated[Optional[int], typer.Option(help="Parallel processes (default: all cores).")] = None,
-    first: Annotated[Optional[int], typer.Option(help="Stop after this many fixes are found.")] = None,
+    max_attempts: Annotated[int, typer.Option(callback=at_least(1), help="At most this many retentions are tried.")] = 32,
+    max_combo: Annotated[int, typer.Option(callback=at_least(1), help="Largest retained set tried (1 = singles only).")] = 2,
+    timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per attempt, seconds (a timed-out attempt is unresolved).")] = None,
+    jobs: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Parallel processes (default: all cores).")] = None,
+    first: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Stop after this many fixes are found.")] = None,
     record_root: RecordRoot = "recordings/explain",
     as_json: Annotated[bool, typer.Option("--json", help="Print {fixes, tried, control, ...} as JSON.")] = False,
 ) -> None:
@@ -120,6 +130,7 @@ def explain_command(
     if as_json:
         from ..render.jsonout import dumps
         typer.echo(dumps(result.to_json()))
+        _require_control(result.control_matches)
         return
     base = result.baseline
     if base["outcome"] != "oom":
@@ -133,3 +144,4 @@ def explain_command(
                                   "failure exactly." if result.control_matches else
                                   "[bold red]a control did not reproduce the failure[/]"))
     console.print(f"[dim]{result.note}[/]")
+    _require_control(result.control_matches)

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
+
+from ..errors import EXIT_INTERRUPTED, UserError
+from .errors import report_user_error
 
 HELP = ("Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay traces "
         "exactly as the reference simulator, record every decision, diff executions, "
@@ -93,20 +97,23 @@ def _dtrf() -> None:
     pass
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning is one `warning:` line, like an error (no source line)."""
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main() -> None:
-    """Console entry point. Usage errors exit 2 (click reports them); user errors
-    (bad trace file, unknown name, bad option value) become one line and exit 2."""
+    """Console entry point. Usage errors exit 2 (click reports them); every
+    `UserError` (and an OSError on a path) becomes one line and its exit code
+    (see `dtrforensics.errors`); anything else is a bug and keeps its traceback."""
+    warnings.showwarning = _show_warning
     try:
         app()
+    except (UserError, OSError) as exc:
+        sys.exit(report_user_error(exc))
     except KeyboardInterrupt:
         print("Aborted.", file=sys.stderr)
-        sys.exit(130)
-    except Exception as exc:
-        from .errors import UserError, report_user_error
-        if not isinstance(exc, UserError):
-            raise
-        report_user_error(exc)
-        sys.exit(2)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

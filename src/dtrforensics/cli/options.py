@@ -1,9 +1,34 @@
-"""Option parsing shared by commands: op windows, victim pins, intervention sets."""
+"""Option parsing shared by commands: op windows, victim pins, intervention sets,
+and typer callbacks that check a value where it enters (`dtrforensics.validate`)."""
 
 from __future__ import annotations
 
-from ..engine.replay import Interventions
+import warnings
+from typing import TYPE_CHECKING
+
+import typer
+
+from .. import validate
 from .errors import CommandError
+
+if TYPE_CHECKING:       # the engine loads numba: commands import it only when they run
+    from ..engine.replay import Interventions
+
+
+def check_timeout(param: typer.CallbackParam, value: float | None) -> float | None:
+    """Callback of every --timeout: None or a finite number of seconds > 0."""
+    return validate.timeout(value, param.opts[0])
+
+
+def check_seed(param: typer.CallbackParam, value: int) -> int:
+    return validate.seed(value, param.opts[0])
+
+
+def at_least(minimum: int):
+    """Callback for an integer option (or an unset optional one) that must be >= minimum."""
+    def check(param: typer.CallbackParam, value: int | None) -> int | None:
+        return value if value is None else validate.at_least(value, minimum, param.opts[0])
+    return check
 
 
 def parse_int_list(text: str | None, what: str) -> tuple[int, ...]:
@@ -21,9 +46,10 @@ def parse_window(text: str | None) -> tuple[int, int] | None:
         return None
     try:
         lo, hi = text.split("..")
-        return int(lo), int(hi)
+        window = int(lo), int(hi)
     except ValueError:
         raise CommandError(f"an op window is written A..B, got {text!r}") from None
+    return validate.op_window(window, None, "op window")
 
 
 def parse_victim_at(texts: list[str] | None, what: str) -> tuple[tuple[int, int], ...]:
@@ -45,6 +71,17 @@ def interventions_from_options(retain: str | None, retain_ops: str | None,
     storages = parse_int_list(retain, "--retain")
     if window and not storages:
         raise CommandError("--retain-ops needs --retain")
+    from ..engine.replay import Interventions
     return Interventions(retain=storages, retain_ops=window,
                          forbid=parse_victim_at(forbid, "--forbid-victim"),
                          force=parse_victim_at(force, "--force-victim"), control=control)
+
+
+def warn_unreached(interventions: Interventions, decisions: int) -> None:
+    """A victim pin at a decision the run never reached changed nothing: say so."""
+    for what, pins in (("--forbid-victim", interventions.forbid),
+                       ("--force-victim", interventions.force)):
+        for storage, k in pins:
+            if k >= decisions:
+                warnings.warn(f"{what} {storage}@{k} never applied: the run made only "
+                              f"{decisions} eviction decisions", stacklevel=2)

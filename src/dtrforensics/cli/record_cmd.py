@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from .errors import CommandError
+from .options import at_least
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -56,20 +57,29 @@ def sql(
     as_csv: Annotated[bool, typer.Option("--csv", help="Write CSV to stdout.")] = False,
     parquet: Annotated[Optional[Path], typer.Option("--parquet", help="Write the result to this Parquet file.")] = None,
     as_json: JsonOption = False,
-    limit: Annotated[int, typer.Option(help="Rows shown in the table (CSV, JSON and Parquet get all).")] = 100,
+    limit: Annotated[int, typer.Option(callback=at_least(0), help="Rows shown in the table (CSV, JSON and Parquet get all).")] = 100,
 ) -> None:
-    """Run SQL over one or several recordings (one `run_id` column tells them apart)."""
+    """Run SQL over one or several recordings (one `run_id` column tells them apart).
+
+    SQL may read the views and the given recordings' own Parquet files, nothing
+    else; it cannot write: COPY, EXPORT, ATTACH, INSTALL, LOAD, PRAGMA and SET are
+    refused (save a result with --csv, --json or --parquet FILE, outside any recording)."""
     if sum([as_csv, parquet is not None, as_json]) > 1:
         raise CommandError("choose one of --csv, --parquet and --json")
+    if not query.strip():
+        raise CommandError("the SQL query is empty")
     import duckdb
-    import pyarrow.parquet as pq
 
+    from .. import db
     from ..analyses.runs import open_together
+    from ..recorder.reader import refuse_inside_recording
+    if parquet is not None:
+        refuse_inside_recording(parquet)
     con, _ = open_together(_recordings(recordings))
     try:
+        db.check_read_only(con, query)
         if parquet is not None:
-            con.sql(query).write_parquet(str(parquet))
-            rows = pq.ParquetFile(parquet).metadata.num_rows
+            rows = write_parquet_result(con.sql(query), parquet)
             print(f"wrote {rows} rows to {parquet}", file=sys.stderr)
             return
         con.execute(query)
@@ -82,7 +92,24 @@ def sql(
         else:
             _print_table(con, limit)
     except duckdb.Error as exc:
-        raise CommandError(f"SQL: {exc}") from None
+        raise CommandError(f"SQL: {str(exc).strip().splitlines()[0]}") from None
+
+
+def write_parquet_result(relation, path: Path) -> int:
+    """Stream a query result into a Parquet file (written whole or not at all);
+    the number of rows."""
+    import pyarrow.parquet as pq
+
+    from ..fsutil import atomic_path
+    if relation is None:
+        raise CommandError("--parquet needs a query that returns rows")
+    reader = relation.to_arrow_reader()
+    rows = 0
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, reader.schema) as writer:
+        for batch in reader:
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    return rows
 
 
 def _write_csv(con, columns: list[str]) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import validate
 from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
 from .errors import CommandError
 
@@ -34,13 +35,13 @@ def replay_command(
     and pool bytes at each check, and every victim with its score and runner-up."""
     from .options import parse_window
     window = parse_window(ops)
-    if window is not None and window[0] > window[1]:
-        raise CommandError(f"empty op window {ops}")
     if limit is not None and limit < 0:
         raise CommandError("--limit must be >= 0")
     if scores not in ("victims", "all"):
         raise CommandError("--scores is 'victims' or 'all'")
     rec = open_run(recording, scores=scores, cache=cache)
+    if window is not None:
+        validate.op_window(window, rec.table("ops").num_rows, "--ops")
     if tui:
         from ..tui import run_replay_app
         run_replay_app(rec, ops=window)

@@ -9,6 +9,7 @@ import typer
 from ..engine.policies import POLICIES
 from .errors import CommandError
 from .kernel_notice import announce_compile
+from .options import check_timeout
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
@@ -19,7 +20,7 @@ def run(
     ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of the trace's peak memory: floor(ratio x peak) bytes.")] = None,
     budget: Annotated[Optional[int], typer.Option(help="Budget in bytes (instead of --ratio).")] = None,
     policy: Annotated[str, typer.Option(help=f"Eviction policy: {', '.join(POLICIES)}.")] = "dtr",
-    timeout: Annotated[Optional[float], typer.Option(help="Wall-clock limit in seconds; the run is then 'timeout' (unresolved).")] = None,
+    timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit in seconds; the run is then 'timeout' (unresolved).")] = None,
     thrash_limit: Annotated[Optional[float], typer.Option(help="Overhead at which a run counts as thrashed (default: the engine's, 60).", show_default=False)] = None,
     retain: Annotated[Optional[str], typer.Option(help="Storages never offered as victims, e.g. 612,3131.")] = None,
     retain_ops: Annotated[Optional[str], typer.Option(help="Limit --retain to decisions inside top-level ops A..B.")] = None,
@@ -34,7 +35,7 @@ def run(
     """Replay TRACE under a memory budget exactly as the reference DTR simulator."""
     from ..engine.replay import InterventionError, replay
     from ..trace import load_trace
-    from .options import interventions_from_options
+    from .options import interventions_from_options, warn_unreached
 
     if (ratio is None) == (budget is None):
         raise CommandError("give exactly one of --ratio or --budget")
@@ -59,6 +60,7 @@ def run(
             result = replay(program, interventions=interventions, **run_args)
     except (InterventionError, ValueError) as exc:
         raise CommandError(str(exc)) from None
+    warn_unreached(interventions, result.summary.evictions)
     summary = result.summary.to_json()
     control_matches = None
     if control:
@@ -76,6 +78,10 @@ def run(
         _print_summary(program, summary, where, control_matches)
     if summary["outcome"] == "error":
         raise CommandError(summary["error"])
+    if control and not control_matches:
+        from ..errors import NotDeterministicError
+        raise NotDeterministicError("the control (the intervention code path with nothing "
+                                    "changed) did not reproduce the plain run")
 
 
 def _print_summary(program, summary: dict, where, control_matches: bool | None) -> None:

@@ -46,6 +46,7 @@ def sweep(
     engine: Annotated[Optional[str], typer.Option(help="process (default), dask (with --scheduler) or inline.")] = None,
     scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address, e.g. tcp://host:8786.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
+    max_points: Annotated[int, typer.Option(help="Refuse a sweep that could make more runs than this (grid, interior, refinement and exact runs, all policies).")] = 100_000,
     flush_rows: Annotated[int, typer.Option(help="Runs per Parquet part file (a kill loses at most one unflushed batch; batches are also flushed every 2 s).")] = 64,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the holes report as JSON.")] = False,
@@ -54,7 +55,7 @@ def sweep(
     from ..render.console import err_console
     from ..render.sweep import SweepProgress
     from ..sweep.resume import sweep_folder
-    from ..sweep.runner import ENGINES, run_sweep
+    from ..sweep.runner import ENGINES, check_size, run_sweep
     from ..sweep.store import SweepParams, SweepStoreError
     from ..trace import load_trace
 
@@ -78,6 +79,7 @@ def sweep(
         params.validate()
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+    check_size(params, max_points)
     program = load_trace(trace)
     announce_compile()
     out = out if out is not None else sweep_folder(program.name, program.sha256, params)
@@ -87,7 +89,8 @@ def sweep(
     try:
         with observer:
             result = run_sweep(program, params, out, jobs=jobs, engine=engine,
-                               scheduler=scheduler, observer=observer, flush_rows=flush_rows)
+                               scheduler=scheduler, observer=observer, flush_rows=flush_rows,
+                               max_points=max_points)
     except SweepStoreError as exc:
         raise CommandError(str(exc)) from None
     except KeyboardInterrupt:
@@ -129,9 +132,9 @@ def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_jso
     bad = [p.policy for p in report.policies
            if p.disagreements or (p.exact is not None and p.exact.overlaps)]
     if bad:
-        print(f"error: reruns or certificates disagree for {', '.join(bad)}: the replay is not "
-              "deterministic", file=sys.stderr)
-        sys.exit(1)     # not typer.Exit: main() drops the code of a non-standalone Exit
+        from ..errors import NotDeterministicError
+        raise NotDeterministicError(f"reruns or certificates disagree for {', '.join(bad)}: "
+                                    "the replay is not deterministic")
 
 
 # --- dtrf plot -------------------------------------------------------------------------

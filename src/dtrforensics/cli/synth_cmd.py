@@ -10,6 +10,7 @@ import typer
 
 from ..synth.generator import KINDS, SynthSpec, generate, random_small_log
 from .errors import CommandError
+from .options import check_seed
 
 SMALL_KIND = "small"
 _DEFAULT = SynthSpec()
@@ -30,7 +31,7 @@ def synth(
         "--output", "-o", help="File to write the log to (parent folders are created).",
         show_default=False)],
     seed: Annotated[int, typer.Option(
-        "--seed", "-s", help="Random seed: the same seed and options give a byte-identical log.")] = 0,
+        "--seed", "-s", callback=check_seed, help="Random seed: the same seed and options give a byte-identical log.")] = 0,
     depth: Annotated[int, typer.Option(
         "--depth", "--steps", "-d",
         help="Layers (chain), residual blocks (resnet), unrolled time steps (rnn) or "

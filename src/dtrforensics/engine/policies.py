@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import OptionError
+
 # Layout of the int64 parameter vector the kernel reads.
 P_COMPUTE, P_FWD, P_BWD, P_ONE, P_SIZE, P_STALENESS, P_LRU, P_REGIONS, P_FRESH = range(9)
 N_POLICY_PARAMS = 9
@@ -80,4 +82,4 @@ def get_policy(name: str) -> Policy:
     try:
         return POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+        raise OptionError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import validate
+from ..errors import OptionError
 from ..trace.program import Program
 from . import kernel as K
 from .baseline import Baseline, baseline, budget_for_ratio
@@ -35,7 +37,7 @@ EVENT_CAPACITY = 1 << 16
 STRICT_INVARIANTS_ENV = "DTRF_STRICT_INVARIANTS"
 
 
-class InterventionError(ValueError):
+class InterventionError(OptionError):
     """An intervention that cannot apply to this trace or run."""
 
 
@@ -84,10 +86,10 @@ class Interventions:
             if k < 0:
                 raise InterventionError(f"decision index must be >= 0, got {k}")
         if self.retain_ops is not None:
-            lo, hi = self.retain_ops
-            if not (0 <= lo <= hi < program.n_ops):
-                raise InterventionError(
-                    f"op window {lo}..{hi} is outside the trace (op ids 0..{program.n_ops - 1})")
+            try:
+                validate.op_window(self.retain_ops, program.n_ops, "retain-ops window")
+            except OptionError as exc:
+                raise InterventionError(str(exc)) from None
 
     def arrays(self, n: int):
         """The kernel's (retain, window, forbid, force) arrays. A control marks
@@ -145,12 +147,9 @@ def resolve_budget(program: Program, budget: int | None, ratio: float | None) ->
     if (budget is None) == (ratio is None):
         raise ValueError("give exactly one of budget (bytes) or ratio")
     if budget is not None:
-        if budget < 0:
-            raise ValueError(f"budget must be >= 0 bytes, got {budget}")
-        return int(budget), None
-    if not ratio > 0:
-        raise ValueError(f"ratio must be > 0, got {ratio}")
-    return budget_for_ratio(ratio, prepared(program)[1].peak), float(ratio)
+        return validate.budget(budget, "budget"), None
+    peak = prepared(program)[1].peak
+    return budget_for_ratio(validate.ratio(ratio, "budget ratio", peak), peak), float(ratio)
 
 
 def replay(program: Program, *, budget: int | None = None, ratio: float | None = None,
@@ -176,6 +175,8 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     policy = policy if isinstance(policy, Policy) else get_policy(policy)
     interventions = interventions or Interventions()
     interventions.validate(program)
+    timeout = validate.timeout(timeout, "timeout", zero_ok=True)
+    thrash_factor = validate.thrash_limit(thrash_factor, base.model_compute, "thrash limit")
     remat_limit = int((thrash_factor - 1.0) * base.model_compute)
     ctx = ReplayContext(program, budget, ratio, policy, interventions, remat_limit, timeout)
     observers = tuple(observers)

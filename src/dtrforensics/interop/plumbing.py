@@ -11,10 +11,10 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Iterator
 
-from ..recorder.reader import Recording, open_recording
+from ..fsutil import require_parent
+from ..recorder.reader import Recording, open_recording, refuse_inside_recording
 
 BATCH_ROWS = 4096
 
@@ -84,8 +84,8 @@ def open_output(out: str | os.PathLike | IO, binary: bool, gzip_ok: bool = False
         yield stream
         stream.flush()
         return
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = require_parent(out)
+    refuse_inside_recording(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         umask = os.umask(0)

@@ -1,7 +1,8 @@
 """Reading recordings: `open_recording` for one folder, `find_recordings` for many.
 
-Opening reads only run.json (and checks the format version); tables are read
-as Arrow on first use. Folders left by a killed run (`.<name>.partial-<pid>`)
+Opening reads run.json, checks the format version and checks the folder
+against the manifest in run.json (`manifest.verify`: every table present, with
+its row count, size and SHA-256); tables are read as Arrow on first use. Folders left by a killed run (`.<name>.partial-<pid>`)
 or an interrupted replacement (`.<name>.old-<pid>`) are never recordings:
 `find_recordings` skips them with a `PartialRecordingWarning`.
 """
@@ -18,12 +19,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import DataError, RefusedError
+from . import manifest
 from .schema import (
     META_FORMAT, OLD_MARK, PARTIAL_MARK, RUN_FILE, TABLES, RecordingFormatError, check_version,
 )
 
 
-class NotARecordingError(FileNotFoundError):
+class NotARecordingError(DataError, FileNotFoundError):
     """A path that is not a complete recording (missing, partial or without run.json)."""
 
 
@@ -96,8 +99,9 @@ class Recording:
         return pq.ParquetFile(path)
 
 
-def open_recording(path: str | os.PathLike) -> Recording:
-    """Open one recording folder; raises NotARecordingError or RecordingFormatError."""
+def open_recording(path: str | os.PathLike, *, verify: bool = True) -> Recording:
+    """Open one recording folder, checked against its manifest (`manifest.verify`);
+    raises NotARecordingError, RecordingFormatError or RecordingDamagedError."""
     path = Path(path)
     if is_partial(path):
         raise NotARecordingError(
@@ -113,7 +117,26 @@ def open_recording(path: str | os.PathLike) -> Recording:
     if not isinstance(run, dict) or "format_version" not in run:
         raise RecordingFormatError(f"{run_file} has no format_version")
     check_version(run["format_version"], str(path))
+    if verify:
+        manifest.verify(path, run)
     return Recording(path, run)
+
+
+def enclosing_recording(path: str | os.PathLike) -> Path | None:
+    """The recording (complete or unfinished) that `path` is or lies inside, if any."""
+    path = Path(path).absolute()
+    for folder in (path, *path.parents):
+        if is_partial(folder) or (folder.is_dir() and (folder / RUN_FILE).is_file()):
+            return folder
+    return None
+
+
+def refuse_inside_recording(path: str | os.PathLike) -> None:
+    """Raise RefusedError if an output file `path` would land inside a recording."""
+    folder = enclosing_recording(Path(path).resolve())
+    if folder is not None:
+        raise RefusedError(f"{path} is inside the recording {folder}: a recording is never "
+                           "written to; choose an output file outside it")
 
 
 def find_recordings(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Recording]:

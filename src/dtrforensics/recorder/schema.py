@@ -24,8 +24,9 @@ import pyarrow as pa
 
 from ..engine import hooks
 from ..engine.hooks import EVENT_KINDS
+from ..errors import DataError
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 RUN_FILE = "run.json"
 PARTIAL_MARK = ".partial-"   # `.<name>.partial-<pid>`: a recording being written
 OLD_MARK = ".old-"           # `.<name>.old-<pid>`: a replaced recording being deleted
@@ -37,7 +38,7 @@ KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 I64, F64, BOOL, STR = pa.int64(), pa.float64(), pa.bool_(), pa.string()
 
 
-class RecordingFormatError(ValueError):
+class RecordingFormatError(DataError, ValueError):
     """A recording this version cannot read (newer major format, malformed version)."""
 
 
@@ -346,7 +347,10 @@ RUN_JSON: tuple[tuple[str, str], ...] = (
     ("summary", "The full run summary (`dtrf run --json`)."),
     ("frontier", "OOM only: the pinned frontier (chain of in-progress materializations "
                  "with the bytes each level holds locked); null otherwise."),
-    ("tables", "Per Parquet file: its name and row count."),
+    ("tables", "The manifest: per Parquet file its name (`file`), `rows`, size in "
+               "`bytes` and `sha256` (size and checksum since format 1.1). Opening a "
+               "recording checks the folder against it: a missing, extra, truncated or "
+               "altered table is an error naming the file."),
 )
 
 

@@ -26,7 +26,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import __version__
-from ..fsutil import pid_alive, utc_now
 from ..engine.hooks import (
     C_DECISION, C_POSITION, C_STORAGE, CANDIDATE_COLUMNS, E_BWD, E_BYTES, E_CLOCK, E_COMPUTE, E_COST,
     E_DECISION, E_DEPTH, E_FLAG, E_FWD, E_KIND, E_MEMORY, E_OP, E_POOL_BYTES, E_POOL_SIZE,
@@ -34,10 +33,13 @@ from ..engine.hooks import (
     EV_EVICT, EV_MATERIALIZE, EV_OOM, EVENT_KINDS, F_RUNNER_SCORE, F_SCORE, FLAG_COLLATERAL,
     FLAG_REMAT, CandidateBatch, EventBatch, Observer,
 )
+from ..errors import RefusedError
+from ..fsutil import exchange, pid_alive, utc_now
 from ..trace.program import CONSTANT_OP_NAME, Program
+from . import manifest
 from .schema import (
     CANDIDATES, DECISIONS, EVENTS, FORMAT_VERSION, OLD_MARK, OPS, PARTIAL_MARK, RUN_FILE,
-    STORAGES, TABLES, TENSORS, Table,
+    STORAGES, TENSORS, Table,
 )
 
 ROW_GROUP_ROWS = 1 << 17
@@ -45,7 +47,7 @@ SCORES = ("victims", "all")
 _KINDS = pa.array(EVENT_KINDS, pa.string())
 
 
-class RecordingExistsError(ValueError):
+class RecordingExistsError(RefusedError, ValueError):
     """The target folder exists and may not be replaced."""
 
 
@@ -289,11 +291,6 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _replaceable(path: Path) -> bool:
-    """Only a recording (or an empty folder) may be replaced, never arbitrary data."""
-    return path.is_dir() and ((path / RUN_FILE).is_file() or not any(path.iterdir()))
-
-
 # --- the observer ---------------------------------------------------------------------
 
 class Recorder(Observer):
@@ -316,7 +313,6 @@ class Recorder(Observer):
         self.complete = False
         self._sinks: dict[str, _Sink] = {}
         self._victims: dict[int, int] = {}
-        self._static_rows: dict[str, int] = {}
         self._frontier = None
         self._ctx = None
         self._started_at = None
@@ -329,9 +325,11 @@ class Recorder(Observer):
             if not self.overwrite:
                 raise RecordingExistsError(
                     f"{self.path} already exists: choose another folder or overwrite it (--overwrite)")
-            if not _replaceable(self.path):
+            if not manifest.replaceable(self.path):
                 raise RecordingExistsError(
-                    f"{self.path} exists and is not a recording: refusing to replace it")
+                    f"{self.path} exists and is not a recording (only a folder holding "
+                    f"nothing but the files its {RUN_FILE} lists may be replaced): refusing "
+                    f"to delete it; choose another folder")
 
     def on_start(self, run) -> None:
         self.check_target()
@@ -340,12 +338,15 @@ class Recorder(Observer):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_partials(self.path)
         self.partial = partial_path(self.path)
-        self.partial.mkdir()
+        try:
+            self.partial.mkdir()
+        except OSError as exc:
+            raise RefusedError(f"cannot record into {self.path.parent}: {exc.strerror}") from None
         try:
             program = run.program
             for table, build in ((STORAGES, storages_table), (TENSORS, tensors_table),
                                  (OPS, ops_table)):
-                self._static_rows[table.file] = _write_static(self.partial, table, build(program))
+                _write_static(self.partial, table, build(program))
             tables = [EVENTS, DECISIONS] + ([CANDIDATES] if self.wants_candidates else [])
             for table in tables:
                 self._sinks[table.name] = _Sink(self.partial / table.file, table,
@@ -371,12 +372,10 @@ class Recorder(Observer):
 
     def on_finish(self, summary) -> None:
         try:
-            rows = dict(self._static_rows)
-            for name, sink in self._sinks.items():
+            for sink in self._sinks.values():
                 sink.close()
-                rows[TABLES[name].file] = sink.rows
             self._sinks = {}
-            self._write_run_json(summary, rows)
+            self._write_run_json(summary, manifest.manifest_of(self.partial))
             for path in self.partial.iterdir():
                 _fsync(path)
             self._publish()
@@ -397,7 +396,7 @@ class Recorder(Observer):
 
     # -- details
 
-    def _write_run_json(self, summary, rows: dict[str, int]) -> None:
+    def _write_run_json(self, summary, tables: list[dict]) -> None:
         ctx = self._ctx
         program = ctx.program
         doc = {
@@ -417,15 +416,23 @@ class Recorder(Observer):
             "outcome": summary.outcome,
             "summary": summary.to_json(),
             "frontier": self._frontier.to_json() if self._frontier is not None else None,
-            "tables": [{"file": f, "rows": n} for f, n in sorted(rows.items())],
+            "tables": tables,
         }
         text = json.dumps(doc, indent=2) + "\n"     # one write: json.dump writes per token
         (self.partial / RUN_FILE).write_text(text, encoding="utf-8")
 
     def _publish(self) -> None:
+        """Rename the finished folder into place. A recording being replaced is
+        swapped with it atomically where the system can (the target always holds
+        the old or the new recording), else renamed aside first."""
         final = self.path
         if final.exists() or final.is_symlink():
             self.check_target()   # still ours to replace?
+            if exchange(self.partial, final):
+                self.complete = True
+                _fsync(final.parent)
+                shutil.rmtree(self.partial, ignore_errors=True)   # now the old recording
+                return
             old = final.with_name(f".{final.name}{OLD_MARK}{os.getpid()}")
             os.rename(final, old)
             os.rename(self.partial, final)

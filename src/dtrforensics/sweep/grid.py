@@ -47,6 +47,22 @@ def decimal_grid(lo: float, hi: float, step: float) -> list[float]:
     return ratios
 
 
+def planned_points(params: SweepParams) -> int:
+    """An upper bound on the runs a sweep may make, counted without planning them:
+    grid ratios, interior samples, refinement down to `min_step` and the exact
+    walk's `max_runs`, under every policy (repeats rerun some of these)."""
+    width = _dec(params.ratio_to) - _dec(params.ratio_from)
+    per_policy = 0
+    if params.step is not None:
+        intervals = int(width / _dec(params.step)) + 1
+        per_policy += intervals + 1 + intervals * params.interior
+        if params.refine:
+            per_policy += int(width / _dec(params.min_step)) + 1
+    if params.exact:
+        per_policy += params.max_runs
+    return per_policy * len(params.policies) * (1 + params.repeats)
+
+
 def range_bytes(params: SweepParams, peak: int) -> tuple[int, int]:
     """The swept budget range [floor(from x peak), floor(to x peak)] in bytes."""
     return budget_for_ratio(params.ratio_from, peak), budget_for_ratio(params.ratio_to, peak)

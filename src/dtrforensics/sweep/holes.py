@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from ..rows import fetch_dicts
+from .. import validate
 from .store import SweepParams, SweepStore, TraceInfo
 
 SWEEP_QUERIES = (
@@ -268,7 +269,8 @@ def analyze(path: str | os.PathLike, *, threshold: float | None = None,
     """
     store = open_sweep(path)
     params = store.params
-    threshold = params.overhead_jump if threshold is None else threshold
+    threshold = params.overhead_jump if threshold is None else validate.positive(
+        threshold, "--threshold")
     wanted = list(policies or params.policies)
     unknown = set(wanted) - set(params.policies)
     if unknown:
@@ -279,7 +281,7 @@ def analyze(path: str | os.PathLike, *, threshold: float | None = None,
     res = _run_all(connect(store), files, (lo, hi), params, threshold) if files else None
     results = [_policy(res, policy, params, (lo, hi)) for policy in wanted]
     return HolesReport(store.path, store.trace, params, (lo, hi), threshold,
-                       store.read_doc().get("status", "?"), results)
+                       store.status, results)
 
 
 def _run_all(con, files: list[str], rng: tuple[int, int], params: SweepParams,

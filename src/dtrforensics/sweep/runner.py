@@ -21,21 +21,28 @@ rerun never shares a process with the run it checks.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import validate
 from ..engine.prefixes import PrefixCache
 from ..engine.replay import prepared, replay
+from ..errors import OptionError
 from ..trace.program import Program
 from . import grid
 from .exact import ExactWalk, Gap, WalkRounds
 from .store import Point, SweepParams, SweepStore, TraceInfo, row_from_summary
 
 ENGINES = ("process", "dask", "inline")
+PR_SET_PDEATHSIG = 1     # linux/prctl.h
+PARENT_WATCH_SECONDS = 0.5
+MAX_POINTS = 100_000     # runs a sweep may plan unless asked for more (--max-points)
 # fork: workers inherit the loaded program and the compiled kernel from this
 # process (ready in milliseconds); spawn re-imports and reloads both (~2 s).
 DEFAULT_START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
@@ -57,10 +64,29 @@ def _install(program: Program, thrash_factor: float) -> None:
     _PROGRAMS[program.sha256] = (program, thrash_factor)
 
 
-def _init_process_worker(path: str, sha256: str, thrash_factor: float) -> None:
-    """ProcessPoolExecutor initializer: load the trace once per worker (a
-    forked worker already holds it, installed by its parent). Ctrl-C is left
-    to the coordinator, which stops submitting and flushes what finished."""
+def die_with_parent(parent: int) -> None:
+    """Make this worker die when the process `parent` does, even by kill -9:
+    Linux's PR_SET_PDEATHSIG, plus a watch thread where that is unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(PARENT_WATCH_SECONDS)
+            os._exit(1)
+        threading.Thread(target=watch, name="dtrf-parent-watch", daemon=True).start()
+    if os.getppid() != parent:     # it died before the request took effect
+        os._exit(1)
+
+
+def _init_process_worker(path: str, sha256: str, thrash_factor: float, parent: int) -> None:
+    """ProcessPoolExecutor initializer: die with the sweep, then load the trace
+    once per worker (a forked worker already holds it, installed by its parent).
+    Ctrl-C is left to the coordinator, which stops submitting and flushes what
+    finished."""
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sha256 in _PROGRAMS:
         return
@@ -131,7 +157,7 @@ class ProcessBackend:
         self.pool = cf.ProcessPoolExecutor(
             max_workers=jobs, mp_context=multiprocessing.get_context(start_method),
             initializer=_init_process_worker,
-            initargs=(str(program.source), program.sha256, thrash_factor))
+            initargs=(str(program.source), program.sha256, thrash_factor, os.getpid()))
 
     def submit(self, point: Point, timeout: float | None) -> cf.Future:
         return self.pool.submit(run_point, self.sha256, point, timeout)
@@ -201,6 +227,16 @@ def _program_plugin(program: Program, thrash_factor: float):
             _install_from_ipc(self.sha256, self.payload, self.thrash_factor)
 
     return ProgramPlugin(program.sha256, payload, thrash_factor)
+
+
+def check_size(params: SweepParams, max_points: int = MAX_POINTS) -> int:
+    """The sweep's bound on runs (`grid.planned_points`); OptionError above `max_points`."""
+    n = grid.planned_points(params)
+    if n > max_points:
+        raise OptionError(f"this sweep could make up to {n:,} runs, more than --max-points "
+                          f"{max_points:,}: widen --step, lower --interior or --max-runs, "
+                          f"or raise --max-points")
+    return n
 
 
 def make_backend(engine: str, program: Program, thrash_factor: float, *, jobs: int,
@@ -345,14 +381,16 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
               jobs: int | None = None, engine: str | None = None,
               scheduler: str | None = None, observer: SweepObserver | None = None,
               start_method: str = DEFAULT_START_METHOD, flush_rows: int = 64,
-              flush_seconds: float = 2.0) -> SweepResult:
+              flush_seconds: float = 2.0, max_points: int = MAX_POINTS) -> SweepResult:
     """Run (or resume) the sweep `params` of `trace` into the folder `out`.
 
     `trace`: a trace spec or path (see `load_trace`), or a Program read from a
-    log file. `engine` defaults to `inline` for jobs=1, else `process`.
+    log file. `engine` defaults to `inline` for jobs=1, else `process`. A sweep
+    that could make more than `max_points` runs is refused before it plans any.
     """
     started = time.perf_counter()
     params.validate()
+    check_size(params, max_points)
     observer = observer or SweepObserver()
     if isinstance(trace, Program):
         program = trace
@@ -363,6 +401,8 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     engine = engine or ("inline" if jobs == 1 else "process")
     _, base = prepared(program)
     peak = base.peak
+    validate.ratio(params.ratio_to, "--to", peak)
+    validate.thrash_limit(params.thrash_factor, base.model_compute)
     info = TraceInfo(program.name, program.sha256, str(program.source), peak, base.model_compute)
     lo, hi = grid.range_bytes(params, peak)
     store = SweepStore(out, flush_rows=flush_rows, flush_seconds=flush_seconds)
@@ -370,6 +410,7 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     store.acquire()
     result = SweepResult(store.path, info, resumed)
     try:
+        store.set_aside_corrupt()
         rows = store.read_runs().to_pylist()
         sched = _Scheduler(store, rows, observer, params.timeout)
         backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,

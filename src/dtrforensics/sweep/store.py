@@ -4,13 +4,17 @@ Layout of a sweep directory:
 
     sweep.json              format, parameters, trace identity, byte range, status
     runs/part-*.parquet     one file per flushed batch of finished runs (RUN_COLUMNS)
-    sweep.lock              pid of the sweep writing here (removed when it stops)
+    sweep.lock              pid of the sweep writing here (removed when it stops;
+                            a lock whose process is gone is stale: the sweep was killed)
 
 A part file is written under a temporary name and renamed into place, so a
 reader (or a resumed sweep) never sees half a file; a killed sweep loses at most
-the runs finished since the last flush. A run is identified by its key
-`(policy, budget, rep)`: a resumed sweep skips every key already stored, so no
-point is ever run twice. `rep` 0 is the point's own run; `rep` k >= 1 is its
+the runs finished since the last flush. Parts carry Parquet page checksums and
+are checked when read: a part that is unreadable, altered or of another schema
+is skipped with a `CorruptPartWarning` by readers, and moved aside into
+`runs/corrupt/` by a resumed sweep, which then reruns its points. A run is
+identified by its key `(policy, budget, rep)`: a resumed sweep skips every key
+already stored, so no point is ever run twice. `rep` 0 is the point's own run; `rep` k >= 1 is its
 k-th confirmation rerun in a fresh process.
 
 Parameters that decide which points exist and what their results are
@@ -21,11 +25,13 @@ is not a parameter: a sweep started on a pool may be resumed on a cluster.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import socket
 import time
+import warnings
 from dataclasses import asdict, dataclass, fields
 from decimal import Decimal
 from pathlib import Path
@@ -33,6 +39,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import validate
+from ..errors import DataError, OptionError
 from ..fsutil import atomic_path, pid_alive, utc_now
 from .schema import RUNS
 
@@ -40,13 +48,18 @@ FORMAT_VERSION = 1
 PARAMS_FILE = "sweep.json"
 RUNS_DIR = "runs"
 LOCK_FILE = "sweep.lock"
+CORRUPT_DIR = "corrupt"
 
 STATUS_OK, STATUS_FAIL, STATUS_UNRESOLVED = "ok", "fail", "unresolved"
 STAGES = ("grid", "interior", "refine", "exact", "repeat")
 
 
-class SweepStoreError(Exception):
+class SweepStoreError(DataError):
     """A sweep directory that cannot be used as asked (message says why)."""
+
+
+class CorruptPartWarning(UserWarning):
+    """A part file of a sweep could not be read and was skipped (or set aside)."""
 
 
 class ParamsMismatch(SweepStoreError):
@@ -79,30 +92,36 @@ class SweepParams:
     thrash_factor: float = 60.0
 
     def validate(self) -> None:
-        """Raise ValueError for parameters that cannot describe a sweep."""
+        """Raise OptionError (a ValueError) for parameters that cannot describe a sweep."""
+        for name, what in (("ratio_from", "--from"), ("ratio_to", "--to"),
+                           ("min_step", "--min-step"), ("overhead_jump", "--overhead-jump")):
+            validate.finite(getattr(self, name), what)
+        if self.step is not None:
+            validate.finite(self.step, "--step")
+        validate.timeout(self.timeout)
+        validate.seed(self.seed)
+        validate.thrash_limit(self.thrash_factor)
         if not 0 < self.ratio_from < self.ratio_to:
-            raise ValueError(f"need 0 < --from < --to, got {self.ratio_from} and {self.ratio_to}")
+            raise OptionError(f"need 0 < --from < --to, got {self.ratio_from} and {self.ratio_to}")
         if self.step is None and not self.exact:
-            raise ValueError("give --step (a grid) or --exact (the certificate walk), or both")
+            raise OptionError("give --step (a grid) or --exact (the certificate walk), or both")
         width = Decimal(repr(self.ratio_to)) - Decimal(repr(self.ratio_from))
         if self.step is not None and not 0 < Decimal(repr(self.step)) <= width:
-            raise ValueError(f"--step must be in (0, to - from], got {self.step}")
+            raise OptionError(f"--step must be in (0, to - from], got {self.step}")
         if not self.policies:
-            raise ValueError("no policy given")
+            raise OptionError("no policy given")
         if len(set(self.policies)) != len(self.policies):
-            raise ValueError(f"a policy is named twice: {','.join(self.policies)}")
+            raise OptionError(f"a policy is named twice: {','.join(self.policies)}")
         if self.interior < 0 or self.repeats < 0:
-            raise ValueError("--interior and --repeats must be >= 0")
+            raise OptionError("--interior and --repeats must be >= 0")
         if self.interior and self.step is None:
-            raise ValueError("--interior samples grid intervals: give --step")
+            raise OptionError("--interior samples grid intervals: give --step")
         if self.refine and self.step is None:
-            raise ValueError("--refine refines grid intervals: give --step")
+            raise OptionError("--refine refines grid intervals: give --step")
         if not self.min_step > 0 or not self.overhead_jump > 0:
-            raise ValueError("--min-step and --overhead-jump must be > 0")
+            raise OptionError("--min-step and --overhead-jump must be > 0")
         if self.max_runs < 1 or self.resolution < 1:
-            raise ValueError("--max-runs and --resolution must be >= 1")
-        if self.timeout is not None and not self.timeout > 0:
-            raise ValueError(f"--timeout must be > 0 seconds, got {self.timeout}")
+            raise OptionError("--max-runs and --resolution must be >= 1")
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -263,15 +282,20 @@ class SweepStore:
                     + "\n  ".join(diffs)
                     + "\nrerun with the stored parameters, or choose another --out directory")
             return True
-        if self.path.exists() and any(self.path.iterdir()):
+        if self.path.exists() and not all(map(self._leftover, self.path.iterdir())):
             raise SweepStoreError(f"{self.path} exists, is not empty and holds no {PARAMS_FILE}")
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
         now = utc_now()
         self._doc = {"format": FORMAT_VERSION, "params": params.to_json(),
                      "trace": asdict(trace), "range_bytes": list(range_bytes),
                      "created": now, "updated": now, "status": "running"}
-        self._write_doc()
+        self._write_doc()          # first: a folder with sweep.json is resumable
+        self.runs_dir.mkdir(exist_ok=True)
         return False
+
+    def _leftover(self, path: Path) -> bool:
+        """What a sweep killed before its first sweep.json was written leaves behind."""
+        return ((path.name.startswith(f".{PARAMS_FILE}.") and path.name.endswith(".tmp"))
+                or (path == self.runs_dir and path.is_dir() and not any(path.iterdir())))
 
     def set_status(self, status: str, **extra) -> None:
         doc = self.read_doc()
@@ -283,18 +307,51 @@ class SweepStore:
         with atomic_path(self.params_path) as tmp:
             tmp.write_text(json.dumps(self._doc, indent=2) + "\n", encoding="utf-8")
 
+    @property
+    def status(self) -> str:
+        """The stored status, except that a "running" sweep whose writer is gone
+        is "killed" (rerunning the same command resumes it)."""
+        status = self.read_doc().get("status", "?")
+        return "killed" if status == "running" and self.lock_holder() is None else status
+
     # lock ------------------------------------------------------------------------
+    @property
+    def lock_path(self) -> Path:
+        return self.path / LOCK_FILE
+
+    def lock_holder(self) -> int | None:
+        """The pid of the live sweep holding the lock, or None (no lock, or a stale one)."""
+        try:
+            pid = int(self.lock_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if pid == os.getpid() or pid_alive(pid) else None
+
     def acquire(self) -> None:
-        """Refuse a second live sweep writing to this folder."""
-        lock = self.path / LOCK_FILE
-        if lock.is_file():
+        """Take the folder's lock (created exclusively); refuse while a live sweep holds
+        it. A stale lock (its sweep was killed) is taken over with a warning."""
+        for _ in range(2):
             try:
-                pid = int(lock.read_text().strip())
-            except ValueError:
-                pid = None
-            if pid and pid != os.getpid() and pid_alive(pid):
-                raise SweepStoreError(f"another sweep (pid {pid}) is writing to {self.path}")
-        lock.write_text(f"{os.getpid()}\n")
+                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self.lock_holder()
+                if holder == os.getpid():
+                    return
+                if holder is not None:
+                    raise SweepStoreError(
+                        f"another sweep (pid {holder}) is writing to {self.path}: wait for it "
+                        f"or stop it; if no such sweep runs (a pid reused by another program), "
+                        f"delete {self.lock_path}")
+                warnings.warn(f"{self.lock_path} was left by a sweep that is no longer running "
+                              "(killed?): taking it over", stacklevel=2)
+                with contextlib.suppress(FileNotFoundError):
+                    self.lock_path.unlink()
+                continue
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{os.getpid()}\n")
+            return
+        raise SweepStoreError(f"could not take the lock {self.lock_path}: another sweep took "
+                              "it meanwhile")
 
     def release(self) -> None:
         lock = self.path / LOCK_FILE
@@ -305,14 +362,45 @@ class SweepStore:
             pass
 
     # runs ------------------------------------------------------------------------
+    @property
+    def corrupt_dir(self) -> Path:
+        return self.runs_dir / CORRUPT_DIR
+
     def part_files(self) -> list[Path]:
+        """The readable part files (a corrupt one is skipped with a CorruptPartWarning)."""
+        good = []
+        for path, problem in self.checked_parts():
+            if problem is None:
+                good.append(path)
+            else:
+                warnings.warn(f"skipping {path}: {problem}; resuming the sweep (the same "
+                              "command) sets it aside and reruns its points",
+                              CorruptPartWarning, stacklevel=2)
+        return good
+
+    def checked_parts(self) -> list[tuple[Path, str | None]]:
+        """Every part file with what is wrong with it (None: nothing)."""
         if not self.runs_dir.is_dir():
             return []
-        return sorted(self.runs_dir.glob("part-*.parquet"))
+        return [(p, _part_problem(p)) for p in sorted(self.runs_dir.glob("part-*.parquet"))]
+
+    def set_aside_corrupt(self) -> list[Path]:
+        """Move unreadable parts into runs/corrupt/ (their points are then missing,
+        so a resumed sweep runs them again); the new paths. Call with the lock held."""
+        moved = []
+        for path, problem in self.checked_parts():
+            if problem is not None:
+                self.corrupt_dir.mkdir(exist_ok=True)
+                dest = self.corrupt_dir / path.name
+                os.replace(path, dest)
+                warnings.warn(f"set aside {path} ({problem}) as {dest}: its points run again",
+                              CorruptPartWarning, stacklevel=2)
+                moved.append(dest)
+        return moved
 
     def read_runs(self) -> pa.Table:
-        """Every stored run (all part files), in RUN_SCHEMA."""
-        tables = [pq.read_table(p, schema=RUN_SCHEMA) for p in self.part_files()]
+        """Every stored run (all readable part files), in RUN_SCHEMA."""
+        tables = [_read_part(p) for p in self.part_files()]
         return pa.concat_tables(tables) if tables else RUN_SCHEMA.empty_table()
 
     def append(self, row: dict) -> None:
@@ -334,8 +422,31 @@ class SweepStore:
         name = f"part-{time.time_ns():020d}-{os.getpid()}-{self._parts:05d}.parquet"
         final = self.runs_dir / name
         with atomic_path(final) as tmp:
-            pq.write_table(table, tmp, compression="zstd")
+            pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
         self._buffer.clear()
         return final
 
 
+def _read_part(path: Path) -> pa.Table:
+    return pq.read_table(path, schema=RUN_SCHEMA, page_checksum_verification=True)
+
+
+# (path, size, mtime_ns) of parts read whole in this process: each is checked once.
+_CHECKED_PARTS: set[tuple[str, int, int]] = set()
+
+
+def _part_problem(path: Path) -> str | None:
+    """Why a part file cannot be used (unreadable, bad checksum, other schema), or None."""
+    try:
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key in _CHECKED_PARTS:
+            return None
+        schema = pq.read_schema(path)
+        if not schema.remove_metadata().equals(RUN_SCHEMA):
+            return "not a runs table of this sweep format (other columns or types)"
+        _read_part(path)
+    except (pa.ArrowException, OSError) as exc:
+        return f"unreadable ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
+    _CHECKED_PARTS.add(key)
+    return None

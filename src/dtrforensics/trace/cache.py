@@ -172,7 +172,7 @@ def read_entry(path: Path, sha256: str, *, name: str | None = None,
 
 def write_entry(program: Program, path: Path) -> None:
     """Write atomically: a temporary file in the same directory, then a rename."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, make_parents=True) as tmp:
         pq.write_table(program_to_table(program), tmp, compression="zstd")
 
 

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DataError
 from .program import (
     CMD_COMPUTE, CMD_GET, CMD_PIN, CMD_RELEASE, CONSTANT_OP_NAME, Program,
 )
 
 
-class TraceError(ValueError):
+class TraceError(DataError, ValueError):
     """A trace file that cannot be parsed: where and what."""
 
     def __init__(self, path: str, line: int | None, problem: str):

@@ -19,6 +19,7 @@ SHA-256, or it is refused.
 from __future__ import annotations
 
 import hashlib
+import errno
 import os
 import shutil
 import tempfile
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ..errors import DataError
 from ..fsutil import atomic_path
 from . import known
 from .parser import trace_name_from_path
@@ -41,14 +43,14 @@ FETCH_TIMEOUT = 10.0            # seconds, per connection attempt
 _REPO_ROOT = Path(__file__).resolve().parents[3]   # <repo>/src/dtrforensics/trace/
 
 
-class TraceNotFoundError(FileNotFoundError):
+class TraceNotFoundError(DataError, FileNotFoundError):
     """No trace matches a spec. The message says where we looked and what to do.
 
     A `FileNotFoundError`, so the CLI reports it as a user error (exit code 2).
     """
 
 
-class TraceStoreError(Exception):
+class TraceStoreError(DataError):
     """Fetching or importing traces failed; the message says why and what to do."""
 
 
@@ -158,9 +160,24 @@ def resolve_trace(spec: str | os.PathLike) -> Path:
     raise TraceNotFoundError(_not_found_message(text, looks_like_path))
 
 
+def _why_not_a_file(spec: str, path: Path) -> str:
+    """What a path that is not a readable trace file is instead."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{spec} is a symbolic link loop, not a trace file"
+        if path.is_symlink():
+            return f"{spec} is a broken symbolic link, not a trace file"
+        return f"no such trace file: {spec}"
+    if path.is_dir():
+        return f"{spec} is a directory, not a trace file (give the log file inside it)"
+    return f"{spec} is not a regular file, so not a trace file"
+
+
 def _not_found_message(spec: str, looks_like_path: bool) -> str:
     if looks_like_path:
-        return f"no such trace file: {spec}"
+        return _why_not_a_file(spec, Path(spec).expanduser())
     looked = [*search_dirs()]
     synthetic = repo_trace_dir()
     if synthetic is not None:
@@ -265,7 +282,7 @@ def _iter_logs(source: Path) -> Iterator[tuple[str, str, Callable[[], BinaryIO]]
 
 
 def _copy_atomic(opener: Callable[[], BinaryIO], dest: Path) -> None:
-    with atomic_path(dest) as tmp, open(tmp, "wb") as out, opener() as src:
+    with atomic_path(dest, make_parents=True) as tmp, open(tmp, "wb") as out, opener() as src:
         shutil.copyfileobj(src, out, 1 << 20)
 
 

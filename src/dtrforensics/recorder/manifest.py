@@ -1,0 +1,132 @@
+"""A recording's manifest: what run.json promises about the folder's files.
+
+The recorder lists, when it finalizes a recording, every Parquet file with its
+row count, size in bytes and SHA-256 (run.json `tables`). Opening a recording
+checks the folder against that list, so a deleted, truncated, swapped or
+edited table is an error naming the file instead of a silently wrong answer.
+Recordings of format 1.0 list names and row counts only; those are checked.
+
+The same list decides what `--overwrite` may delete: only a folder holding
+nothing but a recording's own files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import DataError
+from ..trace.parser import file_sha256
+from .schema import FILE_TABLES, RUN_FILE
+
+RECORDING_FILES = frozenset([RUN_FILE, *(t.file for t in FILE_TABLES)])
+REQUIRED_FILES = frozenset(t.file for t in FILE_TABLES if not t.optional)
+
+# (path, size, mtime_ns) of files already checked in this process: each is hashed once.
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+class RecordingDamagedError(DataError):
+    """A recording whose files do not match its manifest."""
+
+
+def file_entry(path: Path) -> dict:
+    """The manifest entry of one Parquet file of a recording being finalized."""
+    return {"file": path.name, "rows": pq.ParquetFile(path).metadata.num_rows,
+            "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+def manifest_of(folder: Path) -> list[dict]:
+    """Entries for every Parquet file in `folder`, by name."""
+    return [file_entry(p) for p in sorted(folder.glob("*.parquet"))]
+
+
+def _damaged(folder: Path, run: dict, problem: str) -> RecordingDamagedError:
+    command = run.get("command_line") if isinstance(run, dict) else None
+    again = "; record the run again"
+    if isinstance(command, list) and command:
+        again += f" (it was recorded by `{' '.join([Path(command[0]).name, *command[1:]])}`)"
+    return RecordingDamagedError(f"{folder}: damaged recording: {problem}{again}")
+
+
+def verify(folder: Path, run: dict) -> None:
+    """Raise RecordingDamagedError unless the folder's table files are exactly
+    those run.json lists, each with its listed row count (and size and SHA-256)."""
+    entries = run.get("tables")
+    if not isinstance(entries, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("file"), str) for e in entries):
+        raise _damaged(folder, run, f"{RUN_FILE} has no list of tables")
+    listed = {e["file"]: e for e in entries}
+    for name in sorted(REQUIRED_FILES - set(listed)):
+        raise _damaged(folder, run, f"{RUN_FILE} does not list {name}")
+    for name in sorted(set(listed) - RECORDING_FILES):
+        raise _damaged(folder, run, f"{RUN_FILE} lists {name!r}, which is not a recording table")
+    present = {p.name for p in folder.glob("*.parquet")}
+    for name in sorted(present - set(listed)):
+        raise _damaged(folder, run, f"{name} is not in the manifest ({RUN_FILE})")
+    for name, entry in sorted(listed.items()):
+        _verify_file(folder, run, folder / name, entry)
+
+
+def _verify_file(folder: Path, run: dict, path: Path, entry: dict) -> None:
+    try:
+        st = path.stat()
+    except OSError:
+        raise _damaged(folder, run, f"{path.name} is missing") from None
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key in _VERIFIED:
+        return
+    if "bytes" in entry and st.st_size != entry["bytes"]:
+        raise _damaged(folder, run, f"{path.name} has {st.st_size:,} bytes, the manifest "
+                                    f"says {entry['bytes']:,}")
+    if "sha256" in entry and file_sha256(path) != entry["sha256"]:
+        raise _damaged(folder, run, f"{path.name} does not match its SHA-256 in the manifest")
+    try:
+        rows = pq.ParquetFile(path).metadata.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        raise _damaged(folder, run, f"{path.name} is not a readable Parquet file "
+                                    f"({str(exc).splitlines()[0]})") from None
+    if rows != entry.get("rows"):
+        raise _damaged(folder, run, f"{path.name} has {rows:,} rows, the manifest says "
+                                    f"{entry.get('rows')}")
+    _VERIFIED.add(key)
+
+
+def only_recording_files(folder: Path) -> bool:
+    """A real folder (not a link) whose entries are all regular files named as a
+    recording's files (possibly none)."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return all(e.name in RECORDING_FILES and e.is_file(follow_symlinks=False)
+               for e in os.scandir(folder))
+
+
+def replaceable(folder: Path) -> bool:
+    """Whether `--overwrite` may delete `folder`: an empty folder, or a folder
+    (not a link) holding only a recording's own files, run.json among them and
+    listing only recording tables. Anything else might be someone's data."""
+    folder = Path(folder)
+    if not only_recording_files(folder):
+        return False
+    if not any(folder.iterdir()):
+        return True
+    try:
+        run = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    tables = run.get("tables") if isinstance(run, dict) else None
+    return (isinstance(tables, list) and "format_version" in run
+            and all(isinstance(e, dict) and e.get("file") in RECORDING_FILES for e in tables))
+
+
+def discard_damaged(folder: Path) -> None:
+    """Delete a damaged recording so it can be recorded again, if the folder holds
+    only a recording's files; otherwise leave it (the recorder then refuses it)."""
+    if only_recording_files(folder):
+        shutil.rmtree(folder)

@@ -1,0 +1,249 @@
+"""Fault injection: kill a recording, a replacement and a sweep at random points
+(SIGKILL at the k-th file-system call of a forked child) and check that nothing
+is lost: a target always holds a whole, verified recording (the old one or the
+new one) or nothing, and a resumed sweep equals an uninterrupted one row for row."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import pytest
+
+from dtrforensics.recorder.reader import find_recordings, open_recording
+from dtrforensics.recorder.record import record_run
+from dtrforensics.sweep.runner import run_sweep
+from dtrforensics.sweep.store import SweepParams, SweepStore
+from dtrforensics.trace import load_trace
+
+KILLS = 8               # random kill points per scenario (the suite stays fast)
+TRIPPED = ("open", "mkdir", "rename", "replace", "unlink", "rmdir", "fsync", "scandir")
+
+
+def _tripwire(k: int, calls: list[str]) -> None:
+    """In a child: append the name of every file-system call to `calls`, and
+    SIGKILL ourselves at the k-th (k = 0: never)."""
+    def wrap(name, fn):
+        def tripped(*args, **kwargs):
+            calls.append(name)
+            if len(calls) == k:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return fn(*args, **kwargs)
+        return tripped
+
+    for name in TRIPPED:
+        setattr(os, name, wrap(name, getattr(os, name)))
+    builtins.open = wrap("open", builtins.open)
+
+
+def _in_child(action, k: int, log: Path | None = None) -> bool:
+    """Run `action` in a forked child killed at its k-th file-system call; True if
+    it was killed, False if it finished (then the calls' names go to `log`)."""
+    pid = os.fork()
+    if pid == 0:                                   # pragma: no cover - the child
+        code, calls = 0, []
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                real_open = builtins.open
+                _tripwire(k, calls)
+                action()
+                if log is not None:
+                    with real_open(log, "w") as fh:
+                        fh.write("\n".join(calls))
+        except BaseException:                     # noqa: BLE001 - reported by the exit code
+            traceback.print_exc()
+            code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status):
+        assert os.WEXITSTATUS(status) == 0, f"the child failed (k={k})"
+        return False
+    assert os.WTERMSIG(status) == signal.SIGKILL
+    return True
+
+
+def kill_points(action, reset, tmp_path: Path, seed: int) -> list[int]:
+    """Where to kill `action`: KILLS random file-system calls of an uninterrupted
+    run, and as many of its renames (just before one, or just after), where a
+    kill is most dangerous."""
+    reset()
+    log = tmp_path / "calls.log"
+    assert not _in_child(action, 0, log)
+    calls = log.read_text().split("\n")
+    log.unlink()
+    reset()
+    renames = {i + d for i, name in enumerate(calls, 1) if name in ("rename", "replace")
+               for d in (0, 1)}
+    rng = random.Random(seed)
+    return sorted(set(rng.sample(range(1, len(calls) + 1), min(KILLS, len(calls))))
+                  | set(rng.sample(sorted(renames), min(KILLS, len(renames)))))
+
+
+@pytest.fixture(scope="module")
+def program():
+    return load_trace("hole")
+
+
+def _fingerprint(rec) -> tuple:
+    return (rec.run["budget"], rec.outcome, rec.table("events").num_rows,
+            rec.run["summary"]["victims_sha256"])
+
+
+def test_a_killed_recording_leaves_nothing_or_a_whole_recording(tmp_path, program):
+    target = tmp_path / "rec"
+    reference = _fingerprint(open_recording(
+        record_run(program, ratio=0.6, out_dir=tmp_path / "reference")[1]))
+
+    def record():
+        record_run(program, ratio=0.6, out_dir=target)
+
+    def reset():
+        shutil.rmtree(target, ignore_errors=True)
+        for stale in tmp_path.glob(".rec.*"):
+            shutil.rmtree(stale)
+
+    kills = 0
+    for k in kill_points(record, reset, tmp_path, seed=13):
+        kills += _in_child(record, k)      # a warmer parent may need fewer calls: then it ends
+        if target.exists():
+            assert _fingerprint(open_recording(target)) == reference
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for rec in find_recordings(tmp_path):
+                open_recording(rec.path)           # every listed recording is whole
+        # the next recording to the same place succeeds and cleans up after the killed one
+        shutil.rmtree(target, ignore_errors=True)
+        record_run(program, ratio=0.6, out_dir=target)
+        assert _fingerprint(open_recording(target)) == reference
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["rec", "reference"]
+        shutil.rmtree(target)
+    assert kills >= KILLS // 2
+
+
+def test_a_killed_overwrite_keeps_the_old_or_the_new_recording(tmp_path, program):
+    target = tmp_path / "rec"
+    old = _fingerprint(open_recording(record_run(program, ratio=0.5, out_dir=target)[1]))
+    new = _fingerprint(open_recording(record_run(program, ratio=0.6, out_dir=tmp_path / "n")[1]))
+    shutil.rmtree(tmp_path / "n")
+
+    def overwrite():
+        record_run(program, ratio=0.6, out_dir=target, overwrite=True)
+
+    def reset():
+        shutil.rmtree(target, ignore_errors=True)
+        for stale in tmp_path.glob(".rec.*"):
+            shutil.rmtree(stale)
+        record_run(program, ratio=0.5, out_dir=target)
+
+    seen, kills = set(), 0
+    for k in kill_points(overwrite, reset, tmp_path, seed=29):
+        kills += _in_child(overwrite, k)
+        got = _fingerprint(open_recording(target))   # never missing, never damaged
+        assert got in (old, new)
+        seen.add(got)
+        reset()
+    assert old in seen and kills >= KILLS // 2
+
+
+@pytest.fixture(scope="module")
+def sweep_params():
+    return SweepParams(ratio_from=0.3, ratio_to=1.0, step=0.1, interior=1, seed=3)
+
+
+def _rows(out: Path) -> list[tuple]:
+    table = SweepStore(out).read_runs().drop(["wall_seconds", "worker", "finished_at"])
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def test_a_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, program, sweep_params):
+    run_sweep(program, sweep_params, tmp_path / "reference", jobs=1, flush_rows=1)
+    expected = _rows(tmp_path / "reference")
+    out = tmp_path / "sweep"
+
+    def sweep():
+        run_sweep(program, sweep_params, out, jobs=1, flush_rows=1)
+
+    def reset():
+        shutil.rmtree(out, ignore_errors=True)
+
+    points = kill_points(sweep, reset, tmp_path, seed=7)
+    kills = 0
+    for k in points:
+        kills += _in_child(sweep, k)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(2):                       # killed once more, part-way through resuming
+                if not _in_child(sweep, random.Random(k).randint(1, points[-1])):
+                    break
+            result = run_sweep(program, sweep_params, out, jobs=1, flush_rows=1)
+        assert _rows(out) == expected
+        assert result.ran + result.skipped == len(expected)
+        assert SweepStore(out).status == "complete"
+        shutil.rmtree(out)
+    assert kills >= KILLS // 2
+
+
+HANGING_SWEEP = """
+import pathlib, sys, time
+from dtrforensics.sweep.runner import SweepObserver, run_sweep
+from dtrforensics.sweep.store import SweepParams
+
+class Hang(SweepObserver):
+    def finished(self, row):
+        pathlib.Path(sys.argv[1]).write_text("running")
+        time.sleep(600)
+
+run_sweep("hole", SweepParams(ratio_from=0.3, ratio_to=1.0, step=0.01), sys.argv[2], jobs=2,
+          engine="process", observer=Hang())
+"""
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sweep_workers_die_with_a_killed_parent(tmp_path):
+    ready = tmp_path / "ready"
+    parent = subprocess.Popen([sys.executable, "-c", HANGING_SWEEP, ready, tmp_path / "sweep"])
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not ready.exists():                  # a run finished: the pool is up
+            assert parent.poll() is None, "the sweep ended early"
+            assert time.monotonic() < deadline, "the sweep never started"
+            time.sleep(0.1)
+        workers += _children(parent.pid)
+        assert len(workers) == 2
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, workers)), "workers outlived their sweep"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for pid in filter(_alive, workers):      # only ours, by pid: a failed test leaves none
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,506 @@
+"""Hostile input (issue 13): every case exits with its documented code and one
+clear `error:` line, never a traceback, and changes no file it was not asked to
+write (every file of the workspace is fingerprinted before and after)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hostile import dtrf, fingerprint
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dtrforensics import db, validate
+from dtrforensics.errors import EXIT_NOT_DETERMINISTIC, EXIT_USER, OptionError, UserError
+from dtrforensics.recorder.manifest import RecordingDamagedError
+from dtrforensics.recorder.reader import open_recording
+from dtrforensics.sweep.store import SweepStore
+
+TRACE = "hole"          # the packaged synthetic trace: 24 ops, always available
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Path:
+    """A workspace: a recording, a sweep, someone's data folder, odd paths."""
+    root = tmp_path_factory.mktemp("hostile")
+    assert dtrf("run", TRACE, "--ratio", "0.6", "--record", root / "REC").code == 0
+    assert dtrf("sweep", TRACE, "--from", "0.3", "--to", "1.0", "--step", "0.1", "--jobs", "1",
+                "--out", root / "SWEEP", "--no-progress").code == 0
+    data = root / "data"
+    data.mkdir()
+    (data / "run.json").write_text('{"format_version": "1.1", "tables": []}')
+    (data / "precious.txt").write_text("keep me")
+    (root / "adir").mkdir()
+    os.symlink("loop", root / "loop")
+    return root
+
+
+def check(ws: Path, args, code: int, message: str) -> None:
+    """Run one case: the code, the message in one `error:` line, no traceback, and
+    the workspace exactly as before."""
+    before = fingerprint(ws)
+    result = dtrf(*args, cwd=ws)
+    assert result.traceback is None, result.traceback
+    assert result.code == code, (result.code, result.err)
+    assert len(result.error_lines) == 1, result.err
+    assert message.lower() in result.error_lines[0].lower(), result.err
+    assert "Traceback" not in result.err
+    assert fingerprint(ws) == before
+
+
+# (arguments, message) pairs: each must exit 2 with that message and change nothing.
+USER_ERRORS = [
+    # budgets and ratios
+    (("run", TRACE, "--ratio", "inf"), "finite"),
+    (("run", TRACE, "--ratio", "nan"), "finite"),
+    (("run", TRACE, "--ratio", "1e300"), "bytes a budget may be"),
+    (("run", TRACE, "--ratio", "1e12"), "bytes a budget may be"),
+    (("run", TRACE, "--ratio", "0"), "> 0"),
+    (("run", TRACE, "--ratio", "-0.5"), "> 0"),
+    (("run", TRACE, "--budget", "9223372036854775808"), "between 0 and"),
+    (("run", TRACE, "--budget", "-1"), "between 0 and"),
+    (("run", TRACE), "exactly one of --ratio or --budget"),
+    (("oom", f"{TRACE}@inf"), "finite"),
+    (("oom", f"{TRACE}@nan"), "finite"),
+    (("oom", f"{TRACE}@1e300"), "bytes a budget may be"),
+    (("oom", f"{TRACE}@-1"), "> 0"),
+    (("oom", f"{TRACE}@0.5:nonsense"), "unknown policy"),
+    (("oom", f"{TRACE}@half"), "not a budget ratio"),
+    # limits and timeouts
+    (("run", TRACE, "--ratio", "0.6", "--timeout", "-1"), "--timeout must be > 0"),
+    (("run", TRACE, "--ratio", "0.6", "--timeout", "0"), "--timeout must be > 0"),
+    (("run", TRACE, "--ratio", "0.6", "--timeout", "nan"), "finite"),
+    (("run", TRACE, "--ratio", "0.6", "--timeout", "inf"), "finite"),
+    (("run", TRACE, "--ratio", "0.6", "--thrash-limit", "inf"), "finite"),
+    (("run", TRACE, "--ratio", "0.6", "--thrash-limit", "0"), "must be >= 1"),
+    (("run", TRACE, "--ratio", "0.6", "--thrash-limit", "0.5"), "must be >= 1"),
+    (("run", TRACE, "--ratio", "0.6", "--thrash-limit", "1e300"), "clock range"),
+    # policies, seeds, counts
+    (("run", TRACE, "--ratio", "0.6", "--policy", "nonsense"), "unknown policy"),
+    (("explain", TRACE, "--ratio", "0.3", "--policy", "nonsense"), "unknown policy"),
+    (("explain", TRACE, "--ratio", "0.3", "--max-attempts", "-1"), "--max-attempts must be >= 1"),
+    (("explain", TRACE, "--ratio", "0.3", "--max-combo", "0"), "--max-combo must be >= 1"),
+    (("explain", TRACE, "--ratio", "0.3", "--first", "-1"), "--first must be >= 1"),
+    (("explain", TRACE, "--ratio", "0.3", "--jobs", "0"), "--jobs must be >= 1"),
+    (("synth", "rnn", "--seed", "-1", "-o", "new.log"), "--seed must be between"),
+    (("sql", "SELECT 1", "REC", "--limit", "-1"), "--limit must be >= 0"),
+    # op windows and interventions
+    (("run", TRACE, "--ratio", "0.6", "--retain", "3", "--retain-ops", "20..10"), "reversed"),
+    (("run", TRACE, "--ratio", "0.6", "--retain", "3", "--retain-ops", "0..999"),
+     "outside the trace"),
+    (("run", TRACE, "--ratio", "0.6", "--retain", "999999"), "not a storage id"),
+    (("run", TRACE, "--ratio", "0.6", "--retain-ops", "1..2"), "--retain-ops needs --retain"),
+    (("run", TRACE, "--ratio", "0.6", "--forbid-victim", "3"), "STORAGE@DECISION"),
+    (("replay", "REC", "--ops", "0..9999"), "outside the trace"),
+    (("replay", "REC", "--ops", "9..3"), "reversed"),
+    (("replay", "REC", "--ops", "a..b"), "A..B"),
+    # sweeps
+    (("sweep", TRACE, "--from", "0.1", "--to", "1e12", "--step", "1e11", "--out", "S1"),
+     "bytes a budget may be"),
+    (("sweep", TRACE, "--from", "0.1", "--to", "0.2", "--step", "nan", "--out", "S1"), "finite"),
+    (("sweep", TRACE, "--from", "0.1", "--to", "0.2", "--step", "1e-12", "--out", "S1"),
+     "--max-points"),
+    (("sweep", TRACE, "--from", "0.1", "--to", "0.2", "--step", "0.01", "--interior",
+      "100000000", "--out", "S1"), "--max-points"),
+    (("sweep", TRACE, "--from", "0.1", "--to", "0.2", "--step", "0.01", "--max-points", "5",
+      "--out", "S1"), "--max-points"),
+    (("sweep", TRACE, "--from", "inf", "--to", "0.2", "--step", "0.01", "--out", "S1"),
+     "finite"),
+    (("sweep", TRACE, "--from", "0.2", "--to", "0.1", "--step", "0.01", "--out", "S1"),
+     "--from < --to"),
+    (("sweep", TRACE, "--from", "0.1", "--to", "0.2", "--step", "0.01", "--timeout", "nan",
+      "--out", "S1"), "finite"),
+    (("sweep", TRACE, "--from", "0.1", "--to", "0.2", "--step", "0.01", "--out", "SWEEP"),
+     "other parameters"),
+    (("holes", "adir"), "not a sweep directory"),
+    (("holes", "SWEEP", "--threshold", "nan"), "--threshold must be a finite number"),
+    (("holes", "SWEEP", "--threshold", "-1"), "--threshold must be > 0"),
+    (("holes", "SWEEP", "--policy", "nope"), "no policy nope"),
+    (("sweep", TRACE, "--from", "0.3", "--to", "1.0", "--step", "0.1", "--jobs", "0",
+      "--out", "S1"), "--jobs must be >= 1"),
+    (("sweep", TRACE, "--from", "0.3", "--to", "1.0", "--exact", "--max-runs", "0",
+      "--out", "S1"), "--max-runs"),
+    (("sql", "  ", "REC"), "empty"),
+    (("sql", "SELECT", "REC"), "SQL: Parser Error"),
+    (("sql", "SELECT * FROM nowhere", "REC"), "nowhere"),
+    (("diff", "REC", "adir"), "not a recording"),
+    (("diff", "REC", "nowhere"), "no such recording"),
+    (("replay", "REC", "--limit", "-1"), "--limit must be >= 0"),
+    (("synth", "rnn", "--depth", "-1", "-o", "new.log"), "depth must be >= 1"),
+    (("export", "SWEEP", "-f", "csv", "-o", "/nonexistent/x.csv"), "does not exist"),
+    # paths that are not what they claim
+    (("run", "adir/", "--ratio", "0.5"), "is a directory"),
+    (("run", "./loop", "--ratio", "0.5"), "symbolic link loop"),
+    (("run", "/dev/null", "--ratio", "0.5"), "not a regular file"),
+    (("run", "nowhere/x.log", "--ratio", "0.5"), "no such trace file"),
+    (("show", "adir"), "not a recording"),
+    (("show", "nowhere"), "not a recording"),
+    (("sql", "SELECT 1", "adir"), "no recordings found"),
+    # outputs: never inside a recording, never new folders, never someone's data
+    (("export", "REC", "-f", "perfetto", "-o", "/nonexistent/dir/x.json"), "does not exist"),
+    (("export", "REC", "-f", "perfetto", "-o", "REC/x.json"), "inside the recording"),
+    (("sql", "SELECT 1", "REC", "--parquet", "nodir/x.parquet"), "does not exist"),
+    (("run", TRACE, "--ratio", "0.6", "--record", "data", "--overwrite"), "not a recording"),
+    (("run", TRACE, "--ratio", "0.6", "--record", "adir/../REC"), "already exists"),
+    (("run", TRACE, "--ratio", "0.6", "--record", "/proc/dtrf-hostile/rec"), "/proc"),
+]
+
+
+@pytest.mark.parametrize("args,message", USER_ERRORS, ids=lambda x: " ".join(map(str, x))
+                         if isinstance(x, tuple) else None)
+def test_user_errors_are_one_line_and_change_nothing(ws, args, message):
+    check(ws, args, EXIT_USER, message)
+
+
+SQL_WRITES = [
+    ("SELECT kind FROM events LIMIT 5", ("--parquet", "REC/events.parquet"), "inside the recording"),
+    ("COPY (SELECT 42 AS x) TO 'REC/events.parquet' (FORMAT parquet)", (), "COPY"),
+    ("COPY (SELECT 42 AS x) TO 'REC/events.parquet' (FORMAT parquet, USE_TMP_FILE false)", (),
+     "COPY"),
+    ("SELECT 1; COPY (SELECT 1) TO 'elsewhere.csv'", (), "COPY"),
+    ("ATTACH 'new.duckdb' AS other", (), "ATTACH"),
+    ("EXPORT DATABASE 'exported'", (), "EXPORT"),
+    ("INSTALL httpfs", (), "LOAD"),
+    ("LOAD httpfs", (), "LOAD"),
+    ("PRAGMA enable_profiling", (), "PRAGMA"),
+    ("SET enable_external_access = true", (), "SET"),
+    ("SELECT * FROM read_csv('/etc/passwd')", (), "Permission"),
+    ("SELECT * FROM read_parquet('SWEEP/runs/*.parquet')", (), "Permission"),
+    ("SELECT * FROM glob('*')", (), "Permission"),
+]
+
+
+@pytest.mark.parametrize("query,options,message", SQL_WRITES)
+def test_sql_cannot_write_or_read_beyond_the_recordings(ws, query, options, message):
+    check(ws, ("sql", query, "REC", *options), EXIT_USER, message)
+
+
+def test_sql_may_read_the_views_and_the_recordings_own_files(ws):
+    result = dtrf("sql", "SELECT count(*) AS n FROM events", "REC", "--csv", cwd=ws)
+    assert result.code == 0 and int(result.out.splitlines()[1]) > 0
+    own = ws / "REC" / "events.parquet"
+    direct = dtrf("sql", f"SELECT count(*) AS n FROM read_parquet('{own}')", "REC", "--csv",
+                  cwd=ws)
+    assert direct.code == 0 and direct.out == result.out
+    defined = dtrf("sql", "CREATE TEMP VIEW k AS SELECT kind FROM events; "
+                   "SELECT count(*) AS n FROM k", "REC", "--csv", cwd=ws)
+    assert defined.code == 0 and defined.out == result.out
+
+
+def test_sql_parquet_output_is_written_outside_recordings(ws, tmp_path):
+    out = tmp_path / "kinds.parquet"
+    before = fingerprint(ws)
+    result = dtrf("sql", "SELECT kind, count(*) AS n FROM events GROUP BY 1", "REC",
+                  "--parquet", out, cwd=ws)
+    assert result.code == 0, result.err
+    assert pq.read_table(out).num_rows > 0
+    assert fingerprint(ws) == before
+    link = tmp_path / "into-rec"
+    os.symlink(ws / "REC", link)
+    check(ws, ("sql", "SELECT 1", "REC", "--parquet", link / "x.parquet"), EXIT_USER,
+          "inside the recording")
+
+
+def test_db_connections_are_locked_down(ws):
+    con = db.connect(ws / "REC")
+    assert con.sql("SELECT count(*) FROM events").fetchall()[0][0] > 0
+    with pytest.raises(Exception, match="Permission"):
+        con.sql("SELECT * FROM read_csv('/etc/passwd')").fetchall()
+    with pytest.raises(Exception, match="lock"):
+        con.execute("SET enable_external_access = true")
+    with pytest.raises(db.SqlRefusedError):
+        db.check_read_only(con, "COPY events TO 'x.parquet'")
+
+
+# --- damaged recordings -------------------------------------------------------------------
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+
+
+def _garble(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 16] = bytes(16)
+    path.write_bytes(bytes(data))
+
+
+def _rows(path: Path) -> None:
+    run = json.loads((path.parent / "run.json").read_text())
+    for entry in run["tables"]:
+        if entry["file"] == path.name:
+            entry["rows"] += 1
+    (path.parent / "run.json").write_text(json.dumps(run))
+
+
+def _rows_old_format(path: Path) -> None:
+    """A format 1.0 manifest (names and rows only) with a wrong row count."""
+    run = json.loads((path.parent / "run.json").read_text())
+    run["tables"] = [{"file": e["file"], "rows": e["rows"] + (e["file"] == path.name)}
+                     for e in run["tables"]]
+    (path.parent / "run.json").write_text(json.dumps(run))
+
+
+DAMAGE = {
+    "deleted": lambda p: p.unlink(),
+    "empty": lambda p: p.write_bytes(b""),
+    "truncated": _truncate,
+    "garbled": _garble,
+    "swapped": lambda p: shutil.copyfile(p.parent / "decisions.parquet", p),
+    "wrong rows": _rows,
+    "wrong rows, format 1.0": _rows_old_format,
+    "extra table": lambda p: shutil.copyfile(p, p.parent / "candidates.parquet"),
+}
+
+
+SQL_COUNT = ("sql", "SELECT count(*) FROM events", "{rec}")
+# Every damage under one command, every command under two damages.
+DAMAGED_CASES = [(d, t, SQL_COUNT) for d in DAMAGE for t in ("events.parquet", "storages.parquet")]
+DAMAGED_CASES += [(d, "storages.parquet", c) for d in ("deleted", "garbled")
+                  for c in [("show", "{rec}"), ("oom", "{rec}"), ("reevict", "{rec}", "{rec}"),
+                            ("replay", "{rec}"),
+                            ("export", "{rec}", "-f", "perfetto", "-o", "out.json")]]
+
+
+@pytest.mark.parametrize("damage,table,command", DAMAGED_CASES)
+def test_a_damaged_recording_is_named_not_read(ws, tmp_path, damage, table, command):
+    rec = tmp_path / "rec"
+    shutil.copytree(ws / "REC", rec)
+    DAMAGE[damage](rec / table)
+    args = [a.format(rec=rec) for a in command]
+    check(tmp_path, args, EXIT_USER, "damaged recording")
+    with pytest.raises(RecordingDamagedError, match=str(rec)):
+        open_recording(rec)
+
+
+def test_a_damaged_cache_entry_is_recorded_again(tmp_path):
+    made = dtrf("oom", f"{TRACE}@0.3", cwd=tmp_path)
+    (entry,) = (tmp_path / "recordings" / "cache").iterdir()
+    _garble(entry / "events.parquet")
+    again = dtrf("oom", f"{TRACE}@0.3", cwd=tmp_path)
+    assert again.traceback is None and again.code == made.code, again.err
+    assert again.out == made.out
+    open_recording(entry)          # whole again
+    (entry / "run.json").write_text("{ not json")
+    once_more = dtrf("oom", f"{TRACE}@0.3", cwd=tmp_path)
+    assert once_more.out == made.out
+    open_recording(entry)
+
+
+def test_overwrite_replaces_only_a_recording(ws, tmp_path):
+    rec = tmp_path / "rec"
+    shutil.copytree(ws / "REC", rec)
+    assert dtrf("run", TRACE, "--ratio", "0.5", "--record", rec, "--overwrite").code == 0
+    assert open_recording(rec).run["ratio"] == 0.5
+    (rec / "notes.txt").write_text("mine")
+    before = fingerprint(tmp_path)
+    check(tmp_path, ("run", TRACE, "--ratio", "0.6", "--record", rec, "--overwrite"), EXIT_USER,
+          "not a recording")
+    assert fingerprint(tmp_path) == before
+    (rec / "notes.txt").unlink()
+    (rec / "sub").mkdir()
+    check(tmp_path, ("run", TRACE, "--ratio", "0.6", "--record", rec, "--overwrite"), EXIT_USER,
+          "not a recording")
+    link = tmp_path / "link"
+    os.symlink(ws / "REC", link)
+    check(tmp_path, ("run", TRACE, "--ratio", "0.6", "--record", link, "--overwrite"), EXIT_USER,
+          "not a recording")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_recording_into_a_read_only_folder(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        check(tmp_path, ("run", TRACE, "--ratio", "0.6", "--record", folder / "rec"), EXIT_USER,
+              "permission denied")
+    finally:
+        folder.chmod(0o755)
+
+
+# --- sweeps --------------------------------------------------------------------------------
+
+def _sweep_args(out: Path) -> list:
+    return ["sweep", TRACE, "--from", "0.3", "--to", "1.0", "--step", "0.1", "--jobs", "1",
+            "--out", out, "--no-progress", "--json"]
+
+
+def _runs(out: Path) -> list[tuple]:
+    table = SweepStore(out).read_runs().drop(["wall_seconds", "worker", "finished_at"])
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbled", "foreign"])
+def test_a_corrupt_sweep_part_is_skipped_then_set_aside_and_rerun(ws, tmp_path, damage):
+    out = tmp_path / "sweep"
+    shutil.copytree(ws / "SWEEP", out)
+    expected = _runs(out)
+    (part,) = (out / "runs").glob("part-*.parquet")
+    if damage == "foreign":
+        pq.write_table(pa.table({"x": [1, 2]}), part)
+    else:
+        DAMAGE[damage](part)
+    for reader in (("holes", out), ("export", out, "-f", "csv", "-o", tmp_path / "runs.csv")):
+        result = dtrf(*reader, cwd=tmp_path)
+        assert result.traceback is None and result.code == 0, result.err
+        assert f"warning: skipping {part}" in result.err
+    resumed = dtrf(*_sweep_args(out), cwd=tmp_path)
+    assert resumed.code == 0, resumed.err
+    assert "set aside" in resumed.err and "8 runs" in resumed.err
+    assert (out / "runs" / "corrupt" / part.name).is_file()
+    assert _runs(out) == expected
+
+
+def test_a_killed_sweep_shows_as_killed_and_its_stale_lock_is_taken_over(ws, tmp_path):
+    out = tmp_path / "sweep"
+    shutil.copytree(ws / "SWEEP", out)
+    doc = json.loads((out / "sweep.json").read_text())
+    doc["status"] = "running"
+    (out / "sweep.json").write_text(json.dumps(doc))
+    (out / "sweep.lock").write_text("999999999\n")       # no such process
+    shown = dtrf("holes", out, "--json", cwd=tmp_path)
+    assert json.loads(shown.out)["status"] == "killed"
+    resumed = dtrf(*_sweep_args(out), cwd=tmp_path)
+    assert resumed.code == 0 and "no longer running" in resumed.err
+    assert not (out / "sweep.lock").exists()
+    assert json.loads(dtrf("holes", out, "--json").out)["status"] == "complete"
+
+
+def test_a_live_lock_is_refused_with_a_hint(ws, tmp_path):
+    out = tmp_path / "sweep"
+    shutil.copytree(ws / "SWEEP", out)
+    (out / "sweep.lock").write_text(f"{os.getppid()}\n")   # a live process, not us
+    check(tmp_path, _sweep_args(out), EXIT_USER, f"delete {out / 'sweep.lock'}")
+
+
+def test_disagreeing_reruns_exit_with_the_not_deterministic_code(ws, tmp_path):
+    out = tmp_path / "sweep"
+    shutil.copytree(ws / "SWEEP", out)
+    (part,) = (out / "runs").glob("part-*.parquet")
+    table = pq.read_table(part)
+    rerun = table.slice(0, 1).to_pylist()[0]
+    rerun.update(rep=1, stage="repeat", clock=rerun["clock"] + 1, evictions=rerun["evictions"] + 1)
+    doc = json.loads((out / "sweep.json").read_text())
+    doc["params"]["repeats"] = 1
+    (out / "sweep.json").write_text(json.dumps(doc))
+    pq.write_table(pa.Table.from_pylist([rerun], schema=table.schema),
+                   out / "runs" / "part-99999999999999999999-1-00001.parquet")
+    result = dtrf("holes", out, cwd=tmp_path)
+    assert result.traceback is None
+    assert result.code == EXIT_NOT_DETERMINISTIC, result.err
+    assert "not deterministic" in result.error_lines[0]
+
+
+# --- the numeric options, at random ----------------------------------------------------------
+
+NUMBERS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1e-12, 1e-300, 0.3, 0.6, 1.0, 1.5, 1e9, 1e300]),
+)
+
+
+def _one_clean_outcome(result) -> None:
+    assert result.traceback is None, result.traceback
+    assert result.code in (0, EXIT_USER), result.err
+    if result.code == EXIT_USER:
+        assert len(result.error_lines) == 1, result.err
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(ratio=NUMBERS, timeout=st.one_of(st.none(), NUMBERS),
+       thrash=st.one_of(st.just(60.0), NUMBERS))
+def test_run_numeric_options_never_crash(tmp_path, ratio, timeout, thrash):
+    args = ["run", TRACE, "--ratio", repr(ratio), "--thrash-limit", repr(thrash), "--json"]
+    if timeout is not None:
+        args += ["--timeout", repr(timeout)]
+    before = fingerprint(tmp_path)
+    result = dtrf(*args, cwd=tmp_path)
+    _one_clean_outcome(result)
+    assert fingerprint(tmp_path) == before
+    if result.code == 0:
+        assert json.loads(result.out)["outcome"] in ("ok", "oom", "thrashed", "timeout")
+
+
+@settings(max_examples=40, deadline=None)
+@given(budget=st.integers(min_value=-(1 << 70), max_value=1 << 70))
+def test_budgets_are_checked_at_the_library_door(budget):
+    if 0 <= budget <= validate.MAX_BYTES:
+        assert validate.budget(budget) == budget
+    else:
+        with pytest.raises(OptionError, match="between 0 and"):
+            validate.budget(budget)
+
+
+@settings(max_examples=60, deadline=None)
+@given(frm=NUMBERS, to=NUMBERS, step=st.one_of(st.none(), NUMBERS),
+       interior=st.integers(min_value=-5, max_value=10 ** 9))
+def test_sweep_parameters_are_refused_cleanly_before_any_run(frm, to, step, interior):
+    from dtrforensics.sweep.runner import check_size
+    from dtrforensics.sweep.store import SweepParams
+    params = SweepParams(ratio_from=frm, ratio_to=to, step=step, interior=interior)
+    try:
+        params.validate()
+        n = check_size(params)
+    except UserError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert 0 < n <= 100_000
+
+
+def test_a_victim_pin_the_run_never_reaches_is_reported(ws):
+    result = dtrf("run", TRACE, "--ratio", "0.6", "--forbid-victim", "3@999999", "--json", cwd=ws)
+    assert result.code == 0
+    assert "warning: --forbid-victim 3@999999 never applied" in result.err
+
+
+# --- the hierarchy and its exit codes --------------------------------------------------------
+
+def test_every_user_error_class_maps_to_its_exit_code(monkeypatch, ws):
+    import dtrforensics.trace as trace_package       # `dtrf run` imports load_trace when it runs
+    from dtrforensics.errors import DataError, NotDeterministicError, RefusedError
+
+    cases = [(OptionError("bad --thing"), EXIT_USER), (DataError("bad file"), EXIT_USER),
+             (RefusedError("no"), EXIT_USER),
+             (NotDeterministicError("reruns disagree"), EXIT_NOT_DETERMINISTIC),
+             (PermissionError(13, "Permission denied", "/some/file"), EXIT_USER)]
+    for exc, code in cases:
+        def boom(*args, exc=exc, **kwargs):
+            raise exc
+        monkeypatch.setattr(trace_package, "load_trace", boom)
+        result = dtrf("run", TRACE, "--ratio", "0.6", cwd=ws)
+        assert result.traceback is None and result.code == code
+        assert result.error_lines == [f"error: {exc}" if not isinstance(exc, OSError)
+                                      else "error: /some/file: Permission denied"]
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch, ws):
+    import dtrforensics.trace as trace_package
+
+    def bug(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+    monkeypatch.setattr(trace_package, "load_trace", bug)
+    result = dtrf("run", TRACE, "--ratio", "0.6", cwd=ws)
+    assert result.traceback is not None and "ZeroDivisionError" in result.traceback
+
+
+def test_library_errors_belong_to_the_hierarchy():
+    from dtrforensics.analyses.runs import RunSpecError
+    from dtrforensics.engine.replay import InterventionError
+    from dtrforensics.recorder.reader import NotARecordingError
+    from dtrforensics.recorder.schema import RecordingFormatError
+    from dtrforensics.recorder.writer import RecordingExistsError
+    from dtrforensics.sweep.store import SweepStoreError
+    from dtrforensics.trace.parser import TraceError
+    from dtrforensics.trace.registry import TraceNotFoundError
+    for cls in (RunSpecError, InterventionError, NotARecordingError, RecordingFormatError,
+                RecordingExistsError, SweepStoreError, TraceError, TraceNotFoundError,
+                RecordingDamagedError, db.SqlRefusedError):
+        assert issubclass(cls, UserError), cls
