@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,torch]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/recording.py
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/trace_cache.py
+	$(BIN)/python benchmarks/torch_record.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info
