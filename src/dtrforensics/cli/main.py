@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "export_cmd",
     "traces_cmd",
     "synth_cmd",
+    "torch_cmd",
 )
 
 app = typer.Typer(

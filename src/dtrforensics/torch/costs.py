@@ -2,9 +2,10 @@
 
 `flops` is deterministic and needs no data: the op's FLOP count from
 `torch.utils.flop_counter` where PyTorch has a formula (matrix products,
-convolutions, attention), else the elements the op touches (tensor elements
-read plus elements of new storages written), since such ops are bound by
-memory traffic. An op whose outputs are all views touches nothing and costs 1.
+convolutions, attention), else the elements the op touches (elements of its
+tensor arguments read, plus elements of its new outputs and of the arguments
+it writes in place), since such ops are bound by memory traffic. An op that
+only makes views touches nothing and costs 1.
 Every cost is at least 1: a zero-cost op would score 0 and be evicted first
 whatever its size.
 
@@ -29,14 +30,15 @@ REPEATS = 3
 
 
 def flop_cost(func, args: tuple, kwargs: dict, out, inputs: Sequence[torch.Tensor],
-              new_outputs: Sequence[torch.Tensor], all_views: bool) -> int:
-    """The `flops` cost of one op call (see the module docstring for the rule)."""
+              written: Sequence[torch.Tensor]) -> int:
+    """The `flops` cost of one op call; `written` are its new outputs and the
+    arguments it writes (see the module docstring for the rule)."""
     formula = flop_registry.get(func.overloadpacket)
     if formula is not None:
         return max(1, int(formula(*args, **kwargs, out_val=out)))
-    if all_views:
+    if not written:
         return 1
-    return max(1, sum(t.numel() for t in inputs) + sum(t.numel() for t in new_outputs))
+    return max(1, sum(t.numel() for t in inputs) + sum(t.numel() for t in written))
 
 
 def is_repeatable(func, mutates: bool) -> bool:

@@ -172,7 +172,8 @@ class StepRecorder(TorchDispatchMode):
         op_name = func.overloadpacket.__name__
         input_ids = {id(t) for t in inputs}
         arg_keys = [storage_key(t) for t in inputs]
-        fresh = [t for t in outputs if id(t) not in input_ids and id(t) not in self._names]
+        fresh = list({id(t): t for t in outputs
+                      if id(t) not in input_ids and id(t) not in self._names}.values())
         if op_name in IDENTITY_OPS and len(fresh) == 1 and inputs and _same_view(fresh[0], inputs[0]):
             name = self._new_name()
             self.log.copy(name, arg_names[0])
@@ -198,12 +199,11 @@ class StepRecorder(TorchDispatchMode):
                 new_storages[key] = name
                 results.append((t, name, -1))
         if self.cost == "flops":
-            new = [t for t, _, alias in results if alias < 0]
-            cost = flop_cost(func, args, kwargs, out, inputs, new, all_views=not new)
-        if results or not mutated:
-            if results:
-                self.log.call(op_name, call_args, [(n, t.untyped_storage().nbytes(), a)
-                                                   for t, n, a in results], cost)
+            written = [t for t, _, alias in results if alias < 0] + [inputs[i] for i in mutated]
+            cost = flop_cost(func, args, kwargs, out, inputs, written)
+        if results:
+            self.log.call(op_name, call_args, [(n, t.untyped_storage().nbytes(), a)
+                                               for t, n, a in results], cost)
             for t, name, alias in results:
                 self._register(t, name, owner=alias < 0)
         if mutated:

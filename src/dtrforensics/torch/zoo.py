@@ -177,7 +177,7 @@ class LSTMRegressor(nn.Module):
         return self.head(x)
 
 
-def lstm(batch: int = 4, seq: int = 16, features: int = 8, width: int = 32, layers: int = 1,
+def lstm(batch: int = 4, seq: int = 6, features: int = 8, width: int = 32, layers: int = 1,
          dtype: torch.dtype = torch.float32):
     with _default_dtype(dtype):
         model = LSTMRegressor(features, width, layers)
