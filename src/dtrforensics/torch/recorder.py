@@ -35,6 +35,10 @@ REJECTED_TAGS = {
     torch.Tag.data_dependent_output: "its result depends on tensor data",
 }
 REJECTED_OPS = {"set_": "it rebinds a tensor to another storage"}
+# Ops that write arguments their schema does not mark as written (batch norm
+# updates its running statistics in place in training mode).
+UNDECLARED_WRITES = {name: ("running_mean", "running_var")
+                     for name in ("native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm")}
 
 
 class RecordError(ValueError):
@@ -219,10 +223,20 @@ def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
             and a.stride() == b.stride() and a.storage_offset() == b.storage_offset())
 
 
+def _argument(func, args: tuple, kwargs: dict, name: str):
+    for index, arg in enumerate(func._schema.arguments):
+        if arg.name == name:
+            return args[index] if index < len(args) else kwargs.get(name, arg.default_value)
+    return None
+
+
 def _schema_tensors(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
     """The op's tensor arguments in schema order, and the positions it writes."""
     tensors: list = []
     mutated: list[int] = []
+    written = UNDECLARED_WRITES.get(func.overloadpacket.__name__, ())
+    if written and not _argument(func, args, kwargs, "training"):
+        written = ()
     for index, arg in enumerate(func._schema.arguments):
         if index < len(args):
             value = args[index]
@@ -232,7 +246,7 @@ def _schema_tensors(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
             continue
         for t in tree_flatten(value)[0]:
             if isinstance(t, torch.Tensor):
-                if arg.is_write and len(tensors) not in mutated:
+                if (arg.is_write or arg.name in written) and len(tensors) not in mutated:
                     mutated.append(len(tensors))
                 tensors.append(t)
     return tensors, mutated

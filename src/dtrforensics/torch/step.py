@@ -50,17 +50,31 @@ class ModuleLocator:
     def __init__(self, model: torch.nn.Module):
         self._names = {id(m): name or type(model).__name__ for name, m in model.named_modules()}
 
+    def _module_of(self, frame) -> str | None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, torch.nn.Module) and id(owner) in self._names:
+            return f"in module {self._names[id(owner)]} ({type(owner).__name__})"
+        return None
+
     def where(self) -> str:
         node = torch._C._current_autograd_node()
         if node is not None:
             return f"in backward node {node.name()}"
         frame = sys._getframe(1)
         while frame is not None:
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, torch.nn.Module) and id(owner) in self._names:
-                return f"in module {self._names[id(owner)]} ({type(owner).__name__})"
+            found = self._module_of(frame)
+            if found:
+                return found
             frame = frame.f_back
         return "outside any module (in the loss function)"
+
+    def where_raised(self, exc: BaseException) -> str:
+        """Where `exc` was raised: the innermost module on its traceback."""
+        found, tb = None, exc.__traceback__
+        while tb is not None:
+            found = self._module_of(tb.tb_frame) or found
+            tb = tb.tb_next
+        return found or "outside any module (in the loss function)"
 
 
 def _fake_mode_of(tensors):
@@ -156,7 +170,7 @@ def _run_forward(model, inputs, targets, loss_fn, state, modules):
         raise
     except Exception as exc:
         raise RecordError(f"the forward pass raised {type(exc).__name__}: {exc} "
-                          f"({modules.where()})") from exc
+                          f"({modules.where_raised(exc)})") from exc
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise RecordError(f"the loss function {getattr(loss_fn, '__name__', loss_fn)!r} must "
@@ -172,4 +186,4 @@ def _run_backward(loss, modules):
     except RecordError:
         raise
     except Exception as exc:
-        raise RecordError(f"backward raised {type(exc).__name__}: {exc} ({modules.where()})") from exc
+        raise RecordError(f"backward raised {type(exc).__name__}: {exc}") from exc
