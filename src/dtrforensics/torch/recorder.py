@@ -49,8 +49,11 @@ def storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter, getattr(torch.nn, "Buffer", torch.Tensor))
+
+
 def _allowed_type(t: torch.Tensor) -> bool:
-    if type(t) in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
+    if type(t) in PLAIN_TYPES:
         return True
     from torch._subclasses.fake_tensor import FakeTensor
     return type(t) is FakeTensor
