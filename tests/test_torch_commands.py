@@ -12,11 +12,8 @@ from typer.testing import CliRunner  # noqa: E402
 
 from dtrforensics.cli.main import app  # noqa: E402
 from dtrforensics.sweep import holes  # noqa: E402
-from dtrforensics.sweep.runner import run_sweep  # noqa: E402
-from dtrforensics.sweep.store import SweepParams  # noqa: E402
 from dtrforensics.torch import record  # noqa: E402
 from dtrforensics.torch.zoo import ZOO  # noqa: E402
-from dtrforensics.trace.parser import parse_file  # noqa: E402
 
 runner = CliRunner()
 # Below the first completing budget of each zoo model at its default size.
@@ -36,28 +33,21 @@ def zoo_log(name, folder):
     return path
 
 
-def exact_partition(name, path, out):
-    run_sweep(parse_file(path), SweepParams(SWEEP_FROM[name], 1.0, exact=True), out, jobs=1)
-    return holes.analyze(out).policy("dtr").exact
-
-
-@pytest.fixture(scope="module")
-def gpt(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gpt")
-    return zoo_log("gpt", folder), folder
-
-
-def test_gpt_log_works_with_every_command(gpt, monkeypatch):
-    path, folder = gpt
-    monkeypatch.chdir(folder)
+@pytest.mark.parametrize("name", list(SWEEP_FROM))
+def test_zoo_log_sweeps_exactly_and_works_with_every_command(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = zoo_log(name, tmp_path)
     info = json.loads(invoke("traces", "info", path, "--json"))
-    sweep = json.loads(invoke("sweep", path, "--from", SWEEP_FROM["gpt"], "--to", 1.0, "--exact", "--jobs", 1,
-                              "--no-progress", "--out", folder / "sweep", "--json"))
+    sweep = json.loads(invoke("sweep", path, "--from", SWEEP_FROM[name], "--to", 1.0, "--exact",
+                              "--jobs", 1, "--no-progress", "--out", tmp_path / "sweep", "--json"))
     assert sweep["status"] == "complete"
-    x = holes.analyze(folder / "sweep").policy("dtr").exact
-    assert x.coverage == 1.0 and x.merged[-1].outcome == "ok" and x.merged[-1].hi == info["peak_bytes"]
+    x = holes.analyze(tmp_path / "sweep").policy("dtr").exact
+    assert x.coverage == 1.0 and x.gaps == [] and x.overlaps == []
+    for a, b in zip(x.partition, x.partition[1:]):
+        assert b.lo == a.hi + 1
+    assert x.merged[0].outcome == "oom" and x.merged[-1].outcome == "ok"
+    assert x.merged[-1].hi == info["peak_bytes"]
     first_ok = next(m for m in x.merged if m.outcome == "ok")
-    assert first_ok.lo > x.merged[0].lo, "the range must start below the first completing budget"
     ok, fail = first_ok.lo, first_ok.lo - 1
 
     runs = {b: json.loads(invoke("run", path, "--budget", b, "--json")) for b in (ok, fail)}
@@ -68,21 +58,12 @@ def test_gpt_log_works_with_every_command(gpt, monkeypatch):
                           for m in (first_ok, fail_interval))
 
     oom = json.loads(invoke("oom", spec_fail, "--json"))
-    assert oom["trace"] == "gpt" and oom["request"] > oom["budget"] - oom["memory"]
+    assert oom["trace"] == name and oom["request"] > oom["budget"] - oom["memory"]
     compared = json.loads(invoke("diff", spec_fail, spec_ok, "--json"))
     assert (compared["a"]["outcome"], compared["b"]["outcome"]) == ("oom", "ok")
     assert json.loads(invoke("replay", spec_fail, "--json"))["outcome"] == "oom"
     explained = json.loads(invoke("explain", path, "--budget", fail, "--json"))
     assert explained["baseline"]["outcome"] == "oom"
-    invoke("run", path, "--budget", ok, "--record", folder / "rec")
-    invoke("export", folder / "rec", "--format", "perfetto", "-o", folder / "run.json")
-    assert json.loads((folder / "run.json").read_text())
-
-
-@pytest.mark.parametrize("name", ["resnet", "lstm", "unet", "mlp"])
-def test_exact_sweep_of_each_zoo_model_partitions_the_range(name, tmp_path):
-    x = exact_partition(name, zoo_log(name, tmp_path), tmp_path / "sweep")
-    assert x.coverage == 1.0 and x.gaps == [] and x.overlaps == []
-    for a, b in zip(x.partition, x.partition[1:]):
-        assert b.lo == a.hi + 1
-    assert x.merged[0].outcome == "oom" and x.merged[-1].outcome == "ok"
+    invoke("run", path, "--budget", ok, "--record", tmp_path / "rec")
+    invoke("export", tmp_path / "rec", "--format", "perfetto", "-o", tmp_path / "run.json")
+    assert json.loads((tmp_path / "run.json").read_text())
