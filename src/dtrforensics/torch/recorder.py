@@ -255,10 +255,11 @@ def _schema_tensors(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
     return tensors, mutated
 
 
-def constants_of(model: torch.nn.Module, tensors: Sequence) -> list[torch.Tensor]:
-    """What exists before the step, in a fixed order: parameters, buffers, gradients, batch."""
-    found = [p for _, p in model.named_parameters()]
-    found += [b for _, b in model.named_buffers()]
-    found += [p.grad for p in model.parameters() if p.grad is not None]
-    found += [t for t in tree_flatten(list(tensors))[0] if isinstance(t, torch.Tensor)]
+def constants_of(model: torch.nn.Module, batch: Sequence, state: dict | None = None) -> list:
+    """What exists before the step, in a fixed order: parameters, buffers (or the
+    tensors of `state` standing in for them), gradients, batch tensors."""
+    found = list(state.values()) if state is not None else \
+        [*model.parameters(), *model.buffers()]
+    found += [t.grad for t in found if t.grad is not None]
+    found += [t for t in tree_flatten(list(batch))[0] if isinstance(t, torch.Tensor)]
     return found

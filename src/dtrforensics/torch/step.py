@@ -127,9 +127,7 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
     fake = fake_mode is not None
     if fake and cost == "measured":
         raise RecordError("measured costs need real tensors: use --cost flops with --fake")
-    existing = constants_of(model, [inputs, targets]) if state is None else \
-        [*state.values(), *[t.grad for t in state.values() if t.grad is not None],
-         *tree_flatten([inputs, targets])[0]]
+    existing = constants_of(model, [inputs, targets], state)
 
     log = LogWriter()
     modules = ModuleLocator(model)
@@ -143,11 +141,10 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
                 stack.enter_context(fake_mode)
             stack.enter_context(recorder)
             for t in existing:
-                if isinstance(t, torch.Tensor):
-                    recorder.name_of(t)
+                recorder.name_of(t)
             loss = _run_forward(model, inputs, targets, loss_fn, state, modules)
             log.annotate("BACKWARD")
-            _run_backward(loss, modules)
+            _run_backward(loss)
             if not fake:
                 with _disable_current_modes():
                     loss_value = float(loss.detach())
@@ -180,7 +177,7 @@ def _run_forward(model, inputs, targets, loss_fn, state, modules):
     return loss
 
 
-def _run_backward(loss, modules):
+def _run_backward(loss):
     try:
         loss.backward()
     except RecordError:
