@@ -7,6 +7,7 @@ the byte; with `flops` costs the log must not depend on the run or on fake mode.
 
 from __future__ import annotations
 
+import json
 import weakref
 
 import pytest
@@ -16,11 +17,12 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
-from dtrforensics.engine.baseline import baseline  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from dtrforensics.cli.main import app  # noqa: E402
 from dtrforensics.torch import record  # noqa: E402
 from dtrforensics.torch.recorder import constants_of  # noqa: E402
 from dtrforensics.torch.zoo import ZOO  # noqa: E402
-from dtrforensics.trace.parser import parse_file  # noqa: E402
 
 MODELS = ["gpt", "resnet", "lstm", "unet", "mlp"]
 
@@ -73,8 +75,8 @@ def test_log_peak_equals_live_storage_peak_to_the_byte(name, tmp_path):
     model, batch, loss_fn = build(name)
     with LiveBytesTracker(constants_of(model, batch)) as tracker:
         summary = record(model, batch, loss_fn, tmp_path / "m.log")
-    assert summary.peak == baseline(parse_file(tmp_path / "m.log")).peak
-    assert summary.peak == tracker.peak
+    info = CliRunner().invoke(app, ["traces", "info", str(tmp_path / "m.log"), "--json"])
+    assert json.loads(info.stdout)["peak_bytes"] == summary.peak == tracker.peak
     assert summary.peak > sum(p.numel() * p.element_size() for p in model.parameters())
 
 
