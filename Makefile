@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,torch]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_share.py
 	$(BIN)/python benchmarks/trace_cache.py
 	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/torch_record.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

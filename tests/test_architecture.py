@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dtrforensics.engine",),
     ("dtrforensics.recorder", "dtrforensics.db"),
     ("dtrforensics.analyses", "dtrforensics.sweep", "dtrforensics.interop",
-     "dtrforensics.synth.search", "dtrforensics.reproduce"),
+     "dtrforensics.synth.search", "dtrforensics.reproduce", "dtrforensics.torch"),
     ("dtrforensics.render",),
     ("dtrforensics.cli", "dtrforensics.tui", "dtrforensics.api"),
 )

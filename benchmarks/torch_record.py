@@ -1,0 +1,122 @@
+"""Cost of recording PyTorch training steps (`dtrforensics.torch`).
+
+1. Overhead of `measured` recording against a plain training step (forward,
+   loss, backward) of the same model, both in this process: CPU time of the
+   process (fair on a shared, loaded machine) and wall time, each the best of
+   --repeat interleaved runs, after one warm-up of each. Goal: at most 3x.
+2. The GPT-style model of about a billion parameters (`zoo:gpt-1b`) recorded
+   in fake mode in a fresh process: wall time, CPU time and peak RSS (this
+   machine: 2 cores, 24 GiB), plus the log's peak memory and op count.
+
+    python benchmarks/torch_record.py [--repeat N] [--skip-1b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import torch  # noqa: E402
+
+from dtrforensics.torch import record  # noqa: E402
+from dtrforensics.torch.spec import build  # noqa: E402
+
+# Sizes large enough that the step's compute, not Python, dominates.
+OVERHEAD_POINTS = (
+    ("zoo:gpt", {"batch": 8, "seq": 128, "layers": 4, "width": 256, "heads": 8, "vocab": 4096}),
+    ("zoo:resnet", {"batch": 32, "image": 32, "blocks": 2, "width": 16}),
+)
+
+
+def clocks() -> tuple[float, float]:
+    return time.process_time(), time.perf_counter()
+
+
+def plain_step(model, batch, loss_fn) -> None:
+    inputs, targets = batch
+    loss_fn(model(inputs), targets).backward()
+
+
+def overhead(spec: str, sizes: dict, repeat: int, folder: Path) -> dict:
+    torch.manual_seed(0)
+    model, batch, loss_fn = build(spec, **sizes)
+    best = {"plain": [float("inf")] * 2, "measured": [float("inf")] * 2}
+    for i in range(repeat + 1):
+        for mode in best:
+            model.zero_grad(set_to_none=True)
+            cpu0, wall0 = clocks()
+            if mode == "plain":
+                plain_step(model, batch, loss_fn)
+            else:
+                record(model, batch, loss_fn, folder / "m.log", cost="measured")
+            cpu1, wall1 = clocks()
+            if i:   # the first round warms up both
+                best[mode] = [min(best[mode][0], cpu1 - cpu0), min(best[mode][1], wall1 - wall0)]
+    return {"spec": spec, "sizes": sizes,
+            "plain_cpu_s": best["plain"][0], "plain_wall_s": best["plain"][1],
+            "measured_cpu_s": best["measured"][0], "measured_wall_s": best["measured"][1],
+            "ratio_cpu": best["measured"][0] / best["plain"][0],
+            "ratio_wall": best["measured"][1] / best["plain"][1]}
+
+
+def one_billion_child(out: str) -> None:
+    cpu0, wall0 = clocks()
+    torch.manual_seed(0)
+    model, batch, loss_fn = build("zoo:gpt-1b", fake=True)
+    params = sum(p.numel() for p in model.parameters())
+    built = clocks()
+    summary = record(model, batch, loss_fn, out, fake=True)
+    cpu1, wall1 = clocks()
+    print(json.dumps({"parameters": params, "peak_bytes": summary.peak, "ops": summary.ops,
+                      "build_wall_s": built[1] - wall0, "record_wall_s": wall1 - built[1],
+                      "total_cpu_s": cpu1 - cpu0, "total_wall_s": wall1 - wall0,
+                      "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def one_billion(folder: Path) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--one-billion-child", str(folder / "gpt1b.log")],
+                          capture_output=True, text=True, check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["process_wall_s"] = time.perf_counter() - start
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--skip-1b", action="store_true")
+    parser.add_argument("--one-billion-child", metavar="OUT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one_billion_child:
+        one_billion_child(args.one_billion_child)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        print("recording overhead, measured costs vs a plain step (best of "
+              f"{args.repeat}; goal <= 3x):")
+        for spec, sizes in OVERHEAD_POINTS:
+            r = overhead(spec, sizes, args.repeat, folder)
+            print(f"  {spec:<11} plain {r['plain_cpu_s']:.3f} s cpu / {r['plain_wall_s']:.3f} s wall, "
+                  f"recorded {r['measured_cpu_s']:.3f} / {r['measured_wall_s']:.3f} s: "
+                  f"{r['ratio_cpu']:.2f}x cpu, {r['ratio_wall']:.2f}x wall")
+        if not args.skip_1b:
+            r = one_billion(folder)
+            print(f"zoo:gpt-1b in fake mode: {r['parameters'] / 1e9:.2f} B parameters, "
+                  f"log peak {r['peak_bytes'] / 2**30:.2f} GiB, {r['ops']:,} ops; "
+                  f"build {r['build_wall_s']:.1f} s + record {r['record_wall_s']:.1f} s wall "
+                  f"({r['total_cpu_s']:.1f} s cpu, {r['process_wall_s']:.1f} s with start-up), "
+                  f"peak RSS {r['max_rss_mib']:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

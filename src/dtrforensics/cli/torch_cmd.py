@@ -1,0 +1,74 @@
+"""`dtrf torch record SPEC -o OUT.log`: record a PyTorch training step as a DTR log.
+
+PyTorch is imported only when the command runs, so other commands stay fast
+and work without the `torch` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import CommandError
+from ..render.units import fmt_bytes
+
+torch_app = typer.Typer(help="Record DTR logs from your own PyTorch models.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(torch_app, name="torch")
+
+
+def _sizes(pairs: list[str]) -> dict[str, int]:
+    sizes = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value.lstrip("-").isdigit():
+            raise CommandError(f"--set takes KEY=INTEGER (e.g. layers=4), got {pair!r}")
+        sizes[key] = int(value)
+    return sizes
+
+
+@torch_app.command("record")
+def record_cmd(
+    spec: Annotated[str, typer.Argument(help="zoo:NAME (gpt, gpt-1b, resnet, lstm, unet, mlp) or "
+                                             "package.module:factory returning (model, batch, loss_fn).",
+                                        show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Log file to write (atomically).",
+                                         show_default=False)],
+    cost: Annotated[str, typer.Option(help="Cost model: flops (deterministic) or measured (wall time).")] = "flops",
+    fake: Annotated[bool, typer.Option("--fake", help="Fake tensors: exact sizes, no memory, flops costs.")] = False,
+    batch: Annotated[Optional[int], typer.Option(help="Batch size (passed to the factory as batch=).")] = None,
+    seq: Annotated[Optional[int], typer.Option(help="Sequence length (passed as seq=).")] = None,
+    dtype: Annotated[Optional[str], typer.Option(help="float32, float64, float16 or bfloat16 (passed as dtype=).")] = None,
+    sizes: Annotated[Optional[list[str]], typer.Option("--set", help="Another factory keyword, KEY=INTEGER (e.g. layers=4); repeatable.")] = None,
+    seed: Annotated[int, typer.Option(help="torch.manual_seed before building the model.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Record one training step (forward, loss, backward) of SPEC as a DTR log."""
+    try:
+        import torch
+
+        from ..torch import RecordError, record
+        from ..torch.spec import build, parse_dtype
+    except ImportError as exc:
+        raise CommandError(f"dtrf torch needs PyTorch ({exc}): pip install 'dtrforensics[torch]'") from None
+    options = {"batch": batch, "seq": seq, **_sizes(sizes or [])}
+    try:
+        if dtype is not None:
+            options["dtype"] = parse_dtype(dtype)
+        torch.manual_seed(seed)
+        model, data, loss_fn = build(spec, fake=fake, **options)
+        summary = record(model, data, loss_fn, output, cost=cost, fake=fake)
+    except RecordError as exc:
+        raise CommandError(f"{spec}: {exc}") from None
+    if as_json:
+        print(json.dumps({"path": str(summary.path), "peak_bytes": summary.peak, "ops": summary.ops,
+                          "cost": summary.cost, "fake": summary.fake, "loss": summary.loss}, indent=2))
+        return
+    print(f"peak memory {fmt_bytes(summary.peak)} ({summary.peak:,} bytes), {summary.ops:,} ops "
+          f"({summary.cost} costs{', fake tensors' if summary.fake else ''})")
+    print(f"wrote {summary.path}")

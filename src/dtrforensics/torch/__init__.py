@@ -1,0 +1,11 @@
+"""Bring your own model: record a PyTorch training step as a DTR log.
+
+`record(model, batch, loss_fn, path, cost="flops", fake=False)` writes a log
+that every dtrf command reads; `zoo` holds built-in models. Needs the
+`torch` extra (`pip install dtrforensics[torch]`).
+"""
+
+from .recorder import RecordError
+from .step import RecordSummary, record
+
+__all__ = ["RecordError", "RecordSummary", "record"]

@@ -1,0 +1,265 @@
+"""Record one PyTorch training step as a DTR log, under a `TorchDispatchMode`.
+
+Every aten op the step runs (forward, loss, backward) passes through the
+mode and becomes a log record: CALL with one MEMORY and ALIAS line per new
+output, MUTATE for ops that write their arguments, COPY for ops that only give
+an existing tensor a new name (`detach`, `alias`). Tensors the step did not
+create (parameters, buffers, inputs, wrapped Python scalars) become CONSTANTs.
+
+Identity is the storage. An output whose storage is already known is an ALIAS
+of the argument holding that storage; a tensor the recorder never saw (one
+autograd saved for backward and unpacks) is named by its storage's first
+name. Lifetimes follow the storage too: a weakref finalizer on the storage
+releases every name of it, in creation order, when the last reference to it
+dies (a view, or a tensor autograd saved, keeps it alive). So the log's
+storage lifetimes are PyTorch's and its unconstrained peak is the peak of live
+storage bytes. (Tensor objects are not used for lifetimes: a fake tensor view
+keeps its input object alive where a real one does not.)
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .costs import flop_cost, is_repeatable, timed_call
+from .log import LogWriter
+
+IDENTITY_OPS = ("detach", "alias", "lift_fresh")
+REJECTED_TAGS = {
+    torch.Tag.dynamic_output_shape: "its output shape depends on tensor data",
+    torch.Tag.data_dependent_output: "its result depends on tensor data",
+}
+REJECTED_OPS = {"set_": "it rebinds a tensor to another storage"}
+# Ops that write arguments their schema does not mark as written (batch norm
+# updates its running statistics in place in training mode).
+UNDECLARED_WRITES = {name: ("running_mean", "running_var")
+                     for name in ("native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm")}
+
+
+class RecordError(ValueError):
+    """A step that cannot be recorded faithfully: which op, where, and why."""
+
+
+def storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter, getattr(torch.nn, "Buffer", torch.Tensor))
+
+
+def _allowed_type(t: torch.Tensor) -> bool:
+    if type(t) in PLAIN_TYPES:
+        return True
+    from torch._subclasses.fake_tensor import FakeTensor
+    return type(t) is FakeTensor
+
+
+class StepRecorder(TorchDispatchMode):
+    """The dispatch mode that writes the log; `where()` names the code running now."""
+
+    def __init__(self, log: LogWriter, cost: str, where: Callable[[], str]):
+        super().__init__()
+        self.log = log
+        self.cost = cost
+        self.where = where
+        self._names: dict[int, str] = {}
+        self._storage_names: dict[int, list[str]] = {}
+        self._finalizers: list[weakref.finalize] = []
+        self._pending: list[str] = []
+        self._busy = False
+        self._open = True
+        self._counter = 0
+
+    # --- names and lifetimes -------------------------------------------------------
+
+    def _new_name(self) -> str:
+        name = f"x{self._counter}"
+        self._counter += 1
+        return name
+
+    def _watch(self, obj, callback, *args) -> None:
+        fin = weakref.finalize(obj, callback, *args)
+        fin.atexit = False
+        self._finalizers.append(fin)
+
+    def _register(self, t: torch.Tensor, name: str, owner: bool) -> None:
+        self._names[id(t)] = name
+        self._watch(t, self._names.pop, id(t), None)
+        key = storage_key(t)
+        if owner:
+            self._storage_names[key] = [name]
+            self._watch(t.untyped_storage(), self._storage_died, key)
+        else:
+            self._storage_names[key].append(name)
+
+    def _storage_died(self, key: int) -> None:
+        for name in self._storage_names.pop(key):
+            self._release(name)
+
+    def _release(self, name: str) -> None:
+        if not self._open:
+            return
+        if self._busy:
+            self._pending.append(name)
+        else:
+            self.log.release(name)
+
+    def close(self) -> None:
+        """Stop writing; tensors that outlive the step end the log still referenced."""
+        self._open = False
+        for fin in self._finalizers:
+            fin.detach()
+        self._finalizers.clear()
+
+    # --- constants -----------------------------------------------------------------
+
+    def name_of(self, t: torch.Tensor, op: str = "the step") -> str:
+        """The log name for tensor `t`, writing a CONSTANT for a storage never seen."""
+        self._check_tensor(t, op)
+        name = self._names.get(id(t))
+        if name is not None:
+            return name
+        names = self._storage_names.get(storage_key(t))
+        if names is not None:
+            return names[0]
+        name = self._new_name()
+        self.log.constant(name, t.untyped_storage().nbytes())
+        self._register(t, name, owner=True)
+        return name
+
+    # --- ops -----------------------------------------------------------------------
+
+    def _check_tensor(self, t: torch.Tensor, op: str) -> None:
+        if not _allowed_type(t):
+            raise RecordError(f"{op} {self.where()}: unknown tensor subclass "
+                              f"{type(t).__qualname__} (only plain and fake tensors can be recorded)")
+        if t.layout != torch.strided:
+            raise RecordError(f"{op} {self.where()}: {t.layout} tensors cannot be recorded "
+                              "(sizes of sparse storages are not fixed by shapes)")
+
+    def _check_op(self, func, op: str) -> None:
+        for tag, why in REJECTED_TAGS.items():
+            if tag in func.tags:
+                raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {why}")
+        why = REJECTED_OPS.get(func.overloadpacket.__name__)
+        if why:
+            raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {why}")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        op = f"op {func.overloadpacket.__name__} ({func})"
+        self._check_op(func, op)
+        inputs, mutated = _schema_tensors(func, args, kwargs)
+        self._busy = True
+        try:
+            arg_names = [self.name_of(t, op) for t in inputs]
+            call = lambda: func(*args, **kwargs)  # noqa: E731
+            if self.cost == "measured":
+                out, cost = timed_call(call, is_repeatable(func, bool(mutated)))
+            else:
+                out, cost = call(), 0
+            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            for t in outputs:
+                self._check_tensor(t, op)
+            self._write(func, args, kwargs, out, inputs, arg_names, mutated, outputs, cost)
+        finally:
+            self._busy = False
+            pending, self._pending = self._pending, []
+            for name in pending:
+                self.log.release(name)
+        return out
+
+    def _write(self, func, args, kwargs, out, inputs: list, arg_names: list[str],
+               mutated: list[int], outputs: list, cost: int) -> None:
+        op_name = func.overloadpacket.__name__
+        input_ids = {id(t) for t in inputs}
+        arg_keys = [storage_key(t) for t in inputs]
+        fresh = list({id(t): t for t in outputs
+                      if id(t) not in input_ids and id(t) not in self._names}.values())
+        if op_name in IDENTITY_OPS and len(fresh) == 1 and inputs and _same_view(fresh[0], inputs[0]):
+            name = self._new_name()
+            self.log.copy(name, arg_names[0])
+            self._register(fresh[0], name, owner=False)
+            return
+        results: list[tuple[torch.Tensor, str, int]] = []  # tensor, name, alias index
+        follow_ups: list[tuple[torch.Tensor, str]] = []
+        new_storages: dict[int, str] = {}
+        call_args = list(arg_names)
+        for t in fresh:
+            key = storage_key(t)
+            name = self._new_name()
+            if key in new_storages:
+                follow_ups.append((t, new_storages[key]))
+                continue
+            if key in arg_keys:
+                results.append((t, name, arg_keys.index(key)))
+            elif key in self._storage_names:
+                call_args.append(self._storage_names[key][0])
+                arg_keys.append(key)
+                results.append((t, name, len(call_args) - 1))
+            else:
+                new_storages[key] = name
+                results.append((t, name, -1))
+        if self.cost == "flops":
+            written = [t for t, _, alias in results if alias < 0] + [inputs[i] for i in mutated]
+            cost = flop_cost(func, args, kwargs, out, inputs, written)
+        if results:
+            self.log.call(op_name, call_args, [(n, t.untyped_storage().nbytes(), a)
+                                               for t, n, a in results], cost)
+            for t, name, alias in results:
+                self._register(t, name, owner=alias < 0)
+        if mutated:
+            self.log.mutate(op_name, arg_names, mutated, 1 if results else cost)
+        for t, source in follow_ups:
+            name = self._new_name()
+            self.log.call("alias", [source], [(name, t.untyped_storage().nbytes(), 0)], 1)
+            self._register(t, name, owner=False)
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (storage_key(a) == storage_key(b) and a.dtype == b.dtype and a.shape == b.shape
+            and a.stride() == b.stride() and a.storage_offset() == b.storage_offset())
+
+
+def _argument(func, args: tuple, kwargs: dict, name: str):
+    for index, arg in enumerate(func._schema.arguments):
+        if arg.name == name:
+            return args[index] if index < len(args) else kwargs.get(name, arg.default_value)
+    return None
+
+
+def _schema_tensors(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
+    """The op's tensor arguments in schema order, and the positions it writes."""
+    tensors: list = []
+    mutated: list[int] = []
+    written = UNDECLARED_WRITES.get(func.overloadpacket.__name__, ())
+    if written and not _argument(func, args, kwargs, "training"):
+        written = ()
+    for index, arg in enumerate(func._schema.arguments):
+        if index < len(args):
+            value = args[index]
+        elif arg.name in kwargs:
+            value = kwargs[arg.name]
+        else:
+            continue
+        for t in tree_flatten(value)[0]:
+            if isinstance(t, torch.Tensor):
+                if (arg.is_write or arg.name in written) and len(tensors) not in mutated:
+                    mutated.append(len(tensors))
+                tensors.append(t)
+    return tensors, mutated
+
+
+def constants_of(model: torch.nn.Module, batch: Sequence, state: dict | None = None) -> list:
+    """What exists before the step, in a fixed order: parameters, buffers (or the
+    tensors of `state` standing in for them), gradients, batch tensors."""
+    found = list(state.values()) if state is not None else \
+        [*model.parameters(), *model.buffers()]
+    found += [t.grad for t in found if t.grad is not None]
+    found += [t for t in tree_flatten(list(batch))[0] if isinstance(t, torch.Tensor)]
+    return found

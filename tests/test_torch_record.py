@@ -1,0 +1,155 @@
+"""`record` and `dtrf torch record`: recording changes nothing, cost models,
+and bad input (one clear error naming the op and module, no file left behind)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from dtrforensics.cli.errors import CommandError  # noqa: E402
+from dtrforensics.cli.main import app  # noqa: E402
+from dtrforensics.torch import RecordError, record  # noqa: E402
+from dtrforensics.torch.spec import build  # noqa: E402
+from dtrforensics.torch.zoo import ZOO  # noqa: E402
+from dtrforensics.trace.parser import parse_file  # noqa: E402
+
+
+def fresh(name):
+    torch.manual_seed(0)
+    return ZOO[name]()
+
+
+def plain_step(model, batch, loss_fn):
+    inputs, targets = batch
+    loss = loss_fn(model(inputs), targets)
+    loss.backward()
+    return loss.item()
+
+
+@pytest.fixture
+def one_thread():
+    """Intra-op threads may sum in a different order from run to run; one thread does not."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("name", ["gpt", "resnet"])
+def test_recording_changes_no_loss_gradient_or_buffer(name, tmp_path, one_thread):
+    plain = fresh(name)
+    loss = plain_step(*plain)
+    recorded = fresh(name)
+    summary = record(*recorded, tmp_path / "r.log", cost="measured")
+    assert summary.loss == loss
+    for (pname, p), (_, q) in zip(plain[0].named_parameters(), recorded[0].named_parameters()):
+        assert torch.equal(p.grad, q.grad), pname
+    for (bname, b), (_, c) in zip(plain[0].named_buffers(), recorded[0].named_buffers()):
+        assert torch.equal(b, c), bname
+
+
+def test_measured_costs_are_wall_times_and_leave_memory_alone(tmp_path):
+    flops = record(*fresh("resnet"), tmp_path / "f.log")
+    measured = record(*fresh("resnet"), tmp_path / "m.log", cost="measured")
+    assert measured.peak == flops.peak and measured.ops == flops.ops
+    f, m = parse_file(tmp_path / "f.log"), parse_file(tmp_path / "m.log")
+    assert ((m.op_cost > 0) == (f.op_cost > 0)).all()      # constants cost 0, every op >= 1
+    assert (m.op_names == f.op_names) and (m.op_cost != f.op_cost).any()
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass the recorder does not know."""
+
+
+class Probe(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+        self.body = body
+
+    def forward(self, x):
+        return self.body(self.inner(x))
+
+
+def _raises(tmp_path, body, loss_fn=lambda out, _: out.sum(), inputs=None, match=""):
+    model = Probe(body)
+    inputs = torch.ones(2, 4) if inputs is None else inputs
+    with pytest.raises(RecordError, match=match) as info:
+        record(model, (inputs, None), loss_fn, tmp_path / "bad.log")
+    assert list(tmp_path.iterdir()) == [], "no partial log, no temporary file"
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_data_dependent_shapes_are_refused_naming_op_and_module(tmp_path):
+    message = _raises(tmp_path, lambda y: y[y.nonzero(as_tuple=True)], match="nonzero")
+    assert "in module <lambda>" not in message and "Probe" in message
+
+
+def test_sparse_tensors_are_refused(tmp_path):
+    _raises(tmp_path, lambda y: y, inputs=torch.ones(2, 4).to_sparse(), match="sparse")
+
+
+def test_unknown_tensor_subclasses_are_refused(tmp_path):
+    _raises(tmp_path, lambda y: y, inputs=torch.ones(2, 4).as_subclass(Tagged), match="Tagged")
+
+
+def test_non_scalar_loss_is_refused(tmp_path):
+    _raises(tmp_path, lambda y: y, loss_fn=lambda out, _: out, match="scalar")
+
+
+def test_a_model_that_raises_is_reported_with_its_module(tmp_path):
+    def body(_):
+        raise ValueError("broken layer")
+    message = _raises(tmp_path, body, match="broken layer")
+    assert "Probe" in message
+
+
+def raising_factory():
+    raise RuntimeError("no weights here")
+
+
+def two_things():
+    return 1, 2
+
+
+def test_factory_specs_report_what_is_wrong():
+    with pytest.raises(RecordError, match="no weights here"):
+        build("test_torch_record:raising_factory")
+    with pytest.raises(RecordError, match="must return"):
+        build("test_torch_record:two_things")
+    with pytest.raises(RecordError, match="unknown zoo model"):
+        build("zoo:nope")
+    with pytest.raises(RecordError, match="does not take seq"):
+        build("zoo:resnet", seq=8)
+
+
+def test_cli_records_and_prints_peak_ops_and_path(tmp_path):
+    out = tmp_path / "mlp.log"
+    result = CliRunner().invoke(app, ["torch", "record", "zoo:mlp", "-o", str(out), "--batch", "4",
+                                      "--set", "layers=2"])
+    assert result.exit_code == 0, result.output
+    program = parse_file(out)
+    assert str(out) in result.stdout and f"{program.n_ops:,} ops" in result.stdout
+    bad = CliRunner().invoke(app, ["torch", "record", "zoo:mlp", "-o", str(tmp_path / "x.log"),
+                                   "--set", "layers"])
+    assert isinstance(bad.exception, CommandError)
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path):
+    out = tmp_path / "x.log"
+    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "torch", "record",
+                           "test_torch_record:raising_factory", "-o", str(out)],
+                          capture_output=True, text=True, cwd=str(tmp_path),
+                          env={**__import__("os").environ,
+                               "PYTHONPATH": str(__import__("pathlib").Path(__file__).parent)})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "no weights here" in proc.stderr
+    assert not out.exists()
