@@ -75,7 +75,7 @@ def test_switch_markers_sit_at_the_first_byte_of_the_new_regime(sweeps):
     assert starts[456] * 1.01 < before.overhead
 
 
-def test_overhead_never_joins_samples_across_a_failure(sweeps):
+def test_samples_never_join_across_a_failure_and_bands_follow_certificates(sweeps):
     _, _, ax = drawn(sweeps / "grid")
     points = holes.load_points(sweeps / "grid")["dtr"]
     failing = [p["ratio"] for p in points if p["status"] == "fail"]
@@ -84,10 +84,13 @@ def test_overhead_never_joins_samples_across_a_failure(sweeps):
     for ln in steps:
         xs = sorted(ln.get_xdata())
         assert not any(xs[0] < f < xs[-1] for f in failing)
+    # failing samples at 0.73 and 0.80..0.82; the bands reach as far as their certificates
     (below,) = with_gid(ax, "below-first-success")
-    assert x_extent(below) == pytest.approx((0.3, 0.73))
+    assert x_extent(below) == pytest.approx((0.3, 392 / PEAK), abs=1 / PEAK)
     (hole,) = with_gid(ax, "hole")
-    assert x_extent(hole) == pytest.approx((0.8, 0.82))
+    assert x_extent(hole) == pytest.approx((424 / PEAK, 440 / PEAK))
+    (label,) = with_gid(ax, "hole-label")
+    assert label.get_text().startswith(f"hole {424 / PEAK:.6f}-{440 / PEAK:.6f}")
 
 
 def test_crowded_holes_are_labelled_without_overlap_or_listed(sweeps):

@@ -86,11 +86,11 @@ def draw(report: HolesReport, points: dict[str, list[dict]], *, failure_panel: b
             ax.plot([p["ratio"] for p in fail], [0.02 + 0.03 * i] * len(fail), "x",
                     color=bad, ms=4, transform=ax.get_xaxis_transform(),
                     label=f"{pol.policy}: fails")
-        _draw_failing_budgets(ax, pol, report, bad)
+        _draw_failing_budgets(ax, pol, pts, report, bad)
         _draw_switches(ax, pol, pts, report)
         for u in pol.unresolved:
             ax.axvline(u.ratio, color=UNRESOLVED_COLOUR, lw=1, ls="--")
-        marks += _hole_marks(pol, report, bad)
+        marks += _hole_marks(pol, pts, report, bad)
     if any(p.unresolved for p in report.policies):
         ax.plot([], [], "--", color=UNRESOLVED_COLOUR, label="unresolved (timeout)")
     ax.set_ylabel("overhead (x model compute)")
@@ -155,7 +155,8 @@ def _band(ax, lo: float, hi: float, x_span: float, gid: str, **style) -> None:
         ax.axvline((lo + hi) / 2, lw=0.8, color=style.get("color", style.get("ec")), gid=gid)
 
 
-def _draw_failing_budgets(ax, pol: PolicyHoles, report: HolesReport, bad: str) -> None:
+def _draw_failing_budgets(ax, pol: PolicyHoles, pts: list[dict], report: HolesReport,
+                          bad: str) -> None:
     """Holes red; failing budgets with no success below them grey hatched;
     failing budgets up to the top of the range with no success above, pale."""
     peak = report.trace.peak
@@ -169,7 +170,7 @@ def _draw_failing_budgets(ax, pol: PolicyHoles, report: HolesReport, bad: str) -
         return f"{pol.policy}: {text}"
 
     below_style = {"fc": "none", "ec": BELOW_COLOUR, "hatch": "///", "alpha": 0.6}
-    for lo, hi, kind in _failing_ranges(pol, report):
+    for lo, hi, kind in _failing_ranges(pol, pts, report):
         lo_r, hi_r = (lo / peak, (hi + 1) / peak) if pol.exact is not None else (lo, hi)
         if kind == "hole":
             _band(ax, lo_r, hi_r, span, "hole", color=bad, alpha=0.22,
@@ -182,36 +183,52 @@ def _draw_failing_budgets(ax, pol: PolicyHoles, report: HolesReport, bad: str) -
                   label=once("top", "fails, no success above in range"))
 
 
-def _failing_ranges(pol: PolicyHoles, report: HolesReport) -> list[tuple[float, float, str]]:
-    """(lo, hi, kind) of failing budgets: bytes in exact mode, else ratios;
-    kind 'hole', 'below' (below the first success) or 'top'."""
+def _failing_ranges(pol: PolicyHoles, pts: list[dict],
+                    report: HolesReport) -> list[tuple[float, float, str]]:
+    """(lo, hi, kind) of failing budgets: bytes in exact mode, else ratios (the
+    failing samples widened to their certificates); kind 'hole', 'below' (below
+    the first success) or 'top'."""
     if pol.exact is not None:
         return [(r.lo, r.hi, "hole" if r.hole else "below" if r.below_status is None else "top")
                 for r in pol.exact.failure_regions]
     out: list[tuple[float, float, str]] = []
     fs = pol.first_success.sample
-    step_w = (report.params.step or 0) * 0.2
+    lo_b = report.range_bytes[0]
     for e in pol.edge_brackets:
         if e.direction == "fail->ok" and fs is not None and e.ok.budget == fs.budget:
-            out.append((report.params.ratio_from, e.fail.ratio, "below"))
+            out.append((*_certified(pts, lo_b, e.fail.budget, report), "below"))
     if fs is None and pol.first_success.samples:
         out.append((report.params.ratio_from, report.params.ratio_to, "below"))
-    out += [(r.lo.ratio, r.hi.ratio, "hole") for r in pol.failure_regions]
+    out += [(*_certified(pts, r.lo.budget, r.hi.budget, report), "hole")
+            for r in pol.failure_regions]
+    step_w = (report.params.step or 0) * 0.2
     return [(lo, hi if hi > lo else lo + step_w, kind) for lo, hi, kind in out]
 
 
+def _certified(pts: list[dict], lo: int, hi: int, report: HolesReport) -> tuple[float, float]:
+    """Ratio extent of the failing samples with budgets in [lo, hi], widened to
+    their certified intervals (clipped to the swept range)."""
+    peak = report.trace.peak
+    lo_b, hi_b = report.range_bytes
+    inside = [p for p in pts if p["status"] == "fail" and lo <= p["budget"] <= hi]
+    first = min([p["budget"] for p in inside] + [p["interval_lo"] for p in inside
+                                                 if p["interval_lo"] is not None])
+    last = max([p["budget"] for p in inside] + [p["interval_hi"] for p in inside
+                                                if p["interval_hi"] is not None])
+    return max(first, lo_b) / peak, (min(last, hi_b) + 1) / peak
+
+
 def switch_positions(pol: PolicyHoles, pts: list[dict], peak: int) -> list[tuple[float, float]]:
-    """Where each regime switch lies, in ratio units: (x, x) at the first byte of
-    the new regime when the two runs' certified intervals touch, else the
-    bracket (lo sample, hi sample) that holds it."""
+    """Where each regime switch lies, in ratio units: between the two runs'
+    certified intervals, (x, x) at the first byte of the new regime when they
+    touch; without certificates, between the two samples."""
     by_budget = {p["budget"]: p for p in pts}
     out = []
     for s in pol.regime_switches:
         lo, hi = by_budget.get(s.lo.budget), by_budget.get(s.hi.budget)
         if (lo is not None and hi is not None and lo["interval_hi"] is not None
-                and hi["interval_lo"] is not None and lo["interval_hi"] + 1 == hi["interval_lo"]):
-            x = hi["interval_lo"] / peak
-            out.append((x, x))
+                and hi["interval_lo"] is not None):
+            out.append(((lo["interval_hi"] + 1) / peak, hi["interval_lo"] / peak))
         else:
             out.append((s.lo.ratio, s.hi.ratio))
     return out
@@ -219,9 +236,10 @@ def switch_positions(pol: PolicyHoles, pts: list[dict], peak: int) -> list[tuple
 
 def _draw_switches(ax, pol: PolicyHoles, pts: list[dict], report: HolesReport) -> None:
     label = f"{pol.policy}: regime switch (overhead x{1 + report.threshold:g} or more)"
+    span = report.params.ratio_to - report.params.ratio_from
     for k, (lo, hi) in enumerate(switch_positions(pol, pts, report.trace.peak)):
         style = {"label": label if k == 0 else None, "gid": "switch"}
-        if lo == hi:
+        if hi - lo < THIN * span:          # exact, or within a few uncertified bytes
             ax.axvline(lo, color=SWITCH_COLOUR, lw=1, ls=":", **style)
         else:
             ax.axvspan(lo, hi, fc="none", ec=SWITCH_COLOUR, hatch="..", lw=0.5, **style)
@@ -238,7 +256,8 @@ def _ratio_digits(edges: list[float], lo: int = 4, hi: int = 9) -> int:
     return hi
 
 
-def _hole_marks(pol: PolicyHoles, report: HolesReport, colour: str) -> list[HoleMark]:
+def _hole_marks(pol: PolicyHoles, pts: list[dict], report: HolesReport,
+                colour: str) -> list[HoleMark]:
     peak = report.trace.peak
     if pol.exact is not None:
         holes = pol.exact.holes
@@ -253,14 +272,13 @@ def _hole_marks(pol: PolicyHoles, report: HolesReport, colour: str) -> list[Hole
                                 f"hole {ratios}\n{where}",
                                 f"{where} ({width:,} B)", colour))
         return out
-    regions = pol.failure_regions
-    d = _ratio_digits([e for r in regions for e in (r.lo.ratio, r.hi.ratio)])
+    extents = [_certified(pts, r.lo.budget, r.hi.budget, report) for r in pol.failure_regions]
+    d = _ratio_digits([e for x in extents for e in x], lo=6)
     out = []
-    for r in regions:
-        ratios = (f"{r.lo.ratio:.{d}f}" if r.lo.budget == r.hi.budget
-                  else f"{r.lo.ratio:.{d}f}-{r.hi.ratio:.{d}f}")
-        n = f"{r.failing} failing sample{'s' if r.failing != 1 else ''}"
-        out.append(HoleMark(pol.policy, r.lo.ratio, r.hi.ratio, r.above.ratio - r.below.ratio,
+    for r, (lo, hi) in zip(pol.failure_regions, extents):
+        n = f"{r.failing} failing sample{'s' if r.failing != 1 else ''}, certified"
+        ratios = f"{lo:.{d}f}-{hi:.{d}f}"
+        out.append(HoleMark(pol.policy, lo, hi, r.above.ratio - r.below.ratio,
                             f"hole {ratios}\n{n}", f"{ratios} ({n})", colour))
     return out
 

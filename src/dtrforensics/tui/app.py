@@ -103,6 +103,7 @@ class ReplayApp(App):
         self.sub_title = f"{self.recording.run_id}: {run['trace']['name']} {amount} " \
                          f"{run['policy']} ({run['outcome']})"
         self.query_one(RunStrip).border_title = self.sub_title
+        self.query_one(StepPanel).border_subtitle = self.sub_title    # when the strip is bare
         self.load_steps()
 
     def on_unmount(self) -> None:

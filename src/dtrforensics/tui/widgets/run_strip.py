@@ -76,8 +76,8 @@ class RunStrip(Widget):
     def load(self, steps: list[Step], budget: int) -> None:
         self.steps, self.budget, self._cache = list(steps), budget, None
         deepest = max((s.depth for s in steps), default=0)
-        self.border_subtitle = (f"{len(steps):,} allocation checks; bars: share of the "
-                                f"budget {budget:,} B, depth of {deepest}")
+        self.border_subtitle = (f"{len(steps):,} allocation checks · memory, pinned: share "
+                                f"of the budget {budget:,} B · depth: of the deepest, {deepest}")
         self.refresh()
 
     def buckets(self, width: int) -> Buckets:

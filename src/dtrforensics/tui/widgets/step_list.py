@@ -1,7 +1,7 @@
 """Every allocation check of the run, one line each, scrolled lazily: only the
 lines on screen are ever rendered, so a run of any length opens at once.
 
-A line: step, op, depth, `evN` (N evictions made room) or `OOM`, `R` (a
+A line: step, op id, depth, `evN` (N evictions made room) or `OOM`, `R` (a
 rematerialization), then the tensor allocated and its op."""
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ def step_line(step: Step) -> Text:
     """One check: step, op, depth, what is allocated, and what happened."""
     t = Text(no_wrap=True, end="")
     t.append(f"{step.step:>6} ", style="bold")
-    t.append(f"op {step.op_id:<5} d{step.depth:<3} ", style="dim")
+    t.append(f"{step.op_id:>5} d{step.depth:<3} ", style="dim")
     if step.oom:
-        t.append(f"{'OOM':<6}", style="bold red")
+        t.append(f"{'OOM':<5}", style="bold red")
     elif step.evictions:
-        t.append(f"{'ev' + str(step.evictions):<6}", style="cyan")
+        t.append(f"{'ev' + str(step.evictions):<5}", style="cyan")
     else:
-        t.append(" " * 6)
+        t.append(" " * 5)
     t.append("R " if step.remat else "  ", style="yellow")
     t.append(f"{step.tensor} ← {step.op_name}")
     return t
@@ -56,7 +56,7 @@ class StepList(ScrollView, can_focus=False):
 
     def load(self, steps: list[Step]) -> None:
         self.steps = list(steps)
-        self.border_title = f"allocation checks ({len(steps):,})"
+        self.border_title = f"allocation checks ({len(steps):,}): step, op, depth, evN / OOM, R remat"
         self.virtual_size = Size(self.size.width, len(self.steps))
         self.refresh()
 
