@@ -164,6 +164,10 @@ def test_jump_lands_on_the_op_and_the_storage(forensic_recs):  # noqa: F811
         assert app.index == 4
         await jump(app, pilot, "g")                  # not a jump: an error, no move
         assert app.index == 4
+        await jump(app, pilot, "step 2")
+        assert app.index == 2
+        await jump(app, pilot, "step 7")             # past the last step: no move
+        assert app.index == 2
         await pilot.press("g")
         await settle(app, pilot)
         await jump(app, pilot, "s 1")

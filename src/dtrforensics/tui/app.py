@@ -178,7 +178,9 @@ class ReplayApp(App):
                         "after this step", timeout=3)
             self.status = "ready"
             return
-        self.notify(f"storage {message.storage}: {message.kind}", timeout=2)
+        step = self.source.steps[message.index]
+        self.notify(f"storage {message.storage}: {message.kind} at step {step.step:,} "
+                    f"(op {step.op_id})", timeout=3)
         if message.index == self.index:
             self.status = "ready"
         self.index = message.index
@@ -209,9 +211,9 @@ class ReplayApp(App):
             return
         if target.kind == "op":
             found = self.source.op_index(target.number)
-        else:
-            numbers = [s.step for s in self.source.steps]
-            found = numbers.index(target.number) if target.number in numbers else None
+        else:                                         # a window's steps are contiguous
+            found = target.number - self.source.steps[0].step
+            found = found if 0 <= found < len(self.source) else None
         if found is None:
             self.notify(f"no allocation check at or after {target.kind} {target.number} "
                         "in view", timeout=3)
@@ -222,13 +224,9 @@ class ReplayApp(App):
         self.index = found
 
     def action_next_page(self) -> None:
-        screen = self.screen
-        now = next((p for p in self.PAGES[1:] if screen.has_class(f"-page-{p}")), "check")
-        page = self.PAGES[(self.PAGES.index(now) + 1) % len(self.PAGES)]
-        screen.remove_class(*(f"-page-{p}" for p in self.PAGES))
-        if page != "check":
-            screen.add_class(f"-page-{page}")
-        self.page = page
+        self.page = self.PAGES[(self.PAGES.index(self.page) + 1) % len(self.PAGES)]
+        for page in self.PAGES:
+            self.screen.set_class(page == self.page, f"-page-{page}")
 
     @property
     def shown_page(self) -> str:
