@@ -41,7 +41,7 @@ class ReplayApp(App):
     CSS = """
     #body { height: 1fr; }
     #details { height: 1fr; }
-    StepList { width: 50; }
+    StepList { width: 60; }
     StepPanel { max-height: 60%; overflow-y: auto; }
     CandidatesTable { width: 3fr; }
     StackView { width: 2fr; }

@@ -56,7 +56,8 @@ class StepList(ScrollView, can_focus=False):
 
     def load(self, steps: list[Step]) -> None:
         self.steps = list(steps)
-        self.border_title = f"allocation checks ({len(steps):,}): step, op, depth, evN / OOM, R remat"
+        self.border_title = f"allocation checks ({len(steps):,})"
+        self.border_subtitle = "step · op · depth · evN / OOM · R remat"
         self.virtual_size = Size(self.size.width, len(self.steps))
         self.refresh()
 
