@@ -20,7 +20,7 @@ so tests can find them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .holes import HolesReport, PolicyHoles
@@ -86,16 +86,17 @@ def draw(report: HolesReport, points: dict[str, list[dict]], *, failure_panel: b
             ax.plot([p["ratio"] for p in fail], [0.02 + 0.03 * i] * len(fail), "x",
                     color=bad, ms=4, transform=ax.get_xaxis_transform(),
                     label=f"{pol.policy}: fails")
-        _draw_failing_budgets(ax, pol, pts, report, bad)
-        _draw_switches(ax, pol, pts, report)
+        _draw_failing_budgets(ax, pol, pts, report, bad, BELOW_COLOUR if single else colour)
+        _draw_switches(ax, pol, pts, report, SWITCH_COLOUR if single else colour)
         for u in pol.unresolved:
             ax.axvline(u.ratio, color=UNRESOLVED_COLOUR, lw=1, ls="--")
-        marks += _hole_marks(pol, pts, report, bad)
+        marks += [m if single else replace(m, label=f"{pol.policy}: {m.label}")
+                  for m in _hole_marks(pol, pts, report, bad)]
     if any(p.unresolved for p in report.policies):
         ax.plot([], [], "--", color=UNRESOLVED_COLOUR, label="unresolved (timeout)")
     ax.set_ylabel("overhead (x model compute)")
     ax.set_xlim(report.params.ratio_from, report.params.ratio_to)
-    _leave_headroom(ax)
+    _leave_headroom(ax, len(report.policies))
     ax.grid(True, alpha=0.3)
     mode = "exact partition" if report.params.exact else "samples"
     ax.set_title(f"{report.trace.name}: overhead against budget ratio ({mode})")
@@ -140,11 +141,14 @@ def _draw_overhead(ax, policy: str, pts: list[dict], report: HolesReport, colour
             ls="none", label=f"{policy}: sampled run" if ok else None)
 
 
-def _leave_headroom(ax) -> None:
-    """Room above the data for the hole labels, and below it for the failure marks."""
+def _leave_headroom(ax, policies: int) -> None:
+    """Room above the data for the hole labels, and below it for the failure
+    marks (a row per policy, 0.02 + 0.03 i of the height)."""
     lo, hi = ax.get_ylim()
     span = hi - lo if hi > lo else max(abs(hi), 1.0) * 0.1
-    ax.set_ylim(lo - span * 0.1, hi + span * HEADROOM)
+    below = 0.05 + 0.03 * policies                    # fraction of the final height
+    total = span * (1 + HEADROOM) / (1 - below)
+    ax.set_ylim(lo - below * total, hi + span * HEADROOM)
 
 
 # --- failing budgets and switches -----------------------------------------------------
@@ -156,7 +160,7 @@ def _band(ax, lo: float, hi: float, x_span: float, gid: str, **style) -> None:
 
 
 def _draw_failing_budgets(ax, pol: PolicyHoles, pts: list[dict], report: HolesReport,
-                          bad: str) -> None:
+                          bad: str, below: str) -> None:
     """Holes red; failing budgets with no success below them grey hatched;
     failing budgets up to the top of the range with no success above, pale."""
     peak = report.trace.peak
@@ -169,7 +173,7 @@ def _draw_failing_budgets(ax, pol: PolicyHoles, pts: list[dict], report: HolesRe
         labelled.add(key)
         return f"{pol.policy}: {text}"
 
-    below_style = {"fc": "none", "ec": BELOW_COLOUR, "hatch": "///", "alpha": 0.6}
+    below_style = {"fc": "none", "ec": below, "hatch": "///", "alpha": 0.6}
     for lo, hi, kind in _failing_ranges(pol, pts, report):
         lo_r, hi_r = (lo / peak, (hi + 1) / peak) if pol.exact is not None else (lo, hi)
         if kind == "hole":
@@ -234,15 +238,16 @@ def switch_positions(pol: PolicyHoles, pts: list[dict], peak: int) -> list[tuple
     return out
 
 
-def _draw_switches(ax, pol: PolicyHoles, pts: list[dict], report: HolesReport) -> None:
+def _draw_switches(ax, pol: PolicyHoles, pts: list[dict], report: HolesReport,
+                   colour: str) -> None:
     label = f"{pol.policy}: regime switch (overhead x{1 + report.threshold:g} or more)"
     span = report.params.ratio_to - report.params.ratio_from
     for k, (lo, hi) in enumerate(switch_positions(pol, pts, report.trace.peak)):
         style = {"label": label if k == 0 else None, "gid": "switch"}
         if hi - lo < THIN * span:          # exact, or within a few uncertified bytes
-            ax.axvline(lo, color=SWITCH_COLOUR, lw=1, ls=":", **style)
+            ax.axvline(lo, color=colour, lw=1, ls=":", **style)
         else:
-            ax.axvspan(lo, hi, fc="none", ec=SWITCH_COLOUR, hatch="..", lw=0.5, **style)
+            ax.axvspan(lo, hi, fc="none", ec=colour, hatch="..", lw=0.5, **style)
 
 
 # --- hole labels ----------------------------------------------------------------------
