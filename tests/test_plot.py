@@ -29,6 +29,8 @@ def sweeps(tmp_path_factory):
     log.write_text(hole_log().text())
     runner.run_sweep(str(log), SweepParams(0.3, 1.0, 0.02, exact=True), root / "exact", jobs=1)
     runner.run_sweep(str(log), SweepParams(0.3, 1.0, 0.01), root / "grid", jobs=1)
+    runner.run_sweep(str(log), SweepParams(0.3, 1.0, 0.02, policies=("dtr", "lru", "size"),
+                                           exact=True), root / "multi", jobs=1)
     return root
 
 
@@ -124,3 +126,17 @@ def test_crowded_holes_are_labelled_without_overlap_or_listed(sweeps):
         assert sum(edge in s for s in shown) <= 1, edge
     assert sum(any(f"{r.lo:,}" in s for s in shown) for r in micro) == len(shown) - 1
     assert len(set(shown)) == len(shown)
+
+
+def test_several_policies_keep_their_marks_apart(sweeps):
+    from matplotlib.colors import to_hex
+    report, _, ax = drawn(sweeps / "multi")
+    colour = {pol.policy: plot.POLICY_COLOURS[i] for i, pol in enumerate(report.policies)}
+    switches = with_gid(ax, "switch")
+    assert len(switches) == sum(len(p.regime_switches) for p in report.policies) > 0
+    boundaries = {name: {i.lo for i in report.policy(name).exact.partition} for name in colour}
+    for line in switches:
+        (name,) = [n for n, c in colour.items() if to_hex(line.get_color()) == c]
+        assert round(line.get_xdata()[0] * PEAK) in boundaries[name]
+    labels = [a.get_text() for a in with_gid(ax, "hole-label")]
+    assert labels and all(t.split(":")[0] in colour for t in labels)
