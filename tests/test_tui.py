@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 
 
+from textual.widgets import Input
+
 from dtrforensics.recorder.reader import open_recording
 from dtrforensics.tui.app import ReplayApp
-from dtrforensics.tui.widgets import CandidatesTable, StackView, StepPanel
+from dtrforensics.tui.jump import JumpTarget, parse_jump
+from dtrforensics.tui.widgets import CandidatesTable, RunStrip, StackView, StepList, StepPanel
+from dtrforensics.tui.widgets.run_strip import LABEL
 
 
 async def settle(app, pilot, timeout: float = 10.0) -> None:
@@ -105,3 +109,148 @@ def test_next_decision_within_a_step(tmp_path):
         assert "decision 1" in str(table.border_title)
         assert app.index == 3
     run_app(open_recording(path), script)
+
+
+# --- the whole run: strip, list, jumps --------------------------------------------------
+
+def reversed_columns(strip) -> set[int]:
+    """Columns of the strip's first row drawn in reverse (the cursor)."""
+    text = strip.render()
+    first = text.plain.index("\n")
+    return {s.start - LABEL + k for s in text.spans if "reverse" in str(s.style)
+            and s.end <= first for k in range(s.end - s.start)}
+
+
+def test_strip_cursor_follows_stepping(forensic_recs):  # noqa: F811
+    async def script(app, pilot):
+        strip = app.query_one(RunStrip)
+        width = strip.content_region.width - LABEL
+        seen = []
+        for index in range(7):
+            if index:
+                await pilot.press("right")
+                await settle(app, pilot)
+            assert strip.cursor == index == app.query_one(StepList).cursor
+            cols = reversed_columns(strip)
+            assert cols == set(strip.buckets(width).columns_of(index))
+            assert f"step {index} op" in strip.render().plain.splitlines()[-1]
+            seen.append(min(cols))
+        assert seen == sorted(seen) and len(set(seen)) == 7      # left to right, apart
+        assert strip.buckets(width).oom[-1] and not any(strip.buckets(width).oom[:seen[-1]])
+    run_app(open_recording(forensic_recs / "tiny105"), script)
+
+
+async def jump(app, pilot, text: str) -> None:
+    await pilot.press("j")
+    box = app.query_one("#jump", Input)
+    assert box.has_focus and box.display
+    box.value = text
+    await pilot.press("enter")
+    await settle(app, pilot)
+    assert not box.display
+
+
+def test_jump_lands_on_the_op_and_the_storage(forensic_recs):  # noqa: F811
+    # tiny105: storage 1 (a) is evicted at step 4 and rematerialized at step 5;
+    # storage 4 (c) is evicted at step 5; storage 2 (b) is never evicted
+    async def script(app, pilot):
+        await jump(app, pilot, "op 3")
+        assert app.index == 3 and app.source.steps[3].op_id == 3
+        await jump(app, pilot, "#5")                 # the papers' op 5 is op 4
+        assert app.index == 4
+        await jump(app, pilot, "g")                  # not a jump: an error, no move
+        assert app.index == 4
+        await jump(app, pilot, "step 2")
+        assert app.index == 2
+        await jump(app, pilot, "step 7")             # past the last step: no move
+        assert app.index == 2
+        await pilot.press("g")
+        await settle(app, pilot)
+        await jump(app, pilot, "s 1")
+        assert app.index == 4 and [v.victim for v in app.source.victims(4)] == [1]
+        await jump(app, pilot, "storage 1")
+        assert app.index == 5 and app.source.steps[5].remat and app.source.steps[5].tensor == "a"
+        await pilot.press("g")
+        await settle(app, pilot)
+        await jump(app, pilot, "s 4")
+        assert app.index == 5 and [v.victim for v in app.source.victims(5)] == [4]
+        await jump(app, pilot, "s 2")
+        assert app.index == 5
+    run_app(open_recording(forensic_recs / "tiny105"), script)
+
+
+def test_parse_jump():
+    assert parse_jump("460") == parse_jump("op 460") == JumpTarget("op", 460)
+    assert parse_jump(" #461 ") == JumpTarget("op", 460)
+    assert parse_jump("s 612") == parse_jump("storage 612") == JumpTarget("storage", 612)
+    assert parse_jump("step 1,200") == JumpTarget("step", 1200)
+    for bad in ("", "x 3", "op", "op x", "#0", "s -1"):
+        with pytest.raises(ValueError):
+            parse_jump(bad)
+
+
+def test_narrow_screen_pages_through_check_list_and_details(forensic_recs):  # noqa: F811
+    async def main():
+        app = ReplayApp(open_recording(forensic_recs / "tiny105"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            steps, panel_w = app.query_one(StepList), app.query_one(StepPanel)
+            assert app.shown_page == "check" and not steps.display and panel_w.display
+            await pilot.press("l")
+            await pilot.pause()
+            assert app.shown_page == "list" and steps.display
+            assert not app.query_one("#main").display
+            assert steps.region.width == 80
+            await pilot.press("l")
+            await pilot.pause()
+            assert app.shown_page == "details" and not steps.display and not panel_w.display
+            assert app.query_one(CandidatesTable).region.width == 80
+            await pilot.press("l")
+            await pilot.pause()
+            assert app.shown_page == "check"
+    asyncio.run(main())
+
+
+def test_starts_on_a_large_recording_without_blocking(tmp_path, monkeypatch):
+    """The steps load in a worker: while they load the view answers keys; then
+    every allocation check is in the list and the strip, and the last is reachable."""
+    import threading
+
+    from test_sweep import chain_log
+
+    from dtrforensics.analyses import replay_view
+    from dtrforensics.recorder.record import record_run
+    from dtrforensics.tui import app as app_module
+    _, path = record_run(chain_log(4000).program("big"), budget=12_000,
+                         out_dir=tmp_path / "big", scores="victims")
+    rec = open_recording(path)
+    checks = len(replay_view.ReplaySource(rec))
+    assert checks > 4000
+    gate = threading.Event()
+
+    class GatedSource(replay_view.ReplaySource):
+        def __init__(self, *args, **kwargs):
+            gate.wait(60)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(app_module, "ReplaySource", GatedSource)
+
+    async def main():
+        app = ReplayApp(rec)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause(0.1)
+            assert app.status == "loading"
+            assert "loading" in app.query_one(RunStrip).render().plain
+            await pilot.press("j")                      # the view answers while loading
+            assert app.query_one("#jump", Input).has_focus
+            await pilot.press("escape")
+            gate.set()
+            await settle(app, pilot, timeout=60)
+            steps = app.query_one(StepList)
+            assert len(steps.steps) == checks == steps.virtual_size.height
+            await pilot.press("G")
+            await settle(app, pilot, timeout=30)
+            assert app.index == checks - 1 == app.query_one(RunStrip).cursor
+            top = steps.scroll_offset.y
+            assert top <= checks - 1 < top + steps.scrollable_content_region.height
+    asyncio.run(main())

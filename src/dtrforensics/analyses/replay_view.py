@@ -13,6 +13,7 @@ runner-up) and the stack of in-progress materializations
 
 from __future__ import annotations
 
+import bisect
 import threading
 from dataclasses import asdict, dataclass
 
@@ -208,6 +209,25 @@ class ReplaySource:
             if self._matches(self.steps[i], what):
                 return i
         return None
+
+    def op_index(self, op_id: int) -> int | None:
+        """The first step of top-level op `op_id` or, if it makes no allocation
+        check, of the next op that does (None: none in view)."""
+        i = bisect.bisect_left([s.op_id for s in self.steps], op_id)
+        return i if i < len(self.steps) else None
+
+    def storage_index(self, index: int, storage: int) -> tuple[int, str] | None:
+        """The next step after `index` that evicts or rematerializes `storage`
+        (`queries/replay/storage_steps`), and which of the two (None: none in view)."""
+        if not self.steps:
+            return None
+        rows = self._query("SELECT step, kind FROM storage_steps(?, ?) WHERE step > ? "
+                           "AND step <= ? ORDER BY step, kind LIMIT 1",
+                           [self.run_id, storage, self.steps[index].step, self.steps[-1].step])
+        if not rows:
+            return None
+        numbers = [s.step for s in self.steps]
+        return bisect.bisect_left(numbers, rows[0]["step"]), rows[0]["kind"]
 
     # -- details
 

@@ -1,22 +1,55 @@
-"""Figure of a sweep: overhead against budget ratio, holes as bands (matplotlib).
+"""Figure of a sweep: overhead against budget ratio, failing budgets as bands (matplotlib).
 
 Rendering only: the numbers come from `holes.analyze` and `holes.load_points`.
 Needs the `plot` extra (matplotlib). Uses the object API (`Figure`), never
 pyplot, so nothing global changes and no display is needed.
+
+What a reader sees: each completing run as a marker at its budget and, where
+the run certifies a budget interval, a step over that interval (adjacent
+certified intervals join, a failure or an uncertified gap breaks the line, so
+nothing zigzags across a regime switch); holes as red bands, budgets below the
+first success as grey hatching (not a hole: the budget is simply too small);
+regime switches as dotted lines at the first byte of the new regime (exact) or
+as a hatched bracket between the two samples. Hole labels never overlap: the
+widest holes are labelled on the plot, the rest are listed in the legend.
+Artists carry gids ("overhead-step", "hole", "below-first-success", "switch",
+"hole-label")
+so tests can find them.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .holes import HolesReport
+from .holes import HolesReport, PolicyHoles
 
 POLICY_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
                   "#bcbd22", "#7f7f7f")
 FAIL_COLOUR = "#d62728"
+BELOW_COLOUR = "#7f7f7f"
+SWITCH_COLOUR = "#444444"
 UNRESOLVED_COLOUR = "#ff7f0e"
 GIB = float(1 << 30)
+DPI = 130
+LABEL_ROWS = 3                  # rows of hole labels under the top of the panel
+LABEL_ROW_PT = 26               # vertical distance between rows (points)
+HEADROOM = 0.75                 # extra y range above the data, as a fraction of its span
+LISTED_MAX = 12                 # holes listed in the legend; the rest are counted
+THIN = 0.004                    # a band narrower than this fraction of the x range gets a line
+
+
+@dataclass(frozen=True)
+class HoleMark:
+    """One hole to label: where it is (ratio units) and its texts."""
+    policy: str
+    lo: float
+    hi: float
+    width: float                # what ranks labels: bytes (exact) or ratio span (samples)
+    label: str                  # on the plot (two lines)
+    listed: str                 # in the legend (one line)
+    colour: str
 
 
 def _figure_class():
@@ -29,59 +62,295 @@ def _figure_class():
 
 
 def draw(report: HolesReport, points: dict[str, list[dict]], *, failure_panel: bool = True):
-    """The figure: panel 1 overhead vs ratio per policy, failing ranges as red
-    bands (byte-exact in exact mode), unresolved points as orange lines, holes
-    annotated; panel 2 (optional) pinned bytes and depth at each OOM."""
+    """The figure: panel 1 overhead vs ratio per policy with failing budgets,
+    regime switches and labelled holes; panel 2 (optional) pinned bytes and
+    depth at each OOM."""
     Figure = _figure_class()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     has_oom = any(p["oom_pinned"] is not None for pts in points.values() for p in pts)
     two = failure_panel and has_oom
-    fig = Figure(figsize=(11, 7.5 if two else 5.2), layout="constrained")
+    fig = Figure(figsize=(11, 7.5 if two else 5.2), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
     axes = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2)) if two else [fig.subplots()]
     ax = axes[0]
     peak = report.trace.peak
     single = len(report.policies) == 1
+    marks: list[HoleMark] = []
     for i, pol in enumerate(report.policies):
         colour = POLICY_COLOURS[i % len(POLICY_COLOURS)]
         bad = FAIL_COLOUR if single else colour      # one policy: red; several: their colours
         pts = points.get(pol.policy, [])
-        for k, run in enumerate(_ok_runs(pts)):      # a line never crosses a failure
-            ax.plot([p["ratio"] for p in run], [p["overhead"] for p in run], ".-",
-                    color=colour, lw=1, ms=3, label=f"{pol.policy}: overhead" if k == 0 else None)
+        _draw_overhead(ax, pol.policy, pts, report, colour)
         fail = [p for p in pts if p["status"] == "fail"]
         if fail:
             ax.plot([p["ratio"] for p in fail], [0.02 + 0.03 * i] * len(fail), "x",
                     color=bad, ms=4, transform=ax.get_xaxis_transform(),
                     label=f"{pol.policy}: fails")
-        for k, (lo, hi) in enumerate(_failure_bands(pol, peak, report)):
-            ax.axvspan(lo, hi, color=bad, alpha=0.18 if single else 0.12, lw=0,
-                       label=f"{pol.policy}: failing budgets" if k == 0 else None)
+        _draw_failing_budgets(ax, pol, pts, report, bad, BELOW_COLOUR if single else colour)
+        _draw_switches(ax, pol, pts, report, SWITCH_COLOUR if single else colour)
         for u in pol.unresolved:
             ax.axvline(u.ratio, color=UNRESOLVED_COLOUR, lw=1, ls="--")
-        _annotate_holes(ax, pol, peak, colour)
+        marks += [m if single else replace(m, label=f"{pol.policy}: {m.label}")
+                  for m in _hole_marks(pol, pts, report, bad)]
     if any(p.unresolved for p in report.policies):
         ax.plot([], [], "--", color=UNRESOLVED_COLOUR, label="unresolved (timeout)")
     ax.set_ylabel("overhead (x model compute)")
     ax.set_xlim(report.params.ratio_from, report.params.ratio_to)
+    _leave_headroom(ax, len(report.policies))
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     mode = "exact partition" if report.params.exact else "samples"
     ax.set_title(f"{report.trace.name}: overhead against budget ratio ({mode})")
     if two:
         _failure_panel(axes[1], report, points)
     axes[-1].set_xlabel(f"budget ratio (x peak {peak:,} bytes)")
+    _place_hole_labels(fig, ax, marks, report)
     return fig
 
 
-def _ok_runs(pts: list[dict]) -> list[list[dict]]:
-    """Completing samples in maximal runs not interrupted by a failing sample."""
-    runs: list[list[dict]] = [[]]
-    for p in pts:
-        if p["status"] == "ok":
-            runs[-1].append(p)
-        elif p["status"] == "fail" and runs[-1]:
-            runs.append([])
-    return [r for r in runs if r]
+# --- overhead -------------------------------------------------------------------------
 
+def _certified_steps(pts: list[dict], report: HolesReport) -> list[tuple[list, list]]:
+    """Polylines (x, y) over the certified intervals of completing runs; adjacent
+    intervals join into one step line, anything else breaks it."""
+    lo_b, hi_b = report.range_bytes
+    peak = report.trace.peak
+    intervals = sorted({(max(p["interval_lo"], lo_b),
+                         min(hi_b if p["interval_hi"] is None else p["interval_hi"], hi_b),
+                         p["overhead"])
+                        for p in pts if p["status"] == "ok" and p["interval_lo"] is not None
+                        and p["interval_lo"] <= hi_b
+                        and (p["interval_hi"] is None or p["interval_hi"] >= lo_b)})
+    lines: list[tuple[list, list]] = []
+    last_hi = None
+    for lo, hi, overhead in intervals:
+        if last_hi is None or lo != last_hi + 1:
+            lines.append(([], []))
+        xs, ys = lines[-1]
+        xs += [lo / peak, (hi + 1) / peak]
+        ys += [overhead, overhead]
+        last_hi = hi
+    return lines
+
+
+def _draw_overhead(ax, policy: str, pts: list[dict], report: HolesReport, colour: str) -> None:
+    for k, (xs, ys) in enumerate(_certified_steps(pts, report)):
+        ax.plot(xs, ys, "-", color=colour, lw=1.2, gid="overhead-step",
+                label=f"{policy}: overhead (certified interval)" if k == 0 else None)
+    ok = [p for p in pts if p["status"] == "ok"]
+    ax.plot([p["ratio"] for p in ok], [p["overhead"] for p in ok], "o", color=colour, ms=2.5,
+            ls="none", label=f"{policy}: sampled run" if ok else None)
+
+
+def _leave_headroom(ax, policies: int) -> None:
+    """Room above the data for the hole labels, and below it for the failure
+    marks (a row per policy, 0.02 + 0.03 i of the height)."""
+    lo, hi = ax.get_ylim()
+    span = hi - lo if hi > lo else max(abs(hi), 1.0) * 0.1
+    below = 0.05 + 0.03 * policies                    # fraction of the final height
+    total = span * (1 + HEADROOM) / (1 - below)
+    ax.set_ylim(lo - below * total, hi + span * HEADROOM)
+
+
+# --- failing budgets and switches -----------------------------------------------------
+
+def _band(ax, lo: float, hi: float, x_span: float, gid: str, **style) -> None:
+    ax.axvspan(lo, hi, lw=0, gid=gid, **style)
+    if hi - lo < THIN * x_span:            # too thin to see as a band
+        ax.axvline((lo + hi) / 2, lw=0.8, color=style.get("color", style.get("ec")), gid=gid)
+
+
+def _draw_failing_budgets(ax, pol: PolicyHoles, pts: list[dict], report: HolesReport,
+                          bad: str, below: str) -> None:
+    """Holes red; failing budgets with no success below them grey hatched;
+    failing budgets up to the top of the range with no success above, pale."""
+    peak = report.trace.peak
+    span = report.params.ratio_to - report.params.ratio_from
+    labelled = set()
+
+    def once(key: str, text: str) -> str | None:
+        if key in labelled:
+            return None
+        labelled.add(key)
+        return f"{pol.policy}: {text}"
+
+    below_style = {"fc": "none", "ec": below, "hatch": "///", "alpha": 0.6}
+    for lo, hi, kind in _failing_ranges(pol, pts, report):
+        lo_r, hi_r = (lo / peak, (hi + 1) / peak) if pol.exact is not None else (lo, hi)
+        if kind == "hole":
+            _band(ax, lo_r, hi_r, span, "hole", color=bad, alpha=0.22,
+                  label=once("hole", "hole (fails, completes below and above)"))
+        elif kind == "below":
+            _band(ax, lo_r, hi_r, span, "below-first-success", **below_style,
+                  label=once("below", "fails below the first success"))
+        else:
+            _band(ax, lo_r, hi_r, span, "fails-to-top", color=bad, alpha=0.08,
+                  label=once("top", "fails, no success above in range"))
+
+
+def _failing_ranges(pol: PolicyHoles, pts: list[dict],
+                    report: HolesReport) -> list[tuple[float, float, str]]:
+    """(lo, hi, kind) of failing budgets: bytes in exact mode, else ratios (the
+    failing samples widened to their certificates); kind 'hole', 'below' (below
+    the first success) or 'top'."""
+    if pol.exact is not None:
+        return [(r.lo, r.hi, "hole" if r.hole else "below" if r.below_status is None else "top")
+                for r in pol.exact.failure_regions]
+    out: list[tuple[float, float, str]] = []
+    fs = pol.first_success.sample
+    lo_b = report.range_bytes[0]
+    for e in pol.edge_brackets:
+        if e.direction == "fail->ok" and fs is not None and e.ok.budget == fs.budget:
+            out.append((*_certified(pts, lo_b, e.fail.budget, report), "below"))
+    if fs is None and pol.first_success.samples:
+        out.append((report.params.ratio_from, report.params.ratio_to, "below"))
+    out += [(*_certified(pts, r.lo.budget, r.hi.budget, report), "hole")
+            for r in pol.failure_regions]
+    step_w = (report.params.step or 0) * 0.2
+    return [(lo, hi if hi > lo else lo + step_w, kind) for lo, hi, kind in out]
+
+
+def _certified(pts: list[dict], lo: int, hi: int, report: HolesReport) -> tuple[float, float]:
+    """Ratio extent of the failing samples with budgets in [lo, hi], widened to
+    their certified intervals (clipped to the swept range)."""
+    peak = report.trace.peak
+    lo_b, hi_b = report.range_bytes
+    inside = [p for p in pts if p["status"] == "fail" and lo <= p["budget"] <= hi]
+    first = min([p["budget"] for p in inside] + [p["interval_lo"] for p in inside
+                                                 if p["interval_lo"] is not None])
+    last = max([p["budget"] for p in inside] + [p["interval_hi"] for p in inside
+                                                if p["interval_hi"] is not None])
+    return max(first, lo_b) / peak, (min(last, hi_b) + 1) / peak
+
+
+def switch_positions(pol: PolicyHoles, pts: list[dict], peak: int) -> list[tuple[float, float]]:
+    """Where each regime switch lies, in ratio units: between the two runs'
+    certified intervals, (x, x) at the first byte of the new regime when they
+    touch; without certificates, between the two samples."""
+    by_budget = {p["budget"]: p for p in pts}
+    out = []
+    for s in pol.regime_switches:
+        lo, hi = by_budget.get(s.lo.budget), by_budget.get(s.hi.budget)
+        if (lo is not None and hi is not None and lo["interval_hi"] is not None
+                and hi["interval_lo"] is not None):
+            out.append(((lo["interval_hi"] + 1) / peak, hi["interval_lo"] / peak))
+        else:
+            out.append((s.lo.ratio, s.hi.ratio))
+    return out
+
+
+def _draw_switches(ax, pol: PolicyHoles, pts: list[dict], report: HolesReport,
+                   colour: str) -> None:
+    label = f"{pol.policy}: regime switch (overhead x{1 + report.threshold:g} or more)"
+    span = report.params.ratio_to - report.params.ratio_from
+    for k, (lo, hi) in enumerate(switch_positions(pol, pts, report.trace.peak)):
+        style = {"label": label if k == 0 else None, "gid": "switch"}
+        if hi - lo < THIN * span:          # exact, or within a few uncertified bytes
+            ax.axvline(lo, color=colour, lw=1, ls=":", **style)
+        else:
+            ax.axvspan(lo, hi, fc="none", ec=colour, hatch="..", lw=0.5, **style)
+
+
+# --- hole labels ----------------------------------------------------------------------
+
+def _ratio_digits(edges: list[float], lo: int = 4, hi: int = 9) -> int:
+    """Fewest decimals (>= lo) that tell every distinct edge apart."""
+    distinct = set(edges)
+    for d in range(lo, hi + 1):
+        if len({f"{e:.{d}f}" for e in distinct}) == len(distinct):
+            return d
+    return hi
+
+
+def _hole_marks(pol: PolicyHoles, pts: list[dict], report: HolesReport,
+                colour: str) -> list[HoleMark]:
+    peak = report.trace.peak
+    if pol.exact is not None:
+        holes = pol.exact.holes
+        d = _ratio_digits([e / peak for r in holes for e in (r.lo, r.hi)], lo=6)
+        out = []
+        for r in holes:
+            ratios = (f"{r.lo / peak:.{d}f}" if r.lo == r.hi
+                      else f"{r.lo / peak:.{d}f}-{r.hi / peak:.{d}f}")
+            where = f"{r.lo:,} B" if r.lo == r.hi else f"{r.lo:,}-{r.hi:,} B"
+            width = r.hi - r.lo + 1
+            out.append(HoleMark(pol.policy, r.lo / peak, (r.hi + 1) / peak, width,
+                                f"hole {ratios}\n{where}",
+                                f"{where} ({width:,} B)", colour))
+        return out
+    extents = [_certified(pts, r.lo.budget, r.hi.budget, report) for r in pol.failure_regions]
+    d = _ratio_digits([e for x in extents for e in x], lo=6)
+    out = []
+    for r, (lo, hi) in zip(pol.failure_regions, extents):
+        n = f"{r.failing} failing sample{'s' if r.failing != 1 else ''}, certified"
+        ratios = f"{lo:.{d}f}-{hi:.{d}f}"
+        out.append(HoleMark(pol.policy, lo, hi, r.above.ratio - r.below.ratio,
+                            f"hole {ratios}\n{n}", f"{ratios} ({n})", colour))
+    return out
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def _place_hole_labels(fig, ax, marks: list[HoleMark], report: HolesReport) -> None:
+    """Label the widest holes where their labels fit (no overlap, inside the
+    panel); list the others in the legend. Placing depends on the layout, the
+    layout on the legend: repeat until the listed set stops growing."""
+    ranked = sorted(marks, key=lambda m: -m.width)
+    listed: list[HoleMark] = []
+    placed: list = []
+    while True:
+        _legend(ax, listed, report)
+        fig.draw_without_rendering()
+        for ann in placed:
+            ann.remove()
+        placed, missed = _try_labels(fig, ax, [m for m in ranked if m not in listed])
+        if not missed:
+            return
+        listed += missed
+
+
+def _try_labels(fig, ax, marks: list[HoleMark]) -> tuple[list, list[HoleMark]]:
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    boxes, placed, missed = [], [], []
+    for m in marks:
+        for row in range(LABEL_ROWS):
+            ann = ax.annotate(m.label, xy=((m.lo + m.hi) / 2, 1.0),
+                              xycoords=ax.get_xaxis_transform(),
+                              xytext=(0, -6 - LABEL_ROW_PT * row), textcoords="offset points",
+                              ha="center", va="top", fontsize=7, color=m.colour,
+                              linespacing=1.1, gid="hole-label",
+                              bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": m.colour,
+                                    "lw": 0.5})
+            box = ann.get_window_extent(renderer)
+            if (frame.x0 <= box.x0 and box.x1 <= frame.x1
+                    and not any(_overlaps(box, b) for b in boxes)):
+                boxes.append(box)
+                placed.append(ann)
+                break
+            ann.remove()
+        else:
+            missed.append(m)
+    return placed, missed
+
+
+def _legend(ax, listed: list[HoleMark], report: HolesReport) -> None:
+    from matplotlib.patches import Patch
+    handles, labels = ax.get_legend_handles_labels()
+    if listed:
+        handles.append(Patch(visible=False))
+        labels.append("holes too close to label:")
+        for m in sorted(listed, key=lambda m: m.lo)[:LISTED_MAX]:
+            handles.append(Patch(color=m.colour, alpha=0.4))
+            labels.append(m.listed if len(report.policies) == 1 else f"{m.policy}: {m.listed}")
+        if len(listed) > LISTED_MAX:
+            handles.append(Patch(visible=False))
+            labels.append(f"... and {len(listed) - LISTED_MAX} more (dtrf holes SWEEP)")
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+
+
+# --- the failure panel ----------------------------------------------------------------
 
 def _byte_unit(n: float) -> tuple[float, str]:
     for scale, unit in ((GIB, "GiB"), (float(1 << 20), "MiB"), (1024.0, "KiB")):
@@ -90,36 +359,8 @@ def _byte_unit(n: float) -> tuple[float, str]:
     return 1.0, "bytes"
 
 
-def _failure_bands(pol, peak: int, report: HolesReport) -> list[tuple[float, float]]:
-    """Failing budget ranges as ratios: the certified failing runs in exact
-    mode, else the sampled failing runs (below the first success included)."""
-    if pol.exact is not None and pol.exact.failure_regions:
-        return [(r.lo / peak, (r.hi + 1) / peak) for r in pol.exact.failure_regions]
-    bands = []
-    fs = pol.first_success.sample
-    lo_edge = report.params.ratio_from
-    for e in pol.edge_brackets:
-        if e.direction == "fail->ok" and fs is not None and e.ok.budget == fs.budget:
-            bands.append((lo_edge, e.fail.ratio))
-    if fs is None and pol.first_success.samples:
-        bands.append((report.params.ratio_from, report.params.ratio_to))
-    bands += [(r.lo.ratio, r.hi.ratio) for r in pol.failure_regions]
-    return [(lo, hi if hi > lo else lo + (report.params.step or 0) * 0.2) for lo, hi in bands]
-
-
-def _annotate_holes(ax, pol, peak: int, colour: str) -> None:
-    if pol.exact is not None:
-        holes = [(r.lo / peak, r.hi / peak) for r in pol.exact.holes]
-    else:
-        holes = [(r.lo.ratio, r.hi.ratio) for r in pol.failure_regions]
-    for k, (lo, hi) in enumerate(holes):
-        ax.annotate(f"hole {lo:.5g}-{hi:.5g}", xy=((lo + hi) / 2, 1.0),
-                    xycoords=ax.get_xaxis_transform(), xytext=(0, -14 - 12 * (k % 3)),
-                    textcoords="offset points", ha="center", fontsize=8, color=FAIL_COLOUR,
-                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": colour, "lw": 0.5})
-
-
 def _failure_panel(ax, report: HolesReport, points: dict[str, list[dict]]) -> None:
+    from matplotlib.ticker import MaxNLocator
     depth_ax = ax.twinx()
     scale, unit = _byte_unit(max((p["oom_pinned"] for pts in points.values() for p in pts
                                   if p["oom_pinned"] is not None), default=0))
@@ -134,11 +375,12 @@ def _failure_panel(ax, report: HolesReport, points: dict[str, list[dict]]) -> No
                       color=colour, ms=3, alpha=0.5, label=f"{pol.policy}: depth at OOM")
     ax.set_ylabel(f"pinned at failure ({unit})")
     depth_ax.set_ylabel("nesting depth at failure")
+    depth_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
     handles = ax.get_legend_handles_labels()
     extra = depth_ax.get_legend_handles_labels()
     ax.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper left",
-              bbox_to_anchor=(1.08, 1), fontsize=8)
+              bbox_to_anchor=(1.08, 1), fontsize=7)
 
 
 def save(fig, stem: str | os.PathLike) -> list[Path]:
@@ -146,6 +388,6 @@ def save(fig, stem: str | os.PathLike) -> list[Path]:
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    fig.savefig(paths[0], dpi=130)
+    fig.savefig(paths[0], dpi=DPI)
     fig.savefig(paths[1])
     return paths

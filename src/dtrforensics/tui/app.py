@@ -2,7 +2,12 @@
 
 Keys: → / n next step, ← / p previous, e / E next / previous eviction,
 r / R next / previous rematerialization, o the OOM, g / G first / last step,
-c next decision of the step (its candidates), q quit.
+c next decision of the step (its candidates), j jump to an op or a storage,
+l the next page below 120 columns (the check, the list of every step, the
+candidates and stack in full; from 120 columns all are side by side), q quit.
+
+On top, the whole run as a strip (memory, pinned bytes, depth) with a cursor on
+the current step; the step list scrolls through every allocation check.
 
 The steps come from `analyses.replay_view.ReplaySource`; everything that
 queries DuckDB runs in a thread worker (`@work(thread=True)`), results come
@@ -16,25 +21,42 @@ from typing import ClassVar
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
-from textual.widgets import Footer, Header
+from textual.widgets import Footer, Input
 
 from ..analyses.replay_view import ReplaySource
 from ..recorder.reader import Recording
-from .messages import StepDetails, StepsLoaded
-from .widgets import CandidatesTable, StackView, StepPanel
+from .jump import HELP, parse_jump
+from .messages import StepDetails, StepsLoaded, StorageFound
+from .widgets import CandidatesTable, RunStrip, StackView, StepList, StepPanel
 
 TOP_CANDIDATES = 12
 
 
 class ReplayApp(App):
     TITLE = "dtrf replay"
+    AUTO_FOCUS = None           # keys go to the view; the jump box takes focus when opened
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
     CSS = """
+    #body { height: 1fr; }
     #details { height: 1fr; }
+    StepList { width: 60; }
+    StepPanel { max-height: 60%; overflow-y: auto; }
     CandidatesTable { width: 3fr; }
     StackView { width: 2fr; }
+    #jump { dock: bottom; display: none; }
+    #jump.-open { display: block; }
+    Screen.-narrow StepList { display: none; }
+    Screen.-narrow.-page-list StepList { display: block; width: 1fr; }
+    Screen.-narrow.-page-list #main { display: none; }
+    Screen.-narrow.-page-details StepPanel { display: none; }
+    Screen.-narrow.-page-details #details { layout: vertical; }
+    Screen.-narrow.-page-details #details > * { width: 1fr; }
+    Screen.-short RunStrip { border: none; height: 4; }
     """
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (30, "-tall")]
+    PAGES = ("check", "list", "details")         # below 120 columns, one at a time
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("right,n", "step(1)", "next"),
         Binding("left,p", "step(-1)", "previous"),
@@ -46,6 +68,9 @@ class ReplayApp(App):
         Binding("g", "go(0)", "first", show=False),
         Binding("G", "go(-1)", "last", show=False),
         Binding("c", "next_decision", "next decision"),
+        Binding("j", "open_jump", "jump"),
+        Binding("l", "next_page", "page"),
+        Binding("escape", "close_jump", "close", show=False),
         Binding("q", "quit", "quit"),
     ]
 
@@ -58,13 +83,18 @@ class ReplayApp(App):
         self.source: ReplaySource | None = None
         self.decision_offset = 0
         self.status = "loading"
+        self.page = "check"
 
     def compose(self) -> ComposeResult:
-        yield Header()
-        yield StepPanel(id="step")
-        with Horizontal(id="details"):
-            yield CandidatesTable(id="candidates")
-            yield StackView(id="stack")
+        yield RunStrip(id="strip")
+        with Horizontal(id="body"):
+            yield StepList(id="steps")
+            with Vertical(id="main"):
+                yield StepPanel(id="step")
+                with Horizontal(id="details"):
+                    yield CandidatesTable(id="candidates")
+                    yield StackView(id="stack")
+        yield Input(placeholder=HELP, id="jump")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -72,6 +102,8 @@ class ReplayApp(App):
         amount = f"ratio {run['ratio']:g}" if run.get("ratio") is not None else f"{run['budget']:,} B"
         self.sub_title = f"{self.recording.run_id}: {run['trace']['name']} {amount} " \
                          f"{run['policy']} ({run['outcome']})"
+        self.query_one(RunStrip).border_title = self.sub_title
+        self.query_one(StepPanel).border_subtitle = self.sub_title    # when the strip is bare
         self.load_steps()
 
     def on_unmount(self) -> None:
@@ -105,6 +137,8 @@ class ReplayApp(App):
             self.query_one(StepPanel).update("no allocation checks in this window")
             return
         self.status = "ready"
+        self.query_one(RunStrip).load(self.source.steps, self.recording.run["budget"])
+        self.query_one(StepList).load(self.source.steps)
         self.index = 0
 
     def on_step_details(self, message: StepDetails) -> None:
@@ -123,8 +157,81 @@ class ReplayApp(App):
             return
         self.decision_offset = 0
         self.status = "loading"
+        self.query_one(RunStrip).cursor = index
+        self.query_one(StepList).cursor = index
         self.query_one(StepPanel).show(self.source.steps[index], len(self.source), None)
         self.load_details(index, 0)
+
+    def on_step_list_chosen(self, message: StepList.Chosen) -> None:
+        self.index = message.index
+
+    # -- jumps
+
+    @work(thread=True, exclusive=True, group="jump")
+    def find_storage(self, index: int, storage: int) -> None:
+        found = self.source.storage_index(index, storage)
+        self.post_message(StorageFound(storage, *(found or (None, None))))
+
+    def on_storage_found(self, message: StorageFound) -> None:
+        if message.index is None:
+            self.notify(f"storage {message.storage} is not evicted or rematerialized "
+                        "after this step", timeout=3)
+            self.status = "ready"
+            return
+        step = self.source.steps[message.index]
+        self.notify(f"storage {message.storage}: {message.kind} at step {step.step:,} "
+                    f"(op {step.op_id})", timeout=3)
+        if message.index == self.index:
+            self.status = "ready"
+        self.index = message.index
+
+    def action_open_jump(self) -> None:
+        box = self.query_one("#jump", Input)
+        box.add_class("-open")
+        box.value = ""
+        box.focus()
+
+    def action_close_jump(self) -> None:
+        box = self.query_one("#jump", Input)
+        box.remove_class("-open")
+        self.set_focus(None)
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        self.action_close_jump()
+        try:
+            target = parse_jump(message.value)
+        except ValueError as exc:
+            self.notify(str(exc), severity="error", timeout=4)
+            return
+        if not self._has_steps():
+            return
+        if target.kind == "storage":
+            self.status = "loading"
+            self.find_storage(self.index, target.number)
+            return
+        if target.kind == "op":
+            found = self.source.op_index(target.number)
+        else:                                         # a window's steps are contiguous
+            found = target.number - self.source.steps[0].step
+            found = found if 0 <= found < len(self.source) else None
+        if found is None:
+            self.notify(f"no allocation check at or after {target.kind} {target.number} "
+                        "in view", timeout=3)
+            return
+        if target.kind == "op" and self.source.steps[found].op_id != target.number:
+            self.notify(f"op {target.number} allocates nothing: op "
+                        f"{self.source.steps[found].op_id} is next", timeout=3)
+        self.index = found
+
+    def action_next_page(self) -> None:
+        self.page = self.PAGES[(self.PAGES.index(self.page) + 1) % len(self.PAGES)]
+        for page in self.PAGES:
+            self.screen.set_class(page == self.page, f"-page-{page}")
+
+    @property
+    def shown_page(self) -> str:
+        """The page shown below the strip ('all' from 120 columns)."""
+        return self.page if self.screen.has_class("-narrow") else "all"
 
     # -- actions
 

@@ -27,3 +27,13 @@ class StepDetails(Message):
     decision: int | None          # the decision whose candidates are shown
     candidates: list[Candidate]
     stack: list[StackLevel]
+
+
+class StorageFound(Message):
+    """Where a storage jump lands (from a worker): a step index, or None."""
+
+    def __init__(self, storage: int, index: int | None, kind: str | None) -> None:
+        super().__init__()
+        self.storage = storage
+        self.index = index
+        self.kind = kind
