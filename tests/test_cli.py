@@ -96,3 +96,11 @@ def test_compile_notice_is_one_stderr_line(tmp_path, monkeypatch, capsys):
     kernel_notice.announce_compile()
     err = capsys.readouterr().err
     assert err.startswith("compiling the replay kernel, once (about ") and err.count("\n") == 1
+
+
+def test_cache_option_default_is_the_analyses_default():
+    """cli/common.py repeats the run-spec cache folder so that a command's help does
+    not import DuckDB; the two must stay one value."""
+    from dtrforensics.analyses.runs import DEFAULT_CACHE
+    from dtrforensics.cli.common import DEFAULT_CACHE as CLI_DEFAULT
+    assert CLI_DEFAULT == DEFAULT_CACHE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -121,6 +122,15 @@ def test_cli_intervene_json(tmp_path):
     data = json.loads(out.stdout)
     assert data["control_matches"] is True
     assert (data["baseline"]["outcome"], data["intervention"]["outcome"]) == ("oom", "ok")
+    text = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "intervene", str(log),
+                           "--budget", str(BUDGET), "--retain", "2", "--record-root",
+                           str(tmp_path / "rec")], capture_output=True, text=True,
+                          check=True, env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "baseline / intervention / control" in text
+    assert "the control reproduces the baseline exactly" in text
+    # then where the baseline (control) and the intervention part, and what b lost
+    assert "Runs" in text and "First divergence of the eviction streams" in text
+    assert "Failure of run a" in text
     bad = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "intervene", str(log),
                           "--budget", str(BUDGET), "--retain", "999"], capture_output=True,
                          text=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-
+import pytest
 from textual.widgets import Input
 
 from dtrforensics.recorder.reader import open_recording

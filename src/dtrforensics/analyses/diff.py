@@ -33,9 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..recorder.reader import Recording
 from ..jsonsafe import json_safe
+from ..recorder.reader import Recording
 from ..rows import fetch_dicts
+from ..trace.program import op_label
 from .runs import open_together, same_trace
 
 TIMING_WINDOW = 16      # stream entries searched for the same victim in the other run
@@ -433,8 +434,8 @@ class _Diff:
                 gap = hit["op_id"] - side.op_id
                 when = f"{abs(gap)} op{'s' if abs(gap) != 1 else ''} {'later' if gap > 0 else 'earlier'}"
                 what = "evicts" if side.kind == "pressure" else "frees dead"
-                text = (f"timing shift: run {label} {what} {side.victim} at {_op(side.op_id)}, "
-                        f"run {other} {what} it {when}, at {_op(hit['op_id'])}")
+                text = (f"timing shift: run {label} {what} {side.victim} at {op_label(side.op_id)}, "
+                        f"run {other} {what} it {when}, at {op_label(hit['op_id'])}")
                 if same_check and side.kind == "pressure" and sides[other].shortfall is not None:
                     text += (f" (at the allocation of {side.alloc_tensor}, {side.request:,} bytes: "
                              f"run {label} short by {side.shortfall:,} bytes, run {other} "
@@ -445,8 +446,8 @@ class _Diff:
             what = "pressure victim" if s.kind == "pressure" else "dead free"
             return "timing_shift", (
                 f"timing shift: the runs had already drifted apart in time; stream entry "
-                f"{s.position} ({what} {s.storage}) is at {_op(s.a_op_id)} in run a and at "
-                f"{_op(s.b_op_id)} in run b, so the same storages are freed at different ops")
+                f"{s.position} ({what} {s.storage}) is at {op_label(s.a_op_id)} in run a and at "
+                f"{op_label(s.b_op_id)} in run b, so the same storages are freed at different ops")
         if a.kind == b.kind == "pressure" and not same_check:
             return self._pool_or_order(a, b)
         evicting = [label for label, s in sides.items() if s.kind == "pressure"]
@@ -571,10 +572,6 @@ def _int(value) -> int | None:
     return None if value is None else int(value)
 
 
-def _op(op_id: int | None) -> str:
-    return "-" if op_id is None else f"op {op_id} (paper #{op_id + 1})"
-
-
 def _headroom(shortfall: int) -> str:
     if shortfall > 0:
         return f"short by {shortfall:,} bytes"
@@ -585,4 +582,4 @@ def _entry(side: Side) -> str:
     if side.kind is None:
         return "no entry"
     what = "pressure victim" if side.kind == "pressure" else "dead free"
-    return f"{what} {side.victim} at {_op(side.op_id)}"
+    return f"{what} {side.victim} at {op_label(side.op_id)}"

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from ..recorder.reader import Recording
 from ..jsonsafe import json_safe
+from ..recorder.reader import Recording
 from ..rows import fetch_dicts
 from .runs import open_together, same_trace
 

@@ -17,8 +17,8 @@ import bisect
 import threading
 from dataclasses import asdict, dataclass
 
-from ..recorder.reader import Recording
 from ..jsonsafe import json_safe
+from ..recorder.reader import Recording
 from ..rows import fetch_dicts
 from .runs import open_together
 

@@ -15,7 +15,7 @@ from .kernel_notice import announce_compile
 if TYPE_CHECKING:
     from ..recorder.reader import Recording
 
-DEFAULT_CACHE = Path("recordings") / "cache"     # = analyses.runs.DEFAULT_CACHE (tested)
+DEFAULT_CACHE = Path("recordings") / "cache"     # = analyses.runs.DEFAULT_CACHE (tests/test_cli.py)
 
 CacheOption = Annotated[Path, typer.Option(
     help="Where run specs (TRACE@RATIO[:POLICY]) are recorded and reused.")]

@@ -23,10 +23,12 @@ def edges_command(
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
 ) -> None:
-    """Every edge of a sweep (adjacent certified intervals, or adjacent samples, whose
-    outcome or regime differs): both budgets, their outcomes and overheads, the decisive
-    budget comparison (one run short by N bytes where the other fits) and the first
-    divergent victim. Both sides are recorded once into the cache and reused."""
+    """Both sides of every edge of a sweep (outcome or regime changes): the budget
+    comparison that decides it, to the byte, and the first divergent victim.
+
+    An edge is a pair of adjacent certified intervals (an exact sweep) or adjacent
+    samples whose outcome or regime differs. Both sides are recorded once into the
+    cache and reused."""
     from ..analyses.edges import edges
     from ..render.console import err_console, wide_console
     from ..render.edges import edges_view

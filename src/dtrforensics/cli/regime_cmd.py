@@ -30,9 +30,13 @@ def regime_command(
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
 ) -> None:
-    """Compare two runs in different regimes (e.g. lstm@0.265 and lstm@0.264): evictions
-    and rematerializations per op window, the onset of the slow regime, the storages
-    whose re-eviction drives it, and how it links to the first divergence."""
+    """Compare two runs in different regimes: evictions per op window, the onset of the
+    slow regime, the storages that drive it, the link to the first divergence.
+
+    For example lstm@0.265 against lstm@0.264. The onset is the first window from
+    which the slow run evicts at least --factor times as often as the fast run and
+    --min-excess more, --sustain windows in a row; drivers are the storages it
+    evicts more often than the fast run from the onset on."""
     from ..analyses.regime import regime
     from ..analyses.runs import RunSpecError
     from ..render.console import wide_console

@@ -19,10 +19,13 @@ def reproduce_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the report (report.md and its figures) and the runs behind it (work/, reused by the next reproduction).")] = Path("recordings") / "reproduce",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: claims [{id, published, ours, verdict, ...}].")] = False,
 ) -> None:
-    """Run the protocol of the two DTR studies (regime switching, feasibility holes) on
-    the public traces with dtrforensics' own analyses, print every published claim
-    beside ours with a verdict (match, differs, sharper, not reproducible), and write
-    a markdown report with the studies' figures."""
+    """Both DTR studies' published numbers beside ours, with a verdict each, and their
+    figures in a report.
+
+    Runs the protocol of the two studies (regime switching, feasibility holes) on the
+    public traces with dtrforensics' own analyses; verdicts are match, differs,
+    sharper (an exact certificate says more than a sample could) and not
+    reproducible."""
     from ..render.console import err_console, wide_console
     from ..render.reproduce import print_reproduction
     from ..render.reproduce_report import write_report

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..recorder.reader import Recording
+from ..trace.program import op_label
 from .plumbing import (
     BATCH_ROWS, ExportError, Static, as_recording, check_depth, iter_rows,
     open_output, output_name, pop_frame,
@@ -245,7 +246,7 @@ class _MemoryVizExporter:
         op = self.s.tensor_op[tensor]
         remat = depth > 1 or bool(self.op_done[op])
         verb = "remat" if remat else "compute"
-        name = (f"op {op} (paper #{op + 1}) {self.s.op_name[op]}: {verb} "
+        name = (f"{op_label(op, self.s.op_name[op])}: {verb} "
                 f"{self.s.tensor_name[tensor]} [depth {depth}]")
         self.stack.append(_Level(tensor, op, depth, remat, self.frame(name, op)))
         check_depth(self.rec, seq, len(self.stack), depth)

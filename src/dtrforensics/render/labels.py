@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
+from ..trace.program import op_label
 
-def op_label(op_id: int | None, name: str | None = None) -> str:
-    """An op in both numberings, ours (0-based ids) and the papers' (1-based):
-    'op 469 (paper #470) add'; '-' for no op."""
-    if op_id is None or op_id < 0:
-        return "-"
-    return f"op {op_id} (paper #{op_id + 1})" + (f" {name}" if name else "")
+__all__ = ["op_label", "run_label"]
 
 
 def run_label(trace: str, ratio: float | None, budget: int, policy: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -31,12 +32,17 @@ class TraceError(DataError, ValueError):
         super().__init__(f"{where}: {problem}")
 
 
-def file_sha256(path: str | Path) -> str:
+def stream_sha256(fh: BinaryIO) -> str:
+    """SHA-256 (hex) of everything left in a binary stream, read in 1 MiB chunks."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    with open(path, "rb") as fh:
+        return stream_sha256(fh)
 
 
 def trace_name_from_path(path: str | Path) -> str:

@@ -21,6 +21,14 @@ CMD_PIN = 3
 CONSTANT_OP_NAME = "constant"
 
 
+def op_label(op_id: int | None, name: str | None = None) -> str:
+    """An op in both numberings, ours (0-based ids) and the papers' (1-based):
+    'op 469 (paper #470) add'; '-' for no op."""
+    if op_id is None or op_id < 0:
+        return "-"
+    return f"op {op_id} (paper #{op_id + 1})" + (f" {name}" if name else "")
+
+
 @dataclass(frozen=True, eq=False)
 class Program:
     """A lowered trace. Arrays are read-only; names are interned string tables.

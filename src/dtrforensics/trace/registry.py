@@ -18,7 +18,6 @@ SHA-256, or it is refused.
 
 from __future__ import annotations
 
-import hashlib
 import errno
 import os
 import shutil
@@ -34,7 +33,7 @@ from typing import BinaryIO
 from ..errors import DataError
 from ..fsutil import atomic_path
 from . import known
-from .parser import trace_name_from_path
+from .parser import stream_sha256, trace_name_from_path
 
 PUBLIC_SUBDIR = "dtr-2020"      # where fetched/imported public logs go
 IMPORTED_SUBDIR = "imported"    # where other imported logs go
@@ -256,13 +255,6 @@ class ImportResult:
         return not self.refused
 
 
-def _sha256_stream(fh: BinaryIO) -> str:
-    digest = hashlib.sha256()
-    for chunk in iter(lambda: fh.read(1 << 20), b""):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _iter_logs(source: Path) -> Iterator[tuple[str, str, Callable[[], BinaryIO]]]:
     """(display name, file name, opener) for each `.log` in a folder or zip."""
     if source.is_dir():
@@ -288,7 +280,7 @@ def _copy_atomic(opener: Callable[[], BinaryIO], dest: Path) -> None:
 
 def _file_sha256(path: Path) -> str:
     with open(path, "rb") as fh:
-        return _sha256_stream(fh)
+        return stream_sha256(fh)
 
 
 def import_traces(source: str | Path, dest: str | Path | None = None) -> ImportResult:
@@ -308,7 +300,7 @@ def import_traces(source: str | Path, dest: str | Path | None = None) -> ImportR
         for shown, base, opener in _iter_logs(source):
             found = True
             with opener() as fh:
-                digest = _sha256_stream(fh)
+                digest = stream_sha256(fh)
             expected = known.KNOWN_TRACE_SHA256.get(base)
             if expected is not None and digest != expected:
                 result.refused.append(
