@@ -1,10 +1,11 @@
 """Edges of a sweep (analyses/edges) and the decisive comparison (queries/diff/decisive_check).
 
-SHIFT log (sizes in bytes, costs in ns):
+SHIFT log (tests/logs.py; sizes in bytes, costs in ns):
 
     op0 w = const 10 (pinned)       op3 x = f(w) 5ns 1B; RELEASE x
     op1 a = f(w) 10ns 40B           op4 c = f(w) 30ns 40B; RELEASE b
     op2 b = f(w) 20ns 40B           op5 d = g(c) 1ns 50B; RELEASE a, c, d
+                                    op6 e = f(w) 1ns 1B; RELEASE e
 
 At op 4, 90 bytes are resident (w, a, b) and c asks for 40: under a 125-byte
 budget the comparison 90 + 40 > 125 is 5 bytes short, under 130 it fits with 0
@@ -21,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from logdsl import Log
+from logs import shift_log
 
 from dtrforensics.analyses.edges import edges, find_edges
 from dtrforensics.analyses.runs import open_together
@@ -35,16 +36,6 @@ from dtrforensics.trace import load_trace
 
 HOLE = (25_177_836, 25_233_075)
 SWITCH = (25_288_251, 25_288_252)
-
-
-def shift_log() -> Log:
-    return (Log().const("w", 10)
-            .call("a", "f", ["w"], 10, 40)
-            .call("b", "f", ["w"], 20, 40)
-            .call("x", "f", ["w"], 5, 1).release("x")
-            .call("c", "f", ["w"], 30, 40).release("b")
-            .call("d", "g", ["c"], 1, 50)
-            .release("a").release("c").release("d"))
 
 
 def decisive(tmp_path, budget_a: int, budget_b: int) -> list[dict]:

@@ -1,6 +1,6 @@
 """Regime comparison (queries/regime, analyses/regime) on a log whose answer is worked out.
 
-BURST log: w = const 10 (pinned), then x0..x7 = f(w), 10 bytes each, costs
+BURST log (tests/logs.py's fan log): w = const 10 (pinned), then x0..x7 = f(w), 10 bytes each, costs
 3, 5, 4, 3, 5, 4, 3, 5, all released at the end. Budget 50 holds w and four of
 them, so ops 5, 6, 7 and 8 each need one pressure eviction; they take storages
 1, 2, 4, 3 (scores cost / (10 x staleness)). Budget 100 never evicts: its
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-from logdsl import Log
+from logs import fan_log
 
 from dtrforensics.analyses.regime import regime
 from dtrforensics.analyses.runs import open_together
@@ -28,19 +28,10 @@ from dtrforensics.recorder.record import record_run
 from dtrforensics.trace import load_trace
 
 
-def burst_log(n: int = 8) -> Log:
-    log = Log().const("w", 10)
-    for i in range(n):
-        log.call(f"x{i}", "f", ["w"], 3 + (i * 7) % 5, 10)
-    for i in range(n):
-        log.release(f"x{i}")
-    return log
-
-
 @pytest.fixture(scope="module")
 def burst(tmp_path_factory):
     root = tmp_path_factory.mktemp("regime")
-    program = burst_log().program("burst")
+    program = fan_log().program("burst")
     fast = open_recording(record_run(program, budget=100, out_dir=root / "fast")[1])
     slow = open_recording(record_run(program, budget=50, out_dir=root / "slow")[1])
     return fast, slow
