@@ -31,7 +31,7 @@ def demo_command(
     public: Annotated[bool, typer.Option(help="Continue with ResNet-32 when the public traces are present.")] = True,
     jobs: Annotated[int, typer.Option(help="Worker processes for sweeps and searches.")] = 2,
 ) -> None:
-    """Find, explain and fix a feasibility hole, end to end, in under a minute."""
+    """Find, explain and fix a feasibility hole, end to end, on the embedded trace."""
     from rich.console import Console
 
     from .kernel_notice import announce_compile

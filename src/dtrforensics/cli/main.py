@@ -26,7 +26,7 @@ HELP = ("Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay tra
 
 # name -> (module under cli/, one-line help shown by `dtrf --help`), in --help order.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("demo_cmd", "Find, explain and fix a feasibility hole, end to end, in under a minute."),
+    "demo": ("demo_cmd", "Find, explain and fix a feasibility hole, end to end, on the embedded trace."),
     "run": ("run_cmd", "Replay TRACE under a memory budget exactly as the reference DTR simulator."),
     "sql": ("record_cmd", "Run SQL over one or several recordings (one `run_id` column tells them apart)."),
     "show": ("record_cmd", "A recording's run summary and a per-op timeline of memory, pinned bytes and depth."),
