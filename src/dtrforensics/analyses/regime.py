@@ -58,7 +58,7 @@ class RegimeRun:
     budget: int
     ratio: float | None
     outcome: str
-    overhead: float | None
+    overhead: float | None   # null unless the run completed
     evictions: int           # pressure evictions over the whole run
     remats: int
     last_op: int             # the last op the run reached
@@ -175,7 +175,8 @@ def _run(con, rec: Recording, label: str, run_id: str) -> RegimeRun:
                             "AS remats FROM events WHERE run_id = ?", [run_id])
     s = rec.summary
     return RegimeRun(label=label, run_id=run_id, budget=rec.run["budget"],
-                     ratio=rec.run.get("ratio"), outcome=rec.outcome, overhead=s.get("overhead"),
+                     ratio=rec.run.get("ratio"), outcome=rec.outcome,
+                     overhead=s.get("overhead") if rec.outcome == "ok" else None,
                      evictions=s["evictions"], remats=int(r["remats"]),
                      last_op=int(r["last_op"] if r["last_op"] is not None else -1))
 
