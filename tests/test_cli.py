@@ -78,6 +78,10 @@ def test_compile_notice_reads_numba_cache_index(tmp_path, monkeypatch):
     assert kernel_notice.compiled_modules_missing(_engine(tmp_path / "b", True)) == []
     stale = _engine(tmp_path / "c", True, stamp_of=b"an older kernel")
     assert kernel_notice.compiled_modules_missing(stale) == ["kernel"]
+    # a cached module a plain replay does not compile (the sweeps' digest) is no reason
+    warm = _engine(tmp_path / "d", True)
+    (warm / "digest.py").write_bytes((warm / "kernel.py").read_bytes())
+    assert kernel_notice.compiled_modules_missing(warm) == []
 
 
 def test_compile_notice_follows_numba_cache_dir(tmp_path, monkeypatch):
