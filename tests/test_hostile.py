@@ -504,3 +504,25 @@ def test_library_errors_belong_to_the_hierarchy():
                 RecordingExistsError, SweepStoreError, TraceError, TraceNotFoundError,
                 RecordingDamagedError, db.SqlRefusedError):
         assert issubclass(cls, UserError), cls
+
+
+def test_outputs_never_replace_a_device_pipe_or_symlink(tmp_path):
+    """An atomic write renames a temporary file onto its target: onto a pipe or a
+    device that would replace it with a plain file. It is refused; a symlink is
+    written through (the link stays)."""
+    import stat
+
+    from dtrforensics.errors import RefusedError
+    from dtrforensics.fsutil import atomic_path
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(RefusedError, match="not a regular file"):
+        with atomic_path(fifo) as tmp:
+            tmp.write_text("x")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    target, link = tmp_path / "target.txt", tmp_path / "link.txt"
+    target.write_text("old")
+    link.symlink_to(target)
+    with atomic_path(link) as tmp:
+        tmp.write_text("new")
+    assert link.is_symlink() and target.read_text() == "new"

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import OptionError
+from .errors import OptionError, RefusedError
 
 
 def require_parent(dest: str | os.PathLike) -> Path:
@@ -25,6 +25,18 @@ def require_parent(dest: str | os.PathLike) -> Path:
     return dest
 
 
+def replaceable_target(dest: Path) -> Path:
+    """The file an atomic write renames onto: for a symlink, the file it points to (the
+    link stays); refused unless that is a regular file or nothing yet, since a rename
+    would replace a device, pipe or folder with a plain file."""
+    if dest.is_symlink():
+        dest = Path(os.path.realpath(dest))
+    if dest.exists() and not dest.is_file():
+        raise RefusedError(f"{dest} is not a regular file (a folder, device or pipe): "
+                           "refusing to replace it; write to a file (or '-' where offered)")
+    return dest
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike, *, make_parents: bool = False) -> Iterator[Path]:
     """A temporary file beside `dest` (same directory, so the rename is atomic),
@@ -34,6 +46,7 @@ def atomic_path(dest: str | os.PathLike, *, make_parents: bool = False) -> Itera
     if make_parents:
         dest.parent.mkdir(parents=True, exist_ok=True)
     require_parent(dest)
+    dest = replaceable_target(dest)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     umask = os.umask(0)

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import IO, Iterator
 
-from ..fsutil import require_parent
+from ..fsutil import replaceable_target, require_parent
 from ..recorder.reader import Recording, open_recording, refuse_inside_recording
 
 BATCH_ROWS = 4096
@@ -84,7 +84,7 @@ def open_output(out: str | os.PathLike | IO, binary: bool, gzip_ok: bool = False
         yield stream
         stream.flush()
         return
-    path = require_parent(out)
+    path = replaceable_target(require_parent(out))
     refuse_inside_recording(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
