@@ -526,3 +526,28 @@ def test_outputs_never_replace_a_device_pipe_or_symlink(tmp_path):
     with atomic_path(link) as tmp:
         tmp.write_text("new")
     assert link.is_symlink() and target.read_text() == "new"
+
+
+def test_an_edited_or_undecodable_run_json_is_refused(tmp_path):
+    """run.json carries its own checksum: a changed budget or outcome, or bytes that
+    are not UTF-8, make the recording an error naming the file, never a traceback."""
+    import json as _json
+
+    from dtrforensics.recorder.reader import open_recording
+    from dtrforensics.recorder.record import record_run
+    from dtrforensics.trace import load_trace
+    _, rec = record_run(load_trace(TRACE), ratio=0.6, out_dir=tmp_path / "rec")
+    run_file = rec / "run.json"
+    original = run_file.read_bytes()
+    open_recording(rec)                                   # intact: opens
+    for field, value in (("budget", 1), ("outcome", "ok"), ("policy", "nope")):
+        doc = _json.loads(original)
+        doc[field] = value
+        run_file.write_text(_json.dumps(doc))
+        with pytest.raises(UserError, match="run.json was changed"):
+            open_recording(rec)
+        result = dtrf("show", str(rec), cwd=tmp_path)
+        assert result.code == EXIT_USER and result.traceback is None
+    run_file.write_bytes(b"\xff\xfe" + original)
+    result = dtrf("show", str(rec), cwd=tmp_path)
+    assert result.code == EXIT_USER and result.traceback is None and "run.json" in result.err

@@ -21,6 +21,7 @@ from dtrforensics import db
 from dtrforensics.engine.replay import Interventions
 from dtrforensics.engine.summary import victims_sha256
 from dtrforensics.recorder import record as record_mod
+from dtrforensics.recorder.manifest import run_checksum
 from dtrforensics.recorder.reader import (
     NotARecordingError, PartialRecordingWarning, find_recordings, open_recording,
 )
@@ -301,6 +302,7 @@ def test_reader_refuses_a_newer_major_version(tmp_path):
     run_file = path / "run.json"
     run = json.loads(run_file.read_text())
     run["format_version"] = "1.7"
+    run["run_sha256"] = run_checksum(run)             # as a newer writer would seal it
     run_file.write_text(json.dumps(run))
     assert open_recording(path).run["format_version"] == "1.7"   # a newer minor is fine
     run["format_version"] = "2.0"

@@ -12,6 +12,7 @@ nothing but a recording's own files.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -54,9 +55,24 @@ def _damaged(folder: Path, run: dict, problem: str) -> RecordingDamagedError:
     return RecordingDamagedError(f"{folder}: damaged recording: {problem}{again}")
 
 
+RUN_CHECKSUM = "run_sha256"
+
+
+def run_checksum(run: dict) -> str:
+    """SHA-256 of run.json's content without its own checksum (keys sorted, compact):
+    an edited run.json (a budget, an outcome, a summary) no longer matches."""
+    body = {k: v for k, v in run.items() if k != RUN_CHECKSUM}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def verify(folder: Path, run: dict) -> None:
-    """Raise RecordingDamagedError unless the folder's table files are exactly
-    those run.json lists, each with its listed row count (and size and SHA-256)."""
+    """Raise RecordingDamagedError unless run.json matches its own checksum (format
+    1.2 on) and the folder's table files are exactly those run.json lists, each with
+    its listed row count (and size and SHA-256)."""
+    if RUN_CHECKSUM in run and run[RUN_CHECKSUM] != run_checksum(run):
+        raise _damaged(folder, run, f"{RUN_FILE} was changed after it was written "
+                                    "(its content no longer matches its checksum)")
     entries = run.get("tables")
     if not isinstance(entries, list) or not all(
             isinstance(e, dict) and isinstance(e.get("file"), str) for e in entries):

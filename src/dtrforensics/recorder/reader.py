@@ -112,8 +112,8 @@ def open_recording(path: str | os.PathLike, *, verify: bool = True) -> Recording
     try:
         with open(run_file, encoding="utf-8") as fh:
             run = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise RecordingFormatError(f"{run_file} is not valid JSON: {exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RecordingFormatError(f"{run_file} is not valid JSON text: {exc}") from None
     if not isinstance(run, dict) or "format_version" not in run:
         raise RecordingFormatError(f"{run_file} has no format_version")
     check_version(run["format_version"], str(path))

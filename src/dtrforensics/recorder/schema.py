@@ -26,7 +26,7 @@ from ..engine import hooks
 from ..engine.hooks import EVENT_KINDS
 from ..errors import DataError
 
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.2"
 RUN_FILE = "run.json"
 PARTIAL_MARK = ".partial-"   # `.<name>.partial-<pid>`: a recording being written
 OLD_MARK = ".old-"           # `.<name>.old-<pid>`: a replaced recording being deleted
@@ -351,6 +351,8 @@ RUN_JSON: tuple[tuple[str, str], ...] = (
                "`bytes` and `sha256` (size and checksum since format 1.1). Opening a "
                "recording checks the folder against it: a missing, extra, truncated or "
                "altered table is an error naming the file."),
+    ("run_sha256", "Since format 1.2: SHA-256 of this file's content without this key "
+                   "(keys sorted, compact JSON). An edited run.json is an error."),
 )
 
 

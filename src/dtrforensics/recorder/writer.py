@@ -418,6 +418,7 @@ class Recorder(Observer):
             "frontier": self._frontier.to_json() if self._frontier is not None else None,
             "tables": tables,
         }
+        doc[manifest.RUN_CHECKSUM] = manifest.run_checksum(doc)
         text = json.dumps(doc, indent=2) + "\n"     # one write: json.dump writes per token
         (self.partial / RUN_FILE).write_text(text, encoding="utf-8")
 
