@@ -551,3 +551,23 @@ def test_an_edited_or_undecodable_run_json_is_refused(tmp_path):
     run_file.write_bytes(b"\xff\xfe" + original)
     result = dtrf("show", str(rec), cwd=tmp_path)
     assert result.code == EXIT_USER and result.traceback is None and "run.json" in result.err
+
+
+def test_sweep_jobs_are_bounded(tmp_path):
+    """--jobs 100000 started about 900 processes; now it is refused before any start."""
+    result = dtrf("sweep", TRACE, "--from", "0.5", "--to", "0.6", "--step", "0.05",
+                  "--jobs", "100000", "--out", str(tmp_path / "sw"), cwd=tmp_path)
+    assert result.code == EXIT_USER and result.traceback is None
+    assert "worker processes" in result.err and not (tmp_path / "sw").exists()
+
+
+def test_a_sweep_description_without_parameters_is_one_error_line(tmp_path):
+    import json as _json
+    out = tmp_path / "sw"
+    assert dtrf("sweep", TRACE, "--from", "0.5", "--to", "0.6", "--step", "0.05", "--jobs", "1",
+                "--out", str(out), cwd=tmp_path).code == 0
+    doc = _json.loads((out / "sweep.json").read_text())
+    doc["params"] = None
+    (out / "sweep.json").write_text(_json.dumps(doc))
+    result = dtrf("holes", str(out), cwd=tmp_path)
+    assert result.code == EXIT_USER and result.traceback is None

@@ -130,3 +130,14 @@ def test_dtrf_regime_command_on_byte_specs(tmp_path):
     bad = subprocess.run(cmd[:4] + ["hole-rnn-seed16@12.5B", "hole@1"], capture_output=True, text=True,
                          cwd=tmp_path)
     assert bad.returncode == 2 and "not a budget in bytes" in bad.stderr
+
+
+def test_regime_figure_is_never_written_inside_a_recording(tmp_path):
+    import subprocess
+    import sys
+    rec = record_run(fan_log().program("burst"), budget=100, out_dir=tmp_path / "rec")[1]
+    cmd = [sys.executable, "-m", "dtrforensics.cli.main", "regime", str(rec), str(rec),
+           "--plot", str(rec / "fig.png")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert not (rec / "fig.png").exists()

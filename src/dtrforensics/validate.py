@@ -9,6 +9,7 @@ below `MAX_BYTES`, with room left for the sums the engine forms from them.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 
 from .errors import OptionError
@@ -85,6 +86,17 @@ def at_least(value: int, minimum: int, what: str) -> int:
     """An integer count that must be >= minimum (e.g. --jobs 1, --limit 0)."""
     if value < minimum:
         raise OptionError(f"{what} must be >= {minimum}, got {value}")
+    return value
+
+
+def jobs(value: int, what: str = "--jobs") -> int:
+    """Worker processes: at least 1 and at most 8 per core (each worker holds a trace
+    and a kernel; thousands of them would take the machine down, not go faster)."""
+    limit = 8 * (os.cpu_count() or 1)
+    at_least(value, 1, what)
+    if value > limit:
+        raise OptionError(f"{what} {value:,} is more than {limit} worker processes "
+                          f"(8 per core on this machine)")
     return value
 
 

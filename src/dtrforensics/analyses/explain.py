@@ -110,7 +110,7 @@ def planned_retentions(candidates: list[RetentionCandidate], max_combo: int,
     """Singles in candidate order, then pairs, triples... up to the bounds."""
     ids = [c.storage for c in candidates]
     plan: list[tuple[int, ...]] = []
-    for size in range(1, max_combo + 1):
+    for size in range(1, min(max_combo, len(ids)) + 1):
         for combo in itertools.combinations(ids, size):
             if len(plan) >= max_attempts:
                 return plan

@@ -52,6 +52,9 @@ def regime_command(
         raise CommandError(f"--plot: give a .png, .svg or .pdf file, not {plot}")
     if plot is not None and not plot.parent.is_dir():
         raise CommandError(f"--plot: no such folder {plot.parent}")
+    if plot is not None:
+        from ..recorder.reader import refuse_inside_recording
+        refuse_inside_recording(plot)
     a = open_run(control, scores="victims", cache=cache)
     b = open_run(test, scores="victims", cache=cache)
     try:

@@ -41,6 +41,8 @@ def reproduce_command(
             raise CommandError(f"the reproduction needs the public trace {trace!r} ({exc}); "
                                "get them with `dtrf traces fetch` or point DTRF_TRACES at "
                                "them") from None
+    from ..recorder.reader import refuse_inside_recording
+    refuse_inside_recording(out / "report.md")
     err = err_console()
     started = time.perf_counter()
     with err.status("reproducing") as status:

@@ -397,7 +397,7 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     else:
         from ..trace import load_trace
         program = load_trace(trace)
-    jobs = jobs or default_jobs()
+    jobs = validate.jobs(jobs or default_jobs())
     engine = engine or ("inline" if jobs == 1 else "process")
     _, base = prepared(program)
     peak = base.peak

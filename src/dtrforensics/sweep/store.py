@@ -130,13 +130,18 @@ class SweepParams:
 
     @classmethod
     def from_json(cls, doc: dict) -> "SweepParams":
+        if not isinstance(doc, dict):
+            raise SweepStoreError(f"the sweep parameters are not an object: {doc!r}")
         known = {f.name for f in fields(cls)}
         unknown = set(doc) - known
         if unknown:
             raise SweepStoreError(f"unknown sweep parameters {sorted(unknown)}")
         doc = dict(doc)
-        doc["policies"] = tuple(doc.get("policies", ("dtr",)))
-        return cls(**doc)
+        doc["policies"] = tuple(doc.get("policies", ("dtr",)) or ())
+        try:
+            return cls(**doc)
+        except TypeError as exc:
+            raise SweepStoreError(f"the sweep parameters are incomplete: {exc}") from None
 
     def differences(self, other: "SweepParams") -> list[str]:
         """Human lines `name: stored X, given Y` for every differing parameter."""
@@ -244,8 +249,10 @@ class SweepStore:
                 raise SweepStoreError(f"{self.path} is not a sweep directory (no {PARAMS_FILE})")
             try:
                 doc = json.loads(self.params_path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise SweepStoreError(f"cannot read {self.params_path}: {exc}") from None
+            if not isinstance(doc, dict):
+                raise SweepStoreError(f"{self.params_path} is not a sweep description")
             if doc.get("format") != FORMAT_VERSION:
                 raise SweepStoreError(f"{self.params_path}: format {doc.get('format')!r}, "
                                       f"this version reads {FORMAT_VERSION}")
