@@ -141,7 +141,8 @@ def write_report(rep: Reproduction, out_dir: Path, *, command: str,
         "# Reproduction of the DTR regime-switching and feasibility-hole studies",
         "",
         f"Command: `{command}`  ",
-        f"Wall time: {wall_seconds:,.0f} s ({'quick subset' if rep.quick else 'full protocol'})  ",
+        f"Wall time: {wall_seconds:,.0f} s ({'quick subset' if rep.quick else 'full protocol'}; "
+        "recordings and sweeps already in the working folder are reused, not rerun)  ",
         "Verdicts: " + ", ".join(f"{v} {n}" for v, n in counts.items()),
         "",
         "Every value under *ours* is computed by dtrforensics' own analyses on the public "
