@@ -133,6 +133,9 @@ USER_ERRORS = [
     (("diff", "REC", "nowhere"), "no such recording"),
     (("replay", "REC", "--limit", "-1"), "--limit must be >= 0"),
     (("synth", "rnn", "--depth", "-1", "-o", "new.log"), "depth must be >= 1"),
+    (("synth", "chain", "--param-max", "99999999999999999999", "-o", "new.log"), "must be <="),
+    (("synth", "chain", "--size-levels", "1000000000", "-o", "new.log"), "must be <="),
+    (("synth", "small", "--ops", "1000000000", "-o", "new.log"), "must be <="),
     (("export", "SWEEP", "-f", "csv", "-o", "/nonexistent/x.csv"), "does not exist"),
     # paths that are not what they claim
     (("run", "adir/", "--ratio", "0.5"), "is a directory"),

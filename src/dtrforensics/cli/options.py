@@ -31,6 +31,16 @@ def at_least(minimum: int):
     return check
 
 
+def between(minimum: int, maximum: int):
+    """Callback for an integer option that must lie in [minimum, maximum]."""
+    def check(param: typer.CallbackParam, value: int) -> int:
+        validate.at_least(value, minimum, param.opts[0])
+        if value > maximum:
+            raise validate.OptionError(f"{param.opts[0]} must be <= {maximum:,}, got {value:,}")
+        return value
+    return check
+
+
 def parse_int_list(text: str | None, what: str) -> tuple[int, ...]:
     if not text:
         return ()

@@ -10,9 +10,16 @@ import typer
 
 from ..synth.generator import KINDS, SynthSpec, generate, random_small_log
 from .errors import CommandError
-from .options import check_seed
+from .options import between, check_seed
 
 SMALL_KIND = "small"
+# Bounds on the generator's options: far above any useful trace, below what would
+# exhaust memory or overflow the 64-bit sizes and costs of a log.
+MAX_DEPTH = 100_000
+MAX_WIDTH = 1_000
+MAX_SIZE_LEVELS = 1_000
+MAX_OPS = 1_000_000
+MAX_AMOUNT = 1 << 48
 _DEFAULT = SynthSpec()
 
 
@@ -34,26 +41,28 @@ def synth(
         "--seed", "-s", callback=check_seed, help="Random seed: the same seed and options give a byte-identical log.")] = 0,
     depth: Annotated[int, typer.Option(
         "--depth", "--steps", "-d",
+        callback=between(1, MAX_DEPTH),
         help="Layers (chain), residual blocks (resnet), unrolled time steps (rnn) or "
              "segments (mixed).")] = _DEFAULT.depth,
     width: Annotated[int, typer.Option(
         "--width", "-w",
+        callback=between(1, MAX_WIDTH),
         help="Parallel branches per layer or block, joined by a `cat` op (rnn: gate "
              "matmuls per step). 1 gives a plain sequence.")] = _DEFAULT.width,
     size_min: Annotated[int, typer.Option(
-        "--size-min", help="Smallest activation size in bytes (sizes are drawn "
+        "--size-min", callback=between(1, MAX_AMOUNT), help="Smallest activation size in bytes (sizes are drawn "
                            "log-uniformly between --size-min and --size-max).")] = _DEFAULT.size_range[0],
     size_max: Annotated[int, typer.Option(
-        "--size-max", help="Largest activation size in bytes.")] = _DEFAULT.size_range[1],
+        "--size-max", callback=between(1, MAX_AMOUNT), help="Largest activation size in bytes.")] = _DEFAULT.size_range[1],
     param_min: Annotated[int, typer.Option(
-        "--param-min", help="Smallest parameter (weight) size in bytes.")] = _DEFAULT.param_size_range[0],
+        "--param-min", callback=between(1, MAX_AMOUNT), help="Smallest parameter (weight) size in bytes.")] = _DEFAULT.param_size_range[0],
     param_max: Annotated[int, typer.Option(
-        "--param-max", help="Largest parameter (weight) size in bytes.")] = _DEFAULT.param_size_range[1],
+        "--param-max", callback=between(1, MAX_AMOUNT), help="Largest parameter (weight) size in bytes.")] = _DEFAULT.param_size_range[1],
     cost_min: Annotated[int, typer.Option(
-        "--cost-min", help="Smallest base op cost (TIME, ns) of a conv/matmul; cheaper ops "
+        "--cost-min", callback=between(1, MAX_AMOUNT), help="Smallest base op cost (TIME, ns) of a conv/matmul; cheaper ops "
                            "(relu, add, views) scale it down, backward ops double it.")] = _DEFAULT.cost_range[0],
     cost_max: Annotated[int, typer.Option(
-        "--cost-max", help="Largest base op cost (TIME, ns).")] = _DEFAULT.cost_range[1],
+        "--cost-max", callback=between(1, MAX_AMOUNT), help="Largest base op cost (TIME, ns).")] = _DEFAULT.cost_range[1],
     view_prob: Annotated[float, typer.Option(
         "--view-prob", help="Chance (0..1) that a layer output goes through a view "
                             "(ALIAS >= 0), and again through a view of that view.")] = _DEFAULT.view_prob,
@@ -64,14 +73,14 @@ def synth(
         "--mutate-prob", help="Chance (0..1) of an in-place op (MUTATE: relu_, residual add_, "
                               "gradient accumulation add_) instead of its out-of-place form.")] = _DEFAULT.mutate_prob,
     size_levels: Annotated[int, typer.Option(
-        "--size-levels", help="If > 0, activation sizes come from this many fixed levels "
+        "--size-levels", callback=between(0, MAX_SIZE_LEVELS), help="If > 0, activation sizes come from this many fixed levels "
                               "(more equal sizes, hence more score ties).")] = _DEFAULT.size_levels,
     backward: Annotated[bool, typer.Option(
         "--backward/--no-backward",
         help="Emit a training backward pass (saved activations consumed in reverse and "
              "released, gradients accumulated) after the forward pass.")] = _DEFAULT.backward,
     ops: Annotated[int, typer.Option(
-        "--ops", help="Kind `small` only: number of operators to aim for (the planted "
+        "--ops", callback=between(1, MAX_OPS), help="Kind `small` only: number of operators to aim for (the planted "
                       "corner cases may add a few).")] = 40,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the summary (and the spec) as JSON instead of one line.")] = False,
