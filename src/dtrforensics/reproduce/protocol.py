@@ -240,6 +240,7 @@ REGIME_JUMP = 1.0       # a regime switch, for the ablation claim: the overhead 
 
 def lstm(lab: Lab) -> list[C.Claim]:
     from ..analyses.reevict import reevict
+    from ..sweep.holes import analyze
     study = C.REGIME_STUDY
     ratios = (0.262, 0.263, 0.264, 0.265, 0.266)
     s = {r: lab.summary("lstm", r) for r in ratios}
@@ -255,7 +256,6 @@ def lstm(lab: Lab) -> list[C.Claim]:
     ablations = ("no-staleness", "no-size", "compute-only")
     grid = lab.sweep("lstm", *LSTM_GRID, step=0.001, policies=("dtr",) + ablations)
     lab.material["lstm_grid"] = grid
-    from ..sweep.holes import analyze
     doubling = {p.policy: len(p.regime_switches)
                 for p in analyze(grid.path, threshold=REGIME_JUMP).policies}
     default = {p.policy: len(p.regime_switches) for p in grid.policies}
