@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 
-from ..recorder.reader import Recording, is_recording, open_recording
-from ..recorder.record import default_recording_dir, record_run
+from ..recorder.reader import Recording
 from .diff import diff
 from ..jsonsafe import json_safe
 from ..rows import fetch_dicts
-from .runs import DEFAULT_CACHE, open_together
+from .runs import DEFAULT_CACHE, RunSpec, open_together, record_spec
 
 MAX_EDGES = 20
 
@@ -107,13 +105,6 @@ def find_edges(points: list[tuple[int, int, float, str, float | None]], threshol
     return out
 
 
-def _record(program, budget: int, policy: str, cache: Path) -> Recording:
-    folder = default_recording_dir(program, budget, None, policy, root=cache)
-    if not is_recording(folder):
-        record_run(program, budget=budget, policy=policy, out_dir=folder, overwrite=True)
-    return open_recording(folder)
-
-
 def _side(rec: Recording, peak: int) -> EdgeSide:
     ok = rec.outcome == "ok"
     return EdgeSide(budget=rec.run["budget"], ratio=rec.run["budget"] / peak, outcome=rec.outcome,
@@ -160,13 +151,14 @@ def edges(sweep: str | os.PathLike, *, policy: str | None = None, threshold: flo
         pieces = [(p["budget"], p["budget"], p["ratio"], p["outcome"], p["overhead"])
                   for p in load_points(sweep).get(pol.policy, [])]
     found = find_edges(pieces, report.threshold, exact)
-    program = load_trace(report.trace.source)
+    source = str(report.trace.source)
+    program = load_trace(source)
     out = []
     for i, (kind, a, b) in enumerate(found[:max_edges]):
         if on_edge:
             on_edge(i + 1, min(len(found), max_edges))
-        below = _record(program, a[1], pol.policy, Path(cache))
-        above = _record(program, b[0], pol.policy, Path(cache))
+        below, above = (record_spec(RunSpec(source, None, pol.policy, budget), cache=cache)
+                        for budget in (a[1], b[0]))
         decisive = _decisive(below, above, program)
         first = diff(below, above).first_divergence
         victim = None if first is None else FirstDivergentVictim(

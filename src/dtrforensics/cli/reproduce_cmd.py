@@ -32,15 +32,14 @@ def reproduce_command(
     from ..reproduce.protocol import reproduce
     from ..trace.registry import resolve_trace
     from .common import print_json
+    from ..errors import UserError
     from .errors import CommandError
 
     for trace in ("resnet32", "unet") + (() if quick else ("lstm", "inceptionv4")):
         try:
             resolve_trace(trace)
-        except Exception as exc:
-            raise CommandError(f"the reproduction needs the public trace {trace!r} ({exc}); "
-                               "get them with `dtrf traces fetch` or point DTRF_TRACES at "
-                               "them") from None
+        except UserError as exc:
+            raise CommandError(f"the reproduction needs the public trace {trace!r}: {exc}") from None
     from ..recorder.reader import refuse_inside_recording
     refuse_inside_recording(out / "report.md")
     err = err_console()

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from ..analyses.oom import explain_oom
 from ..engine.replay import Interventions, replay, resolve_budget
-from ..recorder.reader import Recording, is_recording, open_recording
-from ..recorder.record import default_recording_dir, record_run
+from ..recorder.reader import Recording, open_recording
 from . import claims as C
 
 Progress = Callable[[str], None]
@@ -56,14 +55,10 @@ class Lab:
         return self._summaries[key]
 
     def recording(self, trace: str, ratio: float, policy: str = "dtr") -> Recording:
-        program = self.program(trace)
-        budget = self.budget(trace, ratio)
-        folder = default_recording_dir(program, budget, ratio, policy,
-                                       root=self.workdir / "recordings")
-        if not is_recording(folder):
-            self.progress(f"recording {trace} at {ratio} ({policy})")
-            record_run(program, ratio=ratio, policy=policy, out_dir=folder, overwrite=True)
-        return open_recording(folder)
+        """TRACE at RATIO recorded into the working folder once (`analyses.runs.record_spec`)."""
+        from ..analyses.runs import RunSpec, record_spec
+        return record_spec(RunSpec(trace, ratio, policy), cache=self.workdir / "recordings",
+                           on_record=lambda spec, _folder: self.progress(f"recording {spec}"))
 
     def sweep(self, trace: str, ratio_from: float, ratio_to: float, *,
               step: float | None = None, policies: tuple[str, ...] = ("dtr",)):
