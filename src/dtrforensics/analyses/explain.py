@@ -1,18 +1,28 @@
-"""Hindsight search: which retained storages turn a failing run into a completion.
+"""Hindsight search: which single change turns a failing run into a completion.
 
-For a run that fails, collect the storages its failing frontier needed (each
-level's storage and its op's argument storages) that were evicted before the
-failing operator started, latest eviction first (then those evicted only
-during the failing operator's own recursion); retain each alone, then small combinations, each
-attempt with a control (the same code path, nothing retained, which must
-reproduce the failure). A retention that completes is evidence about the
-cause of the failure, not a policy: it uses knowledge of the future.
+Two kinds of change are tried (their candidates: `explain_candidates.py`):
+retaining storages the failing frontier needed (never offered as victims), and
+forcing one different victim at one decision. The attempt budget goes
+breadth-first, every single change before any combination, in this order:
+
+1. the forced victims at the first divergent choice against a nearby
+   completing budget (that run's victim, then the failing run's runner-up);
+2. retentions (latest eviction first) and forced runner-ups along the failing
+   run's last decisions (latest first), alternately;
+3. retained pairs, then triples... up to `max_combo`, in candidate order.
+
+Each attempt has a control (the same code path with nothing changed, which
+must reproduce the failure), and the result counts what was not tried. A
+change that completes is evidence about the cause of the failure, not a
+policy: it uses knowledge of the future.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,44 +30,109 @@ from typing import Callable
 
 from ..engine.replay import Interventions, replay, resolve_budget
 from ..trace.program import Program
+from .explain_candidates import (ForcedVictim, NearbyCompletion, RetentionCandidate,
+                                 forced_victims, frontier_candidates, nearby_completion)
 from .interventions import run_once, same_execution
 
-CAVEAT = ("A hindsight retention is evidence about what caused the failure, not a "
-          "policy: choosing it needs knowledge of the run's future.")
+CAVEAT = ("A hindsight change is evidence about what caused the failure, not a policy: "
+          "choosing it needs knowledge of the run's future.")
+KINDS = ("retain", "force_victim")
+ORDER = ("forced victims at the first divergent choice",
+         "retentions and forced runner-ups at the last decisions, alternately",
+         "retained combinations, smallest first")
 
 
 @dataclass(frozen=True)
-class RetentionCandidate:
-    storage: int
-    last_evicted_op: int
-    evictions: int
-    why: str  # which frontier level or argument needed it
+class Change:
+    """One counterfactual: a retained set of storages, or one forced victim
+    (storage, decision). `evicted_at_op`: the op of each eviction it undoes in
+    the failing run."""
+
+    retain: tuple[int, ...] = ()
+    force: tuple[int, int] | None = None
+    evicted_at_op: tuple[int, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "force_victim" if self.force else "retain"
+
+    @property
+    def size(self) -> int:
+        return 1 if self.force else len(self.retain)
+
+    def interventions(self) -> Interventions:
+        return (Interventions(force=(self.force,)) if self.force
+                else Interventions(retain=self.retain))
+
+    def args(self) -> list[str]:
+        """The `dtrf intervene` flags that make this change."""
+        if self.force:
+            return ["--force-victim", "{}@{}".format(*self.force)]
+        return ["--retain", ",".join(map(str, self.retain))]
 
 
 @dataclass(frozen=True)
 class Attempt:
-    retain: tuple[int, ...]
+    change: Change
     summary: dict
     control_matches: bool
     recording: str | None
+
+    @property
+    def retain(self) -> tuple[int, ...]:
+        return self.change.retain
+
+    @property
+    def kind(self) -> str:
+        return self.change.kind
+
+    @property
+    def args(self) -> list[str]:
+        return self.change.args()
 
     @property
     def fixes(self) -> bool:
         return self.summary["outcome"] == "ok"
 
     def to_json(self) -> dict:
-        s = self.summary
-        return {"retain": list(self.retain), "outcome": s["outcome"], "overhead": s["overhead"],
-                "max_depth": s["max_depth"], "max_pinned": s["max_pinned"]["bytes"],
-                "max_pinned_depth": s["max_pinned"]["depth"],
+        s, c = self.summary, self.change
+        return {"kind": c.kind, "args": c.args(), "retain": list(c.retain),
+                "force": list(c.force) if c.force else None,
+                "evicted_at_op": list(c.evicted_at_op), "outcome": s["outcome"],
+                "overhead": s["overhead"], "max_depth": s["max_depth"],
+                "max_pinned": s["max_pinned"]["bytes"],
+                "max_pinned_depth": s["max_pinned"]["depth"], "error": s.get("error"),
                 "control_matches": self.control_matches, "recording": self.recording}
+
+
+@dataclass(frozen=True)
+class SearchRound:
+    """Changes of one kind and size: how many exist and how many were tried."""
+
+    kind: str
+    size: int
+    candidates: int
+    tried: int
+
+    @property
+    def untried(self) -> int:
+        return self.candidates - self.tried
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "size": self.size, "candidates": self.candidates,
+                "tried": self.tried, "untried": self.untried}
 
 
 @dataclass
 class Explanation:
     baseline: dict
     candidates: list[RetentionCandidate]
+    forced: list[ForcedVictim] = field(default_factory=list)
+    nearby: NearbyCompletion | None = None
     attempts: list[Attempt] = field(default_factory=list)
+    rounds: list[SearchRound] = field(default_factory=list)
+    max_attempts: int | None = None
+    stopped: str = "exhausted"  # everything tried; or "max_attempts", "first" (enough fixes)
     control_outcome: str | None = None
     control_matches: bool | None = None
     note: str = CAVEAT
@@ -70,52 +145,58 @@ class Explanation:
     def all_controls_match(self) -> bool:
         return all(a.control_matches for a in self.attempts)
 
+    @property
+    def singles_untried(self) -> int:
+        return sum(r.untried for r in self.rounds if r.size == 1)
+
+    @property
+    def combinations_untried(self) -> int:
+        return sum(r.untried for r in self.rounds if r.size > 1)
+
     def to_json(self) -> dict:
         return {"baseline": self.baseline, "candidates": [c.__dict__ for c in self.candidates],
+                "forced_victims": [f.__dict__ for f in self.forced],
+                "nearby_completion": self.nearby.to_json() if self.nearby else None,
                 "fixes": [a.to_json() for a in self.fixes], "tried": len(self.attempts),
+                "untried": {"singles": self.singles_untried,
+                            "combinations": self.combinations_untried},
+                "search": {"order": list(ORDER), "max_attempts": self.max_attempts,
+                           "stopped": self.stopped,
+                           "rounds": [r.to_json() for r in self.rounds]},
                 "attempts": [a.to_json() for a in self.attempts],
                 "control": self.control_outcome, "control_matches": self.control_matches,
                 "note": self.note}
 
 
-def frontier_candidates(program: Program, result) -> list[RetentionCandidate]:
-    """Storages the failing frontier needed that were pressure-evicted earlier."""
-    if result.frontier is None:
-        return []
-    needed: dict[int, str] = {}
-    for level in result.frontier.levels:
-        own = int(program.tensor_storage[level.tensor_id])
-        needed.setdefault(own, f"rematerialized at depth {level.depth} ({level.tensor})")
-        for arg in program.op_args_of(level.op_id).tolist():
-            s = int(program.tensor_storage[arg])
-            needed.setdefault(s, f"argument of {level.op_name} at depth {level.depth} "
-                                 f"({program.tensor_name(arg)})")
-    failing_op = result.summary.oom.op_id
-    last_op: dict[int, int] = {}
-    last_before: dict[int, int] = {}
-    count: dict[int, int] = {}
-    for storage, op_id, _ in result.victims.tolist():
-        if storage in needed:
-            last_op[storage] = op_id
-            count[storage] = count.get(storage, 0) + 1
-            if op_id < failing_op:
-                last_before[storage] = op_id
-    # evicted before the failing op, latest first; then only-during, by id
-    ordered = sorted(last_op, key=lambda s: (s not in last_before, -last_before.get(s, 0), s))
-    return [RetentionCandidate(s, last_before.get(s, last_op[s]), count[s], needed[s]) for s in ordered]
+def search_order(candidates: list[RetentionCandidate], forced: list[ForcedVictim],
+                 kinds: tuple[str, ...], max_combo: int) -> Iterator[Change]:
+    """Every change of the search, in the order of the module doc."""
+    retain = [Change(retain=(c.storage,), evicted_at_op=(c.last_evicted_op,))
+              for c in candidates] if "retain" in kinds else []
+    force = {src: [Change(force=(f.storage, f.decision), evicted_at_op=(f.op_id,))
+                   for f in forced if f.source == src] if "force_victim" in kinds else []
+             for src in ("divergent_choice", "last_decisions")}
+    yield from force["divergent_choice"]
+    for pair in itertools.zip_longest(retain, force["last_decisions"]):
+        yield from (c for c in pair if c is not None)
+    if "retain" not in kinds:
+        return
+    evicted = {c.storage: c.last_evicted_op for c in candidates}
+    for size in range(2, max_combo + 1):
+        for combo in itertools.combinations(list(evicted), size):
+            kept = tuple(sorted(combo))
+            yield Change(retain=kept, evicted_at_op=tuple(evicted[s] for s in kept))
 
 
-def planned_retentions(candidates: list[RetentionCandidate], max_combo: int,
-                       max_attempts: int) -> list[tuple[int, ...]]:
-    """Singles in candidate order, then pairs, triples... up to the bounds."""
-    ids = [c.storage for c in candidates]
-    plan: list[tuple[int, ...]] = []
-    for size in range(1, min(max_combo, len(ids)) + 1):
-        for combo in itertools.combinations(ids, size):
-            if len(plan) >= max_attempts:
-                return plan
-            plan.append(tuple(sorted(combo)))
-    return plan
+def search_rounds(candidates: list, forced: list, kinds: tuple[str, ...], max_combo: int,
+                  attempts: list[Attempt]) -> list[SearchRound]:
+    """How many changes of each kind and size exist, and how many were tried."""
+    exist = [("retain", size, math.comb(len(candidates), size))
+             for size in range(1, max_combo + 1)] if "retain" in kinds else []
+    if "force_victim" in kinds:
+        exist.insert(min(1, len(exist)), ("force_victim", 1, len(forced)))
+    tried = [(a.kind, a.change.size) for a in attempts]
+    return [SearchRound(kind, size, n, tried.count((kind, size))) for kind, size, n in exist]
 
 
 # --- worker processes: the program is loaded once per process ---------------------
@@ -128,7 +209,7 @@ def _init_worker(source: str, name: str) -> None:
     _WORKER["program"] = load_program(source, name)
 
 
-def _attempt(program: Program, retain: tuple[int, ...], budget: int, ratio: float | None,
+def _attempt(program: Program, change: Change, budget: int, ratio: float | None,
              policy: str, record_root: Path | None, timeout: float | None,
              baseline: dict) -> Attempt:
     common = dict(budget=budget, ratio=ratio, policy=policy, timeout=timeout)
@@ -141,9 +222,9 @@ def _attempt(program: Program, retain: tuple[int, ...], budget: int, ratio: floa
                            **common)
         if key:
             _WORKER[key] = control
-    run = run_once(program, interventions=Interventions(retain=retain), record_root=record_root,
+    run = run_once(program, interventions=change.interventions(), record_root=record_root,
                    **common)
-    return Attempt(retain, run.summary, same_execution(control.summary, baseline),
+    return Attempt(change, run.summary, same_execution(control.summary, baseline),
                    str(run.recording) if run.recording else None)
 
 
@@ -153,32 +234,45 @@ def _attempt_in_worker(*args) -> Attempt:
 
 def explain(program: Program, *, ratio: float | None = None, budget: int | None = None,
             policy: str = "dtr", max_attempts: int = 32, max_combo: int = 2,
+            last_decisions: int = 16, kinds: tuple[str, ...] = KINDS,
             timeout: float | None = None, jobs: int | None = None,
             record_root: Path | None = Path("recordings") / "explain",
             stop_after_fixes: int | None = None,
             on_attempt: Callable[[Attempt, int, int], None] | None = None) -> Explanation:
-    """Search retentions that make a failing run complete (see module doc)."""
+    """Search changes that make a failing run complete (see module doc);
+    `kinds` limits the search to retentions or forced victims."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown or not kinds:
+        raise ValueError(f"kinds are among {', '.join(KINDS)}, got {', '.join(kinds) or 'none'}")
     budget, ratio = resolve_budget(program, budget, ratio)
     failing = replay(program, budget=budget, policy=policy, timeout=timeout)
     baseline = failing.summary.to_json()
-    candidates = frontier_candidates(program, failing)
-    out = Explanation(baseline=baseline, candidates=candidates)
+    out = Explanation(baseline=baseline, candidates=frontier_candidates(program, failing),
+                      max_attempts=max_attempts)
     if failing.summary.outcome != "oom":
         return out
-    plan = planned_retentions(candidates, max_combo, max_attempts)
+    rerun_matches = True
+    if "force_victim" in kinds:
+        completing, probes = nearby_completion(program, failing, policy=policy, timeout=timeout)
+        out.forced, out.nearby, rerun_matches = forced_victims(
+            program, failing, completing, policy=policy, timeout=timeout,
+            last_decisions=last_decisions, probes=probes)
+    order = search_order(out.candidates, out.forced, kinds, max_combo)
+    plan = list(itertools.islice(order, max_attempts))
+    exhausted = next(order, None) is None
     control = run_once(program, interventions=Interventions(control=True), budget=budget,
                        ratio=ratio, policy=policy, record_root=record_root, timeout=timeout)
-    args = [(retain, budget, ratio, policy, record_root, timeout, baseline) for retain in plan]
+    args = [(change, budget, ratio, policy, record_root, timeout, baseline) for change in plan]
     jobs = max(1, jobs or os.cpu_count() or 1)
-    done = 0
+    enough = False
 
     def finish(attempt: Attempt) -> bool:
-        nonlocal done
-        done += 1
+        nonlocal enough
         out.attempts.append(attempt)
         if on_attempt:
-            on_attempt(attempt, done, len(plan))
-        return stop_after_fixes is not None and len(out.fixes) >= stop_after_fixes
+            on_attempt(attempt, len(out.attempts), len(plan))
+        enough = stop_after_fixes is not None and len(out.fixes) >= stop_after_fixes
+        return enough
 
     if jobs == 1 or len(plan) <= 1:
         _WORKER["program"] = program
@@ -194,8 +288,12 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
                     for f in futures:
                         f.cancel()
                     break
-    order = {retain: i for i, retain in enumerate(plan)}
-    out.attempts.sort(key=lambda a: order[a.retain])
+    index = {change: i for i, change in enumerate(plan)}
+    out.attempts.sort(key=lambda a: index[a.change])
+    out.rounds = search_rounds(out.candidates, out.forced, kinds, max_combo, out.attempts)
+    if len(out.attempts) < len(plan) or not exhausted:
+        out.stopped = "first" if enough else "max_attempts"
     out.control_outcome = control.summary["outcome"]
-    out.control_matches = same_execution(control.summary, baseline) and out.all_controls_match
+    out.control_matches = (same_execution(control.summary, baseline) and rerun_matches
+                           and out.all_controls_match)
     return out

@@ -84,7 +84,7 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
     from ..analyses.oom import explain_oom
     from ..analyses.runs import RunSpec, record_spec
     from ..render.diff import print_diff
-    from ..render.interventions import attempts_table
+    from ..render.explain import attempts_table
     from ..render.oom import oom_view
     from ..render.sweep import holes_view
     from ..render.units import fmt_exact_bytes
@@ -135,7 +135,7 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
 
     _section(console, "4. Which retention prevents it? (hindsight search, with controls)")
     found = explain(program, ratio=failing.ratio, max_attempts=8, max_combo=1, jobs=jobs,
-                    record_root=out / "explain", stop_after_fixes=1)
+                    kinds=("retain",), record_root=out / "explain", stop_after_fixes=1)
     console.print(attempts_table(found))
     console.print(("Control: the failure reproduces exactly without the retention. "
                    if found.control_matches else "[red]Control mismatch.[/] ")

@@ -1,7 +1,8 @@
-"""`dtrf intervene` and `dtrf explain`: what-if retentions and the hindsight search."""
+"""`dtrf intervene` and `dtrf explain`: what-if changes and the hindsight search."""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -87,61 +88,60 @@ def _print_diff(console, baseline: Path, intervention: Path) -> None:
     print_diff(diff(open_recording(baseline), open_recording(intervention)), console)
 
 
+class Kind(str, Enum):
+    retain = "retain"
+    force_victim = "force-victim"
+
+
 def explain_command(
     trace: Annotated[str, typer.Argument(help="Short name or path to a DTR log.")],
     ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of peak memory.")] = None,
     budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
     policy: Annotated[str, typer.Option(help=f"Policy: {', '.join(POLICIES)}.")] = "dtr",
-    max_attempts: Annotated[int, typer.Option(callback=at_least(1), help="At most this many retentions are tried.")] = 32,
+    max_attempts: Annotated[int, typer.Option(callback=at_least(1), help="At most this many changes are tried, every single change before any combination.")] = 32,
     max_combo: Annotated[int, typer.Option(callback=at_least(1), help="Largest retained set tried (1 = singles only).")] = 2,
+    last_decisions: Annotated[int, typer.Option(callback=at_least(0), help="Force the runner-up at this many of the failing run's last decisions.")] = 16,
+    kind: Annotated[Optional[list[Kind]], typer.Option(help="Search only these changes (repeatable; default both).")] = None,
     timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per attempt, seconds (a timed-out attempt is unresolved).")] = None,
     jobs: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Parallel processes (default: all cores).")] = None,
     first: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Stop after this many fixes are found.")] = None,
     record_root: RecordRoot = "recordings/explain",
-    as_json: Annotated[bool, typer.Option("--json", help="Print {fixes, tried, control, ...} as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {fixes, tried, untried, search, control, ...} as JSON.")] = False,
 ) -> None:
-    """For a failing run, find the storages whose retention turns the failure into
-    a completion: candidates are storages the failing frontier needed that were
-    evicted earlier (latest first); singles, then small combinations."""
-    from rich.console import Console
+    """For a failing run, find the single changes that turn the failure into a
+    completion: retaining a storage the failing frontier needed, or forcing
+    another victim at the first divergent choice against a nearby completing
+    budget or at one of the last decisions; singles first, then retained pairs."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeRemainingColumn)
 
     from ..analyses.explain import explain
-    from ..render.interventions import fixes_table
+    from ..render.console import wide_console
+    from ..render.explain import change_text, print_explanation
     from ..trace import load_trace
 
     program = load_trace(trace)
     announce_compile()
-    console = Console(stderr=as_json)
-    with Progress(TextColumn("[bold]retentions"), BarColumn(), MofNCompleteColumn(),
+    console = wide_console(stderr=as_json)
+    kinds = tuple(dict.fromkeys(k.value.replace("-", "_") for k in kind or list(Kind)))
+    with Progress(TextColumn("[bold]changes"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), TextColumn("{task.fields[last]}"), console=console,
                   transient=as_json) as progress:
         task = progress.add_task("explain", total=None, last="")
 
         def on_attempt(attempt, done, total):
             progress.update(task, completed=done, total=total,
-                            last=f"{attempt.retain}: {attempt.summary['outcome']}")
+                            last=f"{change_text(attempt)}: {attempt.summary['outcome']}")
 
         result = explain(program, policy=policy, max_attempts=max_attempts, max_combo=max_combo,
-                         timeout=timeout, jobs=jobs, stop_after_fixes=first,
+                         last_decisions=last_decisions, kinds=kinds, timeout=timeout, jobs=jobs,
+                         stop_after_fixes=first,
                          record_root=Path(record_root) if record_root else None,
                          on_attempt=on_attempt, **_budget_args(ratio, budget))
     if as_json:
         from ..render.jsonout import dumps
         typer.echo(dumps(result.to_json()))
-        _require_control(result.control_matches)
-        return
-    base = result.baseline
-    if base["outcome"] != "oom":
-        console.print(f"The run does not fail (outcome {base['outcome']}): nothing to explain.")
-        return
-    console.print(f"Baseline: [bold red]oom[/] at op {base['oom']['op_id']} allocating "
-                  f"{base['oom']['tensor']} at depth {base['oom']['depth']}; "
-                  f"{len(result.candidates)} candidate storages; {len(result.attempts)} tried.")
-    console.print(fixes_table(result) if result.fixes else "[yellow]No tried retention completes the run.[/]")
-    console.print("Controls: " + ("the control and every worker's control reproduced the "
-                                  "failure exactly." if result.control_matches else
-                                  "[bold red]a control did not reproduce the failure[/]"))
-    console.print(f"[dim]{result.note}[/]")
+    else:
+        where = f"--ratio {ratio}" if ratio is not None else f"--budget {budget}"
+        print_explanation(result, console, reproduce=f"dtrf intervene {trace} {where}")
     _require_control(result.control_matches)

@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "regime": ("regime_cmd", "Compare two runs in different regimes: evictions per op window, the onset of the slow regime, the storages that drive it, the link to the first divergence."),
     "reevict": ("reevict_cmd", "Re-eviction figures (evictions per storage, concentration, collateral remats), each over pressure victims alone and over the whole eviction stream."),
     "intervene": ("intervene_cmd", "Run TRACE at a budget three times: baseline, with the intervention, and a control (same code path, nothing changed) that must reproduce the baseline."),
-    "explain": ("intervene_cmd", "For a failing run, find the storages whose retention turns the failure into a completion: candidates are storages the failing frontier needed that were evicted earlier (latest first); singles, then small combinations."),
+    "explain": ("intervene_cmd", "For a failing run, find the single changes that turn the failure into a completion: retaining a storage the failing frontier needed, or forcing another victim at the first divergent choice against a nearby completing budget or at one of the last decisions; singles first, then retained pairs."),
     "sweep": ("sweep_cmd", "Replay TRACE over a range of budgets, in parallel, resumably; then map its holes."),
     "holes": ("sweep_cmd", "Feasibility holes, edges, timeouts and regime switches of a sweep."),
     "edges": ("edges_cmd", "Both sides of every edge of a sweep (outcome or regime changes): the budget comparison that decides it, to the byte, and the first divergent victim."),

@@ -1,5 +1,4 @@
-"""What-if runs as tables: baseline / intervention / control side by side, and the
-retentions the hindsight search tried."""
+"""What-if runs as a table: baseline / intervention / control side by side."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import json
 
 from rich.table import Table
 
-from ..analyses.explain import Explanation
 from ..analyses.interventions import InterventionResult
 from .units import fmt_exact_bytes, fmt_overhead
 
@@ -40,29 +38,3 @@ def side_by_side(result: InterventionResult, interventions: dict) -> Table:
     table.caption = f"intervention: {json.dumps({k: v for k, v in interventions.items() if v})}"
     return table
 
-
-def fixes_table(found: Explanation) -> Table:
-    """The retentions that turn the failure into a completion."""
-    table = Table(title="retentions that complete the run")
-    for col in ("retain", "overhead", "max depth", "peak pinned", "depth at peak pinned"):
-        table.add_column(col, justify="right")
-    for a in found.fixes:
-        s = a.summary
-        table.add_row(",".join(map(str, a.retain)), fmt_overhead(s["overhead"]),
-                      str(s["max_depth"]), fmt_exact_bytes(s["max_pinned"]["bytes"]),
-                      str(s["max_pinned"]["depth"]))
-    return table
-
-
-def attempts_table(found: Explanation) -> Table:
-    """Every retention tried, with the op that last evicted each retained storage."""
-    table = Table()
-    for col in ("retain storage", "evicted at op", "outcome", "overhead", "max depth"):
-        table.add_column(col, justify="right")
-    evicted_at = {c.storage: c.last_evicted_op for c in found.candidates}
-    for a in found.attempts:
-        s = a.summary
-        table.add_row(",".join(map(str, a.retain)),
-                      ",".join(str(evicted_at[r]) for r in a.retain), s["outcome"],
-                      fmt_overhead(s["overhead"]), str(s["max_depth"]))
-    return table

@@ -176,7 +176,7 @@ def resnet32_retention(lab: Lab, failing) -> list[C.Claim]:
     from ..analyses.interventions import intervene
     study = C.HOLES_STUDY
     program = lab.program("resnet32")
-    found = explain(program, ratio=0.104, stop_after_fixes=1, jobs=1,
+    found = explain(program, ratio=0.104, stop_after_fixes=1, jobs=1, kinds=("retain",),
                     record_root=lab.workdir / "runs")
     fix = found.fixes[0] if found.fixes else None
     if fix is None:
