@@ -104,8 +104,9 @@ def intervene(trace_spec: str | os.PathLike | Program, *, ratio: float | None = 
 
 def explain(trace_spec: str | os.PathLike | Program, *, ratio: float | None = None,
             budget: int | None = None, policy: str = "dtr", jobs: int | None = 1, **search):
-    """Which retention turns a failure into a completion (`Explanation`); `search`
-    takes max_attempts, max_combo, stop_after_fixes, record_root, timeout."""
+    """Which single change (a retention or a forced victim) turns a failure into a
+    completion (`Explanation`); `search` takes max_attempts, max_combo,
+    last_decisions, kinds, stop_after_fixes, record_root, timeout."""
     from .analyses.explain import explain as _explain
     return _explain(trace(trace_spec), ratio=ratio, budget=budget, policy=policy, jobs=jobs,
                     **search)
