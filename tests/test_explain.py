@@ -160,7 +160,7 @@ def test_cli_screen_shows_the_ops_and_what_was_not_tried(tmp_path):
     assert run.code == 0, run.err
     assert "evicted" in run.out and "at op" in run.out
     assert "--force-victim 4@0" in run.out
-    assert "Tried 1 changes: singles 1 of" in run.out and "untried" in run.out
+    assert "Tried 1 change: singles 1 of" in run.out and "untried" in run.out
     assert "Stopped at --max-attempts 1" in run.out
     assert "Reproduce a fix: dtrf intervene hole --budget" in run.out
 
@@ -201,3 +201,16 @@ def test_inceptionv4_explain_finds_3131_among_the_retentions():
                      jobs=1)
     assert result.baseline["outcome"] == "oom"
     assert [a.retain for a in result.fixes] == [(3131,)]
+
+
+def test_a_rerun_that_disagrees_voids_the_search(monkeypatch):
+    """The run observed for its runner-ups must be the failing run again; if it
+    is not, the result says so and the command exits 3."""
+    from dtrforensics.analyses import explain_candidates
+    from dtrforensics.errors import EXIT_NOT_DETERMINISTIC
+    monkeypatch.setattr(explain_candidates, "same_execution", lambda a, b: False)
+    result = explain(planted(), budget=BUDGET, record_root=None, jobs=1)
+    assert result.all_controls_match and result.control_matches is False
+    run = dtrf("explain", "hole", "--budget", HOLE_INSIDE, "--jobs", "1", "--record-root", "")
+    assert run.code == EXIT_NOT_DETERMINISTIC
+    assert "did not reproduce" in run.err and "a control or a rerun" in run.out

@@ -17,6 +17,10 @@ def change_text(attempt: Attempt) -> str:
     return " ".join(attempt.change.args())
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def _ops(attempt: Attempt) -> str:
     return ",".join(map(str, attempt.change.evicted_at_op))
 
@@ -75,11 +79,11 @@ def coverage_text(found: Explanation) -> str:
     """What the search tried and what it did not: singles by kind, combinations."""
     singles = [r for r in found.rounds if r.size == 1]
     by_kind = ", ".join(f"{KIND_LABEL[r.kind]} {r.tried:,} of {r.candidates:,}" for r in singles)
-    text = (f"Tried {len(found.attempts):,} changes: singles {sum(r.tried for r in singles):,} "
-            f"of {sum(r.candidates for r in singles):,} ({by_kind}), "
-            f"{found.singles_untried:,} untried")
-    for r in (r for r in found.rounds if r.size > 1):
-        reached = "" if r.tried else " (never reached)"
+    text = (f"Tried {_count(len(found.attempts), 'change')}: singles "
+            f"{sum(r.tried for r in singles):,} of {sum(r.candidates for r in singles):,} "
+            f"({by_kind}), {found.singles_untried:,} untried")
+    for r in (r for r in found.rounds if r.size > 1 and r.candidates):
+        reached = " (never reached)" if not r.tried else ""
         text += f"; retained sets of {r.size}: {r.tried:,} of {r.candidates:,}{reached}"
     stopped = {"exhausted": "Every candidate change was tried.",
                "max_attempts": f"Stopped at --max-attempts {found.max_attempts}.",
@@ -96,8 +100,8 @@ def print_explanation(found: Explanation, console: Console, *, reproduce: str) -
         return
     console.print(f"Baseline: [bold red]oom[/] at op {base['oom']['op_id']} allocating "
                   f"{base['oom']['tensor']} at depth {base['oom']['depth']}; "
-                  f"{len(found.candidates)} retention candidates, {len(found.forced)} "
-                  f"forced victims.")
+                  f"{_count(len(found.candidates), 'retention candidate')}, "
+                  f"{_count(len(found.forced), 'forced victim')}.")
     if found.forced or found.nearby:
         console.print(nearby_text(found))
     if found.fixes:
