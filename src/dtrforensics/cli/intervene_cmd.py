@@ -143,5 +143,6 @@ def explain_command(
         typer.echo(dumps(result.to_json()))
     else:
         where = f"--ratio {ratio}" if ratio is not None else f"--budget {budget}"
+        where += f" --policy {policy}" if policy != "dtr" else ""
         print_explanation(result, console, reproduce=f"dtrf intervene {trace} {where}")
     _require_control(result.control_matches)
