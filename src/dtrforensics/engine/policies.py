@@ -125,3 +125,10 @@ def policy_from_file(spec: str) -> Policy:
                   compute=False, fwd=nbhd, bwd=nbhd,
                   fresh_neighbourhoods=nbhd and d.neighbourhoods == "fresh",
                   reference_compatible=False, custom=custom)
+
+
+def policy_sources(names) -> dict[str, str]:
+    """SHA-256 of the file of every policy from a file among `names` (what a
+    stored sweep must still match to be resumed)."""
+    return {name: get_policy(name).custom.source_sha256 for name in names
+            if name not in POLICIES}
