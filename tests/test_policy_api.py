@@ -160,7 +160,7 @@ def test_compute_is_own_plus_neighbourhoods(tmp_path):
 def test_features_are_documented():
     doc = (Path(__file__).parent.parent / "docs" / "policies.md").read_text()
     for f in FEATURES:
-        assert f"`{f.name}`" in doc, f.name
+        assert f"| `{f.name}` | {f.doc} |" in doc, f"docs/policies.md: feature {f.name}"
 
 
 def test_min_size_keeps_small_storages(tmp_path):
