@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/trace_cache.py
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/torch_record.py
+	$(BIN)/python benchmarks/policy_cost.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dtrforensics.analyses", "dtrforensics.sweep", "dtrforensics.interop",
      "dtrforensics.synth.search", "dtrforensics.reproduce", "dtrforensics.torch"),
     ("dtrforensics.render",),
-    ("dtrforensics.cli", "dtrforensics.tui", "dtrforensics.api"),
+    ("dtrforensics.cli", "dtrforensics.tui", "dtrforensics.api", "dtrforensics.policy"),
 )
 TUI_DOOR = "dtrforensics.tui"           # the CLI may import this package, none of its modules
 

@@ -8,6 +8,8 @@ default suite still covers every trace.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from public import program_or_skip, reference_params
 
@@ -30,11 +32,26 @@ def _first_divergence(got, want):
     return None
 
 
+# The reference heuristics written through the policy API (docs/policies.md).
+API_TWINS = Path(__file__).parent.parent / "examples" / "policies" / "reference.py"
+
+
 @pytest.mark.public
 @pytest.mark.parametrize("ref", reference_params(lambda ln: ln["secs"] < FAST_SECS))
 def test_replay_matches_reference(ref):
+    check_against_reference(ref, ref["heuristic"])
+
+
+@pytest.mark.public
+@pytest.mark.parametrize("ref", reference_params(lambda ln: ln["secs"] < FAST_SECS))
+def test_policy_api_twin_matches_reference(ref):
+    """The same formula from a file makes every decision the reference made."""
+    check_against_reference(ref, f"{API_TWINS}:{ref['heuristic'].replace('-', '_')}")
+
+
+def check_against_reference(ref, policy: str) -> None:
     program = program_or_skip(ref["trace"])
-    result = replay(program, ratio=ref["ratio"], policy=ref["heuristic"])
+    result = replay(program, ratio=ref["ratio"], policy=policy)
     s = result.summary
 
     divergence = _first_divergence(result.victims[:50].tolist(), ref["first_victims"])

@@ -46,3 +46,9 @@ class NotDeterministicError(UserError):
     """Two executions that must be identical (a rerun, a control) are not."""
 
     exit_code = EXIT_NOT_DETERMINISTIC
+
+
+class PolicyError(UserError):
+    """A policy from a file that cannot be loaded or compiled, or whose score
+    failed (raised, NaN, negative) during a replay: the message names the file
+    and line, and the decision where it happened."""

@@ -8,10 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..engine.policies import POLICIES
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import at_least, check_timeout
+from .options import POLICY_HELP, at_least, check_policy, check_timeout
 
 RecordRoot = Annotated[str, typer.Option(help="Where the runs are recorded (reused when present); '' to not record.")]
 
@@ -31,7 +30,7 @@ def intervene_command(
     trace: Annotated[str, typer.Argument(help="Short name or path to a DTR log.")],
     ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of peak memory.")] = None,
     budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
-    policy: Annotated[str, typer.Option(help=f"Policy: {', '.join(POLICIES)}.")] = "dtr",
+    policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     retain: Annotated[Optional[str], typer.Option(help="Storages never offered as victims, e.g. 3131 or 612,302.")] = None,
     retain_ops: Annotated[Optional[str], typer.Option(help="Limit --retain to decisions inside top-level ops A..B.")] = None,
     forbid_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: exclude storage S at decision K.")] = None,
@@ -97,7 +96,7 @@ def explain_command(
     trace: Annotated[str, typer.Argument(help="Short name or path to a DTR log.")],
     ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of peak memory.")] = None,
     budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
-    policy: Annotated[str, typer.Option(help=f"Policy: {', '.join(POLICIES)}.")] = "dtr",
+    policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     max_attempts: Annotated[int, typer.Option(callback=at_least(1), help="At most this many changes are tried, every single change before any combination.")] = 32,
     max_combo: Annotated[int, typer.Option(callback=at_least(1), help="Largest retained set tried (1 = singles only).")] = 2,
     last_decisions: Annotated[int, typer.Option(callback=at_least(0), help="Force the runner-up at this many of the failing run's last decisions.")] = 16,

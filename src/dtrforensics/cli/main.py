@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("sweep_cmd", "Replay TRACE over a range of budgets, in parallel, resumably; then map its holes."),
     "holes": ("sweep_cmd", "Feasibility holes, edges, timeouts and regime switches of a sweep."),
     "edges": ("edges_cmd", "Both sides of every edge of a sweep (outcome or regime changes): the budget comparison that decides it, to the byte, and the first divergent victim."),
+    "compare-policies": ("compare_policies_cmd", "Several eviction policies over one budget range: holes, first success, overheads, regime switches, and which policy is best where, with a figure."),
     "plot": ("sweep_cmd", "Overhead against budget ratio per policy, failing budgets and holes marked."),
     "export": ("export_cmd", "Export SOURCE for another tool."),
     "traces": ("traces_cmd", "List, inspect, fetch and import DTR traces."),

@@ -95,3 +95,29 @@ def warn_unreached(interventions: Interventions, decisions: int) -> None:
             if k >= decisions:
                 warnings.warn(f"{what} {storage}@{k} never applied: the run made only "
                               f"{decisions} eviction decisions", stacklevel=2)
+
+
+POLICY_HELP = ("Eviction policy: a built-in (dtr, no-staleness, no-size, compute-only, lru, "
+               "size, msps, dtr-local, dtr-exact-nbhd) or PATH.py:NAME, a policy in a file "
+               "(docs/policies.md).")
+
+
+def check_policy(param: typer.CallbackParam, value: str | None) -> str | None:
+    """Callback of --policy: a built-in name or a policy file that loads and compiles."""
+    if value is not None:
+        from ..engine.policies import get_policy
+        get_policy(value)
+    return value
+
+
+def check_policies(param: typer.CallbackParam, value: str) -> str:
+    """Callback of a comma-separated --policy list."""
+    for name in split_policies(value):
+        check_policy(param, name)
+    if not split_policies(value):
+        raise validate.OptionError(f"{param.opts[0]} names no policy")
+    return value
+
+
+def split_policies(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())

@@ -6,10 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..engine.policies import POLICIES
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import check_timeout
+from .options import POLICY_HELP, check_policy, check_timeout
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
@@ -19,7 +18,7 @@ def run(
     trace: Annotated[str, typer.Argument(help="Short name (resnet32, lstm, ...) or path to a DTR log.")],
     ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of the trace's peak memory: floor(ratio x peak) bytes.")] = None,
     budget: Annotated[Optional[int], typer.Option(help="Budget in bytes (instead of --ratio).")] = None,
-    policy: Annotated[str, typer.Option(help=f"Eviction policy: {', '.join(POLICIES)}.")] = "dtr",
+    policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit in seconds; the run is then 'timeout' (unresolved).")] = None,
     thrash_limit: Annotated[Optional[float], typer.Option(help="Overhead at which a run counts as thrashed (default: the engine's, 60).", show_default=False)] = None,
     retain: Annotated[Optional[str], typer.Option(help="Storages never offered as victims, e.g. 612,3131.")] = None,
@@ -39,8 +38,6 @@ def run(
 
     if (ratio is None) == (budget is None):
         raise CommandError("give exactly one of --ratio or --budget")
-    if policy not in POLICIES:
-        raise CommandError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if scores not in ("victims", "all"):
         raise CommandError("--scores is 'victims' or 'all'")
     program = load_trace(trace)

@@ -13,9 +13,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..engine.policies import POLICIES
 from .errors import CommandError
 from .kernel_notice import announce_compile
+from .options import POLICY_HELP, check_policies, split_policies
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +31,7 @@ def sweep(
     ratio_from: Annotated[float, typer.Option("--from", help="Lowest budget ratio of the range.")] = 0.05,
     ratio_to: Annotated[float, typer.Option("--to", help="Highest budget ratio of the range.")] = 1.0,
     step: Annotated[Optional[float], typer.Option(help="Grid step in ratio units (stage A).")] = None,
-    policy: Annotated[str, typer.Option(help=f"Policies, comma-separated: {', '.join(POLICIES)}.")] = "dtr",
+    policy: Annotated[str, typer.Option(callback=check_policies, help="Policies, comma-separated. " + POLICY_HELP)] = "dtr",
     interior: Annotated[int, typer.Option(help="Seeded random samples inside every grid interval.")] = 0,
     seed: Annotated[int, typer.Option(help="Seed of the interior samples.")] = 0,
     refine: Annotated[bool, typer.Option("--refine", help="Refine intervals whose neighbouring samples differ in outcome or jump in overhead.")] = False,
@@ -59,10 +59,7 @@ def sweep(
     from ..sweep.store import SweepParams, SweepStoreError
     from ..trace import load_trace
 
-    policies = tuple(p for p in policy.replace(" ", "").split(",") if p)
-    for p in policies:
-        if p not in POLICIES:
-            raise CommandError(f"unknown policy {p!r}; known: {', '.join(POLICIES)}")
+    policies = split_policies(policy)
     if engine is not None and engine not in ENGINES:
         raise CommandError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     if (engine == "dask") != (scheduler is not None):

@@ -20,7 +20,7 @@ KernelGraph = namedtuple("KernelGraph", [
     "tensor_op", "tensor_size", "tensor_storage",
     "st_tensor_ptr", "st_tensors",
     "fwd_ptr", "fwd_nbr", "fwd_time", "bwd_ptr", "bwd_nbr", "bwd_time",
-    "sched_kind", "sched_arg",
+    "sched_kind", "sched_arg", "op_backward",
 ])
 KernelGraph.__doc__ = """Arrays the kernel reads. Storage-indexed arrays use the storage id
 (root tensor id) as index and have one slot per tensor; non-root slots are unused.
@@ -74,4 +74,5 @@ def kernel_graph(program: Program) -> KernelGraph:
         fwd_ptr=fwd[0], fwd_nbr=fwd[1], fwd_time=fwd[2],
         bwd_ptr=bwd[0], bwd_nbr=bwd[1], bwd_time=bwd[2],
         sched_kind=program.sched_kind.astype(np.int64), sched_arg=program.sched_arg,
+        op_backward=program.op_backward.astype(np.int64),
     )

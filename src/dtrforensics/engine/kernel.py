@@ -16,6 +16,11 @@ from numba import njit
 
 from ..trace.program import CMD_COMPUTE, CMD_GET, CMD_RELEASE
 from .exactdiv import exact_ratio
+from .features import (
+    FT_BACKWARD, FT_BWD_COMPUTE, FT_CLOCK, FT_COMPUTE, FT_DECISION, FT_DEPTH, FT_FWD_COMPUTE,
+    FT_LAST_ACCESS, FT_MEMORY, FT_OWN_COMPUTE, FT_PINNED_BYTES, FT_POOL_SIZE, FT_POSITION,
+    FT_REQUEST, FT_SIZE, FT_STALENESS, FT_STORAGE, FT_TIMES_EVICTED,
+)
 from .hooks import (
     C_BWD, C_COMPUTE, C_DECISION, C_FWD, C_POSITION, C_SIZE, C_STALENESS, C_STORAGE,
     E_BWD, E_BYTES, E_CLOCK, E_COMPUTE, E_COST, E_DECISION, E_DEPTH, E_FLAG, E_FWD, E_KIND,
@@ -39,14 +44,17 @@ from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by th
     S_MAX_DEPTH, S_MEMORY, S_MODEL_COMPUTE, S_N_CANDS, S_N_EVENTS, S_N_STREAM, S_PEAK,
     S_PEND_TOP, S_POOL_BYTES, S_POOL_HEAD, S_POOL_SIZE, S_POOL_TAIL, S_REBUILDS, S_REMATS,
     S_REMAT_COMPUTE, S_REMAT_LIMIT, S_SCORE_EVALS, S_STATUS, S_STEPS, S_WALK_VISITS,
+    S_NO_CANDIDATE, S_POLICY_FAULT, STATUS_POLICY_FAULT, R_TIMES_EVICTED,
 )
 from .policies import (
-    P_BWD, P_COMPUTE, P_FRESH, P_FWD, P_LRU, P_ONE, P_REGIONS, P_SIZE, P_STALENESS,
+    P_BWD, P_COMPUTE, P_CUSTOM, P_FRESH, P_FWD, P_LRU, P_MIN_SIZE, P_ONE, P_REGIONS, P_SIZE,
+    P_STALENESS,
 )
 
 # What `_choose` returns instead of a storage when it finds no victim.
 NO_VICTIM = -1              # every pool member is excluded by an intervention
 FORCED_NOT_CANDIDATE = -2   # the forced victim is not in the pool (or is excluded)
+POLICY_FAULT = -3           # a policy from a file scored NaN or below 0 (or raised)
 
 
 @njit(cache=True, inline="always")
@@ -568,8 +576,13 @@ def _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark, scratch, s):
 
 @njit(cache=True)
 def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, cand, candf,
-              iv_retain, iv_window, iv_forbid, iv_force, max_steps, event_room, cand_room):
+              iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe,
+              max_steps, event_room, cand_room):
     """Advance the replay by at most `max_steps` steps; returns the status.
+
+    score_fn, locked: a policy from a file's compiled score and never-evicted
+    storages (engine/user_policy.py); probe receives the features of the
+    candidate whose score faulted.
 
     st: state rows (`layout.R_*`); fr: frame stack rows (`layout.FR_*`), one
     column per materialization in progress. Stops early (STATUS_RUNNING) when
@@ -600,7 +613,7 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
             _allocation_check(g, sc, st, fr, ev, evf, emit, f)
         elif phase == PH_FREE:
             _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, cand, candf, emit,
-                      iv_retain, iv_window, iv_forbid, iv_force, f)
+                      iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe, f)
         else:
             _compute_and_unlock(g, pol, sc, st, fr, scratch, mark, rg, ev, evf, emit, f)
 
@@ -798,7 +811,7 @@ def _allocation_check(g, sc, st, fr, ev, evf, emit, f):
 
 @njit(cache=True, inline="always")
 def _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, cand, candf, emit,
-              iv_retain, iv_window, iv_forbid, iv_force, f):
+              iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe, f):
     """§6.3, the eviction loop: compare again; while it does not fit, evict one
     victim (§7) per step, or end the run out of memory (§10.3)."""
     t = fr[FR_TENSOR, f]
@@ -810,9 +823,18 @@ def _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, cand, cand
         _out_of_memory(g, sc, ev, evf, emit, t, request)
         return
     decision = sc[S_EVICTIONS]
-    victim = _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
-                     sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid, iv_force,
-                     decision, t, request)
+    if pol[P_CUSTOM]:
+        victim = _choose_custom(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
+                                sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid,
+                                iv_force, score_fn, locked, probe, decision, t, request)
+    else:
+        victim = _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
+                         sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid, iv_force,
+                         decision, t, request)
+    if victim == POLICY_FAULT:
+        sc[S_POLICY_FAULT] = decision
+        sc[S_STATUS] = STATUS_POLICY_FAULT
+        return
     if victim == FORCED_NOT_CANDIDATE:
         sc[S_STATUS] = STATUS_FORCE_FAILED
         return
@@ -820,6 +842,7 @@ def _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, cand, cand
         _out_of_memory(g, sc, ev, evf, emit, t, request)
         return
     sc[S_EVICTIONS] += 1
+    st[R_TIMES_EVICTED, victim] += 1
     _stream(sc, stream, STREAM_PRESSURE, victim)
     _evict(g, pol, sc, st, mark, scratch, rg, victim)
 
@@ -1059,6 +1082,123 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
         _emit_eviction(g, pol, sc, st, mark, scratch, rg, ev, evf, decision, t, request,
                        victim, best, runner, runner_score)
     return victim
+
+
+@njit(cache=True)
+def _choose_custom(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_cands,
+                   iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe,
+                   decision, t, request):
+    """§7.1 for a policy from a file: the policy's filters (min size, locked
+    storages) and the interventions leave the candidates; the scan and its tie
+    rule are the built-ins', with one call of the compiled score per candidate.
+    Returns the victim, NO_VICTIM (and notes the decision in S_NO_CANDIDATE
+    when the policy's filters emptied a non-empty pool), FORCED_NOT_CANDIDATE,
+    or POLICY_FAULT with the candidate's features in `probe`."""
+    st_size = g.tensor_size
+    pool_next = st[R_POOL_NEXT]
+    min_size = pol[P_MIN_SIZE]
+    has_locked = locked.shape[0] > 0
+    forbids = iv_forbid.shape[0] > 0
+    forced = _forced_victim(iv_force, decision)
+    forced_score = np.nan
+    filtered = 0
+    best = np.inf
+    victim = NO_VICTIM
+    runner = -1
+    runner_score = np.inf
+    position = 0
+    s = sc[S_POOL_HEAD]
+    while s != -1:
+        if st_size[s] < min_size or (has_locked and locked[s] != 0):
+            filtered += 1
+            s = pool_next[s]
+            continue
+        if (iv_retain[s] or forbids) and _excluded(sc, iv_retain, iv_window, iv_forbid,
+                                                   decision, s):
+            s = pool_next[s]
+            continue
+        score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn, probe, s, decision,
+                              position, request)
+        if not score >= 0.0:
+            return POLICY_FAULT
+        if emit_cands:
+            _record_candidate(sc, cand, candf, decision, s, position, probe[FT_OWN_COMPUTE],
+                              probe[FT_FWD_COMPUTE], probe[FT_BWD_COMPUTE], st_size[s],
+                              probe[FT_STALENESS], score)
+        if s == forced:
+            forced_score = score
+        position += 1
+        if score <= best:
+            runner = victim
+            runner_score = best
+            best = score
+            victim = s
+        elif score <= runner_score:
+            runner = s
+            runner_score = score
+        if score == 0.0:
+            break
+        s = pool_next[s]
+    if victim == NO_VICTIM and filtered > 0:
+        sc[S_NO_CANDIDATE] = decision
+    if forced >= 0:
+        if not st[R_IN_POOL, forced] or st_size[forced] < min_size or (
+                has_locked and locked[forced] != 0) or _excluded(
+                sc, iv_retain, iv_window, iv_forbid, decision, forced):
+            return FORCED_NOT_CANDIDATE
+        if forced != victim:
+            if forced_score != forced_score:  # after the scan stopped at a zero
+                forced_score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn,
+                                             probe, forced, decision, -1, request)
+                if not forced_score >= 0.0:
+                    return POLICY_FAULT
+            runner = victim
+            runner_score = best
+            victim = forced
+            best = forced_score
+    if victim >= 0 and emit:
+        _emit_eviction(g, pol, sc, st, mark, scratch, rg, ev, evf, decision, t, request,
+                       victim, best, runner, runner_score)
+    return victim
+
+
+@njit(cache=True)
+def _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn, probe, s, decision, position,
+                  request):
+    """The features of candidate s (engine/features.py) into `probe`, and the
+    policy's score of them."""
+    fwd = 0
+    bwd = 0
+    if pol[P_FRESH]:
+        fwd, bwd = _fresh_neighbourhoods(g, pol, sc, st[R_MATERIAL], st[R_COMPUTE], mark,
+                                         scratch, s)
+    elif pol[P_REGIONS]:
+        fwd = rg.compute[2 * s]
+        bwd = rg.compute[2 * s + 1]
+    own = st[R_COMPUTE, s]
+    clock = sc[S_CLOCK]
+    probe[FT_COMPUTE] = own + fwd + bwd
+    probe[FT_OWN_COMPUTE] = own
+    probe[FT_FWD_COMPUTE] = fwd
+    probe[FT_BWD_COMPUTE] = bwd
+    probe[FT_SIZE] = g.tensor_size[s]
+    probe[FT_STALENESS] = clock - st[R_LAST_ACCESS, s]
+    probe[FT_LAST_ACCESS] = st[R_LAST_ACCESS, s]
+    probe[FT_CLOCK] = clock
+    probe[FT_TIMES_EVICTED] = st[R_TIMES_EVICTED, s]
+    probe[FT_BACKWARD] = g.op_backward[g.tensor_op[s]]
+    probe[FT_DEPTH] = sc[S_DEPTH]
+    probe[FT_PINNED_BYTES] = sc[S_MEMORY] - sc[S_POOL_BYTES]
+    probe[FT_MEMORY] = sc[S_MEMORY]
+    probe[FT_REQUEST] = request
+    probe[FT_STORAGE] = s
+    probe[FT_DECISION] = decision
+    probe[FT_POSITION] = position
+    probe[FT_POOL_SIZE] = sc[S_POOL_SIZE]
+    sc[S_SCORE_EVALS] += 1
+    return score_fn(probe[0], probe[1], probe[2], probe[3], probe[4], probe[5], probe[6],
+                    probe[7], probe[8], probe[9], probe[10], probe[11], probe[12], probe[13],
+                    probe[14], probe[15], probe[16], probe[17])
 
 
 @njit(cache=True, inline="always")

@@ -16,16 +16,21 @@ import numpy as np
  S_STATUS, S_PEAK, S_EPOCH, S_N_EVENTS, S_N_CANDS, S_PEND_TOP, S_SCORE_EVALS,
  S_ANOMALIES, S_BUDGET, S_EMIT, S_EMIT_CANDS, S_REMAT_LIMIT, S_N_STREAM,
  S_STEPS, S_REBUILDS, S_WALK_VISITS, S_ABSORBS, S_ABSORB_WORK, S_ARENA_TOP,
- S_FREE_SLOTS, S_DEBUG, S_EXCLUSION_CHECKS, S_FRONTIER_MISSES) = range(45)
-N_SCALARS = 45
+ S_FREE_SLOTS, S_DEBUG, S_EXCLUSION_CHECKS, S_FRONTIER_MISSES, S_POLICY_FAULT,
+ S_NO_CANDIDATE) = range(47)
+N_SCALARS = 47
+# S_POLICY_FAULT: the decision at which a policy from a file scored NaN, a
+# negative number or raised (-1: none; the kernel then stops, STATUS_POLICY_FAULT).
+# S_NO_CANDIDATE: the decision at which the policy's filters left no candidate
+# in a non-empty pool (-1: none; the run ends out of memory).
 
 # Rows of the state matrix `st`. R_DEFINED is indexed by tensor id, every other
 # row by storage id (semantics.md §4.1, §4.2); R_IN_POOL/R_POOL_PREV/R_POOL_NEXT
 # are the pool as a doubly linked list in pool order (§4.4).
 (R_DEFINED, R_MATERIAL, R_PINNED, R_LOCK, R_REF_EXT, R_LAST_ACCESS, R_COMPUTE, R_LAST_OP,
- R_IN_POOL, R_POOL_PREV, R_POOL_NEXT) = range(11)
+ R_IN_POOL, R_POOL_PREV, R_POOL_NEXT, R_TIMES_EVICTED) = range(12)
 STATE_ROWS = ("defined", "material", "pinned", "lock", "ref_ext", "last_access", "compute",
-              "last_op", "in_pool", "pool_prev", "pool_next")
+              "last_op", "in_pool", "pool_prev", "pool_next", "times_evicted")
 
 # Rows of the frame stack `frames`: one column per materialization in progress.
 (FR_TENSOR, FR_REMAT, FR_PHASE, FR_INDEX, FR_PENDING_START, FR_PENDING_COUNT,
@@ -50,7 +55,7 @@ ACT_NONE, ACT_COMPUTE, ACT_PIN = range(3)
 
 # Kernel status codes.
 (STATUS_RUNNING, STATUS_DONE, STATUS_OOM, STATUS_THRASHED, STATUS_FORCE_FAILED,
- STATUS_ARENA_FULL) = range(6)
+ STATUS_ARENA_FULL, STATUS_POLICY_FAULT) = range(7)
 
 # Eviction stream: one row per eviction (semantics.md §12.3).
 STREAM_KIND, STREAM_STORAGE, STREAM_OP, STREAM_CLOCK = range(4)

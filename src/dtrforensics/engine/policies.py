@@ -5,7 +5,9 @@ Every reference heuristic scores a storage as a ratio
 numerator terms `compute` (own), `fwd`/`bwd` (evicted-neighbourhood compute),
 denominator factors `size` and `staleness`; LRU scores by last access instead.
 The kernel evaluates the declared formula with the reference's exact rounding,
-so adding a policy is adding a class here.
+so adding a built-in policy is adding a class here. A policy can also come from
+a file, `PATH.py:NAME` wherever a policy name is taken (engine/user_policy.py,
+docs/policies.md).
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import OptionError
+from .user_policy import CustomScore, builtin_score, is_policy_file_spec, load_policy
 
-# Layout of the int64 parameter vector the kernel reads.
-P_COMPUTE, P_FWD, P_BWD, P_ONE, P_SIZE, P_STALENESS, P_LRU, P_REGIONS, P_FRESH = range(9)
-N_POLICY_PARAMS = 9
+# Layout of the int64 parameter vector the kernel reads. P_CUSTOM: scores come
+# from a policy file's compiled function; P_MIN_SIZE: smaller storages are
+# never candidates.
+(P_COMPUTE, P_FWD, P_BWD, P_ONE, P_SIZE, P_STALENESS, P_LRU, P_REGIONS, P_FRESH, P_CUSTOM,
+ P_MIN_SIZE) = range(11)
+N_POLICY_PARAMS = 11
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class Policy:
     lru: bool = False          # score = last access time
     fresh_neighbourhoods: bool = False
     reference_compatible: bool = True
+    custom: CustomScore | None = None   # a policy from a file
 
     @property
     def uses_regions(self) -> bool:
@@ -45,9 +52,31 @@ class Policy:
         p[P_COMPUTE], p[P_FWD], p[P_BWD], p[P_ONE] = self.compute, self.fwd, self.bwd, self.one
         p[P_SIZE], p[P_STALENESS], p[P_LRU] = self.size, self.staleness, self.lru
         p[P_REGIONS], p[P_FRESH] = self.uses_regions, self.fresh_neighbourhoods
+        if self.custom is not None:
+            p[P_CUSTOM] = 1
+            p[P_MIN_SIZE] = self.custom.definition.min_size
         return p
 
+    def identity(self) -> tuple:
+        """What makes two runs' policies the same: the name, the parameters and,
+        for a policy from a file, the file's content."""
+        source = self.custom.source_sha256 if self.custom is not None else ""
+        return (self.name, self.params().tobytes(), source)
+
+    def score_function(self):
+        """The compiled score the kernel calls (a stand-in for built-ins)."""
+        return self.custom.compiled if self.custom is not None else builtin_score
+
+    def locked_mask(self, program) -> np.ndarray:
+        """Storages the policy never evicts, one byte per storage id (empty: none)."""
+        if self.custom is None:
+            return np.zeros(0, dtype=np.uint8)
+        return self.custom.locked_mask(program)
+
     def formula(self) -> str:
+        if self.custom is not None:
+            d = self.custom.definition
+            return f"{d.func.__name__}({', '.join(d.features)}) from {d.file}"
         if self.lru:
             return "last_access"
         terms = [t for t, on in (("c", self.compute), ("fwd", self.fwd), ("bwd", self.bwd)) if on]
@@ -79,7 +108,27 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
 
 
 def get_policy(name: str) -> Policy:
-    try:
+    """A built-in policy by name, or a policy from a file (`PATH.py:NAME`)."""
+    if name in POLICIES:
         return POLICIES[name]
-    except KeyError:
-        raise OptionError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+    if is_policy_file_spec(name):
+        return policy_from_file(name)
+    raise OptionError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}, "
+                      "or PATH.py:NAME for a policy in a file")
+
+
+def policy_from_file(spec: str) -> Policy:
+    custom = load_policy(spec)
+    d = custom.definition
+    nbhd = custom.reads_neighbourhoods
+    return Policy(spec, d.doc.splitlines()[0] if d.doc else f"{d.func.__name__} from {d.file}",
+                  compute=False, fwd=nbhd, bwd=nbhd,
+                  fresh_neighbourhoods=nbhd and d.neighbourhoods == "fresh",
+                  reference_compatible=False, custom=custom)
+
+
+def policy_sources(names) -> dict[str, str]:
+    """SHA-256 of the file of every policy from a file among `names` (what a
+    stored sweep must still match to be resumed)."""
+    return {name: get_policy(name).custom.source_sha256 for name in names
+            if name not in POLICIES}

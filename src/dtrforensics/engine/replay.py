@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import validate
-from ..errors import OptionError
-from ..trace.program import Program
+from ..errors import OptionError, PolicyError
+from ..trace.program import Program, op_label
 from . import kernel as K
 from .baseline import Baseline, baseline, budget_for_ratio
+from .features import N_FEATURES
 from .frontier import Frontier, build_frontier
 from .graph import KernelGraph, kernel_graph
 from .hooks import (
@@ -191,7 +192,8 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
         state = (MachineState.new(graph, budget, remat_limit) if start is None
                  else MachineState.resume(start, budget))
         stream_chunks = list(start.stream_chunks) if start is not None else []
-        can_splice = not (keep_state or interventions.forbid or interventions.force)
+        can_splice = not (keep_state or interventions.forbid or interventions.force
+                          or (policy.custom is not None and policy.custom.reads_history))
         sharing = Sharing(prefixes, family, budget, start, state, graph.sched_kind, can_splice)
     else:
         state = MachineState.new(graph, budget, remat_limit)
@@ -211,6 +213,8 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     cand_room = n + 8
     retain, window, forbid, force = interventions.arrays(n)
     policy_params = policy.params()
+    score_fn, locked = policy.score_function(), policy.locked_mask(program)
+    probe = np.zeros(N_FEATURES, dtype=np.int64)
     slice_steps = SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS
     seq = 0
     timed_out = False
@@ -222,7 +226,11 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
         status = K.run_slice(
             graph, policy_params, state.sc, state.st, state.frames, state.pending,
             state.scratch, state.mark, state.regions, state.stream, ev, evf, cand, candf,
-            retain, window, forbid, force, steps, event_room, cand_room)
+            retain, window, forbid, force, score_fn, locked, probe, steps, event_room, cand_room)
+        if status == K.STATUS_POLICY_FAULT:
+            op = int(state.sc[K.S_CUR_OP])
+            raise PolicyError(policy.custom.describe_fault(
+                probe, op_label(op, program.op_name(op))))
         if status == K.STATUS_ARENA_FULL:
             raise RuntimeError("neighbourhood arena exhausted within one step; "
                                "this trace needs a larger ARENA_MIN in engine/state.py")
@@ -296,7 +304,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
 def _family(program: Program, policy: Policy, interventions: Interventions,
             remat_limit: int) -> tuple:
     """What runs sharing prefixes must have in common: everything but the budget."""
-    return (program.sha256, policy.name, policy.params().tobytes(), interventions, remat_limit)
+    return (program.sha256, policy.identity(), interventions, remat_limit)
 
 
 def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seconds):
@@ -336,4 +344,12 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
         score_evals=int(sc[K.S_SCORE_EVALS]), wall_seconds=seconds,
         interventions=ctx.interventions.to_json(), error=error,
         anomalies=int(sc[K.S_ANOMALIES]), exclusion_checks=int(sc[K.S_EXCLUSION_CHECKS]),
-        frontier_misses=int(sc[K.S_FRONTIER_MISSES]))
+        frontier_misses=int(sc[K.S_FRONTIER_MISSES]), note=_no_candidate_note(ctx, sc))
+
+
+def _no_candidate_note(ctx, sc) -> str | None:
+    decision = int(sc[K.S_NO_CANDIDATE])
+    if decision < 0:
+        return None
+    return (f"out of memory because policy {ctx.policy.name}'s filters (min_size, locked) left "
+            f"no candidate at decision {decision}, with storages still in the pool")

@@ -65,6 +65,7 @@ class RunSummary:
     anomalies: int = 0          # broken invariants (semantics.md §13); 0 in a correct run
     exclusion_checks: int = 0   # intervention exclusion checks made (semantics.md §14)
     frontier_misses: int = 0    # absorbs the reference would have refused (semantics.md §8.3)
+    note: str | None = None     # an OOM that is the policy's filters' doing, not the budget's
 
     @property
     def budget_interval_ratio(self) -> tuple[float, float | None]:

@@ -16,10 +16,25 @@ from pathlib import Path
 from ..engine.replay import (
     DEFAULT_THRASH_FACTOR, Interventions, RunResult, replay, resolve_budget,
 )
+from ..engine.policies import POLICIES, get_policy
 from ..trace.program import Program
 from .writer import Recorder
 
 DEFAULT_ROOT = Path("recordings")
+
+
+def policy_key(policy: str) -> str:
+    """The policy as a run's identity: a policy from a file with its content's SHA-256,
+    so an edited file never reuses a recording of its former self."""
+    if policy in POLICIES:
+        return policy
+    return f"{policy}#{get_policy(policy).custom.source_sha256}"
+
+
+def policy_label(policy: str) -> str:
+    """The policy in a folder name: a policy from a file as FILESTEM.NAME."""
+    path, sep, name = policy.rpartition(":")
+    return f"{Path(path).stem}.{name}" if sep and path.endswith(".py") else policy
 
 
 def run_hash(trace_sha256: str, budget: int, policy: str,
@@ -35,8 +50,8 @@ def default_recording_dir(program: Program, budget: int, ratio: float | None, po
                           interventions: Interventions | None = None,
                           root: Path = DEFAULT_ROOT) -> Path:
     amount = repr(float(ratio)) if ratio is not None else f"{int(budget)}B"
-    short = run_hash(program.sha256, budget, policy, interventions)
-    return Path(root) / f"{program.name}-{policy}-{amount}-{short}"
+    short = run_hash(program.sha256, budget, policy_key(policy), interventions)
+    return Path(root) / f"{program.name}-{policy_label(policy)}-{amount}-{short}"
 
 
 def record_run(program: Program, *, ratio: float | None = None, budget: int | None = None,

@@ -64,6 +64,8 @@ def summary_panel(s: dict, op_name: Callable[[int], str], *, title: str,
                                    f"chain rooted at {oom['root_tensor']}"),
             ("pinned at failure", fmt_exact_bytes(oom["pinned"])),
         ]
+    if s.get("note"):
+        rows.append(("note", s["note"]))
     interval = _interval(s)
     if interval:
         rows.append(("budget interval", interval))

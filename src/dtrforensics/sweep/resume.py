@@ -18,7 +18,8 @@ def resumable_folder(name: str, sha256: str, params: SweepParams,
     for folder in sorted(Path(root).glob(f"{name}-*"), reverse=True):
         store = SweepStore(folder)
         try:
-            if store.trace.sha256 == sha256 and not store.params.differences(params):
+            if (store.trace.sha256 == sha256 and not store.params.differences(params)
+                    and not store.changed_policy_files(params)):
                 return folder
         except (SweepStoreError, KeyError, TypeError):
             continue

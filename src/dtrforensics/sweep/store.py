@@ -149,6 +149,15 @@ class SweepParams:
         return [f"{k}: stored {a[k]!r}, given {b[k]!r}" for k in a if a[k] != b[k]]
 
 
+def _policy_sources(policies: tuple[str, ...]) -> dict[str, str]:
+    """SHA-256 of each policy file among `policies` (built-ins have none); the
+    engine, which compiles them, is imported only when there is one."""
+    if not any(":" in p for p in policies):
+        return {}
+    from ..engine.policies import policy_sources
+    return policy_sources(policies)
+
+
 @dataclass(frozen=True)
 class TraceInfo:
     """The swept trace: enough to analyse a sweep without reloading it."""
@@ -282,7 +291,7 @@ class SweepStore:
                     f"{self.path} holds a sweep of trace {stored['trace']['name']} "
                     f"(sha256 {stored['trace']['sha256'][:12]}...), not of {trace.name} "
                     f"({trace.sha256[:12]}...): use another --out directory")
-            diffs = self.params.differences(params)
+            diffs = self.params.differences(params) + self.changed_policy_files(params)
             if diffs:
                 raise ParamsMismatch(
                     f"{self.path} was swept with other parameters, refusing to resume:\n  "
@@ -293,11 +302,20 @@ class SweepStore:
             raise SweepStoreError(f"{self.path} exists, is not empty and holds no {PARAMS_FILE}")
         now = utc_now()
         self._doc = {"format": FORMAT_VERSION, "params": params.to_json(),
+                     "policy_sources": _policy_sources(params.policies),
                      "trace": asdict(trace), "range_bytes": list(range_bytes),
                      "created": now, "updated": now, "status": "running"}
         self._write_doc()          # first: a folder with sweep.json is resumable
         self.runs_dir.mkdir(exist_ok=True)
         return False
+
+    def changed_policy_files(self, params: SweepParams) -> list[str]:
+        """Lines naming the policy files whose content differs from the sweep's."""
+        stored = self.read_doc().get("policy_sources", {})
+        now = _policy_sources(params.policies)
+        return [f"policy file of {name}: changed since the sweep started (sha256 "
+                f"{stored.get(name, 'none')[:12]}..., now {sha[:12]}...)"
+                for name, sha in now.items() if stored.get(name) != sha]
 
     def _leftover(self, path: Path) -> bool:
         """What a sweep killed before its first sweep.json was written leaves behind."""

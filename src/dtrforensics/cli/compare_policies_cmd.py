@@ -1,0 +1,91 @@
+"""`dtrf compare-policies TRACE --policy a,b,c`: several policies over one budget range."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import JsonOption, print_json
+from .errors import CommandError
+from .kernel_notice import announce_compile
+from .options import POLICY_HELP, check_policies, check_timeout, split_policies
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare-policies")(compare_policies_command)
+
+
+def compare_policies_command(
+    trace: Annotated[str, typer.Argument(help="Short name (resnet32, lstm, ...) or path to a DTR log.")],
+    policy: Annotated[str, typer.Option(callback=check_policies, help="Policies to compare, comma-separated. " + POLICY_HELP)] = "dtr,no-staleness,no-size,compute-only",
+    ratio_from: Annotated[float, typer.Option("--from", help="Lowest budget ratio.")] = 0.05,
+    ratio_to: Annotated[float, typer.Option("--to", help="Highest budget ratio.")] = 0.6,
+    step: Annotated[Optional[float], typer.Option(help="Grid step in ratio units (default: the sweep's, 0.01 of the range).")] = None,
+    exact: Annotated[bool, typer.Option("--exact", help="Certified intervals instead of samples: hole edges and widths to the byte.")] = False,
+    max_runs: Annotated[int, typer.Option(help="Exact mode: at most this many walk runs per policy.")] = 2000,
+    timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per run (s); a timed-out point is unresolved.")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest with the same parameters, to resume).")] = None,
+    figure: Annotated[Optional[Path], typer.Option(help="Figure path without suffix (default SWEEP/compare-policies): .png and .svg.")] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Several eviction policies over one budget range: holes, first success,
+    overheads, regime switches, and which policy is best where, with a figure.
+
+    The policies are swept together into one resumable sweep folder; each is
+    a built-in name or a policy in a file (PATH.py:NAME, docs/policies.md)."""
+    from ..analyses.policy_comparison import compare_policies
+    from ..render.console import err_console, wide_console
+    from ..render.policy_comparison import comparison_json, comparison_view
+    from ..render.sweep import SweepProgress
+    from ..sweep.resume import sweep_folder
+    from ..sweep.store import SweepParams, SweepStoreError
+    from ..trace import load_trace
+
+    if jobs is not None and jobs < 1:
+        raise CommandError("--jobs must be >= 1")
+    policies = split_policies(policy)
+    if len(set(policies)) != len(policies):
+        raise CommandError("--policy names a policy twice")
+    program = load_trace(trace)
+    announce_compile()
+    params = SweepParams(ratio_from=ratio_from, ratio_to=ratio_to, step=step,
+                         policies=policies, exact=exact, timeout=timeout, max_runs=max_runs)
+    try:
+        params.validate()
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    out = out if out is not None else sweep_folder(program.name, program.sha256, params)
+    err = err_console()
+    err.print(f"sweep of {program.name}, {len(policies)} policies -> {out}")
+    observer = SweepProgress(err, enabled=not no_progress and err.is_terminal)
+    try:
+        with observer:
+            result = compare_policies(program, policies, ratio_from=ratio_from,
+                                      ratio_to=ratio_to, step=step, exact=exact, out=out,
+                                      jobs=jobs, timeout=timeout, max_runs=max_runs,
+                                      observer=observer)
+    except SweepStoreError as exc:
+        raise CommandError(str(exc)) from None
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted: finished runs are kept in {out}; rerun the same "
+                  "command to resume[/]")
+        sys.exit(130)
+    figures = _figure(result, figure if figure is not None else out / "compare-policies")
+    if as_json:
+        print_json({**comparison_json(result), "figures": [str(p) for p in figures]})
+        return
+    console = wide_console()
+    console.print(comparison_view(result))
+    for path in figures:
+        console.print(f"figure: {path}")
+
+
+def _figure(result, stem: Path) -> list[Path]:
+    from ..render.policy_comparison import figure
+    from ..sweep.plot import save
+    return save(figure(result), stem)

@@ -1,0 +1,285 @@
+"""Eviction policies written in Python, loaded from a file, compiled with numba.
+
+A policy is a score function decorated with `dtrforensics.policy`; its
+parameters name the features it reads (engine/features.py). The kernel scans
+the pool exactly as for the built-in policies (semantics.md §7.1: the last of
+equal minimal scores wins, the first zero stops the scan), calling the
+compiled score once per candidate. `ratio(num, a, b)` divides integers the way
+the reference does (§7.2 zero rule, §7.3 one correct rounding), so
+`ratio(compute, size, staleness)` makes exactly the built-in `dtr`'s decisions.
+
+Filters, applied before scoring: `min_size` (smaller storages are never
+candidates) and `locked` (a function of the trace's `Program` returning
+storage ids that are never candidates, computed once per trace).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import re
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from numba import cfunc, njit, types
+
+from ..errors import PolicyError
+from .exactdiv import exact_ratio
+from .features import FEATURE_NAMES, HISTORY_FEATURES, NEIGHBOURHOOD_FEATURES
+
+SCORE_SIGNATURE = types.float64(*([types.int64] * len(FEATURE_NAMES)))
+NEIGHBOURHOOD_MODES = ("incremental", "fresh")
+
+
+@cfunc(SCORE_SIGNATURE, cache=True)
+def builtin_score(compute, own_compute, fwd_compute, bwd_compute, size, staleness, last_access,
+                  clock, times_evicted, backward, depth, pinned_bytes, memory, request, storage,
+                  decision, position, pool_size):
+    """Stands in for a user score when a built-in policy runs (never called)."""
+    return 0.0
+
+
+@njit(cache=True)
+def ratio(num, a, b=1):
+    """num / (a * b) as the reference divides: plus infinity if a or b is not
+    positive, else the correctly rounded quotient (integers below 2**53)."""
+    if a <= 0 or b <= 0:
+        return np.inf
+    return exact_ratio(num, a, b)
+
+
+@dataclass(frozen=True, eq=False)
+class PolicyDefinition:
+    """What `@dtrforensics.policy` makes of a score function."""
+    func: Callable
+    features: tuple[str, ...]
+    min_size: int = 0
+    locked: Callable | None = None
+    neighbourhoods: str = "incremental"
+    doc: str = ""
+
+    @property
+    def file(self) -> str:
+        return inspect.getsourcefile(self.func) or "<unknown>"
+
+    @property
+    def line(self) -> int:
+        return self.func.__code__.co_firstlineno
+
+
+def policy(func: Callable | None = None, *, min_size: int = 0,
+           locked: Callable | None = None, neighbourhoods: str = "incremental"):
+    """Declare a score function as an eviction policy (docs/policies.md).
+
+    Use bare (`@policy`) or with filters (`@policy(min_size=2**20)`). The
+    function's parameters are feature names; it returns a number, lower is
+    evicted first.
+    """
+    def declare(f: Callable) -> PolicyDefinition:
+        where = f"{inspect.getsourcefile(f)}:{f.__code__.co_firstlineno}"
+        if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
+            raise PolicyError(f"{where}: min_size must be a whole number of bytes >= 0, "
+                              f"not {min_size!r}")
+        if locked is not None and not callable(locked):
+            raise PolicyError(f"{where}: locked must be a function of the trace, "
+                              f"not {locked!r}")
+        if neighbourhoods not in NEIGHBOURHOOD_MODES:
+            raise PolicyError(f"{where}: neighbourhoods must be one of "
+                              f"{', '.join(NEIGHBOURHOOD_MODES)}, not {neighbourhoods!r}")
+        return PolicyDefinition(f, _features_of(f, where), min_size, locked, neighbourhoods,
+                                inspect.getdoc(f) or "")
+    return declare(func) if func is not None else declare
+
+
+def _features_of(f: Callable, where: str) -> tuple[str, ...]:
+    names = []
+    for p in inspect.signature(f).parameters.values():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or \
+                p.default is not p.empty:
+            raise PolicyError(f"{where}: parameter {p.name!r}: a score takes plain feature "
+                              "names (no defaults, *args or **kwargs)")
+        if p.name not in FEATURE_NAMES:
+            raise PolicyError(f"{where}: parameter {p.name!r} is not a feature; features: "
+                              f"{', '.join(FEATURE_NAMES)}")
+        names.append(p.name)
+    return tuple(names)
+
+
+@dataclass(frozen=True, eq=False)
+class CustomScore:
+    """A loaded, compiled policy: what the engine needs to run it."""
+    spec: str
+    definition: PolicyDefinition
+    source_sha256: str
+    compiled: object                      # the cfunc the kernel calls
+    _locked_masks: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def reads_neighbourhoods(self) -> bool:
+        return bool(NEIGHBOURHOOD_FEATURES & set(self.definition.features))
+
+    @property
+    def reads_history(self) -> bool:
+        """Whether the score reads run counters that a state digest leaves out
+        (engine/digest.py): such runs cannot be spliced onto another's end."""
+        return bool(HISTORY_FEATURES & set(self.definition.features))
+
+    def locked_mask(self, program) -> np.ndarray:
+        """One byte per storage id: 1 where the policy's `locked` keeps it out."""
+        if self.definition.locked is None:
+            return np.zeros(0, dtype=np.uint8)
+        mask = self._locked_masks.get(program.sha256)
+        if mask is None:
+            try:
+                ids = np.asarray(list(self.definition.locked(program)), dtype=np.int64)
+            except Exception as exc:  # the user's code: report it with its file and line
+                raise PolicyError(_exception_line(exc, self.definition, "locked")) from None
+            storage = program.tensor_storage
+            bad = ids[(ids < 0) | (ids >= len(storage))]
+            if len(bad) == 0:
+                bad = ids[storage[ids] != ids]
+            if len(bad):
+                raise PolicyError(f"{self.spec}: locked returned {int(bad[0])}, which is not a "
+                                  f"storage id of {program.name}")
+            mask = np.zeros(program.n_tensors, dtype=np.uint8)
+            mask[ids] = 1
+            self._locked_masks[program.sha256] = mask
+        return mask
+
+    def describe_fault(self, probe: np.ndarray, op_label: str) -> str:
+        """Why the score failed at the candidate whose features are `probe`:
+        the Python function is called again with them to find the line."""
+        values = dict(zip(FEATURE_NAMES, (int(v) for v in probe)))
+        where = (f"storage {values['storage']} at decision {values['decision']} "
+                 f"({op_label})")
+        d = self.definition
+        try:
+            score = d.func(*(values[name] for name in d.features))
+        except Exception as exc:  # the user's code
+            return f"{_exception_line(exc, d, 'score')}, scoring {where}"
+        return (f"{d.file}:{d.line}: the score of {where} is {score!r}; scores must be "
+                "numbers >= 0 (NaN and negative scores have no place in the scan)")
+
+
+def _exception_line(exc: BaseException, d: PolicyDefinition, what: str) -> str:
+    """`file:line: Type: message` at the innermost frame in the policy's file."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == d.file]
+    line = frames[-1].lineno if frames else d.line
+    return f"{d.file}:{line}: {what} raised {type(exc).__name__}: {exc}"
+
+
+_LOADED: dict[tuple[str, str], CustomScore] = {}
+
+
+def is_policy_file_spec(spec: str) -> bool:
+    """Whether `spec` names a policy in a file (`PATH.py:NAME`)."""
+    path, sep, name = str(spec).rpartition(":")
+    return bool(sep) and path.endswith(".py") and bool(name)
+
+
+def load_policy(spec: str) -> CustomScore:
+    """`PATH.py:NAME` -> the compiled policy (once per process and file content)."""
+    path_text, _, name = spec.rpartition(":")
+    path = Path(path_text)
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(f"policy {spec}: cannot read {path}: "
+                          f"{exc.strerror or exc}") from None
+    sha = hashlib.sha256(source).hexdigest()
+    key = (str(path.resolve()), sha + ":" + name)
+    if key in _LOADED:
+        return _LOADED[key]
+    definition = _import_definition(path, name, sha, spec)
+    loaded = CustomScore(spec, definition, sha, _compile(definition))
+    _LOADED[key] = loaded
+    return loaded
+
+
+def _import_definition(path: Path, name: str, sha: str, spec: str) -> PolicyDefinition:
+    where = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    module_name = f"dtrforensics_policy_{where}_{sha[:12]}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        loader = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(loader)
+        try:
+            loader.loader.exec_module(module)
+        except SyntaxError as exc:
+            raise PolicyError(f"{path}:{exc.lineno}: SyntaxError: {exc.msg}") from None
+        except PolicyError:
+            raise
+        except Exception as exc:  # the user's module raised while loading
+            frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                      if Path(f.filename).resolve() == path.resolve()]
+            line = frames[-1].lineno if frames else 1
+            raise PolicyError(f"{path}:{line}: loading the policy raised "
+                              f"{type(exc).__name__}: {exc}") from None
+        sys.modules[module_name] = module
+    found = getattr(module, name, None)
+    if found is None:
+        defined = sorted(k for k, v in vars(module).items() if isinstance(v, PolicyDefinition))
+        raise PolicyError(f"policy {spec}: {path} defines no {name!r}; policies there: "
+                          f"{', '.join(defined) or 'none'}")
+    if not isinstance(found, PolicyDefinition):
+        raise PolicyError(f"policy {spec}: {name!r} is not decorated with "
+                          "@dtrforensics.policy")
+    return found
+
+
+_NUMBA_NOISE = re.compile(r"^(Failed in .* mode pipeline|During: |\s*$|No implementation of "
+                          r"function .*found for signature:|\[\d\] During)")
+
+
+def _compile(d: PolicyDefinition):
+    """The user's function in nopython mode, wrapped into the kernel's score
+    signature; an exception inside it becomes a NaN score (a fault the driver
+    explains by calling the Python function again)."""
+    from numba.core.errors import NumbaError
+
+    user = njit(d.func)
+    try:
+        user.compile(tuple([types.int64] * len(d.features)))
+    except NumbaError as exc:
+        raise PolicyError(_compile_error_line(exc, d)) from None
+    returned = user.nopython_signatures[0].return_type
+    if not isinstance(returned, (types.Number, types.Boolean)):
+        raise PolicyError(f"{d.file}:{d.line}: the score must return a number, "
+                          f"not {returned}")
+    params = ", ".join(FEATURE_NAMES)
+    body = (f"def score({params}):\n"
+            f"    try:\n"
+            f"        return np.float64(user({', '.join(d.features)}))\n"
+            f"    except Exception:\n"
+            f"        return np.nan\n")
+    namespace = {"user": user, "np": np}
+    exec(compile(body, f"<policy wrapper for {d.func.__name__}>", "exec"), namespace)
+    return cfunc(SCORE_SIGNATURE)(namespace["score"])
+
+
+def _line_naming(d: PolicyDefinition, message: str) -> int:
+    """The first line of the score that uses the name an error message quotes
+    (numba's NameError carries no location), else the `def` line."""
+    quoted = re.search(r"name '(\w+)'", message)
+    if quoted:
+        source, first = inspect.getsourcelines(d.func)
+        for i, text in enumerate(source):
+            if re.search(rf"\b{quoted.group(1)}\b", text):
+                return first + i
+    return d.line
+
+
+def _compile_error_line(exc: Exception, d: PolicyDefinition) -> str:
+    text = str(exc)
+    file = re.escape(d.file)
+    lines = [int(m) for m in re.findall(rf'File "{file}", line (\d+)', text)]
+    message = next((ln.strip() for ln in text.splitlines() if not _NUMBA_NOISE.match(ln)),
+                   type(exc).__name__)
+    message = re.sub(r"\x1b\[[0-9;]*m", "", message)
+    line = lines[-1] if lines else _line_naming(d, message)
+    return f"{d.file}:{line}: the score does not compile in nopython mode: {message}"

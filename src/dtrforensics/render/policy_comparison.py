@@ -1,0 +1,88 @@
+"""A policy comparison (`analyses.policy_comparison`) as lines of text (every
+number whole, at any width) and as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from pathlib import PurePath
+
+from rich.console import Group
+from rich.text import Text
+
+from ..analyses.policy_comparison import DominanceSpan, PolicyComparison, PolicyStanding
+
+
+def short_names(policies) -> dict[str, str]:
+    """Built-ins keep their name; a policy from a file is called by its NAME
+    (by FILE.py:NAME when two files share a NAME)."""
+    def short(p: str, with_file: bool) -> str:
+        path, sep, name = p.rpartition(":")
+        if not sep or not path.endswith(".py"):
+            return p
+        return f"{PurePath(path).name}:{name}" if with_file else name
+    names = {p: short(p, False) for p in policies}
+    clash = {n for n in names.values() if list(names.values()).count(n) > 1}
+    return {p: short(p, True) if n in clash else n for p, n in names.items()}
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
+
+
+def _standing_lines(s: PolicyStanding) -> list[Text]:
+    first = ("nothing completes" if s.first_success is None else
+             f"first success {s.first_success_ratio:.6f} ({s.first_success:,} B)")
+    certified = "certified to the byte" if s.holes_exact else "between failing samples"
+    holes = ("no hole" if s.holes == 0 else
+             f"{s.holes} hole(s), {s.hole_bytes:,} B in all ({certified})")
+    return [Text(s.policy, style="bold"),
+            Text(f"  {first}; {holes}"),
+            Text(f"  overhead p50 {_x(s.overhead_p50)}, p90 {_x(s.overhead_p90)}, max "
+                 f"{_x(s.overhead_max)}; {s.regime_switches} regime switch(es)"),
+            Text(f"  {s.points:,} points: {s.completed:,} completed, {s.failed:,} failed"
+                 + (f", {s.unresolved:,} unresolved (timeout)" if s.unresolved else ""),
+                 style="dim")]
+
+
+def _span_line(d: DominanceSpan, names: dict[str, str]) -> Text:
+    where = f"{d.lo_ratio:.6f}-{d.hi_ratio:.6f} ({d.lo:,}-{d.hi:,} B)"
+    if not d.best:
+        return Text(f"  {where}: no policy completes", style="red")
+    overhead = (_x(d.overhead_min) if d.overhead_min == d.overhead_max
+                else f"{_x(d.overhead_min)}-{_x(d.overhead_max)}")
+    return Text(f"  {where}: {' = '.join(names[p] for p in d.best)} ({overhead})")
+
+
+def comparison_view(c: PolicyComparison) -> Group:
+    lo, hi = c.range_bytes
+    how = "exact (certified intervals)" if c.exact else "sampled"
+    parts = [Text(f"{c.trace}: {len(c.policies)} policies over {lo / c.peak:.6f}-"
+                  f"{hi / c.peak:.6f} ({lo:,}-{hi:,} B), {how}; sweep {c.sweep}",
+                  style="bold")]
+    names = short_names(s.policy for s in c.policies)
+    for s in c.policies:
+        parts += _standing_lines(s)
+        if names[s.policy] != s.policy:
+            parts[-4].append(f"  (called {names[s.policy]} below and in the figure)", style="dim")
+    parts.append(Text("best policy by budget (completes, then least overhead)", style="bold"))
+    parts += [_span_line(d, names) for d in c.dominance]
+    if not c.dominance:
+        parts.append(Text("  no budget where every policy has an answer"))
+    return Group(*parts)
+
+
+def comparison_json(c: PolicyComparison) -> dict:
+    return {"trace": c.trace, "peak": c.peak, "range_bytes": list(c.range_bytes),
+            "exact": c.exact, "sweep": str(c.sweep),
+            "policies": [asdict(s) for s in c.policies],
+            "dominance": [asdict(d) for d in c.dominance]}
+
+
+def figure(c: PolicyComparison):
+    """Overhead against budget for every policy, failures marked (the sweep's
+    figure), policies from files called by their short names."""
+    from ..sweep.plot import draw
+    names = short_names(c.points.keys() | {p.policy for p in c.report.policies})
+    report = replace(c.report, policies=[replace(p, policy=names[p.policy])
+                                         for p in c.report.policies])
+    return draw(report, {names[k]: v for k, v in c.points.items()}, failure_panel=False)

@@ -1,0 +1,95 @@
+"""`dtrf compare-policies` and what policies from files change around it:
+dominance spans, the command on the embedded trace, stale policy files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hostile import dtrf
+
+from dtrforensics.analyses.policy_comparison import dominance
+
+MIN_SIZE = "examples/policies/min_evictee.py:dtr_min_64kib"
+
+
+def point(budget, status, overhead=None, lo=None, hi=None):
+    return {"budget": budget, "status": status, "overhead": overhead,
+            "interval_lo": lo, "interval_hi": hi}
+
+
+def test_sampled_dominance_compares_shared_budgets_only():
+    points = {"a": [point(10, "fail"), point(20, "ok", 2.0), point(30, "ok", 1.5),
+                    point(35, "ok", 1.0)],
+              "b": [point(10, "ok", 3.0), point(20, "ok", 1.0), point(30, "ok", 1.5)]}
+    spans = dominance(points, ("a", "b"), 100, False, (10, 40))
+    assert [(s.lo, s.hi, s.best) for s in spans] == [(10, 20, ("b",)), (30, 30, ("a", "b"))]
+    assert spans[0].overhead_min == 1.0 and spans[0].overhead_max == 3.0
+
+
+def test_exact_dominance_covers_every_byte():
+    points = {"a": [point(12, "fail", None, 0, 19), point(25, "ok", 2.0, 20, None)],
+              "b": [point(10, "fail", None, 5, 14), point(17, "ok", 1.0, 15, 29),
+                    point(40, "ok", 3.0, 30, None)]}
+    spans = dominance(points, ("a", "b"), 100, True, (10, 50))
+    assert [(s.lo, s.hi, s.best) for s in spans] == [
+        (10, 14, ()), (15, 29, ("b",)), (30, 50, ("a",))]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cmp") / "sweep"
+    res = dtrf("compare-policies", "hole-rnn-seed16", "--policy", f"dtr,{MIN_SIZE}",
+               "--from", "0.8", "--to", "1.0", "--exact", "--jobs", "1", "-o", out, "--json")
+    assert res.code == 0, res.err
+    return out, json.loads(res.out)
+
+
+def test_compare_policies_agrees_with_the_sweeps_own_holes(compared):
+    out, doc = compared
+    holes = json.loads(dtrf("holes", out, "--json").out)
+    for standing in doc["policies"]:
+        pol = holes["policies"][standing["policy"]]
+        regions = [r for r in pol["failure_regions_bytes_detail"] if r["hole"]]
+        assert standing["holes"] == len(regions)
+        assert standing["hole_bytes"] == sum(r["hi"] - r["lo"] + 1 for r in regions)
+    assert [p["policy"] for p in doc["policies"]] == ["dtr", MIN_SIZE]
+
+
+def test_exact_comparison_spans_tile_the_range(compared):
+    _, doc = compared
+    spans = doc["dominance"]
+    lo, hi = doc["range_bytes"]
+    assert spans[0]["lo"] == lo and spans[-1]["hi"] == hi
+    assert all(a["hi"] + 1 == b["lo"] for a, b in zip(spans, spans[1:]))
+    assert all(a["best"] != b["best"] for a, b in zip(spans, spans[1:]))
+
+
+def test_compare_policies_draws_its_figure(compared):
+    _, doc = compared
+    assert doc["figures"] and all(open(p, "rb").read(4) for p in doc["figures"])
+
+
+def test_a_changed_policy_file_is_not_resumed(tmp_path):
+    policy = tmp_path / "p.py"
+    policy.write_text("from dtrforensics.policy import policy, ratio\n\n@policy\n"
+                      "def p(compute, size, staleness):\n    return ratio(compute, size, staleness)\n")
+    args = ("sweep", "hole-rnn-seed16", "--policy", f"{policy}:p", "--from", "0.9", "--to",
+            "1.0", "--step", "0.05", "--jobs", "1", "--out", tmp_path / "s", "--no-progress")
+    assert dtrf(*args).code == 0
+    policy.write_text(policy.read_text().replace("staleness)\n", "staleness) * 2.0\n"))
+    again = dtrf(*args)
+    assert again.code == 2 and "changed since the sweep started" in again.err
+
+
+def test_a_changed_policy_file_is_recorded_again(tmp_path):
+    policy = tmp_path / "p.py"
+    policy.write_text("from dtrforensics.policy import policy\n\n@policy\n"
+                      "def p(size):\n    return 1.0 / size\n")
+    spec = f"hole-rnn-seed16@0.93:{policy}:p"
+    first = dtrf("replay", spec, "--cache", tmp_path / "cache")
+    assert first.code == 0, first.err
+    policy.write_text(policy.read_text().replace("1.0 / size", "float(size)"))
+    second = dtrf("replay", spec, "--cache", tmp_path / "cache")
+    assert second.code == 0
+    assert len(list((tmp_path / "cache").iterdir())) == 2
