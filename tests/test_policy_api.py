@@ -261,3 +261,19 @@ def test_cli_reports_a_failing_policy_in_one_line(tmp_path):
     out = dtrf("run", "hole-rnn-seed16", "--ratio", "0.5", "--policy", spec)
     assert out.code == 2 and not out.traceback
     assert "ZeroDivisionError" in out.err and ".py:6:" in out.err
+
+
+def test_a_custom_score_evicts_the_storage_it_ranks_lowest(tmp_path):
+    """'Highest storage id first' on tiny: at every decision the victim is the
+    largest id among the candidates the built-in scan offered there."""
+    program = tiny_program()
+    offered = Collect()
+    spec = policy_file(tmp_path, "def p(storage):\n    return 1.0 / (1.0 + storage)")
+    replay(program, budget=120, policy=spec, observers=[offered])
+    assert offered.evictions
+    choices = 0
+    for e in offered.evictions:
+        ids = [row[1] for row, _ in offered.cands if row[0] == e["decision"]]
+        assert e["storage"] == max(ids)
+        choices += len(ids) > 1
+    assert choices, "no decision had a choice to make"
