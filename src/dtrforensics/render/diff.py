@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from ..analyses.diff import DiffReport, Divergence, Failure, Rank, Side
 from .labels import op_label, run_label
+from .tables import FitTable
 from .units import fmt_bytes, fmt_exact_bytes, fmt_score
 
 
@@ -30,8 +30,8 @@ def print_diff(report: DiffReport, out: Console) -> None:
         out.print(_failure_panel(failure, report))
 
 
-def _runs_table(r: DiffReport) -> Table:
-    t = Table(title="Runs", title_justify="left")
+def _runs_table(r: DiffReport) -> FitTable:
+    t = FitTable(title="Runs", title_justify="left")
     for col in ("", "run", "budget", "outcome", "pressure", "dead", "stream", "scores"):
         t.add_column(col, justify="right" if col in ("pressure", "dead", "stream") else "left")
     for ref, role in ((r.a, "a (control)"), (r.b, "b (test)")):
@@ -75,10 +75,10 @@ def _rank(rank: Rank | None) -> str:
 
 
 def _divergence_panel(title: str, d: Divergence, r: DiffReport) -> Panel:
-    t = Table(show_header=True, box=None, padding=(0, 2))
+    t = FitTable(show_header=True, box=None, padding=(0, 2))
     t.add_column("", style="bold")
-    t.add_column(f"a: {r.a.run_id}")
-    t.add_column(f"b: {r.b.run_id}")
+    t.add_column("a")
+    t.add_column("b")
     rows = [
         ("entry", _entry(d.a), _entry(d.b)),
         ("at", op_label(d.a.op_id, d.a.op_name), op_label(d.b.op_id, d.b.op_name)),
@@ -132,7 +132,7 @@ def _pool(side: Side) -> str:
     return f"{side.pool_size:,} storages, {fmt_bytes(side.pool_bytes)}"
 
 
-def _aftermath_table(r: DiffReport) -> Table:
+def _aftermath_table(r: DiffReport) -> FitTable:
     am = r.aftermath
     if am.reconverge_op is not None:
         caption = f"The histories re-converge from {op_label(am.reconverge_op)} to the end."
@@ -140,7 +140,7 @@ def _aftermath_table(r: DiffReport) -> Table:
         caption = ("The histories never re-converge"
                    + (f" (last difference at {op_label(am.last_difference)})."
                       if am.last_difference is not None else "."))
-    t = Table(title=f"Aftermath from {op_label(am.from_op)}, {am.window_ops:,} ops per window "
+    t = FitTable(title=f"Aftermath from {op_label(am.from_op)}, {am.window_ops:,} ops per window "
                     "(a / b)", title_justify="left", caption=caption, caption_justify="left")
     for col in ("ops", "evictions", "dead frees", "remats", "pinned max", "memory max", "depth",
                 "same"):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from rich.table import Table
 
 from ..analyses.explain import Explanation
 from ..analyses.interventions import InterventionResult
+from .tables import FitTable
 from .units import fmt_exact_bytes, fmt_overhead
 
 CONTROL_VERDICT = {
@@ -18,9 +18,9 @@ CONTROL_VERDICT = {
 }
 
 
-def side_by_side(result: InterventionResult, interventions: dict) -> Table:
+def side_by_side(result: InterventionResult, interventions: dict) -> FitTable:
     """Outcome, overhead, evictions, remats, pinned peak and depth of the three runs."""
-    table = Table(title="baseline / intervention / control")
+    table = FitTable(title="baseline / intervention / control")
     table.add_column("")
     for name in ("baseline", "intervention", "control"):
         table.add_column(name, justify="right")
@@ -41,9 +41,9 @@ def side_by_side(result: InterventionResult, interventions: dict) -> Table:
     return table
 
 
-def fixes_table(found: Explanation) -> Table:
+def fixes_table(found: Explanation) -> FitTable:
     """The retentions that turn the failure into a completion."""
-    table = Table(title="retentions that complete the run")
+    table = FitTable(title="retentions that complete the run")
     for col in ("retain", "overhead", "max depth", "peak pinned", "depth at peak pinned"):
         table.add_column(col, justify="right")
     for a in found.fixes:
@@ -54,9 +54,9 @@ def fixes_table(found: Explanation) -> Table:
     return table
 
 
-def attempts_table(found: Explanation) -> Table:
+def attempts_table(found: Explanation) -> FitTable:
     """Every retention tried, with the op that last evicted each retained storage."""
-    table = Table()
+    table = FitTable()
     for col in ("retain storage", "evicted at op", "outcome", "overhead", "max depth"):
         table.add_column(col, justify="right")
     evicted_at = {c.storage: c.last_evicted_op for c in found.candidates}
