@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
 
 
 def demo_command(
-    out: Annotated[Path, typer.Option(help="Where the demo's sweeps, recordings and figures go.")] = Path("recordings/demo"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where the demo's sweeps, recordings and figures go.")] = Path("recordings/demo"),
     public: Annotated[bool, typer.Option(help="Continue with ResNet-32 when the public traces are present.")] = True,
     jobs: Annotated[int, typer.Option(help="Worker processes for sweeps and searches.")] = 2,
 ) -> None:

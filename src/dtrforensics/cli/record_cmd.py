@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .common import reporting_replaced
 from .errors import CommandError
 from .options import at_least
 
@@ -79,7 +80,8 @@ def sql(
     try:
         db.check_read_only(con, query)
         if parquet is not None:
-            rows = write_parquet_result(con.sql(query), parquet)
+            with reporting_replaced(parquet):
+                rows = write_parquet_result(con.sql(query), parquet)
             print(f"wrote {rows} rows to {parquet}", file=sys.stderr)
             return
         con.execute(query)

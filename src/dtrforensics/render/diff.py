@@ -32,8 +32,9 @@ def print_diff(report: DiffReport, out: Console) -> None:
 
 def _runs_table(r: DiffReport) -> FitTable:
     t = FitTable(title="Runs", title_justify="left")
-    for col in ("", "run", "budget", "outcome", "pressure", "dead", "stream", "scores"):
-        t.add_column(col, justify="right" if col in ("pressure", "dead", "stream") else "left")
+    for col in ("", "run", "budget", "outcome", "pressure", "dead", "stream entries", "scores"):
+        t.add_column(col, justify="right" if col in ("pressure", "dead", "stream entries")
+                     else "left")
     for ref, role in ((r.a, "a (control)"), (r.b, "b (test)")):
         t.add_row(role, f"{ref.run_id}\n{run_label(ref.trace, ref.ratio, ref.budget, ref.policy)}", fmt_exact_bytes(ref.budget),
                   ref.outcome, f"{ref.evictions:,}", f"{ref.dead_frees:,}",
@@ -93,7 +94,7 @@ def _divergence_panel(title: str, d: Divergence, r: DiffReport) -> Panel:
         ("allocation", _alloc(d.a), _alloc(d.b)),
         ("memory", fmt_exact_bytes(d.a.memory), fmt_exact_bytes(d.b.memory)),
         ("budget", fmt_exact_bytes(d.a.budget), fmt_exact_bytes(d.b.budget)),
-        ("shortfall", _shortfall(d.a.shortfall), _shortfall(d.b.shortfall)),
+        ("short at check start", _shortfall(d.a.shortfall), _shortfall(d.b.shortfall)),
         ("pool", _pool(d.a), _pool(d.b)),
     ]
     for row in rows:
@@ -173,7 +174,8 @@ def _failure_panel(f: Failure, r: DiffReport) -> Panel:
     lines = [Text(
         f"Run {f.run} failed at {op_label(f.op_id, f.op_name)} allocating {f.tensor} "
         f"({fmt_exact_bytes(f.request)}) at depth {f.depth}, with {fmt_exact_bytes(f.pinned)} "
-        f"pinned (short by {f.shortfall:,} B of a {f.budget:,} B budget).", style="bold red")]
+        f"pinned (short by {f.shortfall:,} B of a {f.budget:,} B budget once nothing was left "
+        "to evict).", style="bold red")]
     lines.append(Text(
         f"The failing operator needed {f.needed_missing:,} storages (its arguments and the "
         f"frontier's) that were not resident when it began; run {other} kept "
