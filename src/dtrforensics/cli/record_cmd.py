@@ -164,7 +164,7 @@ def show(
     cols = (width or console.width) - LABEL_WIDTH - SCALE_WIDTH - 10
     run = rec.run
     names = rec.table("ops").column("name").to_pylist()
-    extra = [("trace", f"{run['trace']['name']}  sha256 {run['trace']['sha256'][:16]}…"),
+    extra = [("trace", f"{run['trace']['name']}  sha256 {run['trace']['sha256']}"),
              ("policy / scores", f"{run['policy']} / {run['scores']}"),
              ("recorded", f"{run['started_at']} → {run['finished_at']}")]
     console.print(summary_panel(rec.summary, lambda op: names[op] if op < len(names) else "?",

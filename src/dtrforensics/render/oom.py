@@ -70,8 +70,8 @@ def _level_label(lv: Level, last: bool) -> Text:
 def _collapsed_label(c: Collapsed) -> Text:
     ops = ", ".join(f"{name} ×{n}" for name, n in c.ops[:6])
     if len(c.ops) > 6:
-        ops += f", … {len(c.ops) - 6} more op kinds"
-    return Text(f"… {c.count} levels d{c.first_depth}–d{c.last_depth} collapsed ({ops}); "
+        ops += f" and {len(c.ops) - 6} more op kinds"
+    return Text(f"{c.count} levels d{c.first_depth}–d{c.last_depth} collapsed ({ops}); "
                 f"they lock {fmt_bytes(c.new_locked_bytes)} more  (--full shows them)",
                 style="yellow")
 
