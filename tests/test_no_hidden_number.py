@@ -181,3 +181,10 @@ def test_replay_says_which_moment_its_shortfall_is(folder):
     assert re.search(r"short at start: [+-]?\d[\d.]* (B|KiB|MiB)", text)
     oom = cli(folder, 80, "oom", HOLE_BUDGET).stdout
     assert "after the pool drained" in " ".join(oom.split())
+
+
+def test_reevict_keeps_run_ids_and_counts(folder):
+    doc = numbers_of(folder, "reevict", OK_BUDGET, HOLE_BUDGET)
+    text = cli(folder, 60, "reevict", OK_BUDGET, HOLE_BUDGET).stdout
+    assert_whole([r["run_id"] for r in doc["runs"]]
+                 + [f"{r['budget']:,}" for r in doc["runs"]], text)

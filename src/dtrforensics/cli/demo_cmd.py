@@ -40,9 +40,15 @@ def demo_command(
 
 
 def _section(console: Console, title: str) -> None:
+    """A rule with the title in it, or above the title when the title would be cut."""
     from rich.rule import Rule
+    from rich.text import Text
     console.print()
-    console.print(Rule(f"[bold]{title}"))
+    if len(title) + 6 <= console.width:
+        console.print(Rule(Text(title, style="bold")))
+    else:
+        console.print(Rule())
+        console.print(Text(title, style="bold"))
 
 
 def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2) -> dict:
