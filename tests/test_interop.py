@@ -568,7 +568,7 @@ def test_cli_exports_recordings(recs, tmp_path, cli, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = cli(path, "-f", "memory-viz")
     assert res.exit_code == 0 and res.stdout == ""
-    assert (tmp_path / "tiny-oom.memory_viz.pickle").is_file()
+    assert (tmp_path / "recordings" / "tiny-oom.memory_viz.pickle").is_file()
     assert not list(tmp_path.glob(".*.tmp"))
 
 

@@ -152,5 +152,28 @@ def same_trace(recordings: Sequence[Recording]) -> None:
         raise RunSpecError(f"these recordings replay different traces: {names}")
 
 
-__all__ = ["DEFAULT_CACHE", "NotARecordingError", "RunSpec", "RunSpecError", "open_together",
+def check_same_trace(texts: Sequence[str | os.PathLike]) -> None:
+    """Raise RunSpecError unless the run arguments (recordings or run specs) name
+    the same trace, before anything is recorded: a run spec is judged by the log
+    its trace name finds, a recording by its run.json."""
+    from ..trace import load_trace
+    keys: dict[str, str] = {}
+    for text in texts:
+        path = Path(text)
+        if path.exists():
+            trace = open_recording(path).run["trace"]
+            key, name = trace.get("sha256") or f"name:{trace['name']}", trace["name"]
+        elif "@" in str(text):
+            program = load_trace(RunSpec.parse(str(text)).trace)
+            key, name = program.sha256 or f"name:{program.name}", program.name
+        else:
+            continue                # resolve_run says what is wrong with it
+        keys.setdefault(key, f"{text} ({name})")
+    if len(keys) > 1:
+        raise RunSpecError(f"these runs replay different traces: {', '.join(keys.values())}; "
+                           "nothing was recorded")
+
+
+__all__ = ["DEFAULT_CACHE", "NotARecordingError", "RunSpec", "RunSpecError", "check_same_trace",
+           "open_together",
            "record_spec", "resolve_run", "same_trace"]

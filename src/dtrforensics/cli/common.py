@@ -4,6 +4,8 @@ the options every one of them takes."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -36,6 +38,28 @@ def open_run(text: str, *, scores: str, cache: Path) -> Recording:
         return resolve_run(text, scores=scores, cache=cache, on_record=_announce)
     except (RunSpecError, NotARecordingError, RecordingFormatError) as exc:
         raise CommandError(str(exc)) from None
+
+
+def open_runs(texts: list[str], *, scores: str, cache: Path) -> list[Recording]:
+    """Run arguments that must replay one trace: checked before any is recorded."""
+    from ..analyses.runs import RunSpecError, check_same_trace
+    from ..recorder.reader import NotARecordingError
+    from ..recorder.schema import RecordingFormatError
+    try:
+        check_same_trace(texts)
+    except (RunSpecError, NotARecordingError, RecordingFormatError) as exc:
+        raise CommandError(str(exc)) from None
+    return [open_run(text, scores=scores, cache=cache) for text in texts]
+
+
+@contextmanager
+def reporting_replaced(*paths: str | Path) -> Iterator[None]:
+    """Say `replaced PATH` on stderr for each output file that existed before the
+    block wrote it (the file is replaced, as asked, but never silently)."""
+    existing = [p for p in paths if str(p) != "-" and Path(p).is_file()]
+    yield
+    for path in existing:
+        print(f"replaced {path}", file=sys.stderr)
 
 
 def print_json(data, *, indent: int | None = 2) -> None:

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
 
 
 def demo_command(
-    out: Annotated[Path, typer.Option(help="Where the demo's sweeps, recordings and figures go.")] = Path("recordings/demo"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where the demo's sweeps, recordings and figures go.")] = Path("recordings/demo"),
     public: Annotated[bool, typer.Option(help="Continue with ResNet-32 when the public traces are present.")] = True,
     jobs: Annotated[int, typer.Option(help="Worker processes for sweeps and searches.")] = 2,
 ) -> None:
@@ -40,9 +40,15 @@ def demo_command(
 
 
 def _section(console: Console, title: str) -> None:
+    """A rule with the title in it, or above the title when the title would be cut."""
     from rich.rule import Rule
+    from rich.text import Text
     console.print()
-    console.print(Rule(f"[bold]{title}"))
+    if len(title) + 6 <= console.width:
+        console.print(Rule(Text(title, style="bold")))
+    else:
+        console.print(Rule())
+        console.print(Text(title, style="bold"))
 
 
 def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2) -> dict:

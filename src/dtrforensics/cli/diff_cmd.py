@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
+from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_runs, print_json
 from .errors import CommandError
 
 
@@ -35,8 +35,7 @@ def diff_command(
 
     if window is not None and window < 1:
         raise CommandError("--window must be at least 1")
-    rec_a = open_run(a, scores="all", cache=cache)
-    rec_b = open_run(b, scores="all", cache=cache)
+    rec_a, rec_b = open_runs([a, b], scores="all", cache=cache)
     try:
         report = diff(rec_a, rec_b, window_ops=window)
     except RunSpecError as exc:

@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .common import reporting_replaced
 from .errors import CommandError
 
 RECORDING_FORMATS = ("perfetto", "memory-viz")
@@ -46,7 +47,10 @@ A sweep folder (`dtrf sweep`), or any folder of Parquet results, exports its
 runs table as csv or parquet (sorted by policy, budget, rep).
 
 -o - writes to standard output; the default is SOURCE's name plus a suffix
-in the current directory."""
+in the folder recordings/ (made if missing). An existing output file is
+replaced, and stderr says so."""
+
+DEFAULT_DIR = Path("recordings")
 
 
 def register(app: typer.Typer) -> None:
@@ -56,7 +60,7 @@ def register(app: typer.Typer) -> None:
 def export(
     source: Annotated[Path, typer.Argument(help="A recording folder, or a sweep folder.", show_default=False)],
     fmt: Annotated[str, typer.Option("--format", "-f", help="perfetto or memory-viz (recordings); csv or parquet (sweeps).")],
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output file ('-' for stdout).", show_default=False)] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", "--out", help="Output file ('-' for stdout; default recordings/ and SOURCE's name plus a suffix).", show_default=False)] = None,
     max_nesting: Annotated[int, typer.Option(help="perfetto: levels of nested rematerializations shown (Perfetto keeps at most 512).")] = 500,
     max_frames: Annotated[int, typer.Option(help="memory-viz: innermost materialization levels kept in each stack.")] = 64,
     as_json: Annotated[bool, typer.Option("--json", help="Print what was written as one JSON object.")] = False,
@@ -66,7 +70,9 @@ def export(
                            f"{', '.join(RECORDING_FORMATS + TABLE_FORMATS)}")
     if not source.exists():
         raise CommandError(f"no such recording or sweep: {source}")
-    out = output if output is not None else str(Path(source.resolve().name + SUFFIX[fmt]))
+    if max_nesting < 0 or max_frames < 1:
+        raise CommandError("--max-nesting must be >= 0 and --max-frames >= 1")
+    out = output if output is not None else str(DEFAULT_DIR / (source.resolve().name + SUFFIX[fmt]))
     if as_json and out == "-":
         raise CommandError("--json prints to stdout: give -o FILE")
     from ..recorder.reader import is_recording
@@ -76,21 +82,27 @@ def export(
     if fmt in TABLE_FORMATS and recording:
         raise CommandError(f"{fmt} exports a sweep's runs table; {source} is a recording "
                            "(query its tables with `dtrf sql ... --csv/--parquet`)")
+    if output is None:
+        DEFAULT_DIR.mkdir(exist_ok=True)
     try:
-        if fmt in RECORDING_FORMATS:
-            result = _export_recording(source, fmt, out, max_nesting, max_frames)
-        else:
-            from ..interop.tables import TableExportError, export_table
-            try:
-                result = export_table(source, fmt, out)
-            except TableExportError as exc:
-                raise CommandError(str(exc)) from None
+        with reporting_replaced(out):
+            result = _export(source, fmt, out, max_nesting, max_frames)
     except IsADirectoryError:
         raise CommandError(f"{out} is a folder: give a file name with -o") from None
     if as_json:
         print(json.dumps(result.to_json()))
     else:
-        print(_describe(result), file=sys.stderr)
+        print(_describe(result, source), file=sys.stderr)
+
+
+def _export(source: Path, fmt: str, out: str, max_nesting: int, max_frames: int):
+    if fmt in RECORDING_FORMATS:
+        return _export_recording(source, fmt, out, max_nesting, max_frames)
+    from ..interop.tables import TableExportError, export_table
+    try:
+        return export_table(source, fmt, out)
+    except TableExportError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _export_recording(source: Path, fmt: str, out: str, max_nesting: int, max_frames: int):
@@ -106,17 +118,26 @@ def _export_recording(source: Path, fmt: str, out: str, max_nesting: int, max_fr
         raise CommandError(str(exc)) from None
 
 
-def _describe(result) -> str:
+def _describe(result, source: Path) -> str:
     if result.to_json()["format"] in TABLE_FORMATS:
         return f"wrote {result.rows:,} runs x {result.columns} columns to {result.path}"
     if result.to_json()["format"] == "perfetto":
         hidden = f" + {result.hidden_slices:,} nested too deep to show" \
             if result.hidden_slices else ""
         return (f"wrote {result.trace_events:,} trace events ({result.op_slices:,} ops, "
-                f"{result.remat_slices:,} rematerializations{hidden}, max depth "
+                f"{_nested(result.remat_slices, source)}{hidden}, max depth "
                 f"{result.max_depth}, "
                 f"{result.evictions:,} evictions, {result.dead_frees:,} dead frees, "
                 f"{result.flows:,} flows) to {result.path}: open it at ui.perfetto.dev")
     return (f"wrote {result.trace_entries:,} trace entries ({result.allocations:,} allocations, "
             f"{result.frees:,} frees, peak {result.peak_bytes:,} B, {result.segments:,} "
             f"segments at the end) to {result.path}: open it at pytorch.org/memory_viz")
+
+
+def _nested(slices: int, source: Path) -> str:
+    """The rematerializations track shows every nested materialization begun; the
+    run's `rematerializations` count the ones that computed (an OOM leaves its
+    chain unfinished): both are named."""
+    from ..recorder.reader import open_recording
+    completed = open_recording(source, verify=False).summary["remats"]
+    return f"{slices:,} nested materializations begun, {completed:,} rematerializations completed"

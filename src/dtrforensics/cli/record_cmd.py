@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .common import reporting_replaced
 from .errors import CommandError
 from .options import at_least
 
@@ -79,7 +80,8 @@ def sql(
     try:
         db.check_read_only(con, query)
         if parquet is not None:
-            rows = write_parquet_result(con.sql(query), parquet)
+            with reporting_replaced(parquet):
+                rows = write_parquet_result(con.sql(query), parquet)
             print(f"wrote {rows} rows to {parquet}", file=sys.stderr)
             return
         con.execute(query)
@@ -162,7 +164,7 @@ def show(
     cols = (width or console.width) - LABEL_WIDTH - SCALE_WIDTH - 10
     run = rec.run
     names = rec.table("ops").column("name").to_pylist()
-    extra = [("trace", f"{run['trace']['name']}  sha256 {run['trace']['sha256'][:16]}…"),
+    extra = [("trace", f"{run['trace']['name']}  sha256 {run['trace']['sha256']}"),
              ("policy / scores", f"{run['policy']} / {run['scores']}"),
              ("recorded", f"{run['started_at']} → {run['finished_at']}")]
     console.print(summary_panel(rec.summary, lambda op: names[op] if op < len(names) else "?",

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
+from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_runs, print_json
 from .errors import CommandError
 
 
@@ -30,9 +30,8 @@ def reevict_command(
 
     if top < 0:
         raise CommandError("--top must be >= 0")
-    recs = [open_run(recording, scores="victims", cache=cache)]
-    if other is not None:
-        recs.append(open_run(other, scores="victims", cache=cache))
+    recs = open_runs([recording] + ([other] if other is not None else []), scores="victims",
+                     cache=cache)
     try:
         report = reevict(recs, top=top)
     except RunSpecError as exc:

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
+from .common import (DEFAULT_CACHE, CacheOption, JsonOption, open_runs, print_json,
+                     reporting_replaced)
 from .errors import CommandError
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
@@ -26,7 +27,7 @@ def regime_command(
     sustain: Annotated[int, typer.Option(help="Onset rule: for this many windows in a row.")] = 1,
     top: Annotated[int, typer.Option(help="Drivers listed.")] = 10,
     windows: Annotated[bool, typer.Option("--windows", help="Also list every window's evictions and rematerializations.")] = False,
-    plot: Annotated[Optional[Path], typer.Option("--plot", "-o", help="Write the evictions-per-window figure here (.png or .svg).")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", "-o", "--out", help="Write the evictions-per-window figure here (.png or .svg).")] = None,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
 ) -> None:
@@ -55,8 +56,7 @@ def regime_command(
     if plot is not None:
         from ..recorder.reader import refuse_inside_recording
         refuse_inside_recording(plot)
-    a = open_run(control, scores="victims", cache=cache)
-    b = open_run(test, scores="victims", cache=cache)
+    a, b = open_runs([control, test], scores="victims", cache=cache)
     try:
         report = regime(a, b, window_ops=window, factor=factor, min_excess=min_excess,
                         sustain=sustain, top=top)
@@ -65,7 +65,7 @@ def regime_command(
     if plot is not None:
         from ..fsutil import atomic_path
         from ..render.regime_plot import draw
-        with atomic_path(plot) as tmp:
+        with reporting_replaced(plot), atomic_path(plot) as tmp:
             draw(report).savefig(tmp, dpi=110, format=plot.suffix.lstrip("."))
     if as_json:
         print_json(report.to_json())

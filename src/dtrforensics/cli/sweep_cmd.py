@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .common import reporting_replaced
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import POLICY_HELP, check_policies, split_policies
@@ -45,7 +46,7 @@ def sweep(
     jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores; 1 runs in this process).")] = None,
     engine: Annotated[Optional[str], typer.Option(help="process (default), dask (with --scheduler) or inline.")] = None,
     scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address, e.g. tcp://host:8786.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
     max_points: Annotated[int, typer.Option(help="Refuse a sweep that could make more runs than this (grid, interior, refinement and exact runs, all policies).")] = 100_000,
     flush_rows: Annotated[int, typer.Option(help="Runs per Parquet part file (a kill loses at most one unflushed batch; batches are also flushed every 2 s).")] = 64,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
@@ -138,7 +139,7 @@ def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_jso
 
 def plot_cmd(
     sweep_dir: Annotated[Path, typer.Argument(metavar="SWEEP", help="A sweep folder (made by dtrf sweep).")],
-    out: Annotated[Optional[Path], typer.Option(help="Output path without suffix (default SWEEP/plot): writes .png and .svg.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output path without suffix (default SWEEP/plot): writes .png and .svg.")] = None,
     policy: Annotated[Optional[str], typer.Option(help="Only these policies (comma-separated).")] = None,
     failure_panel: Annotated[bool, typer.Option(help="Second panel: pinned bytes and depth at each OOM.")] = True,
 ) -> None:
@@ -151,5 +152,8 @@ def plot_cmd(
         fig = draw(report, load_points(sweep_dir), failure_panel=failure_panel)
     except (SweepStoreError, ValueError, ImportError) as exc:
         raise CommandError(str(exc)) from None
-    for path in save(fig, out if out is not None else Path(sweep_dir) / "plot"):
+    base = out if out is not None else Path(sweep_dir) / "plot"
+    with reporting_replaced(base.with_name(base.name + ".png"), base.with_name(base.name + ".svg")):
+        paths = save(fig, base)
+    for path in paths:
         print(path)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ..synth.generator import KINDS, SynthSpec, generate, random_small_log
+from .common import reporting_replaced
 from .errors import CommandError
 from .options import between, check_seed
 
@@ -35,7 +36,7 @@ def synth(
              "random log mixing every instruction kind, as used by the property tests).",
         show_default=False)],
     output: Annotated[Path, typer.Option(
-        "--output", "-o", help="File to write the log to (parent folders are created).",
+        "--output", "-o", "--out", help="File to write the log to (parent folders are created).",
         show_default=False)],
     seed: Annotated[int, typer.Option(
         "--seed", "-s", callback=check_seed, help="Random seed: the same seed and options give a byte-identical log.")] = 0,
@@ -111,7 +112,8 @@ def synth(
     from ..trace.parser import parse_lines
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+        with reporting_replaced(output):
+            output.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise CommandError(f"cannot write {output}: {exc.strerror}") from None
     program = parse_lines(text.splitlines(keepends=True), str(output))

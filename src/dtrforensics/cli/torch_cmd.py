@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .common import reporting_replaced
 from .errors import CommandError
 from ..render.units import fmt_bytes
 
@@ -37,7 +38,7 @@ def record_cmd(
     spec: Annotated[str, typer.Argument(help="zoo:NAME (gpt, gpt-1b, resnet, lstm, unet, mlp) or "
                                              "package.module:factory returning (model, batch, loss_fn).",
                                         show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Log file to write (atomically).",
+    output: Annotated[Path, typer.Option("--output", "-o", "--out", help="Log file to write (atomically).",
                                          show_default=False)],
     cost: Annotated[str, typer.Option(help="Cost model: flops (deterministic) or measured (wall time).")] = "flops",
     fake: Annotated[bool, typer.Option("--fake", help="Fake tensors: exact sizes, no memory, flops costs.")] = False,
@@ -62,7 +63,8 @@ def record_cmd(
             options["dtype"] = parse_dtype(dtype)
         torch.manual_seed(seed)
         model, data, loss_fn = build(spec, fake=fake, **options)
-        summary = record(model, data, loss_fn, output, cost=cost, fake=fake)
+        with reporting_replaced(output):
+            summary = record(model, data, loss_fn, output, cost=cost, fake=fake)
     except RecordError as exc:
         raise CommandError(f"{spec}: {exc}") from None
     if as_json:

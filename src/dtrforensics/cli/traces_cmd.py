@@ -64,7 +64,7 @@ def _missing_hint(missing: list[str]) -> str:
 def list_traces(as_json: JsonOption = False) -> None:
     """Every trace found, with its size, unconstrained peak and single-op bottleneck."""
     from rich.console import Console
-    from rich.table import Table
+    from ..render.tables import FitTable
 
     from ..analyses.traces import summarize
     from ..render.console import wide_console
@@ -87,7 +87,7 @@ def list_traces(as_json: JsonOption = False) -> None:
                      "searched": [str(p) for p in registry.search_dirs()]})
         return
     console = wide_console()
-    table = Table(title="Traces")
+    table = FitTable(title="Traces")
     # Numbers never wrap; the op and path columns absorb a narrow terminal.
     for header, justify, wrap in (("name", "left", False), ("ops", "right", False),
                                   ("tensors", "right", False), ("storages", "right", False),
@@ -122,7 +122,7 @@ def info(
 ) -> None:
     """Details of one trace: op counts, backward ops, constants, hashes, cache status."""
     from rich.console import Console
-    from rich.table import Table
+    from ..render.tables import FitTable
 
     from ..analyses.traces import describe
     from ..render.units import fmt_bytes, fmt_ns
@@ -134,7 +134,7 @@ def info(
         _print_json(data)
         return
     console = Console()
-    table = Table(title=f"Trace {data['name']}", show_header=False)
+    table = FitTable(title=f"Trace {data['name']}", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     verified = {None: "not a published log", True: "matches the published SHA-256",
@@ -162,7 +162,7 @@ def info(
     ):
         table.add_row(field, value)
     console.print(table)
-    ops = Table(title="Most frequent ops (constants excluded)")
+    ops = FitTable(title="Most frequent ops (constants excluded)")
     ops.add_column("op")
     ops.add_column("count", justify="right")
     for item in data["top_ops"]:

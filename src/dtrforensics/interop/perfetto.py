@@ -258,7 +258,7 @@ class _PerfettoExporter:
             self.close(self.closing)
             self.closing = None
         for name, value in (("memory", memory), ("pinned", pinned), ("pool", pool)):
-            if self.counters[name] != value:
+            if value is not None and self.counters[name] != value:
                 self.counters[name] = value
                 self.counter(name, clock, value)
         if kind == "materialize":

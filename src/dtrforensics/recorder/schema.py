@@ -26,7 +26,7 @@ from ..engine import hooks
 from ..engine.hooks import EVENT_KINDS
 from ..errors import DataError
 
-FORMAT_VERSION = "1.2"
+FORMAT_VERSION = "1.3"
 RUN_FILE = "run.json"
 PARTIAL_MARK = ".partial-"   # `.<name>.partial-<pid>`: a recording being written
 OLD_MARK = ".old-"           # `.<name>.old-<pid>`: a replaced recording being deleted
@@ -160,8 +160,9 @@ EVENTS = Table("events", file="events.parquet", doc=(
       nullable=True),
     C("memory", I64, "bytes", "Resident bytes at the event (for compute: after the op's "
       "outputs were added, before already-defined siblings are subtracted)."),
-    C("pinned_bytes", I64, "bytes", "memory - pool_bytes: resident bytes that cannot be "
-      "evicted right now (meaningful at alloc_check, evict and oom)."),
+    C("pinned_bytes", I64, "bytes", "alloc_check, evict, oom: memory - pool_bytes, the "
+      "resident bytes that cannot be evicted when the allocation needs room; null for "
+      "other kinds (since format 1.3; filled on every row before).", nullable=True),
     C("pool_bytes", I64, "bytes", "Bytes of the evictable pool."),
     C("pool_size", I64, "count", "Storages in the evictable pool."),
     C("budget", I64, "bytes", "The run's memory budget (the same on every row)."),
@@ -389,7 +390,8 @@ def render_format_doc() -> str:
         "Each Parquet file's schema metadata holds the format version "
         f"(`{META_FORMAT.decode()}`) and the table name (`{META_TABLE.decode()}`). "
         "Versions are MAJOR.MINOR: a minor version only adds columns, tables or run.json "
-        "keys; readers refuse a newer major version.",
+        "keys, or leaves a column null on rows where it never applied (1.3: "
+        "`events.pinned_bytes`); readers refuse a newer major version.",
         "",
         "A recording is written into a hidden sibling folder `.<name>.partial-<pid>` and "
         "renamed to `<name>` once complete, whatever the run's outcome (ok, oom, thrashed, "

@@ -79,7 +79,7 @@ def events_batch(batch: EventBatch, budget: int) -> pa.RecordBatch:
         "storage_id": pa.array(cols[E_STORAGE]),
         "bytes": pa.array(cols[E_BYTES], mask=kind == EV_MATERIALIZE),
         "memory": pa.array(memory),
-        "pinned_bytes": pa.array(memory - cols[E_POOL_BYTES]),
+        "pinned_bytes": pa.array(memory - cols[E_POOL_BYTES], mask=~has_request),
         "pool_bytes": pa.array(cols[E_POOL_BYTES]),
         "pool_size": pa.array(cols[E_POOL_SIZE]),
         "budget": pa.array(np.full(n, budget, dtype=np.int64)),

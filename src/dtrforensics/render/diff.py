@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from ..analyses.diff import DiffReport, Divergence, Failure, Rank, Side
 from .labels import op_label, run_label
+from .tables import FitTable
 from .units import fmt_bytes, fmt_exact_bytes, fmt_score
 
 
@@ -30,10 +30,11 @@ def print_diff(report: DiffReport, out: Console) -> None:
         out.print(_failure_panel(failure, report))
 
 
-def _runs_table(r: DiffReport) -> Table:
-    t = Table(title="Runs", title_justify="left")
-    for col in ("", "run", "budget", "outcome", "pressure", "dead", "stream", "scores"):
-        t.add_column(col, justify="right" if col in ("pressure", "dead", "stream") else "left")
+def _runs_table(r: DiffReport) -> FitTable:
+    t = FitTable(title="Runs", title_justify="left")
+    for col in ("", "run", "budget", "outcome", "pressure", "dead", "stream entries", "scores"):
+        t.add_column(col, justify="right" if col in ("pressure", "dead", "stream entries")
+                     else "left")
     for ref, role in ((r.a, "a (control)"), (r.b, "b (test)")):
         t.add_row(role, f"{ref.run_id}\n{run_label(ref.trace, ref.ratio, ref.budget, ref.policy)}", fmt_exact_bytes(ref.budget),
                   ref.outcome, f"{ref.evictions:,}", f"{ref.dead_frees:,}",
@@ -75,10 +76,10 @@ def _rank(rank: Rank | None) -> str:
 
 
 def _divergence_panel(title: str, d: Divergence, r: DiffReport) -> Panel:
-    t = Table(show_header=True, box=None, padding=(0, 2))
+    t = FitTable(show_header=True, box=None, padding=(0, 2))
     t.add_column("", style="bold")
-    t.add_column(f"a: {r.a.run_id}")
-    t.add_column(f"b: {r.b.run_id}")
+    t.add_column("a")
+    t.add_column("b")
     rows = [
         ("entry", _entry(d.a), _entry(d.b)),
         ("at", op_label(d.a.op_id, d.a.op_name), op_label(d.b.op_id, d.b.op_name)),
@@ -93,7 +94,7 @@ def _divergence_panel(title: str, d: Divergence, r: DiffReport) -> Panel:
         ("allocation", _alloc(d.a), _alloc(d.b)),
         ("memory", fmt_exact_bytes(d.a.memory), fmt_exact_bytes(d.b.memory)),
         ("budget", fmt_exact_bytes(d.a.budget), fmt_exact_bytes(d.b.budget)),
-        ("shortfall", _shortfall(d.a.shortfall), _shortfall(d.b.shortfall)),
+        ("short at check start", _shortfall(d.a.shortfall), _shortfall(d.b.shortfall)),
         ("pool", _pool(d.a), _pool(d.b)),
     ]
     for row in rows:
@@ -132,7 +133,7 @@ def _pool(side: Side) -> str:
     return f"{side.pool_size:,} storages, {fmt_bytes(side.pool_bytes)}"
 
 
-def _aftermath_table(r: DiffReport) -> Table:
+def _aftermath_table(r: DiffReport) -> FitTable:
     am = r.aftermath
     if am.reconverge_op is not None:
         caption = f"The histories re-converge from {op_label(am.reconverge_op)} to the end."
@@ -140,7 +141,7 @@ def _aftermath_table(r: DiffReport) -> Table:
         caption = ("The histories never re-converge"
                    + (f" (last difference at {op_label(am.last_difference)})."
                       if am.last_difference is not None else "."))
-    t = Table(title=f"Aftermath from {op_label(am.from_op)}, {am.window_ops:,} ops per window "
+    t = FitTable(title=f"Aftermath from {op_label(am.from_op)}, {am.window_ops:,} ops per window "
                     "(a / b)", title_justify="left", caption=caption, caption_justify="left")
     for col in ("ops", "evictions", "dead frees", "remats", "pinned max", "memory max", "depth",
                 "same"):
@@ -173,7 +174,8 @@ def _failure_panel(f: Failure, r: DiffReport) -> Panel:
     lines = [Text(
         f"Run {f.run} failed at {op_label(f.op_id, f.op_name)} allocating {f.tensor} "
         f"({fmt_exact_bytes(f.request)}) at depth {f.depth}, with {fmt_exact_bytes(f.pinned)} "
-        f"pinned (short by {f.shortfall:,} B of a {f.budget:,} B budget).", style="bold red")]
+        f"pinned (short by {f.shortfall:,} B of a {f.budget:,} B budget once nothing was left "
+        "to evict).", style="bold red")]
     lines.append(Text(
         f"The failing operator needed {f.needed_missing:,} storages (its arguments and the "
         f"frontier's) that were not resident when it began; run {other} kept "

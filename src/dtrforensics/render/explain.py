@@ -4,9 +4,9 @@ that complete the run, and what the search did not try."""
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from ..analyses.explain import Attempt, Explanation
+from .tables import FitTable
 from .units import fmt_overhead
 
 KIND_LABEL = {"retain": "retain", "force_victim": "force victim"}
@@ -25,7 +25,7 @@ def _ops(attempt: Attempt) -> str:
     return ",".join(map(str, attempt.change.evicted_at_op))
 
 
-def fixes_table(found: Explanation) -> Table:
+def fixes_table(found: Explanation) -> FitTable:
     """The changes that turn the failure into a completion (as `dtrf intervene`
     flags), with the op of the eviction each undoes and how many ops that came
     before the failure."""
@@ -39,8 +39,8 @@ def fixes_table(found: Explanation) -> Table:
                    "peak pinned"), rows)
 
 
-def _table(title: str | None, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Table:
-    table = Table(title=title)
+def _table(title: str | None, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> FitTable:
+    table = FitTable(title=title)
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right")
     for row in rows:
@@ -48,7 +48,7 @@ def _table(title: str | None, columns: tuple[str, ...], rows: list[tuple[str, ..
     return table
 
 
-def attempts_table(found: Explanation) -> Table:
+def attempts_table(found: Explanation) -> FitTable:
     """Every change tried, with the op of the eviction it undoes."""
     rows = [(change_text(a), _ops(a), a.summary["outcome"], fmt_overhead(a.summary["overhead"]),
              str(a.summary["max_depth"])) for a in found.attempts]

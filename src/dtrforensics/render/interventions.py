@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from rich.table import Table
-
 from ..analyses.interventions import InterventionResult
+from .tables import FitTable
 from .units import fmt_exact_bytes, fmt_overhead
 
 CONTROL_VERDICT = {
@@ -16,9 +15,9 @@ CONTROL_VERDICT = {
 }
 
 
-def side_by_side(result: InterventionResult, interventions: dict) -> Table:
+def side_by_side(result: InterventionResult, interventions: dict) -> FitTable:
     """Outcome, overhead, evictions, remats, pinned peak and depth of the three runs."""
-    table = Table(title="baseline / intervention / control")
+    table = FitTable(title="baseline / intervention / control")
     table.add_column("")
     for name in ("baseline", "intervention", "control"):
         table.add_column(name, justify="right")

@@ -70,10 +70,20 @@ def _level_label(lv: Level, last: bool) -> Text:
 def _collapsed_label(c: Collapsed) -> Text:
     ops = ", ".join(f"{name} ×{n}" for name, n in c.ops[:6])
     if len(c.ops) > 6:
-        ops += f", … {len(c.ops) - 6} more op kinds"
-    return Text(f"… {c.count} levels d{c.first_depth}–d{c.last_depth} collapsed ({ops}); "
+        ops += f" and {len(c.ops) - 6} more op kinds"
+    return Text(f"{c.count} levels d{c.first_depth}–d{c.last_depth} collapsed ({ops}); "
                 f"they lock {fmt_bytes(c.new_locked_bytes)} more  (--full shows them)",
                 style="yellow")
+
+
+def _overlap(r: OomReport) -> list[tuple[str, str]]:
+    """The chain's locks and the storages pinned for good can be the same storages:
+    say so when their sum exceeds the pinned total."""
+    excess = r.locked_total + r.pinned_storage_bytes - r.pinned
+    if excess <= 0:
+        return []
+    return [("overlap", f"locked by the chain + pinned for good exceed pinned by "
+                        f"{fmt_exact_bytes(excess)}: some storages are both")]
 
 
 def oom_view(r: OomReport, full: bool = False) -> Group:
@@ -100,13 +110,15 @@ def oom_view(r: OomReport, full: bool = False) -> Group:
         ("budget", fmt_exact_bytes(r.budget)),
         ("memory", fmt_exact_bytes(r.memory)),
         ("pinned", fmt_exact_bytes(r.pinned)),
-        ("shortfall", f"{r.shortfall:,} B (memory + request - budget)"),
+        ("shortfall", f"{fmt_exact_bytes(r.shortfall)} after the pool drained (memory + "
+                      "request - budget; `dtrf replay` gives it at the start of each check)"),
         ("pool", f"{r.pool_size} storages, {r.pool_bytes:,} B: "
                  + ("empty, nothing left to evict" if r.pool_empty
                     else "NOT empty (interventions excluded the rest)")),
         ("locked by the chain", (f"{fmt_exact_bytes(r.locked_total)} over {r.depth} "
                                  f"levels, root {r.root_tensor}")),
         ("pinned for good", fmt_exact_bytes(r.pinned_storage_bytes) + " (constants, outputs)"),
+        *_overlap(r),
         ("depth at peak pinned", "-" if r.peak_pinned is None else
          f"{r.depth_at_peak_pinned} (peak {fmt_exact_bytes(r.peak_pinned)} at "
          f"{op_label(r.peak_pinned_op_id)})"),

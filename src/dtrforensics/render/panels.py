@@ -46,9 +46,10 @@ def summary_panel(s: dict, op_name: Callable[[int], str], *, title: str,
         ("peak / model compute", f"{fmt_exact_bytes(s['peak'])} / {s['model_compute']:,} ns"),
         ("overhead", fmt_overhead(s.get("overhead"))),
         ("clock / remat compute", f"{s['clock']:,} / {s['remat_compute']:,} ns"),
-        ("evictions", f"{s['evictions']:,} pressure, {s['dead_frees']:,} dead; "
-                      f"{s['distinct_evicted']:,} distinct victims, "
-                      f"{s['stream_distinct']:,} in the stream"),
+        ("evictions", f"{s['evictions']:,} pressure + {s['dead_frees']:,} dead = "
+                      f"{s['evictions'] + s['dead_frees']:,} stream entries; "
+                      f"{s['distinct_evicted']:,} distinct pressure victims, "
+                      f"{s['stream_distinct']:,} distinct storages in the stream"),
         ("rematerializations", f"{s['remats']:,} (+{s['collateral_remats']:,} collateral)"),
         ("max nesting depth", str(s["max_depth"])),
     ]

@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .tables import FitTable
 from .units import fmt_bytes
 
 SPARK = " ▁▂▃▄▅▆▇█"
@@ -76,9 +77,9 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def result_table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> Table:
+def result_table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> FitTable:
     """Query rows under (name, SQL type) columns; numbers right-aligned."""
-    table = Table(show_lines=False)
+    table = FitTable(show_lines=False)
     for name, type_ in columns:
         is_num = type_ in NUMERIC_TYPES or type_.startswith("DECIMAL")
         table.add_column(name, justify="right" if is_num else "left", overflow="fold")

@@ -4,10 +4,10 @@ overlap of two runs' evicted sets, and the most re-evicted storages."""
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
 
 from ..analyses.reevict import ReevictReport, RunFigures
 from .labels import op_label
+from .tables import FitTable
 from .units import fmt_bytes, fmt_fraction
 
 SCOPE_LABEL = {"pressure": "pressure victims only", "stream": "whole stream (pressure + dead)"}
@@ -17,8 +17,8 @@ def _f(x, digits=2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def _figures_table(r: ReevictReport) -> Table:
-    t = Table(title="Re-eviction figures", title_justify="left")
+def _figures_table(r: ReevictReport) -> FitTable:
+    t = FitTable(title="Re-eviction figures", title_justify="left")
     t.add_column("figure", style="bold")
     for run in r.runs:
         amount = f"{run.ratio:g}" if run.ratio is not None else f"{run.budget:,} B"
@@ -41,9 +41,9 @@ def _figures_table(r: ReevictReport) -> Table:
     return t
 
 
-def _top_table(run: RunFigures, scope: str) -> Table:
+def _top_table(run: RunFigures, scope: str) -> FitTable:
     figures = getattr(run, scope)
-    t = Table(title=f"{run.run_id}: most evicted, {SCOPE_LABEL[scope]}", title_justify="left")
+    t = FitTable(title=f"{run.run_id}: most evicted, {SCOPE_LABEL[scope]}", title_justify="left")
     for col in ("#", "storage", "evictions", "pressure", "dead", "size", "tensor", "made by"):
         t.add_column(col, justify="left" if col in ("tensor", "made by") else "right")
     for s in figures.top:
@@ -53,9 +53,9 @@ def _top_table(run: RunFigures, scope: str) -> Table:
     return t
 
 
-def _overlap_table(r: ReevictReport) -> Table:
+def _overlap_table(r: ReevictReport) -> FitTable:
     a, b = r.runs
-    t = Table(title=f"Overlap of the evicted sets: A = {a.run_id}, B = {b.run_id}",
+    t = FitTable(title=f"Overlap of the evicted sets: A = {a.run_id}, B = {b.run_id}",
               title_justify="left")
     for col in ("scope", "|A|", "|B|", "|A ∩ B|", "|A ∪ B|", "Jaccard", "A in B", "B in A"):
         t.add_column(col, justify="left" if col == "scope" else "right")

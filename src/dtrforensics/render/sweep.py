@@ -7,9 +7,9 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
-from rich.table import Table
 
 from ..sweep.holes import ExactView, HolesReport, PolicyHoles
+from .tables import FitTable
 from .units import fmt_exact_bytes, fmt_overhead, fmt_ratio
 
 MAX_ROWS = 40
@@ -42,7 +42,7 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
         parts.append(f"[red]{len(p.failures_above)} failing samples above the first success:[/] "
                      f"{shown}{more}")
     if p.failure_regions:
-        t = Table(title="failure regions (samples)", title_justify="left")
+        t = FitTable(title="failure regions (samples)", title_justify="left")
         for c in ("#", "failing ratios", "failing bytes", "samples", "outcome",
                   "last ok below", "first ok above", "timeouts"):
             t.add_column(c)
@@ -55,7 +55,7 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
     else:
         parts.append("[green]no sample-supported failure region[/]")
     if p.edge_brackets:
-        t = Table(title="edge brackets", title_justify="left")
+        t = FitTable(title="edge brackets", title_justify="left")
         for c in ("edge", "last ok / first ok", "failing sample", "bracket width"):
             t.add_column(c)
         for e in p.edge_brackets[:MAX_ROWS]:
@@ -64,7 +64,7 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
                       f"{e.width_bytes:,} B")
         parts.append(t)
     if p.regime_switches:
-        t = Table(title=f"regime switches (overhead jump > {report.threshold:.0%})",
+        t = FitTable(title=f"regime switches (overhead jump > {report.threshold:.0%})",
                   title_justify="left")
         for c in ("from ratio", "to ratio", "overheads", "factor"):
             t.add_column(c)
@@ -80,7 +80,7 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
         parts += _exact_parts(p.exact, peak)
     if p.reruns or p.disagreements:
         if p.disagreements:
-            t = Table(title="[red]reruns that disagree[/]", title_justify="left")
+            t = FitTable(title="[red]reruns that disagree[/]", title_justify="left")
             for c in ("ratio", "budget", "rep", "differs in", "outcomes"):
                 t.add_column(c)
             for d in p.disagreements:
@@ -97,7 +97,7 @@ def _exact_parts(x: ExactView, peak: int) -> list:
                    f"({x.certified_bytes:,} of {x.range_bytes:,} bytes), "
                    f"{len(x.partition)} distinct executions, {len(x.merged)} runs of equal outcome"]
     if x.failure_regions:
-        t = Table(title="failing budgets (exact)", title_justify="left")
+        t = FitTable(title="failing budgets (exact)", title_justify="left")
         for c in ("first byte", "last byte", "width", "ratios", "executions", "edges", "kind"):
             t.add_column(c)
         for r in x.failure_regions:
@@ -108,7 +108,7 @@ def _exact_parts(x: ExactView, peak: int) -> list:
             t.add_row(f"{r.lo:,}", f"{r.hi:,}", f"{r.hi - r.lo + 1:,}",
                       f"{r.lo / peak:.6f} - {r.hi / peak:.6f}", str(r.intervals), edges, kind)
         parts.append(t)
-    t = Table(title="partition (adjacent equal outcomes merged)", title_justify="left")
+    t = FitTable(title="partition (adjacent equal outcomes merged)", title_justify="left")
     for c in ("from byte", "to byte", "width", "outcome", "executions", "min overhead"):
         t.add_column(c)
     for m in x.merged[:MAX_ROWS]:

@@ -1,0 +1,81 @@
+"""Every `dtrf` command in README.md runs as written.
+
+The commands are read from the README's code blocks, in order, and run by bash
+in one temporary folder (later commands use what earlier ones recorded), with
+the environment's `dtrf` first on PATH, DTRF_TRACES set and an 80-column
+terminal. Commands on the public traces skip without them; the ones that take
+more than a few seconds are slow (`make test-full`), and so is anything that
+reads what a slow one wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from public import SKIP_TRACES, traces_dir
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+PUBLIC = ("resnet32", "lstm", "inceptionv4", "transformer", "unet", "treelstm", "densenet",
+          "unroll_gan")
+# Commands (by their leading words) that take more than a few seconds, and those
+# that read a slow command's output.
+SLOW = ("dtrf diff inceptionv4", "dtrf reevict", "dtrf regime", "dtrf explain",
+        "dtrf sweep resnet32 --from 0.095", "dtrf holes", "dtrf plot", "dtrf reproduce",
+        "dtrf torch")
+TIMEOUT = 1800
+
+
+def readme_commands(text: str) -> list[str]:
+    """The `dtrf ...` lines of the README's fenced code blocks, in order."""
+    commands, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif inside and line.startswith("dtrf "):
+            commands.append(line)
+    return commands
+
+
+COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+
+
+def _param(command: str):
+    marks = [pytest.mark.slow] if command.startswith(SLOW) else []
+    return pytest.param(command, marks=marks, id=command.split("#")[0].strip()[:60])
+
+
+def test_the_readme_names_real_paths_not_placeholders():
+    assert len(COMMANDS) >= 20
+    for command in COMMANDS:
+        words = re.sub(r'"[^"]*"', "", command.split("#")[0]).split()
+        assert not [w for w in words if re.fullmatch(r"[A-Z][A-Z_]+", w)], command
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("readme")
+
+
+@pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
+def test_readme_command_runs(command, workdir):
+    if any(name in command.split("#")[0] for name in PUBLIC) and traces_dir() is None:
+        pytest.skip(SKIP_TRACES)
+    if command.startswith("dtrf torch"):
+        pytest.importorskip("torch")
+    bin_dir = Path(sys.executable).parent
+    assert shutil.which("dtrf", path=str(bin_dir)), "dtrf is not installed beside python"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "COLUMNS": "80"}
+    if traces_dir() is not None:
+        env["DTRF_TRACES"] = str(traces_dir())
+    done = subprocess.run(["bash", "-c", command], cwd=workdir, env=env, capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert "Traceback" not in done.stderr
+    assert "…" not in done.stdout, done.stdout
