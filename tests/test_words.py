@@ -21,7 +21,7 @@ from dtrforensics.cli.errors import CommandError
 from dtrforensics.cli.main import COMMANDS, app, load_command
 
 OUTPUT_OPTIONS = {"export", "synth", "torch record", "regime", "sweep", "plot", "demo",
-                  "reproduce"}
+                  "reproduce", "compare-policies"}
 HOLE = "hole@25200000B"      # the embedded trace inside its hole: OOM
 
 
