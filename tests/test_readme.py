@@ -59,7 +59,11 @@ def test_the_readme_names_real_paths_not_placeholders():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("readme")
+    """A fresh folder that sees the clone's `examples/` (the README's commands
+    run from the clone, where the example policies are)."""
+    folder = tmp_path_factory.mktemp("readme")
+    (folder / "examples").symlink_to(README.parent / "examples")
+    return folder
 
 
 @pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
