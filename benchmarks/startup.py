@@ -5,13 +5,17 @@
 Times, as whole processes (the best and the median of N runs each):
 
 * `python -c pass`: the interpreter alone, the floor of any Python tool;
+* `python -c "import numba"`: the floor of any process that runs a
+  numba-compiled kernel, before a single cached function is loaded;
 * `dtrf --help`: goal at most 0.25 s (issue 12, goal 3);
 * `dtrf run resnet32 --ratio 0.104 --json` with a warm kernel cache: goal at
-  most 0.5 s;
-* the reference simulator's own import (`import simrd.runtime`) when
+  most 0.5 s, and faster than the reference's whole process;
+* the reference simulator's whole process for the same point (start, parse
+  the log, the unconstrained baseline, the run: `reference_sim.py`) when
   `DTRF_SIMRD` names an unpacked dtr-prototype `simrd` package folder.
 
-Also prints the imports `dtrf --help` must not make (analyses, numba, DuckDB,
+Wall times (best and median) and the best CPU time of each. Also prints the
+imports `dtrf --help` must not make (analyses, numba, DuckDB,
 Arrow, Textual, matplotlib) if it makes any. Run it on a quiet machine: the
 ratios to `python -c pass` say how much of a slow reading is the machine.
 """
@@ -19,7 +23,9 @@ ratios to `python -c pass` say how much of a slow reading is the machine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,7 +35,10 @@ from pathlib import Path
 HEAVY = ("dtrforensics.analyses", "dtrforensics.engine", "numba", "duckdb", "pyarrow",
          "textual", "matplotlib")
 RUN_ARGS = ("run", "resnet32", "--ratio", "0.104", "--json")
-GOALS = {"dtrf --help": 0.25, "dtrf run resnet32 --ratio 0.104 --json": 0.5}
+RUN_NAME = " ".join(("dtrf",) + RUN_ARGS)
+REFERENCE_NAME = "reference: whole process, same point"
+GOALS = {"dtrf --help": 0.25, RUN_NAME: 0.5}
+ROOT = Path(__file__).resolve().parent
 
 def dtrf_cmd(*args: str) -> list[str]:
     script = Path(sys.executable).with_name("dtrf")
@@ -37,12 +46,20 @@ def dtrf_cmd(*args: str) -> list[str]:
         [sys.executable, "-m", "dtrforensics.cli.main", *args]
 
 
-def timed(cmd: list[str], repeat: int) -> list[float]:
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str], repeat: int, stdin: str | None = None) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of each of `repeat` runs of `cmd` as a whole process.
+    CPU time (user + system) is the fair measure on a shared, loaded machine."""
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        times.append(time.perf_counter() - start)
+        start, cpu = time.perf_counter(), children_cpu()
+        subprocess.run(cmd, input=stdin, text=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=True)
+        times.append((time.perf_counter() - start, children_cpu() - cpu))
     return times
 
 
@@ -54,15 +71,13 @@ def heavy_imports(cmd_args: tuple[str, ...]) -> list[str]:
     return sorted(n for n in names if any(n == h or n.startswith(h + ".") for h in HEAVY))
 
 
-def reference_cmd() -> list[str] | None:
-    """The reference simulator's own import (`simrd.runtime`), the least its
-    process does for any point; None when `DTRF_SIMRD` is not set."""
-    simrd = os.environ.get("DTRF_SIMRD")
-    if not simrd:
-        return None
-    parent = str(Path(simrd).resolve().parent)
-    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {parent!r}); "
-                                  "import simrd.runtime"]
+def timed_reference(simrd: str, summary: dict, repeat: int) -> list[tuple[float, float]]:
+    """The reference's whole process for the point `summary` describes: start,
+    parse the log, measure the baseline, run (`reference_sim.py`)."""
+    from dtrforensics.trace.registry import resolve_trace
+    request = json.dumps({"log": str(resolve_trace(summary["trace"])),
+                          "points": [[summary["policy"], summary["budget"]]]})
+    return timed([sys.executable, str(ROOT / "reference_sim.py"), simrd], repeat, request)
 
 
 def main() -> int:
@@ -70,26 +85,35 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=10, help="runs per command")
     args = ap.parse_args()
 
-    subprocess.run(dtrf_cmd(*RUN_ARGS), stdout=subprocess.DEVNULL, check=False)  # warm caches
+    warm = subprocess.run(dtrf_cmd(*RUN_ARGS), capture_output=True, text=True, check=False)
     rows = [("python -c pass", timed([sys.executable, "-c", "pass"], args.repeat)),
+            ('python -c "import numba"', timed([sys.executable, "-c", "import numba"],
+                                               args.repeat)),
             ("dtrf --help", timed(dtrf_cmd("--help"), args.repeat))]
-    try:
-        rows.append((" ".join(("dtrf",) + RUN_ARGS), timed(dtrf_cmd(*RUN_ARGS), args.repeat)))
-    except subprocess.CalledProcessError:
-        print("resnet32 not found: set DTRF_TRACES to time `dtrf run`", file=sys.stderr)
-    ref = reference_cmd()
-    if ref is not None:
-        rows.append(("reference: import simrd.runtime", timed(ref, args.repeat)))
+    if warm.returncode == 0:
+        rows.append((RUN_NAME, timed(dtrf_cmd(*RUN_ARGS), args.repeat)))
     else:
-        print("DTRF_SIMRD not set: cannot compare with the reference's start-up",
+        print("resnet32 not found: set DTRF_TRACES to time `dtrf run`", file=sys.stderr)
+    simrd = os.environ.get("DTRF_SIMRD")
+    if simrd and warm.returncode == 0:
+        rows.append((REFERENCE_NAME, timed_reference(simrd, json.loads(warm.stdout),
+                                                     args.repeat)))
+    elif not simrd:
+        print("DTRF_SIMRD not set: cannot compare with the reference's whole process",
               file=sys.stderr)
-    floor = min(rows[0][1])
-    print(f"{'process':<44}{'best':>9}{'median':>9}{'x pass':>8}  goal")
+    floor = min(t for t, _ in rows[0][1])
+    best_of = {name: (min(t for t, _ in times), min(c for _, c in times)) for name, times in rows}
+    print(f"{'process':<44}{'wall':>8}{'median':>8}{'CPU':>8}{'x pass':>8}  goal (wall, best)")
     for name, times in rows:
-        best, median = min(times), statistics.median(times)
+        (best, cpu), median = best_of[name], statistics.median(t for t, _ in times)
         goal = GOALS.get(name)
         mark = "" if goal is None else f"{goal:.2f} s " + ("met" if best <= goal else "missed")
-        print(f"{name:<44}{best:>8.3f}s{median:>8.3f}s{best / floor:>8.1f}  {mark}")
+        print(f"{name:<44}{best:>7.3f}s{median:>7.3f}s{cpu:>7.3f}s{best / floor:>8.1f}  {mark}")
+    if RUN_NAME in best_of and REFERENCE_NAME in best_of:
+        wall = best_of[REFERENCE_NAME][0] / best_of[RUN_NAME][0]
+        cpu = best_of[REFERENCE_NAME][1] / best_of[RUN_NAME][1]
+        print(f"dtrf run against the reference's whole process: {wall:.2f}x wall, "
+              f"{cpu:.2f}x CPU (above 1: dtrf is faster)")
     heavy = heavy_imports(("--help",))
     print("dtrf --help imports: " + (", ".join(heavy) if heavy else "nothing heavy"), flush=True)
     return 0

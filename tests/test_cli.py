@@ -84,6 +84,17 @@ def test_compile_notice_reads_numba_cache_index(tmp_path, monkeypatch):
     assert kernel_notice.compiled_modules_missing(warm) == []
 
 
+def test_compile_notice_ignores_index_files_left_by_moved_functions(tmp_path, monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    engine = _engine(tmp_path, True)
+    with open(engine / "__pycache__" / "kernel.f-9.py311.nbi", "wb") as fh:
+        pickle.dump("0.0", fh)  # `f` when it started on line 9 of an older source
+        fh.write(pickle.dumps((hashlib.sha256(b"an older kernel").digest(), {})))
+    assert kernel_notice.compiled_modules_missing(engine) == []
+    (engine / "__pycache__" / "kernel.f-2.py311.nbi").unlink()
+    assert kernel_notice.compiled_modules_missing(engine) == ["kernel"]
+
+
 def test_compile_notice_follows_numba_cache_dir(tmp_path, monkeypatch):
     engine = _engine(tmp_path, True)
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))

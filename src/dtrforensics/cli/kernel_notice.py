@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -45,6 +46,19 @@ def _fresh(index: Path, stamp: bytes) -> bool:
 REPLAY_MODULES = ("exactdiv", "kernel")
 
 
+# a function inlined into its callers (inline="always") is never cached on its own
+_DECORATED = re.compile(rb"^@njit\(cache=True\)\n(?:@[^\n]*\n)*def (\w+)\(", re.M)
+
+
+def _index_prefixes(source: Path, text: bytes) -> set[str]:
+    """`<module>.<function>-<line>` of every cached function as the source stands
+    (numba names its index files so, the line being the decorator's): index
+    files left behind by functions since moved or removed are not the cache."""
+    lines = (text.count(b"\n", 0, m.start()) + 1 for m in _DECORATED.finditer(text))
+    names = (m.group(1).decode() for m in _DECORATED.finditer(text))
+    return {f"{source.stem}.{name}-{line}" for name, line in zip(names, lines)}
+
+
 def compiled_modules_missing(engine: Path = _ENGINE,
                              modules: tuple[str, ...] = REPLAY_MODULES) -> list[str]:
     """The replay's numba modules whose cache is absent or stale."""
@@ -54,7 +68,9 @@ def compiled_modules_missing(engine: Path = _ENGINE,
         if source.stem not in modules or b"cache=True" not in text:
             continue
         stamp = hashlib.sha256(text).digest()
-        indexes = list(_cache_dir(source).glob(f"{source.stem}.*.nbi"))
+        current = _index_prefixes(source, text)
+        indexes = [i for i in _cache_dir(source).glob(f"{source.stem}.*.nbi")
+                   if i.name.split(".py")[0] in current]
         if not indexes or not all(_fresh(i, stamp) for i in indexes):
             missing.append(source.stem)
     return missing

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import overload
 
 from ..trace.program import CMD_COMPUTE, CMD_GET, CMD_RELEASE
 from .exactdiv import exact_ratio
@@ -255,7 +257,18 @@ def _clear_bit(bits, slot, x):
     bits[slot, x >> 6] &= ~(np.uint64(1) << np.uint64(x & 63))
 
 
-@njit(cache=True)
+def _lowest_bit(x):
+    """Index of the lowest set bit of a nonzero uint64 (cttz when compiled)."""
+    x = int(x)
+    return (x & -x).bit_length() - 1
+
+
+@overload(_lowest_bit)
+def _lowest_bit_compiled(x):
+    return lambda x: np.int64(trailing_zeros(x))
+
+
+@njit(cache=True, inline="always")
 def _drop_index(rg, sc, k):
     slot = rg.bit_slot[k]
     if slot >= 0:
@@ -264,7 +277,7 @@ def _drop_index(rg, sc, k):
         sc[S_FREE_SLOTS] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _index(rg, sc, k):
     """Give set k a membership bitset if it is large (and a bitset is free)."""
     n = rg.len[k]
@@ -326,8 +339,28 @@ def _walk(g, sc, material, st_compute, mark, scratch_stack, out_int, out_fr, bas
     return n_int, n_fr, comp
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _take_slot(rg, sc, k):
+    """A bitset row for set k (kept if it has one); False when none is free."""
+    if rg.bit_slot[k] >= 0:
+        return True
+    if sc[S_FREE_SLOTS] == 0:
+        return False
+    sc[S_FREE_SLOTS] -= 1
+    rg.bit_slot[k] = rg.free_slots[sc[S_FREE_SLOTS]]
+    return True
+
+
+@njit(cache=True, inline="always")
 def _store(rg, sc, k, src, n):
+    if k < rg.n_regions and n >= BITSET_MIN and _take_slot(rg, sc, k):
+        slot = rg.bit_slot[k]
+        rg.bits[slot, :] = 0
+        for i in range(n):
+            _set_bit(rg.bits, slot, src[i])
+        rg.len[k] = n
+        rg.cap[k] = 0  # an indexed interior is its bitset alone; its block becomes garbage
+        return
     rg.len[k] = 0
     if rg.cap[k] > 4 * max(n, 8):
         rg.cap[k] = 2 * max(n, 8)  # the block's tail becomes garbage for compaction
@@ -337,7 +370,10 @@ def _store(rg, sc, k, src, n):
     for i in range(n):
         rg.arena[base + i] = src[i]
     rg.len[k] = n
-    _index(rg, sc, k)
+    if k < rg.n_regions:
+        _drop_index(rg, sc, k)
+    else:
+        _index(rg, sc, k)
 
 
 @njit(cache=True)
@@ -470,49 +506,99 @@ def _absorb(sc, st_compute, mark, rg, r, e, r2):
     elif n >= BITSET_MIN:
         _index(rg, sc, f)
     # interior: new members are (r2.interior - r.interior) + {e}; e's compute always counts
-    if not _ensure(rg, sc, r, rg.len[r2] + 1):
-        return
-    sc[S_EPOCH] += 2
-    in_r = sc[S_EPOCH] - 1
-    in_diff = sc[S_EPOCH]
+    _absorb_interior(sc, st_compute, mark, rg, r, e, r2)
+
+
+@njit(cache=True, inline="always")
+def _absorb_interior(sc, st_compute, mark, rg, r, e, r2):
+    """The interior half of `_absorb`. An interior with a bitset row is that
+    bitset alone (`len` counts its members); others are arena lists."""
+    arena = rg.arena
+    bits = rg.bits
     slot = rg.bit_slot[r]
-    base = rg.start[r]
-    n_before = rg.len[r]
-    if slot < 0:
-        for i in range(n_before):
-            mark[arena[base + i]] = in_r
-        sc[S_ABSORB_WORK] += n_before
-    base2 = rg.start[r2]
+    slot2 = rg.bit_slot[r2]
     n2 = rg.len[r2]
     sc[S_ABSORB_WORK] += n2
     added = 0
+    e_new = False  # e among r2's members that r lacked
+    if slot >= 0:
+        e_before = _in_bits(bits, slot, e)
+        count = 0
+        if slot2 >= 0:
+            for w in range(bits.shape[1]):
+                d = bits[slot2, w] & ~bits[slot, w]
+                if d:
+                    bits[slot, w] |= d
+                    while d:
+                        low = d & (~d + np.uint64(1))
+                        added += st_compute[w * 64 + _lowest_bit(low)]
+                        count += 1
+                        d ^= low
+        else:
+            base2 = rg.start[r2]
+            for i in range(n2):
+                x = arena[base2 + i]
+                if not _in_bits(bits, slot, x):
+                    _set_bit(bits, slot, x)
+                    added += st_compute[x]
+                    count += 1
+        e_new = not e_before and _in_bits(bits, slot, e)
+        if not e_new:
+            added += st_compute[e]
+            if not e_before:
+                _set_bit(bits, slot, e)
+                count += 1
+        rg.len[r] += count
+        rg.compute[r] += added
+        return
+    if not _ensure(rg, sc, r, n2 + 1):
+        return
+    arena = rg.arena
+    sc[S_EPOCH] += 2
+    in_r = sc[S_EPOCH] - 1
+    in_diff = sc[S_EPOCH]
+    base = rg.start[r]
+    n_before = rg.len[r]
+    for i in range(n_before):
+        mark[arena[base + i]] = in_r
+    sc[S_ABSORB_WORK] += n_before
     n = n_before
-    for i in range(n2):
-        x = arena[base2 + i]
-        if mark[x] == in_diff:
-            continue
-        if slot >= 0:
-            if _in_bits(bits, slot, x):
+    if slot2 >= 0:
+        for w in range(bits.shape[1]):
+            d = bits[slot2, w]
+            while d:
+                low = d & (~d + np.uint64(1))
+                x = w * 64 + _lowest_bit(low)
+                d ^= low
+                if mark[x] == in_r:
+                    continue
+                mark[x] = in_diff
+                added += st_compute[x]
+                arena[base + n] = x
+                n += 1
+    else:
+        base2 = rg.start[r2]
+        for i in range(n2):
+            x = arena[base2 + i]
+            if mark[x] == in_diff or mark[x] == in_r:
                 continue
-        elif mark[x] == in_r:
-            continue
-        mark[x] = in_diff
-        added += st_compute[x]
-        arena[base + n] = x
-        n += 1
+            mark[x] = in_diff
+            added += st_compute[x]
+            arena[base + n] = x
+            n += 1
     if mark[e] != in_diff:
         added += st_compute[e]
-        present = _in_bits(bits, slot, e) if slot >= 0 else mark[e] == in_r
-        if not present:
+        if mark[e] != in_r:
             arena[base + n] = e
             n += 1
     rg.len[r] = n
     rg.compute[r] += added
-    if slot >= 0:
-        for i in range(n_before, n):
+    if n >= BITSET_MIN and _take_slot(rg, sc, r):
+        slot = rg.bit_slot[r]
+        bits[slot, :] = 0
+        for i in range(n):
             _set_bit(bits, slot, arena[base + i])
-    elif n >= BITSET_MIN:
-        _index(rg, sc, r)
+        rg.cap[r] = 0
 
 
 # ---------------------------------------------------------------- scoring
@@ -974,23 +1060,218 @@ def _compute(g, pol, sc, st, mark, scratch, rg, ev, evf, emit, t, remat):
 def _rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
     """§8.4: both regions of each new resident storage, then the forward regions
     of their backward frontiers and the backward regions of their forward
-    frontiers (each storage once)."""
+    frontiers (each storage once). Every rebuild here walks the same resident
+    set, so the many rebuilds of one direction share their walks (`_shared_rebuilds`)."""
     material = st[R_MATERIAL]
     st_compute = st[R_COMPUTE]
     for i in range(n_new):
-        s = newly[i]
-        _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, FORWARD)
-        _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, BACKWARD)
+        _rebuild(g, sc, material, st_compute, mark, scratch, rg, newly[i], BACKWARD)
     affected = scratch[SCRATCH_AFFECTED]
     for direction in (FORWARD, BACKWARD):
         sc[S_EPOCH] += 1
         epoch = sc[S_EPOCH]
         n_aff = 0
+        if direction == FORWARD:  # the new residents' own forward regions, with the rest
+            for i in range(n_new):
+                affected[n_aff] = newly[i]
+                mark[newly[i]] = epoch
+                n_aff += 1
         for i in range(n_new):
             r = 2 * newly[i] + (BACKWARD - direction)  # the opposite frontier
             n_aff += frontier_members(rg, r, affected[n_aff:], mark, epoch)
-        for j in range(n_aff):
-            _rebuild(g, sc, material, st_compute, mark, scratch, rg, affected[j], direction)
+        _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, affected, n_aff,
+                         direction)
+
+
+# Shared walks. All rebuilds of one direction after a compute see the same
+# resident set, and the walks of neighbouring bases cover the same evicted
+# storages again and again (hundreds of bases around one evicted stretch of
+# InceptionV4). `_shared_rebuilds` walks each non-resident storage x once per
+# direction, keeping as bitsets the non-resident storages reachable from x
+# (x included) and the resident storages next to them; a base's region is the
+# union over its non-resident neighbours, the same sets as `_walk` (§8.2). It
+# needs the non-resident part to be acyclic (views can close cycles) and the
+# memo rows to suffice; otherwise that rebuild walks as before, and later
+# rounds walk plainly for a while (`memo_gate`: failures, rounds left to skip).
+MEMO_MIN_BASES = 16
+MEMO_WORDS_PER_BASE = 2    # a shared walk costs bitset words per edge, a plain one a visit per base
+MEMO_MAX_BACKOFF = 12      # after the k-th failure, 2**min(k, 12) rebuild rounds walk plainly
+
+
+@njit(cache=True)
+def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward):
+    """§8.2 for `bases` (all resident), one direction, walks shared."""
+    words = rg.memo_int.shape[1]
+    gate = rg.memo_gate
+    use_memo = n_bases >= MEMO_MIN_BASES and n_bases * MEMO_WORDS_PER_BASE >= words
+    if use_memo and gate[1] > 0:
+        gate[1] -= 1  # backing off after failed attempts
+        use_memo = False
+    used = 0
+    for j in range(n_bases):
+        s = bases[j]
+        if use_memo:
+            used = _memo_rebuild(g, sc, material, st_compute, scratch, rg, s, backward, used)
+            if used >= 0:
+                continue
+            used = -used - 1
+            use_memo = False
+            gate[0] += 1
+            gate[1] = 1 << min(gate[0], MEMO_MAX_BACKOFF)
+        _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward)
+    for r in range(used):
+        rg.memo_row[rg.memo_node[r]] = 0
+
+
+@njit(cache=True)
+def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used):
+    """Rebuild one region of `base` from the shared walks; returns the memo rows
+    in use, or -(rows in use) - 1 when it cannot (then nothing was written)."""
+    if backward:
+        ptr, nbr, when = g.bwd_ptr, g.bwd_nbr, g.bwd_time
+    else:
+        ptr, nbr, when = g.fwd_ptr, g.fwd_nbr, g.fwd_time
+    created = sc[S_CREATED]
+    words = rg.memo_int.shape[1]
+    acc_int = rg.memo_acc[0]
+    acc_fr = rg.memo_acc[1]
+    for w in range(words):
+        acc_int[w] = 0
+        acc_fr[w] = 0
+    for e in range(ptr[base], ptr[base + 1]):
+        if when[e] >= created:
+            break
+        u = nbr[e]
+        if u == base:
+            continue
+        if material[u]:
+            _set_bit(rg.memo_acc, 1, u)
+            continue
+        if rg.memo_row[u] <= 0:
+            used = _memo_walk(sc, material, rg.memo_row, rg.memo_node, rg.memo_int, rg.memo_fr,
+                              rg.memo_stack, ptr, nbr, when, created, u, used)
+            if used < 0:
+                return used
+        row = rg.memo_row[u] - 1
+        for w in range(words):
+            acc_int[w] |= rg.memo_int[row, w]
+            acc_fr[w] |= rg.memo_fr[row, w]
+    _clear_bit(rg.memo_acc, 1, base)
+    sc[S_REBUILDS] += 1
+    sc[S_WALK_VISITS] += 1
+    interior = scratch[SCRATCH_INTERIOR]
+    frontier = scratch[SCRATCH_FRONTIER]
+    n_int = 0
+    comp = 0
+    n_fr = 0
+    for w in range(words):
+        bits = acc_int[w]
+        while bits:
+            low = bits & (~bits + np.uint64(1))
+            x = w * 64 + _lowest_bit(low)
+            interior[n_int] = x
+            n_int += 1
+            comp += st_compute[x]
+            bits ^= low
+        bits = acc_fr[w]
+        while bits:
+            low = bits & (~bits + np.uint64(1))
+            frontier[n_fr] = w * 64 + _lowest_bit(low)
+            n_fr += 1
+            bits ^= low
+    r = 2 * base + backward
+    if n_int >= BITSET_MIN and _take_slot(rg, sc, r):
+        slot = rg.bit_slot[r]  # the interior is its bitset alone (see `_store`)
+        for w in range(words):
+            rg.bits[slot, w] = acc_int[w]
+        rg.len[r] = n_int
+        rg.cap[r] = 0
+    else:
+        _store(rg, sc, r, interior, n_int)
+    _store(rg, sc, rg.n_regions + r, frontier, n_fr)
+    rg.compute[r] = comp
+    rg.fr_live[r] = n_fr
+    return used
+
+
+@njit(cache=True)
+def _memo_walk(sc, material, memo_row, memo_node, memo_int, memo_fr, stack, ptr, nbr,
+               when, created, x, used):
+    """Make sure non-resident x has its memo row (depth-first, post-order);
+    returns the rows in use, or -(rows in use) - 1 on a cycle or when the rows
+    run out. memo_row: 0 unwalked, row + 1 done, -(row + 1) in progress."""
+    state = memo_row[x]
+    if state > 0:
+        return used
+    if state < 0:
+        return -used - 1
+    rows = memo_int.shape[0]
+    words = memo_int.shape[1]
+    top = 0
+    if used >= rows:
+        return -used - 1
+    _memo_open(memo_row, memo_node, memo_int, memo_fr, x, used, words)
+    used += 1
+    stack[0, 0] = x
+    stack[0, 1] = ptr[x]
+    top = 1
+    visits = 0
+    while top > 0:
+        y = stack[top - 1, 0]
+        e = stack[top - 1, 1]
+        row = -memo_row[y] - 1
+        pushed = False
+        while e < ptr[y + 1]:
+            if when[e] >= created:
+                e = ptr[y + 1]
+                break
+            u = nbr[e]
+            e += 1
+            if material[u]:
+                _set_bit(memo_fr, row, u)
+                continue
+            su = memo_row[u]
+            if su < 0:
+                return -used - 1  # a cycle through non-resident storages
+            if su > 0:
+                _memo_union(memo_int, memo_fr, row, su - 1, words)
+                continue
+            if used >= rows:
+                return -used - 1
+            _memo_open(memo_row, memo_node, memo_int, memo_fr, u, used, words)
+            used += 1
+            stack[top - 1, 1] = e
+            stack[top, 0] = u
+            stack[top, 1] = ptr[u]
+            top += 1
+            pushed = True
+            break
+        if pushed:
+            continue
+        visits += 1
+        memo_row[y] = row + 1
+        top -= 1
+        if top > 0:
+            _memo_union(memo_int, memo_fr, -memo_row[stack[top - 1, 0]] - 1, row, words)
+    sc[S_WALK_VISITS] += visits
+    return used
+
+
+@njit(cache=True, inline="always")
+def _memo_open(memo_row, memo_node, memo_int, memo_fr, x, row, words):
+    memo_row[x] = -(row + 1)
+    memo_node[row] = x
+    for w in range(words):
+        memo_int[row, w] = 0
+        memo_fr[row, w] = 0
+    _set_bit(memo_int, row, x)
+
+
+@njit(cache=True, inline="always")
+def _memo_union(memo_int, memo_fr, into, row, words):
+    for w in range(words):
+        memo_int[into, w] |= memo_int[row, w]
+        memo_fr[into, w] |= memo_fr[row, w]
 
 
 # ---------------------------------------------------------------- victim choice (§7, §14)

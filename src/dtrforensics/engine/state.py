@@ -15,15 +15,21 @@ from .layout import (
 
 
 Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "compute",
-                                 "fr_live", "bit_slot", "bits", "free_slots"])
+                                 "fr_live", "bit_slot", "bits", "free_slots",
+                                 "memo_row", "memo_node", "memo_int", "memo_fr", "memo_acc",
+                                 "memo_stack", "memo_gate"])  # the last seven: MEMO_FIELDS
 Regions.__doc__ = """Evicted neighbourhoods, two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
 arena; `compute` is each region's interior compute; large sets have a
-membership bitset (a row of `bits`, taken from the `free_slots` stack)."""
+membership bitset (a row of `bits`, taken from the `free_slots` stack).
+`memo_*` is work space of the shared walks of one direction's rebuilds
+(kernel._shared_rebuilds), left empty between them: not state (a snapshot
+holds None there)."""
 
 ARENA_MIN = 1 << 22
 STREAM_CAPACITY = 4096
 BITSETS_BYTES = 32 << 20
+MEMO_BYTES = 16 << 20
 
 
 def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
@@ -37,7 +43,24 @@ def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
         len=np.zeros(2 * n, dtype=np.int64), compute=np.zeros(n, dtype=np.int64),
         fr_live=np.zeros(n, dtype=np.int64), bit_slot=np.full(2 * n, -1, dtype=np.int64),
         bits=np.zeros((slots, words), dtype=np.uint64),
-        free_slots=np.arange(slots, dtype=np.int64))
+        free_slots=np.arange(slots, dtype=np.int64), **_memo(n_tensors))
+
+
+MEMO_FIELDS = ("memo_row", "memo_node", "memo_int", "memo_fr", "memo_acc", "memo_stack",
+               "memo_gate")
+
+
+def _memo(n_tensors: int) -> dict:
+    """Work space of the shared walks: a row of two bitsets per walked storage."""
+    words = n_tensors // 64 + 1
+    rows = int(min(n_tensors, max(64, MEMO_BYTES // (16 * words))))
+    return dict(memo_row=np.zeros(n_tensors, dtype=np.int64),
+                memo_node=np.zeros(rows, dtype=np.int64),
+                memo_int=np.zeros((rows, words), dtype=np.uint64),
+                memo_fr=np.zeros((rows, words), dtype=np.uint64),
+                memo_acc=np.zeros((2, words), dtype=np.uint64),
+                memo_stack=np.zeros((rows + 1, 2), dtype=np.int64),
+                memo_gate=np.zeros(2, dtype=np.int64))
 
 
 def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
@@ -147,7 +170,7 @@ class MachineState:
             arena=rg.arena[:top].copy(), start=rg.start.copy(), cap=rg.cap.copy(),
             len=rg.len.copy(), compute=rg.compute.copy(), fr_live=rg.fr_live.copy(),
             bit_slot=rg.bit_slot.copy(), bits=rg.bits[slots].copy(),
-            free_slots=rg.free_slots.copy())
+            free_slots=rg.free_slots.copy(), **dict.fromkeys(MEMO_FIELDS))
         prefix = before.then(Extremes.read(self.sc))
         return Snapshot(
             steps=int(self.sc[K.S_STEPS]), lo=prefix.lo,
@@ -177,7 +200,7 @@ class MachineState:
         regions = rg._replace(
             arena=arena, start=rg.start.copy(), cap=rg.cap.copy(), len=rg.len.copy(),
             compute=rg.compute.copy(), fr_live=rg.fr_live.copy(), bit_slot=rg.bit_slot.copy(),
-            bits=bits, free_slots=rg.free_slots.copy())
+            bits=bits, free_slots=rg.free_slots.copy(), **_memo(s.st.shape[1]))
         stream = np.zeros((max(STREAM_CAPACITY, len(s.stream)), 4), dtype=np.int64)
         stream[:len(s.stream)] = s.stream
         sc = s.sc.copy()
