@@ -110,6 +110,7 @@ class MachineState:
         sc[K.S_HI_TRUE] = K.NO_HI
         sc[K.S_BUDGET] = budget
         sc[K.S_MAXPIN_OP] = -1  # reference convention: (0, 0, -1) until a check frees memory
+        sc[K.S_STOP_CMD] = -1   # no command boundary to stop at (engine/prefixes.py sets one)
         regions = new_regions(n)
         sc[K.S_FREE_SLOTS] = len(regions.free_slots)
         sc[K.S_REMAT_LIMIT] = remat_limit
