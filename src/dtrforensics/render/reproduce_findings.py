@@ -75,6 +75,20 @@ def _map_detail(m: F.MapFindings) -> list[str]:
     return out + [""]
 
 
+def _grid_table(f: F.Findings) -> list[str]:
+    out = ["| trace | points with an outcome | ok | failing | without an outcome | hole on the grid | "
+           "failing ratios | slowest run | wall time |", "|---|---|---|---|---|---|---|---|---|"]
+    for t, g in f.grids.items():
+        grid = g.as_grid()
+        failing = [r for r, _, o in grid if o not in (None, "ok")]
+        shown = ", ".join(f"{r:g}" for r in failing[:8]) + (", ..." if len(failing) > 8 else "")
+        out.append(f"| {t} | {g.planned - g.unresolved} of {g.planned} | "
+                   f"{sum(o == 'ok' for _, _, o in grid)} | {len(failing)} | {g.unresolved} | "
+                   f"{'yes' if g.hole else 'no'} | {shown or '-'} | {g.slowest:.1f} s | "
+                   f"{g.seconds:.0f} s |")
+    return out + [""]
+
+
 def _claims(f: F.Findings) -> list[str]:
     if not f.claims:
         return ["Not computed: the maps these claims read are not in this run.", ""]
@@ -128,7 +142,10 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
             "closer together than 0.001 of peak; a *feasibility switch* is a byte where the "
             "outcome changes between ok and failing; a *regime switch* is a byte where the "
             "overhead of neighbouring completing executions changes by 2x or more.", ""]
-    out += ["## 1. Every public trace over 0.05-0.60: DTR and its ablations", ""]
+    out += ["## 1. Every public trace over 0.05-0.60: DTR and its ablations", "",
+            "### The studies' 0.01 grid under DTR (each point run, as they did)", ""]
+    out += _grid_table(f)
+    out += ["### Exact maps", ""]
     out += _summary_table(list(f.public.values()) + list(f.ablations.values())) + [""]
     out += ["### The claims of the holes study still open", ""] + _claims(f)
     out += ["### Details per map", ""]

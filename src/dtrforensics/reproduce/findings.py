@@ -35,6 +35,7 @@ INCEPTION_WINDOW = (0.209, 0.26)
 # MegEngine's minimum evictee size, add its policy name(s) to this tuple.
 HOLE_POLICIES: tuple[str, ...] = ("dtr-exact-nbhd",)
 MAX_HOLE_WINDOWS = 4          # per trace: the widest DTR holes get a neighbourhood map
+GRID_STEP = 0.01              # the studies' grid
 RESOLUTION = 0.001            # the studies' finest grid: narrower structure is "micro"
 REGIME_JUMP = 2.0             # a regime switch: the overhead at least doubles
 MAX_WALK_RUNS = 100_000
@@ -50,13 +51,15 @@ class MapSpec:
     policy: str
     ratio_from: float
     ratio_to: float
-    group: str                  # "public" | "window" | "zoo" | "knob" | "ablation"
+    group: str                  # "grid" | "public" | "window" | "zoo" | "knob" | "ablation"
     label: str = ""             # the trace's name in the report (zoo: zoo:NAME)
+    step: float | None = None   # a grid at this step instead of the exact walk
 
     @property
     def key(self) -> str:
-        name = Path(self.trace).stem.split("-")[0] if "/" in self.trace else self.trace
-        return f"{name}-{self.policy}-{self.ratio_from:g}-{self.ratio_to:g}"
+        name = self.label.replace(":", "_") or self.trace
+        kind = f"-step{self.step:g}" if self.step else ""
+        return f"{name}-{self.policy}-{self.ratio_from:g}-{self.ratio_to:g}{kind}"
 
     @property
     def name(self) -> str:
@@ -169,12 +172,50 @@ def _switches(partition) -> tuple[list[tuple[int, float, float]], int]:
     return regime, feasible
 
 
+def _rows(folder: Path, policy: str) -> list[dict]:
+    from ..sweep.store import SweepStore
+    rows = [r for r in SweepStore(folder).read_runs().to_pylist()
+            if r["policy"] == policy and r["rep"] == 0]
+    return sorted(rows, key=lambda r: r["budget"])
+
+
+@dataclass
+class GridFindings:
+    """A sampled grid (the studies' protocol): every point's outcome and run time."""
+
+    spec: MapSpec
+    peak: int
+    points: list[dict]          # runs-table rows in budget order
+    seconds: float
+
+    @property
+    def planned(self) -> int:
+        return round((self.spec.ratio_to - self.spec.ratio_from) / self.spec.step) + 1
+
+    @property
+    def unresolved(self) -> int:
+        """Grid points without an outcome: timed out, or not run yet."""
+        return self.planned - sum(p["status"] != "unresolved" for p in self.points)
+
+    @property
+    def slowest(self) -> float:
+        return max((p["wall_seconds"] for p in self.points), default=0.0)
+
+    def as_grid(self) -> list[tuple[float, int, str | None]]:
+        return [(p["ratio"], p["budget"], None if p["status"] == "unresolved" else p["outcome"])
+                for p in self.points]
+
+    @property
+    def hole(self) -> bool:
+        return _grid_hole(self.as_grid())
+
+
 def read_map(spec: MapSpec, folder: Path, seconds: float) -> MapFindings:
     """The findings of the (possibly partial) map stored in `folder`."""
-    from ..sweep.holes import analyze, load_points
+    from ..sweep.holes import analyze
     report = analyze(folder)
     view = report.policy(spec.policy).exact
-    points = load_points(folder).get(spec.policy, [])
+    points = _rows(folder, spec.policy)
     regime, feasible = _switches(view.partition)
     regions = sorted(view.failure_regions, key=lambda r: r.lo)
     return MapFindings(
@@ -218,23 +259,41 @@ class Mapper:
         return self.workdir / "maps" / spec.key
 
     def run(self, spec: MapSpec) -> MapFindings:
+        self._sweep(spec)
+        return read_map(spec, self.folder(spec), self.ledger.get(spec.key, 0.0))
+
+    def grid(self, spec: MapSpec) -> GridFindings:
+        self._sweep(spec)
+        folder = self.folder(spec)
+        return GridFindings(spec, json.loads((folder / "sweep.json").read_text())["trace"]["peak"],
+                            _rows(folder, spec.policy), self.ledger.get(spec.key, 0.0))
+
+    def _sweep(self, spec: MapSpec) -> None:
         from ..sweep.runner import SweepObserver, run_sweep
         from ..sweep.store import SweepParams
         self.index += 1
         folder = self.folder(spec)
-        params = SweepParams(spec.ratio_from, spec.ratio_to, policies=(spec.policy,), exact=True,
+        params = SweepParams(spec.ratio_from, spec.ratio_to, step=spec.step,
+                             policies=(spec.policy,), exact=spec.step is None,
                              max_runs=MAX_WALK_RUNS, timeout=self.run_timeout)
         started = time.perf_counter()
         mapper = self
 
         class Watch(SweepObserver):
-            coverage_now = 0.0
+            share = 0.0
+            done = 0
 
             def coverage(self, fractions: dict[str, float]) -> None:
-                self.coverage_now = fractions[spec.policy]
-                mapper.progress(MapProgress(mapper.index, mapper.total, spec, self.coverage_now,
-                                            time.perf_counter() - started, mapper.map_seconds))
-                if time.perf_counter() - started > mapper.map_seconds and self.coverage_now < 1:
+                self.share = fractions[spec.policy]
+
+            def finished(self, row: dict) -> None:
+                self.done += 1
+                if spec.step:
+                    self.share = self.done / round((spec.ratio_to - spec.ratio_from) / spec.step + 1)
+                spent = time.perf_counter() - started
+                mapper.progress(MapProgress(mapper.index, mapper.total, spec, self.share, spent,
+                                            mapper.map_seconds))
+                if spent > mapper.map_seconds:
                     raise _StopMap
 
         done = (folder / "sweep.json").is_file() and \
@@ -247,7 +306,6 @@ class Mapper:
                 pass
             self.ledger[spec.key] = self.ledger.get(spec.key, 0.0) + time.perf_counter() - started
             self.ledger_path.write_text(json.dumps(self.ledger, indent=1, sort_keys=True) + "\n")
-        return read_map(spec, folder, self.ledger.get(spec.key, 0.0))
 
 
 # --- the findings -----------------------------------------------------------------------
@@ -272,6 +330,7 @@ class KnobWindow:
 
 @dataclass
 class Findings:
+    grids: dict[str, GridFindings] = field(default_factory=dict)         # trace -> 0.01 grid
     public: dict[str, MapFindings] = field(default_factory=dict)         # trace -> dtr map
     ablations: dict[tuple[str, str], MapFindings] = field(default_factory=dict)
     window: MapFindings | None = None                                    # InceptionV4
@@ -322,8 +381,10 @@ def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | 
                progress=progress)
     out = Findings(settings={"map_seconds": map_seconds, "run_timeout": run_timeout,
                              "range": RANGE, "traces": traces, "zoo": zoo})
-    m.total = len(traces) * (1 + len(ABLATIONS)) + len(zoo) \
+    m.total = len(traces) * (2 + len(ABLATIONS)) + len(zoo) \
         + ("inceptionv4" in traces) + len(traces) * MAX_HOLE_WINDOWS * len(HOLE_POLICIES)
+    for t in traces:
+        out.grids[t] = m.grid(MapSpec(t, "dtr", *RANGE, "grid", step=GRID_STEP))
     for t in traces:
         out.public[t] = m.run(MapSpec(t, "dtr", *RANGE, "public"))
     if "inceptionv4" in traces:
@@ -413,39 +474,42 @@ def open_claims(f: Findings) -> list[C.Claim]:
             sharper_note=f"byte-exact: {w.feasibility_switches} switches, "
                          f"{len(w.regions)} failure regions" if w.complete else "",
             note=_coverage_note(w)))
-    maps = {t: f.public[t] for t in CONFIRMATORY if t in f.public}
-    if len(maps) == len(CONFIRMATORY):
-        coarse = {t: m.grid(0.01) for t, m in maps.items()}
-        unresolved = {t: sum(p[2] is None for p in g) for t, g in coarse.items()}
-        with_hole = [t for t, g in coarse.items() if _grid_hole(g)]
-        note = "; ".join(f"{t}: {n} grid points not certified yet" for t, n in unresolved.items() if n)
+    grids = {t: f.grids[t] for t in CONFIRMATORY if t in f.grids}
+    if len(grids) == len(CONFIRMATORY):
+        with_hole = [t for t, g in grids.items() if g.hole]
+        left = {t: g.unresolved for t, g in grids.items() if g.unresolved}
         out.append(C.claim(
             "grid_0.01.no_hole", study,
             "the 0.01 grid over 0.05-0.60 shows no hole on the six confirmatory traces",
             "0 of 6", f"{len(with_hole)} of 6",
-            note="; ".join(x for x in (", ".join(with_hole), note) if x)))
+            note="; ".join(x for x in (", ".join(with_hole), "; ".join(
+                f"{t}: {n} grid points without an outcome" for t, n in left.items())) if x)))
+        points = sum(g.planned for g in grids.values())
+        slowest = max(g.slowest for g in grids.values())
+        resolved = not left
+        out.append(C.Claim(
+            "grid_0.01.timeouts", study,
+            "grid points left unresolved by a 20-minute limit per run",
+            "13 grid points (and 46 TreeLSTM samples)",
+            f"{sum(left.values())} of {points}; slowest grid run {slowest:.1f} s",
+            C.SHARPER if resolved else C.DIFFERS,
+            "every grid point of the six traces has its outcome" if resolved else
+            f"grid points still without an outcome after a limit of "
+            f"{f.settings['run_timeout']} s per run (or not run yet): rerun to fill them"))
+    maps = {t: f.public[t] for t in CONFIRMATORY if t in f.public}
+    if len(maps) == len(CONFIRMATORY):
         fine = {t: m.grid(RESOLUTION) for t, m in maps.items()}
         fine_holes = [t for t, g in fine.items() if _grid_hole(g)]
         exact_holes = [t for t, m in maps.items() if m.holes]
         partial = [t for t, m in maps.items() if not m.complete]
         out.append(C.claim(
             "grid_0.001.holes", study,
-            "holes appear on three of the six traces at 0.001 resolution", "3 of 6",
-            f"{len(fine_holes)} of 6",
+            "holes appear on three of the six traces at 0.001 resolution (read off the exact "
+            "maps)", "3 of 6", f"{len(fine_holes)} of 6",
             sharper_note=(f"0.001 grid: {', '.join(fine_holes) or 'none'}; certified "
                           f"(any width): {', '.join(f'{t} {len(maps[t].holes)}' for t in exact_holes) or 'none'}")
             if not partial else "",
-            note=f"maps still partial: {', '.join(partial)}" if partial else ""))
-        points = sum(len(g) for g in coarse.values())
-        left = sum(unresolved.values())
-        slowest = max(m.slowest_run for m in maps.values())
-        resolved = left == 0
-        out.append(C.Claim(
-            "grid_0.01.timeouts", study,
-            "grid points left unresolved by a 20-minute limit per run",
-            "13 grid points (and 46 TreeLSTM samples)",
-            f"{left} of {points}" + (f"; slowest run of any map {slowest:.1f} s" if resolved else ""),
-            C.SHARPER if resolved else C.DIFFERS,
-            "every grid point of the six traces is certified, with its outcome, by the exact "
-            "maps" if resolved else "some grid points are not certified yet: rerun to fill the maps"))
+            note=("maps still partial, holes so far: "
+                  + (", ".join(f"{t} {len(maps[t].holes)}" for t in exact_holes) or "none")
+                  + f" (partial: {', '.join(partial)})") if partial else ""))
     return out
