@@ -22,6 +22,7 @@ def reproduce_command(
     map_seconds: Annotated[float, typer.Option("--map-seconds", help="With --findings: wall-clock seconds each map may run in this invocation (a partial map is resumed next time).")] = 600.0,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified.")] = 120.0,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="With --findings: worker processes (default: one per core).")] = None,
+    total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", help="With --findings: stop starting maps after this many seconds and write what is certified (the next run resumes).")] = None,
 ) -> None:
     """Both DTR studies' published numbers beside ours, with a verdict each, and their
     figures in a report.
@@ -31,7 +32,7 @@ def reproduce_command(
     sharper (an exact certificate says more than a sample could) and not
     reproducible."""
     if findings:
-        _findings(out, map_seconds, run_timeout, jobs)
+        _findings(out, map_seconds, run_timeout, jobs, total_seconds)
         return
     from ..render.console import err_console, wide_console
     from ..render.reproduce import print_reproduction
@@ -63,7 +64,8 @@ def reproduce_command(
     print(f"report: {path}", file=sys.stderr)
 
 
-def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | None) -> None:
+def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | None,
+              total_seconds: float | None) -> None:
     """`--findings`: run or resume the maps with a progress bar, write findings.md."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -77,6 +79,8 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
     validate.positive(run_timeout, "--run-timeout")
     if jobs is not None:
         validate.jobs(jobs)
+    if total_seconds is not None:
+        validate.positive(total_seconds, "--total-seconds")
     refuse_inside_recording(out / "findings.md")
     started = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -93,9 +97,11 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
                                    f"at most {left / 60:,.0f} min left")
 
         result = findings(out / "work" / "findings", map_seconds=map_seconds,
-                          run_timeout=run_timeout, jobs=jobs, progress=show)
+                          run_timeout=run_timeout, jobs=jobs, progress=show,
+                          total_seconds=total_seconds)
     command = (f"dtrf reproduce --findings -o {out} --map-seconds {map_seconds:g} "
-               f"--run-timeout {run_timeout:g}")
+               f"--run-timeout {run_timeout:g}"
+               + (f" --total-seconds {total_seconds:g}" if total_seconds else ""))
     path = write_findings(result, out, command=command,
                           wall_seconds=time.perf_counter() - started)
     print(f"findings: {path}", file=sys.stderr)

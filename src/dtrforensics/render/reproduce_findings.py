@@ -128,8 +128,10 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
         f"map, all runs together, is in the tables). Each map partitions its budget range into "
         f"byte intervals that each give one execution (`dtrf sweep --exact`); a map gets at most "
         f"{s['map_seconds']:g} s per invocation and each run at most "
-        f"{s['run_timeout'] if s['run_timeout'] else 'unlimited'} s, and running the command "
-        f"again resumes every partial map.", "",
+        f"{s['run_timeout'] if s['run_timeout'] else 'unlimited'} s"
+        + (f"; this invocation stopped starting maps after {s['total_seconds']:g} s"
+           if s.get("total_seconds") else "")
+        + ". Running the command again resumes every partial map.", "",
     ]
     if partial:
         out += [f"**Incomplete**: {len(partial)} of {len(maps)} maps are not fully certified "
@@ -142,7 +144,8 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
             "closer together than 0.001 of peak; a *feasibility switch* is a byte where the "
             "outcome changes between ok and failing; a *regime switch* is a byte where the "
             "overhead of neighbouring completing executions changes by 2x or more.", ""]
-    out += ["## 1. Every public trace over 0.05-0.60: DTR and its ablations", "",
+    span = f"{s['range'][0]:g}-{s['range'][1]:g}"
+    out += [f"## 1. Every public trace over {span}: DTR and its ablations", "",
             "### The studies' 0.01 grid under DTR (each point run, as they did)", ""]
     out += _grid_table(f)
     out += ["### Exact maps", ""]
@@ -156,7 +159,7 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
         out += _map_detail(k.map)
     out += ["## 3. Models recorded from PyTorch", "",
             "The zoo of `dtrf torch record` at its default sizes (flops costs, seed 0), "
-            "recorded into the working folder and mapped under DTR over 0.05-0.60.", ""]
+            f"recorded into the working folder and mapped under DTR over {span}.", ""]
     for name, why in f.zoo_errors.items():
         out.append(f"- zoo:{name} not recorded: {why}")
     if f.zoo:

@@ -239,8 +239,10 @@ class Mapper:
     invocation; keeps the wall time spent on each map across invocations."""
 
     def __init__(self, workdir: Path, *, map_seconds: float, run_timeout: float | None,
-                 jobs: int | None, progress: Progress | None = None):
+                 jobs: int | None, progress: Progress | None = None,
+                 total_seconds: float | None = None):
         self.workdir = Path(workdir)
+        self.deadline = None if total_seconds is None else time.monotonic() + total_seconds
         self.map_seconds, self.run_timeout, self.jobs = map_seconds, run_timeout, jobs
         self.progress = progress or (lambda _p: None)
         self.ledger_path = self.workdir / "seconds.json"
@@ -259,20 +261,37 @@ class Mapper:
         return self.workdir / "maps" / spec.key
 
     def run(self, spec: MapSpec) -> MapFindings:
-        self._sweep(spec)
+        if not self._sweep(spec):
+            return self._not_started(spec)
         return read_map(spec, self.folder(spec), self.ledger.get(spec.key, 0.0))
 
     def grid(self, spec: MapSpec) -> GridFindings:
-        self._sweep(spec)
+        if not self._sweep(spec):
+            return GridFindings(spec, self._peak(spec), [], 0.0)
         folder = self.folder(spec)
         return GridFindings(spec, json.loads((folder / "sweep.json").read_text())["trace"]["peak"],
                             _rows(folder, spec.policy), self.ledger.get(spec.key, 0.0))
 
-    def _sweep(self, spec: MapSpec) -> None:
+    def _peak(self, spec: MapSpec) -> int:
+        from ..engine.replay import prepared
+        return prepared(self.program(spec.trace))[1].peak
+
+    def _not_started(self, spec: MapSpec) -> MapFindings:
+        from ..sweep.grid import range_bytes
+        from ..sweep.store import SweepParams
+        peak = self._peak(spec)
+        rng = range_bytes(SweepParams(spec.ratio_from, spec.ratio_to, exact=True), peak)
+        return MapFindings(spec, peak, rng, 0.0, 0, False, 0.0, [], [], [], 0, [], [], 0.0)
+
+    def _sweep(self, spec: MapSpec) -> bool:
+        """Run or resume the sweep of `spec` for its share of time; False when it has
+        no stored runs (the total time ran out before it started)."""
         from ..sweep.runner import SweepObserver, run_sweep
         from ..sweep.store import SweepParams
         self.index += 1
         folder = self.folder(spec)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return (folder / "sweep.json").is_file()
         params = SweepParams(spec.ratio_from, spec.ratio_to, step=spec.step,
                              policies=(spec.policy,), exact=spec.step is None,
                              max_runs=MAX_WALK_RUNS, timeout=self.run_timeout)
@@ -306,6 +325,7 @@ class Mapper:
                 pass
             self.ledger[spec.key] = self.ledger.get(spec.key, 0.0) + time.perf_counter() - started
             self.ledger_path.write_text(json.dumps(self.ledger, indent=1, sort_keys=True) + "\n")
+        return True
 
 
 # --- the findings -----------------------------------------------------------------------
@@ -375,18 +395,21 @@ def record_zoo(workdir: Path, name: str) -> Path:
 
 def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | None = 120.0,
              jobs: int | None = None, progress: Progress | None = None,
-             traces: tuple[str, ...] = PUBLIC, zoo: tuple[str, ...] = ZOO) -> Findings:
-    """Run (or resume) every map the findings need, and read them."""
+             total_seconds: float | None = None, traces: tuple[str, ...] = PUBLIC,
+             zoo: tuple[str, ...] = ZOO, ratio_range: tuple[float, float] = RANGE) -> Findings:
+    """Run (or resume) every map the findings need, and read them. After
+    `total_seconds`, maps not reached are read as they are stored, not run."""
     m = Mapper(workdir, map_seconds=map_seconds, run_timeout=run_timeout, jobs=jobs,
-               progress=progress)
+               progress=progress, total_seconds=total_seconds)
     out = Findings(settings={"map_seconds": map_seconds, "run_timeout": run_timeout,
-                             "range": RANGE, "traces": traces, "zoo": zoo})
+                             "total_seconds": total_seconds, "range": ratio_range, "traces": traces,
+                             "zoo": zoo})
     m.total = len(traces) * (2 + len(ABLATIONS)) + len(zoo) \
         + ("inceptionv4" in traces) + len(traces) * MAX_HOLE_WINDOWS * len(HOLE_POLICIES)
     for t in traces:
-        out.grids[t] = m.grid(MapSpec(t, "dtr", *RANGE, "grid", step=GRID_STEP))
+        out.grids[t] = m.grid(MapSpec(t, "dtr", *ratio_range, "grid", step=GRID_STEP))
     for t in traces:
-        out.public[t] = m.run(MapSpec(t, "dtr", *RANGE, "public"))
+        out.public[t] = m.run(MapSpec(t, "dtr", *ratio_range, "public"))
     if "inceptionv4" in traces:
         out.window = m.run(MapSpec("inceptionv4", "dtr", *INCEPTION_WINDOW, "window"))
     zoo_logs = {}
@@ -396,7 +419,7 @@ def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | 
         except ImportError as exc:
             out.zoo_errors[name] = f"PyTorch is not installed ({exc})"
             continue
-        out.zoo[(name, "dtr")] = m.run(MapSpec(zoo_logs[name], "dtr", *RANGE, "zoo",
+        out.zoo[(name, "dtr")] = m.run(MapSpec(zoo_logs[name], "dtr", *ratio_range, "zoo",
                                                f"zoo:{name}"))
     m.total -= sum(MAX_HOLE_WINDOWS - len(hole_windows(out.public[t])) for t in traces) \
         * len(HOLE_POLICIES)
@@ -407,7 +430,7 @@ def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | 
                                             m.run(MapSpec(t, policy, lo, hi, "knob"))))
     for policy in ABLATIONS:
         for t in traces:
-            out.ablations[(t, policy)] = m.run(MapSpec(t, policy, *RANGE, "ablation"))
+            out.ablations[(t, policy)] = m.run(MapSpec(t, policy, *ratio_range, "ablation"))
     out.claims = open_claims(out)
     return out
 
