@@ -101,3 +101,14 @@ def test_no_time_left_writes_what_is_stored(tmp_path):
     assert not m.complete and m.executions == 0
     assert f.grids["hole"].unresolved == 4
     assert "Incomplete" in render(f, command="x", wall_seconds=0.0)
+
+
+def test_bad_time_options_are_one_error_line(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "reproduce",
+                           "--findings", "--map-seconds", "0", "-o", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["error: --map-seconds must be > 0, got 0.0"]
+    assert not (tmp_path / "findings.md").exists()
