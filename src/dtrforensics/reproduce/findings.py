@@ -283,6 +283,12 @@ class Mapper:
         rng = range_bytes(SweepParams(spec.ratio_from, spec.ratio_to, exact=True), peak)
         return MapFindings(spec, peak, rng, 0.0, 0, False, 0.0, [], [], [], 0, [], [], 0.0)
 
+    def _timeout(self, folder: Path) -> float | None:
+        """The run timeout a stored map was started with (it resumes with it), else ours."""
+        doc = folder / "sweep.json"
+        return json.loads(doc.read_text())["params"]["timeout"] if doc.is_file() \
+            else self.run_timeout
+
     def _sweep(self, spec: MapSpec) -> bool:
         """Run or resume the sweep of `spec` for its share of time; False when it has
         no stored runs (the total time ran out before it started)."""
@@ -294,7 +300,7 @@ class Mapper:
             return (folder / "sweep.json").is_file()
         params = SweepParams(spec.ratio_from, spec.ratio_to, step=spec.step,
                              policies=(spec.policy,), exact=spec.step is None,
-                             max_runs=MAX_WALK_RUNS, timeout=self.run_timeout)
+                             max_runs=MAX_WALK_RUNS, timeout=self._timeout(folder))
         started = time.perf_counter()
         mapper = self
 
