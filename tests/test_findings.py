@@ -112,3 +112,13 @@ def test_bad_time_options_are_one_error_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: --map-seconds must be > 0, got 0.0"]
     assert not (tmp_path / "findings.md").exists()
+
+
+def test_claims_on_unfinished_grids_are_incomplete_not_differing():
+    grids = {t: F.GridFindings(F.MapSpec(t, "dtr", *F.RANGE, "grid", step=F.GRID_STEP), 1000,
+                               [], 0.0) for t in F.CONFIRMATORY}
+    f = F.Findings(grids=grids, settings={"run_timeout": 120.0})
+    claims = {c.id: c for c in F.open_claims(f)}
+    assert set(claims) == {"grid_0.01.no_hole", "grid_0.01.timeouts"}
+    assert {c.verdict for c in claims.values()} == {F.INCOMPLETE}
+    assert claims["grid_0.01.timeouts"].ours.startswith(f"{56 * 6} of {56 * 6}")

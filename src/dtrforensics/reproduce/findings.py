@@ -17,7 +17,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import claims as C
@@ -39,6 +39,9 @@ GRID_STEP = 0.01              # the studies' grid
 RESOLUTION = 0.001            # the studies' finest grid: narrower structure is "micro"
 REGIME_JUMP = 2.0             # a regime switch: the overhead at least doubles
 MAX_WALK_RUNS = 100_000
+# The verdict of a claim whose maps or grid points are not all computed yet: neither
+# a match nor a difference (claims.VERDICTS judge complete answers only).
+INCOMPLETE = "incomplete"
 
 Progress = Callable[["MapProgress"], None]
 
@@ -476,10 +479,18 @@ def _coverage_note(m: MapFindings) -> str:
     return "" if m.complete else f"map certified at {m.coverage:.1%} so far (rerun to fill it)"
 
 
+def _unless_incomplete(claim: C.Claim, complete: bool) -> C.Claim:
+    return claim if complete else replace(claim, verdict=INCOMPLETE)
+
+
 def open_claims(f: Findings) -> list[C.Claim]:
     """The InceptionV4 window and the grid-study claims, read off the maps."""
+    return [_unless_incomplete(c, done) for c, done in _open_claims(f)]
+
+
+def _open_claims(f: Findings) -> list[tuple[C.Claim, bool]]:
     study = C.HOLES_STUDY
-    out: list[C.Claim] = []
+    out: list[tuple[C.Claim, bool]] = []
     w = f.window
     if w is not None:
         grid = w.grid(0.0001)
@@ -487,36 +498,37 @@ def open_claims(f: Findings) -> list[C.Claim]:
         near = [r for r in failing if r[0][0] <= 0.2527 and r[-1][0] >= 0.2526]
         exact = [r for r in w.regions if r.lo <= math.floor(0.2527 * w.peak) + w.peak // 10000
                  and r.hi >= math.floor(0.2526 * w.peak)]
-        out.append(C.claim(
+        out.append((C.claim(
             "inceptionv4.failure_region_0.2526", study,
             "InceptionV4: a failure region at 0.2526-0.2527 (0.0001 grid)", "0.2526-0.2527",
             _ratio_span(near[0]) if near else "no failing grid point there",
             sharper_note="; ".join(f"certified failing budgets {r.lo:,}-{r.hi:,} B "
                                    f"({r.hi - r.lo + 1:,} B)" for r in exact),
-            note=_coverage_note(w)))
+            note=_coverage_note(w)), w.complete))
         switches = sum(1 for a, b in zip(grid, grid[1:]) if a[2] is not None and b[2] is not None
                        and (a[2] == "ok") != (b[2] == "ok"))
-        out.append(C.claim(
+        out.append((C.claim(
             "inceptionv4.switches_0.209_0.26", study,
             "InceptionV4: feasibility switches between 0.209 and 0.26 (0.0001 grid)", "6",
             str(switches),
             sharper_note=f"byte-exact: {w.feasibility_switches} switches, "
                          f"{len(w.regions)} failure regions" if w.complete else "",
-            note=_coverage_note(w)))
+            note=_coverage_note(w)), w.complete))
     grids = {t: f.grids[t] for t in CONFIRMATORY if t in f.grids}
     if len(grids) == len(CONFIRMATORY):
         with_hole = [t for t, g in grids.items() if g.hole]
         left = {t: g.unresolved for t, g in grids.items() if g.unresolved}
-        out.append(C.claim(
+        out.append((C.claim(
             "grid_0.01.no_hole", study,
             "the 0.01 grid over 0.05-0.60 shows no hole on the six confirmatory traces",
             "0 of 6", f"{len(with_hole)} of 6",
             note="; ".join(x for x in (", ".join(with_hole), "; ".join(
-                f"{t}: {n} grid points without an outcome" for t, n in left.items())) if x)))
+                f"{t}: {n} grid points without an outcome" for t, n in left.items())) if x)),
+            not left))
         points = sum(g.planned for g in grids.values())
         slowest = max(g.slowest for g in grids.values())
         resolved = not left
-        out.append(C.Claim(
+        out.append((C.Claim(
             "grid_0.01.timeouts", study,
             "grid points left unresolved by a 20-minute limit per run",
             "13 grid points (and 46 TreeLSTM samples)",
@@ -524,14 +536,15 @@ def open_claims(f: Findings) -> list[C.Claim]:
             C.SHARPER if resolved else C.DIFFERS,
             "every grid point of the six traces has its outcome" if resolved else
             f"grid points still without an outcome after a limit of "
-            f"{f.settings['run_timeout']} s per run (or not run yet): rerun to fill them"))
+            f"{f.settings['run_timeout']} s per run (or not run yet): rerun to fill them"),
+            resolved))
     maps = {t: f.public[t] for t in CONFIRMATORY if t in f.public}
     if len(maps) == len(CONFIRMATORY):
         fine = {t: m.grid(RESOLUTION) for t, m in maps.items()}
         fine_holes = [t for t, g in fine.items() if _grid_hole(g)]
         exact_holes = [t for t, m in maps.items() if m.holes]
         partial = [t for t, m in maps.items() if not m.complete]
-        out.append(C.claim(
+        out.append((C.claim(
             "grid_0.001.holes", study,
             "holes appear on three of the six traces at 0.001 resolution (read off the exact "
             "maps)", "3 of 6", f"{len(fine_holes)} of 6",
@@ -540,5 +553,5 @@ def open_claims(f: Findings) -> list[C.Claim]:
             if not partial else "",
             note=("maps still partial, holes so far: "
                   + (", ".join(f"{t} {len(maps[t].holes)}" for t in exact_holes) or "none")
-                  + f" (partial: {', '.join(partial)})") if partial else ""))
+                  + f" (partial: {', '.join(partial)})") if partial else ""), not partial))
     return out
