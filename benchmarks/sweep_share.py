@@ -12,7 +12,9 @@ For each trace:
    once with workers sharing prefixes and once replaying every run from op 0;
    prints both times and the ratio, and checks that both stored identical rows;
 2. the whole exact map over the range with sharing, stopped after
-   `--limit-seconds`: runs, certified fraction, time, and when the map is not
+   `--limit-seconds`: distinct executions, certified fraction, wall time and
+   CPU time (this process and its workers: on a shared machine the wall time
+   depends on the other load, the CPU time much less), and when the map is not
    complete, the time extrapolated from the certified fraction (a rough
    figure: executions are not spread evenly over the budget axis).
 
@@ -24,6 +26,7 @@ most 60 s on 2 cores.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import tempfile
@@ -34,12 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dtrforensics.engine.replay import prepared, replay  # noqa: E402
 from dtrforensics.sweep import runner  # noqa: E402
+from dtrforensics.sweep.holes import analyze  # noqa: E402
 from dtrforensics.sweep.store import SweepParams, SweepStore  # noqa: E402
 from dtrforensics.trace import load_trace  # noqa: E402
 
 PUBLIC = ("resnet32", "tv_densenet121", "inceptionv4", "transformer", "unet", "treelstm", "lstm",
           "unroll_gan")
 VOLATILE = ("wall_seconds", "worker", "finished_at")
+MAX_RUNS = 100_000
 
 
 def rows(path: Path) -> list[dict]:
@@ -48,26 +53,33 @@ def rows(path: Path) -> list[dict]:
     return sorted(out, key=lambda r: (r["policy"], r["budget"], r["rep"]))
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished (joined) worker processes."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def timed_sweep(program, params: SweepParams, out: Path, jobs: int, share: bool):
     saved = runner._PREFIXES
     if not share:
         runner._PREFIXES = None        # workers fork from here: every run starts at op 0
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
         result = runner.run_sweep(program, params, out, jobs=jobs)
-        return result, time.perf_counter() - start
+        return result, time.perf_counter() - start, cpu_seconds() - cpu
     finally:
         runner._PREFIXES = saved
 
 
 def compare(program, lo: float, hi: float, jobs: int, n_runs: int, tmp: Path) -> None:
     params = SweepParams(lo, hi, exact=True, max_runs=n_runs)
-    shared, t_shared = timed_sweep(program, params, tmp / "shared", jobs, True)
-    scratch, t_scratch = timed_sweep(program, params, tmp / "scratch", jobs, False)
+    shared, t_shared, c_shared = timed_sweep(program, params, tmp / "shared", jobs, True)
+    scratch, t_scratch, c_scratch = timed_sweep(program, params, tmp / "scratch", jobs, False)
     same = rows(tmp / "shared") == rows(tmp / "scratch")
-    print(f"  same {shared.ran} walk runs: from op 0 {t_scratch:7.2f} s, shared "
-          f"{t_shared:7.2f} s, speedup {t_scratch / t_shared:5.2f}x, "
-          f"rows identical: {'yes' if same else 'NO'}")
+    print(f"  same {shared.ran} walk runs: from op 0 {t_scratch:7.2f} s ({c_scratch:.1f} s CPU), "
+          f"shared {t_shared:7.2f} s ({c_shared:.1f} s CPU), speedup {t_scratch / t_shared:5.2f}x "
+          f"wall, {c_scratch / c_shared:5.2f}x CPU, rows identical: {'yes' if same else 'NO'}")
     if not same:
         raise SystemExit(f"{program.name}: shared and from-scratch sweeps differ")
 
@@ -95,16 +107,18 @@ def full_map(program, lo: float, hi: float, jobs: int, limit: float, run_timeout
              tmp: Path) -> None:
     out = tmp / "map"
     watch = Watch(limit)
-    start = time.perf_counter()
-    params = SweepParams(lo, hi, exact=True, max_runs=10**9, timeout=run_timeout)
+    start, cpu = time.perf_counter(), cpu_seconds()
+    params = SweepParams(lo, hi, exact=True, max_runs=MAX_RUNS, timeout=run_timeout)
     try:
-        runner.run_sweep(program, params, out, jobs=jobs, observer=watch)
+        runner.run_sweep(program, params, out, jobs=jobs, observer=watch, max_points=MAX_RUNS)
     except TimeLimit:
         pass
-    spent = time.perf_counter() - start
+    spent, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     n = len(SweepStore(out).read_runs())
-    line = (f"  map {lo}-{hi}: {n} runs, {watch.certified:.2%} certified in {spent:7.1f} s "
-            f"({n / spent:5.1f} runs/s)")
+    executions = len(analyze(out).policy("dtr").exact.partition)
+    line = (f"  map {lo}-{hi}: {executions} distinct executions ({n} runs), "
+            f"{watch.certified:.2%} certified in {spent:7.1f} s wall, {cpu:.1f} s CPU "
+            f"({n / spent:5.1f} runs/s; load average {os.getloadavg()[0]:.1f})")
     if watch.certified < 1.0:
         line += (f"; stopped at the time limit, extrapolated "
                  f"{spent / max(watch.certified, 1e-9):9.0f} s")

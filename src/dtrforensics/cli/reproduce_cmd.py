@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -18,6 +18,11 @@ def reproduce_command(
     quick: Annotated[bool, typer.Option("--quick", help="Only the claims that need short runs (ResNet-32 and U-Net, about a minute).")] = False,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the report (report.md and its figures) and the runs behind it (work/, reused by the next reproduction).")] = Path("recordings") / "reproduce",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: claims [{id, published, ours, verdict, ...}].")] = False,
+    findings: Annotated[bool, typer.Option("--findings", help="Instead: answer the studies' open questions with exact maps into OUT/findings.md (maps kept in OUT/work/findings, resumed by the next run).")] = False,
+    map_seconds: Annotated[float, typer.Option("--map-seconds", help="With --findings: wall-clock seconds each map may run in this invocation (a partial map is resumed next time).")] = 600.0,
+    run_timeout: Annotated[float, typer.Option("--run-timeout", help="With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified.")] = 120.0,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="With --findings: worker processes (default: one per core).")] = None,
+    total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", help="With --findings: stop starting maps after this many seconds and write what is certified (the next run resumes).")] = None,
 ) -> None:
     """Both DTR studies' published numbers beside ours, with a verdict each, and their
     figures in a report.
@@ -26,6 +31,9 @@ def reproduce_command(
     public traces with dtrforensics' own analyses; verdicts are match, differs,
     sharper (an exact certificate says more than a sample could) and not
     reproducible."""
+    if findings:
+        _findings(out, map_seconds, run_timeout, jobs, total_seconds)
+        return
     from ..render.console import err_console, wide_console
     from ..render.reproduce import print_reproduction
     from ..render.reproduce_report import write_report
@@ -54,3 +62,46 @@ def reproduce_command(
         return
     print_reproduction(wide_console(), rep)
     print(f"report: {path}", file=sys.stderr)
+
+
+def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | None,
+              total_seconds: float | None) -> None:
+    """`--findings`: run or resume the maps with a progress bar, write findings.md."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .. import validate
+    from ..recorder.reader import refuse_inside_recording
+    from ..render.console import err_console
+    from ..render.reproduce_findings import write_findings
+    from ..reproduce.findings import findings
+
+    validate.positive(map_seconds, "--map-seconds")
+    validate.positive(run_timeout, "--run-timeout")
+    if jobs is not None:
+        validate.jobs(jobs)
+    if total_seconds is not None:
+        validate.positive(total_seconds, "--total-seconds")
+    refuse_inside_recording(out / "findings.md")
+    started = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console()) as bar:
+        task = bar.add_task("maps", total=None)
+
+        def show(p) -> None:
+            left = (p.total - p.index) * map_seconds + max(0.0, p.limit - p.seconds)
+            here = (f"~{p.seconds / p.coverage - p.seconds:,.0f} s to finish" if p.coverage > 0
+                    else "starting")
+            bar.update(task, total=p.total, completed=p.index - 1,
+                       description=f"{p.spec.name} {p.spec.policy} {p.spec.ratio_from:g}-"
+                                   f"{p.spec.ratio_to:g}: {p.coverage:.1%} certified ({here}); "
+                                   f"at most {left / 60:,.0f} min left")
+
+        result = findings(out / "work" / "findings", map_seconds=map_seconds,
+                          run_timeout=run_timeout, jobs=jobs, progress=show,
+                          total_seconds=total_seconds)
+    command = (f"dtrf reproduce --findings -o {out} --map-seconds {map_seconds:g} "
+               f"--run-timeout {run_timeout:g}"
+               + (f" --total-seconds {total_seconds:g}" if total_seconds else ""))
+    path = write_findings(result, out, command=command,
+                          wall_seconds=time.perf_counter() - started)
+    print(f"findings: {path}", file=sys.stderr)

@@ -45,8 +45,8 @@ from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by th
     S_FRONTIER_MISSES, S_HI_TRUE, S_LO, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP,
     S_MAX_DEPTH, S_MEMORY, S_MODEL_COMPUTE, S_N_CANDS, S_N_EVENTS, S_N_STREAM, S_PEAK,
     S_PEND_TOP, S_POOL_BYTES, S_POOL_HEAD, S_POOL_SIZE, S_POOL_TAIL, S_REBUILDS, S_REMATS,
-    S_REMAT_COMPUTE, S_REMAT_LIMIT, S_SCORE_EVALS, S_STATUS, S_STEPS, S_WALK_VISITS,
-    S_NO_CANDIDATE, S_POLICY_FAULT, STATUS_POLICY_FAULT, R_TIMES_EVICTED,
+    S_REMAT_COMPUTE, S_REMAT_LIMIT, S_SCORE_EVALS, S_STATUS, S_STEPS, S_STOP_CMD,
+    S_WALK_VISITS, S_NO_CANDIDATE, S_POLICY_FAULT, STATUS_POLICY_FAULT, R_TIMES_EVICTED,
 )
 from .policies import (
     P_BWD, P_COMPUTE, P_CUSTOM, P_FRESH, P_FWD, P_LRU, P_MIN_SIZE, P_ONE, P_REGIONS, P_SIZE,
@@ -682,6 +682,8 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
             return sc[S_STATUS]
         if steps >= max_steps or _no_room(sc, rg, stream, ev, cand, event_room, cand_room):
             return STATUS_RUNNING
+        if sc[S_DEPTH] == 0 and 0 <= sc[S_STOP_CMD] <= sc[S_CMD_POS]:
+            return STATUS_RUNNING   # the driver asked to stop at this command boundary
         steps += 1
         sc[S_STEPS] += 1
         if sc[S_DEPTH] == 0:

@@ -16,9 +16,9 @@ import numpy as np
  S_STATUS, S_PEAK, S_EPOCH, S_N_EVENTS, S_N_CANDS, S_PEND_TOP, S_SCORE_EVALS,
  S_ANOMALIES, S_BUDGET, S_EMIT, S_EMIT_CANDS, S_REMAT_LIMIT, S_N_STREAM,
  S_STEPS, S_REBUILDS, S_WALK_VISITS, S_ABSORBS, S_ABSORB_WORK, S_ARENA_TOP,
- S_FREE_SLOTS, S_DEBUG, S_EXCLUSION_CHECKS, S_FRONTIER_MISSES, S_POLICY_FAULT,
- S_NO_CANDIDATE) = range(47)
-N_SCALARS = 47
+ S_FREE_SLOTS, S_DEBUG, S_EXCLUSION_CHECKS, S_FRONTIER_MISSES, S_STOP_CMD, S_POLICY_FAULT,
+ S_NO_CANDIDATE) = range(48)
+N_SCALARS = 48
 # S_POLICY_FAULT: the decision at which a policy from a file scored NaN, a
 # negative number or raised (-1: none; the kernel then stops, STATUS_POLICY_FAULT).
 # S_NO_CANDIDATE: the decision at which the policy's filters left no candidate

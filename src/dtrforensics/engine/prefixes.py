@@ -44,7 +44,8 @@ CHECKPOINT_OFFSETS = sorted({int(1.5 ** i) for i in range(9)})
 # Counters a spliced run adds up: its own so far plus the donor's after the meeting point.
 ADDITIVE = np.array([K.S_EVICTIONS, K.S_DEAD, K.S_REMATS, K.S_COLLATERAL, K.S_SCORE_EVALS,
                      K.S_STEPS, K.S_ANOMALIES, K.S_REBUILDS, K.S_WALK_VISITS, K.S_ABSORBS,
-                     K.S_ABSORB_WORK], dtype=np.int64)
+                     K.S_ABSORB_WORK, K.S_FRONTIER_MISSES, K.S_EXCLUSION_CHECKS],
+                    dtype=np.int64)
 
 DEFAULT_MAX_BYTES = 256 << 20
 SNAPSHOTS_PER_RUN = 16
@@ -87,7 +88,7 @@ class PrefixCache:
         self.peak_nbytes = 0
         self.stats = PrefixStats()
         self.max_records = max_records
-        self._families: dict[tuple, list[Snapshot]] = {}
+        self._families: dict[tuple, _Shelf] = {}
         self._lru: OrderedDict[int, tuple[tuple, Snapshot]] = OrderedDict()
         self._records: OrderedDict[int, tuple[tuple, "RunRecord"]] = OrderedDict()
         self._meetings: dict[tuple, dict[tuple, list["RunRecord"]]] = {}
@@ -97,16 +98,14 @@ class PrefixCache:
 
     def best(self, family: tuple, budget: int) -> Snapshot | None:
         """The furthest snapshot of `family` whose prefix admits `budget`."""
-        found, most = None, -1
-        for snap in self._families.get(family, ()):
-            if snap.steps > most and snap.lo <= budget and (snap.hi is None or budget <= snap.hi):
-                found, most = snap, snap.steps
+        shelf = self._families.get(family)
+        found = shelf.best(budget) if shelf is not None else None
         if found is not None:
             self._lru.move_to_end(id(found))
         return found
 
     def add(self, family: tuple, snap: Snapshot) -> None:
-        self._families.setdefault(family, []).append(snap)
+        self._families.setdefault(family, _Shelf()).add(snap)
         self._lru[id(snap)] = (family, snap)
         self.nbytes += snap.nbytes
         self.stats.snapshots_taken += 1
@@ -152,6 +151,48 @@ class PrefixCache:
         self.stats.steps_skipped += resumed_at
         self.stats.steps_run += steps_run
         self.stats.steps_spliced += steps_spliced
+
+
+class _Shelf:
+    """The snapshots of one family with their prefix intervals and step counts in
+    arrays, so finding the furthest one that admits a budget is one vector scan."""
+
+    NO_HI = np.iinfo(np.int64).max
+
+    def __init__(self):
+        self.lo = np.zeros(64, dtype=np.int64)
+        self.hi = np.zeros(64, dtype=np.int64)
+        self.steps = np.full(64, -1, dtype=np.int64)     # -1: a free slot
+        self.snaps: list[Snapshot | None] = [None] * 64
+        self.slot: dict[int, int] = {}
+        self.free: list[int] = list(range(63, -1, -1))
+
+    def add(self, snap: Snapshot) -> None:
+        if not self.free:
+            n = len(self.snaps)
+            self.lo, self.hi = np.resize(self.lo, 2 * n), np.resize(self.hi, 2 * n)
+            self.steps = np.concatenate([self.steps, np.full(n, -1, dtype=np.int64)])
+            self.snaps += [None] * n
+            self.free = list(range(2 * n - 1, n - 1, -1))
+        i = self.free.pop()
+        self.lo[i], self.hi[i] = snap.lo, self.NO_HI if snap.hi is None else snap.hi
+        self.steps[i] = snap.steps
+        self.snaps[i] = snap
+        self.slot[id(snap)] = i
+
+    def remove(self, snap: Snapshot) -> None:
+        i = self.slot.pop(id(snap))
+        self.steps[i] = -1
+        self.snaps[i] = None
+        self.free.append(i)
+
+    def __iter__(self):
+        return (s for s in self.snaps if s is not None)
+
+    def best(self, budget: int) -> Snapshot | None:
+        admitted = np.where((self.lo <= budget) & (budget <= self.hi), self.steps, -1)
+        i = int(np.argmax(admitted))
+        return self.snaps[i] if admitted[i] >= 0 else None
 
 
 class SnapshotTaker:
@@ -244,12 +285,11 @@ class Sharing:
         self.stretches: list[tuple[Checkpoint, Extremes]] = []  # checkpoint, stretch before it
 
     def slice_limit(self, sc: np.ndarray, steps: int) -> int:
-        """At most `steps`, stopping at the next snapshot or checkpoint boundary."""
+        """At most `steps`, stopping at the next snapshot; the kernel stops by itself
+        at the next checkpoint boundary (`S_STOP_CMD`)."""
         if 0 <= self.taker.next_at:
             steps = min(steps, self.taker.next_at - int(sc[K.S_STEPS]))
-        if self.plan:
-            ahead = self.plan[0] - int(sc[K.S_CMD_POS])
-            steps = min(steps, ahead if ahead > 0 else 1)  # a step starts at most one command
+        sc[K.S_STOP_CMD] = self.plan[0] if self.plan else -1
         return max(1, steps)
 
     def after_slice(self, state: MachineState, stream_chunks: list) -> Splice | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -101,8 +102,9 @@ class Extremes:
 
     def then(self, later: "Extremes") -> "Extremes":
         """This stretch followed by `later` (the first maximum of pinned bytes is kept)."""
-        his = [h for h in (self.hi_true, later.hi_true) if h != K.NO_HI]
-        return Extremes(max(self.lo, later.lo), min(his) if his else K.NO_HI,
+        a, b = self.hi_true, later.hi_true
+        hi = b if a == K.NO_HI else a if b == K.NO_HI else min(a, b)
+        return Extremes(max(self.lo, later.lo), hi,
                         max(self.max_depth, later.max_depth), max(self.peak, later.peak),
                         later.maxpin if later.maxpin[0] > self.maxpin[0] else self.maxpin)
 
@@ -135,6 +137,7 @@ class MachineState:
         sc[K.S_MAXPIN_OP] = -1  # reference convention: (0, 0, -1) until a check frees memory
         sc[K.S_POLICY_FAULT] = -1
         sc[K.S_NO_CANDIDATE] = -1
+        sc[K.S_STOP_CMD] = -1   # no command boundary to stop at (engine/prefixes.py sets one)
         regions = new_regions(n)
         sc[K.S_FREE_SLOTS] = len(regions.free_slots)
         sc[K.S_REMAT_LIMIT] = remat_limit
@@ -160,9 +163,11 @@ class MachineState:
         """A copy of the state between two steps (see `Snapshot`); `before`: the
         extremes of the stretches folded out of the registers so far; `run`:
         what the run taking it leaves for splicing. Compacts the neighbourhood
-        arena first, so only its live blocks are copied."""
+        arena first when abandoned blocks outweigh live ones, so mostly live blocks
+        are copied."""
         rg = self.regions
-        K.compact_arena(rg, self.sc)
+        if self.sc[K.S_ARENA_TOP] > 2 * int(rg.cap.sum()):
+            K.compact_arena(rg, self.sc)
         top = int(self.sc[K.S_ARENA_TOP])
         used = np.flatnonzero(rg.bit_slot >= 0)
         slots = rg.bit_slot[used]
@@ -238,7 +243,7 @@ class Snapshot:
     def admits(self, budget: int) -> bool:
         return self.lo <= budget and (self.hi is None or budget <= self.hi)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         s = self.state
         arrays = (s.sc, s.st, s.frames, s.pending, s.scratch, s.mark, s.stream,

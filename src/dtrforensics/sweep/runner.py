@@ -20,6 +20,7 @@ rerun never shares a process with the run it checks.
 
 from __future__ import annotations
 
+import bisect
 import concurrent.futures as cf
 import ctypes
 import multiprocessing
@@ -128,7 +129,7 @@ class InlineBackend:
         self.sha256 = program.sha256
         self.capacity = 1
 
-    def submit(self, point: Point, timeout: float | None) -> cf.Future:
+    def submit(self, point: Point, timeout: float | None, lane: int = 0) -> cf.Future:
         fut: cf.Future = cf.Future()
         try:
             fut.set_result(run_point(self.sha256, point, timeout))
@@ -144,7 +145,10 @@ class InlineBackend:
 
 
 class ProcessBackend:
-    """A process pool whose workers each load the program once (initializer)."""
+    """Worker processes that each load the program once (initializer), one pool of
+    one process per worker: a point goes to the worker its scheduler names (its
+    lane), so runs at neighbouring budgets meet the snapshots they resume from,
+    which live in one worker's memory."""
 
     def __init__(self, program: Program, thrash_factor: float, jobs: int,
                  start_method: str = DEFAULT_START_METHOD):
@@ -154,20 +158,22 @@ class ProcessBackend:
         self.capacity = jobs
         if start_method == "fork":
             _install(program, thrash_factor)     # inherited by every worker
-        self.pool = cf.ProcessPoolExecutor(
-            max_workers=jobs, mp_context=multiprocessing.get_context(start_method),
-            initializer=_init_process_worker,
+        context = multiprocessing.get_context(start_method)
+        self.pools = [cf.ProcessPoolExecutor(
+            max_workers=1, mp_context=context, initializer=_init_process_worker,
             initargs=(str(program.source), program.sha256, thrash_factor, os.getpid()))
+            for _ in range(jobs)]
 
-    def submit(self, point: Point, timeout: float | None) -> cf.Future:
-        return self.pool.submit(run_point, self.sha256, point, timeout)
+    def submit(self, point: Point, timeout: float | None, lane: int = 0) -> cf.Future:
+        return self.pools[lane % len(self.pools)].submit(run_point, self.sha256, point, timeout)
 
     def wait(self, futures, timeout: float) -> list:
         done, _ = cf.wait(list(futures), timeout=timeout, return_when=cf.FIRST_COMPLETED)
         return list(done)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        for pool in self.pools:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 class DaskBackend:
@@ -187,7 +193,7 @@ class DaskBackend:
         threads = sum(self.client.nthreads().values())
         self.capacity = jobs or max(1, threads)
 
-    def submit(self, point: Point, timeout: float | None):
+    def submit(self, point: Point, timeout: float | None, lane: int = 0):
         return self.client.submit(run_point, self.sha256, point, timeout, pure=False)
 
     def wait(self, futures, timeout: float) -> list:
@@ -300,6 +306,34 @@ class _Static:
 
 # --- the scheduler --------------------------------------------------------------------
 
+class Lanes:
+    """Which worker runs a point: the one that ran the nearest finished run below
+    its budget (whose snapshots it resumes from), unless that worker already has
+    its share of the queue, then the least busy one. Only where work goes
+    depends on this, never what a run yields."""
+
+    def __init__(self):
+        self._below: dict[str, list[tuple[int, int]]] = {}   # policy -> sorted (budget, lane)
+        self.inflight: dict[tuple, int] = {}                  # point key -> lane
+
+    def choose(self, point: Point, lanes: int, per_lane: int) -> int:
+        busy = [0] * lanes
+        for lane in self.inflight.values():
+            busy[lane % lanes] += 1
+        runs = self._below.get(point.policy, [])
+        i = bisect.bisect_left(runs, (point.budget, -1)) - 1
+        lane = runs[i][1] % lanes if i >= 0 else -1
+        if lane < 0 or busy[lane] >= per_lane:
+            lane = min(range(lanes), key=busy.__getitem__)
+        self.inflight[point.key] = lane
+        return lane
+
+    def finished(self, point: Point, row: dict) -> None:
+        lane = self.inflight.pop(point.key, None)
+        if lane is not None:
+            bisect.insort(self._below.setdefault(point.policy, []), (point.budget, lane))
+
+
 @dataclass
 class StageCount:
     ran: int = 0
@@ -333,6 +367,7 @@ class _Scheduler:
         self.store, self.rows, self.observer, self.timeout = store, rows, observer, timeout
         self.done = {(r["policy"], r["budget"], r["rep"]) for r in rows}
         self.counts: dict[str, StageCount] = {}
+        self.lanes = Lanes()
 
     def split(self, stage: str, points: list[Point]) -> list[Point]:
         """The points not stored yet (counted as skipped otherwise)."""
@@ -352,12 +387,14 @@ class _Scheduler:
                         if point.key in self.done:      # stored by an earlier run
                             source.absorb(point, self._stored(point))
                             continue
-                        inflight[backend.submit(point, self.timeout)] = point
+                        lane = self.lanes.choose(point, backend.capacity, source.queue_per_worker)
+                        inflight[backend.submit(point, self.timeout, lane)] = point
                 if not inflight:
                     break
                 for fut in backend.wait(inflight, 0.25):
                     point = inflight.pop(fut)
                     row = fut.result()
+                    self.lanes.finished(point, row)
                     self.store.append(row)
                     self.rows.append(row)
                     self.done.add(point.key)
@@ -368,6 +405,7 @@ class _Scheduler:
         finally:
             for fut in inflight:
                 fut.cancel()
+            self.lanes.inflight.clear()
             self.store.flush()
 
     def _stored(self, point: Point) -> dict:

@@ -1,0 +1,177 @@
+"""`docs/findings.md`: the open questions of the two studies, answered from exact maps.
+
+Rendering only: every number comes from `reproduce.findings.Findings`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..fsutil import atomic_path
+from ..reproduce import findings as F
+
+LIST_LIMIT = 12     # regions, switches, gaps listed per map (the rest are counted)
+
+
+def _b(n: int) -> str:
+    return f"{n:,}"
+
+
+def _r(m: F.MapFindings, budget: int) -> str:
+    return f"{budget / m.peak:.5f}"
+
+
+def _state(m: F.MapFindings) -> str:
+    return "complete" if m.complete else f"partial ({m.coverage:.2%})"
+
+
+def _more(items: list, shown: int) -> list[str]:
+    return [f"- ... and {len(items) - shown} more"] if len(items) > shown else []
+
+
+def _summary_table(maps: list[F.MapFindings]) -> list[str]:
+    out = ["| trace | policy | range | certified | distinct executions | failure regions | "
+           "holes (micro) | fringes | feasibility switches | regime switches (>= 2x) | "
+           "slowest run | wall time |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in maps:
+        micro = sum(1 for h in m.holes if h.hi - h.lo + 1 < F.RESOLUTION * m.peak)
+        out.append(
+            f"| {m.spec.name} | {m.spec.policy} | {m.spec.ratio_from:g}-{m.spec.ratio_to:g} | "
+            f"{_state(m)} | {_b(m.executions)} | {len(m.regions)} | {len(m.holes)} ({micro}) | "
+            f"{len(m.fringes)} | {m.feasibility_switches} | {len(m.regime_switches)} | "
+            f"{m.slowest_run:.1f} s | {m.seconds:.0f} s |")
+    return out
+
+
+def _map_detail(m: F.MapFindings) -> list[str]:
+    out = [f"#### {m.spec.name}, {m.spec.policy}, {m.spec.ratio_from:g}-{m.spec.ratio_to:g}", "",
+           f"Peak {_b(m.peak)} B; budgets {_b(m.range_bytes[0])}-{_b(m.range_bytes[1])} B; "
+           f"{_state(m)}, {_b(m.executions)} distinct executions.", ""]
+    if m.regions:
+        out += ["| failing budgets (B) | ratio | width (B) | executions | outcomes | hole | edges |",
+                "|---|---|---|---|---|---|---|"]
+        for r in m.regions[:LIST_LIMIT]:
+            edges = "exact" if r.lo_exact and r.hi_exact else "open (uncertified neighbour)"
+            out.append(f"| {_b(r.lo)}-{_b(r.hi)} | {_r(m, r.lo)}-{_r(m, r.hi)} | "
+                       f"{_b(r.hi - r.lo + 1)} | {r.intervals} | {r.outcomes} | "
+                       f"{'yes' if r.hole else 'no'} | {edges} |")
+        out += _more(m.regions, LIST_LIMIT) + [""]
+    else:
+        out += ["No certified failing budget.", ""]
+    for fr in m.fringes[:LIST_LIMIT]:
+        out.append(f"- fringe {_b(fr.lo)}-{_b(fr.hi)} B ({_r(m, fr.lo)}-{_r(m, fr.hi)}): "
+                   f"{fr.regions} failure regions, {fr.switches} feasibility switches within "
+                   f"{_b(fr.hi - fr.lo + 1)} B")
+    out += _more(m.fringes, LIST_LIMIT)
+    for budget, below, above in m.regime_switches[:LIST_LIMIT]:
+        out.append(f"- regime switch at {_b(budget)} B ({_r(m, budget)}): overhead "
+                   f"{below:.2f}x below, {above:.2f}x from there")
+    out += _more(m.regime_switches, LIST_LIMIT)
+    for g in m.gaps[:LIST_LIMIT]:
+        out.append(f"- uncertified {_b(g.lo)}-{_b(g.hi)} B ({_r(m, g.lo)}-{_r(m, g.hi)}), "
+                   f"{g.reason}" + (f", {g.timeouts} timed-out runs" if g.timeouts else ""))
+    out += _more(m.gaps, LIST_LIMIT)
+    return out + [""]
+
+
+def _grid_table(f: F.Findings) -> list[str]:
+    out = ["| trace | points with an outcome | ok | failing | without an outcome | hole on the grid | "
+           "failing ratios | slowest run | wall time |", "|---|---|---|---|---|---|---|---|---|"]
+    for t, g in f.grids.items():
+        grid = g.as_grid()
+        failing = [r for r, _, o in grid if o not in (None, "ok")]
+        shown = ", ".join(f"{r:g}" for r in failing[:8]) + (", ..." if len(failing) > 8 else "")
+        out.append(f"| {t} | {g.planned - g.unresolved} of {g.planned} | "
+                   f"{sum(o == 'ok' for _, _, o in grid)} | {len(failing)} | {g.unresolved} | "
+                   f"{'yes' if g.hole else 'no'} | {shown or '-'} | {g.slowest:.1f} s | "
+                   f"{g.seconds:.0f} s |")
+    return out + [""]
+
+
+def _claims(f: F.Findings) -> list[str]:
+    if not f.claims:
+        return ["Not computed: the maps these claims read are not in this run.", ""]
+    out = ["| claim | published | ours | verdict | note |", "|---|---|---|---|---|"]
+    for c in f.claims:
+        out.append(f"| {c.text} | {c.published} | {c.ours} | {c.verdict} | {c.note} |")
+    return out + [""]
+
+
+def _knobs(f: F.Findings) -> list[str]:
+    out = [f"Around each of the {F.MAX_HOLE_WINDOWS} widest DTR holes of every public trace "
+           "(the hole and as much again, at least 0.001 of peak, on either side), the same "
+           f"budgets under {', '.join(F.HOLE_POLICIES)}. A minimum evictee size (as MegEngine's "
+           "DTR offers) joins `HOLE_POLICIES` in `reproduce/findings.py` once the policy API "
+           "provides it; it is not mapped here yet.", ""]
+    if not f.knobs:
+        return out + ["No DTR hole was certified, so no window was mapped.", ""]
+    out += ["| trace | DTR hole (B) | width (B) | policy | window | certified | holes there | "
+            "hole survives |", "|---|---|---|---|---|---|---|---|"]
+    for k in f.knobs:
+        m = k.map
+        verdict = {True: "yes", False: "no", None: "not known yet"}[k.survives]
+        out.append(f"| {k.trace} | {_b(k.hole.lo)}-{_b(k.hole.hi)} | {_b(k.hole.hi - k.hole.lo + 1)} | "
+                   f"{k.policy} | {m.spec.ratio_from:g}-{m.spec.ratio_to:g} | {_state(m)} | "
+                   f"{len(m.holes)} | {verdict} |")
+    return out + [""]
+
+
+def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
+    s = f.settings
+    maps = f.maps()
+    partial = [m for m in maps if not m.complete]
+    out = [
+        "# Findings: what the DTR studies left open, answered with exact maps", "",
+        f"Generated by `{command}` in {wall_seconds:,.0f} s of wall time (maps already "
+        f"certified by earlier runs in the working folder are reused; the wall time of each "
+        f"map, all runs together, is in the tables). Each map partitions its budget range into "
+        f"byte intervals that each give one execution (`dtrf sweep --exact`); a map gets at most "
+        f"{s['map_seconds']:g} s per invocation and each run at most "
+        f"{s['run_timeout'] if s['run_timeout'] else 'unlimited'} s"
+        + (f"; this invocation stopped starting maps after {s['total_seconds']:g} s"
+           if s.get("total_seconds") else "")
+        + ". Running the command again resumes every partial map.", "",
+    ]
+    if partial:
+        out += [f"**Incomplete**: {len(partial)} of {len(maps)} maps are not fully certified "
+                f"yet ({', '.join(f'{m.spec.name} {m.spec.policy} {m.coverage:.1%}' for m in partial)}). "
+                "What is listed for them holds for the certified budgets only; run the "
+                "command again to fill them.", ""]
+    out += ["Terms: a *failure region* is a maximal stretch of failing budgets; a *hole* is "
+            "one with completing budgets on both sides; *micro* holes are narrower than 0.001 "
+            "of peak (the studies' finest grid); a *fringe* is two or more failure regions "
+            "closer together than 0.001 of peak; a *feasibility switch* is a byte where the "
+            "outcome changes between ok and failing; a *regime switch* is a byte where the "
+            "overhead of neighbouring completing executions changes by 2x or more.", ""]
+    span = f"{s['range'][0]:g}-{s['range'][1]:g}"
+    out += [f"## 1. Every public trace over {span}: DTR and its ablations", "",
+            "### The studies' 0.01 grid under DTR (each point run, as they did)", ""]
+    out += _grid_table(f)
+    out += ["### Exact maps", ""]
+    out += _summary_table(list(f.public.values()) + list(f.ablations.values())) + [""]
+    out += ["### The claims of the holes study still open", ""] + _claims(f)
+    out += ["### Details per map", ""]
+    for m in list(f.public.values()) + ([f.window] if f.window else []) + list(f.ablations.values()):
+        out += _map_detail(m)
+    out += ["## 2. Do holes survive exact neighbourhoods (and other knobs)?", ""] + _knobs(f)
+    for k in f.knobs:
+        out += _map_detail(k.map)
+    out += ["## 3. Models recorded from PyTorch", "",
+            "The zoo of `dtrf torch record` at its default sizes (flops costs, seed 0), "
+            f"recorded into the working folder and mapped under DTR over {span}.", ""]
+    for name, why in f.zoo_errors.items():
+        out.append(f"- zoo:{name} not recorded: {why}")
+    if f.zoo:
+        out += _summary_table(list(f.zoo.values())) + [""]
+        for m in f.zoo.values():
+            out += _map_detail(m)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write_findings(f: F.Findings, out_dir: Path, *, command: str, wall_seconds: float) -> Path:
+    path = Path(out_dir) / "findings.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_text(render(f, command=command, wall_seconds=wall_seconds), encoding="utf-8")
+    return path

@@ -1,0 +1,124 @@
+"""`dtrf reproduce --findings`: maps run, resumed and read into findings.md.
+
+End to end on the embedded trace with a planted hole (`hole`, 0.9173-0.9193
+of peak): every grid outcome and every certified region is checked against
+direct replays; a second invocation reuses the stored maps; a run with no time
+left writes what is stored and says what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dtrforensics.engine.replay import replay
+from dtrforensics.render.reproduce_findings import render
+from dtrforensics.reproduce import findings as F
+from dtrforensics.sweep.holes import ExactInterval, ExactRegion
+from dtrforensics.trace import load_trace
+
+WINDOW = (0.90, 0.93)
+
+
+def _region(lo, hi, hole=True):
+    return ExactRegion(lo, hi, 1, "oom", 0, "ok", "ok", True, True, hole)
+
+
+def test_fringes_group_regions_closer_than_the_resolution():
+    peak = 1_000_000                      # resolution: 1,000 bytes
+    regions = [_region(100, 200), _region(700, 710), _region(5000, 5001), _region(5500, 5600)]
+    fringes = F._fringes(regions, peak)
+    assert [(f.lo, f.hi, f.regions) for f in fringes] == [(100, 710, 2), (5000, 5600, 2)]
+    assert F._fringes(regions[:1], peak) == []
+
+
+def test_switches_along_a_partition():
+    part = [ExactInterval(0, 9, "ok", 1.1), ExactInterval(10, 19, "oom", None),
+            ExactInterval(20, 29, "ok", 1.2), ExactInterval(30, 39, "ok", 3.0),
+            ExactInterval(50, 59, "oom", None)]          # a gap before 50: no switch there
+    regime, feasible = F._switches(part)
+    assert feasible == 2
+    assert regime == [(30, 1.2, 3.0)]
+
+
+@pytest.fixture(scope="module")
+def mapped(tmp_path_factory):
+    work = tmp_path_factory.mktemp("findings")
+    result = F.findings(work, map_seconds=600, run_timeout=None, jobs=1, traces=("hole",),
+                        zoo=(), ratio_range=WINDOW)
+    return work, result
+
+
+def test_grid_outcomes_are_the_replays(mapped):
+    _, f = mapped
+    program = load_trace("hole")
+    grid = f.grids["hole"]
+    assert grid.unresolved == 0 and grid.planned == 4
+    for ratio, budget, outcome in grid.as_grid():
+        assert replay(program, budget=budget).summary.outcome == outcome
+
+
+def test_the_map_certifies_the_planted_hole(mapped):
+    _, f = mapped
+    program = load_trace("hole")
+    m = f.public["hole"]
+    assert m.complete and m.coverage == 1.0
+    (hole,) = m.holes
+    for budget, outcome in ((hole.lo - 1, "ok"), (hole.lo, "oom"), (hole.hi, "oom"),
+                            (hole.hi + 1, "ok")):
+        assert replay(program, budget=budget).summary.outcome == outcome
+        assert m.outcome_at(budget) == outcome
+    assert m.feasibility_switches == 2
+    # every ablation and every window around the hole got its own map
+    assert {p for _, p in f.ablations} == set(F.ABLATIONS)
+    assert [(k.trace, k.policy) for k in f.knobs] == [("hole", p) for p in F.HOLE_POLICIES]
+    assert f.knobs[0].map.spec.ratio_from < hole.lo / m.peak < f.knobs[0].map.spec.ratio_to
+    assert f.knobs[0].map.complete and f.knobs[0].survives in (True, False)
+
+
+def test_the_report_lists_byte_edges(mapped):
+    _, f = mapped
+    text = render(f, command="dtrf reproduce --findings", wall_seconds=1.0)
+    (hole,) = f.public["hole"].holes
+    assert f"{hole.lo:,}-{hole.hi:,}" in text
+    assert "Incomplete" not in text
+
+
+def test_a_second_invocation_reuses_the_maps(mapped):
+    work, f = mapped
+    ledger = json.loads((work / "seconds.json").read_text())
+    again = F.findings(work, map_seconds=600, run_timeout=None, jobs=1, traces=("hole",),
+                       zoo=(), ratio_range=WINDOW)
+    assert json.loads((work / "seconds.json").read_text()) == ledger
+    assert again.public["hole"].partition == f.public["hole"].partition
+
+
+def test_no_time_left_writes_what_is_stored(tmp_path):
+    f = F.findings(tmp_path, map_seconds=600, run_timeout=None, jobs=1, traces=("hole",),
+                   zoo=(), ratio_range=WINDOW, total_seconds=1e-9)
+    m = f.public["hole"]
+    assert not m.complete and m.executions == 0
+    assert f.grids["hole"].unresolved == 4
+    assert "Incomplete" in render(f, command="x", wall_seconds=0.0)
+
+
+def test_bad_time_options_are_one_error_line(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "reproduce",
+                           "--findings", "--map-seconds", "0", "-o", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["error: --map-seconds must be > 0, got 0.0"]
+    assert not (tmp_path / "findings.md").exists()
+
+
+def test_claims_on_unfinished_grids_are_incomplete_not_differing():
+    grids = {t: F.GridFindings(F.MapSpec(t, "dtr", *F.RANGE, "grid", step=F.GRID_STEP), 1000,
+                               [], 0.0) for t in F.CONFIRMATORY}
+    f = F.Findings(grids=grids, settings={"run_timeout": 120.0})
+    claims = {c.id: c for c in F.open_claims(f)}
+    assert set(claims) == {"grid_0.01.no_hole", "grid_0.01.timeouts"}
+    assert {c.verdict for c in claims.values()} == {F.INCOMPLETE}
+    assert claims["grid_0.01.timeouts"].ours.startswith(f"{56 * 6} of {56 * 6}")
