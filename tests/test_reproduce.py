@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from public import program_or_skip
@@ -63,3 +64,22 @@ def test_quick_report_and_figures(quick):
         png = out / f"{stem}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"({stem}.png)" in report
+
+
+def test_quick_reproduction_through_the_policy_api_twin_agrees(quick, tmp_path):
+    """`--policy` reaches every DTR claim: DTR written through the policy API
+    gives every claim the same answer as the built-in."""
+    twin = Path(__file__).resolve().parents[1] / "examples" / "policies" / "reference.py"
+    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "reproduce", "--quick",
+                           "--json", "-o", str(tmp_path), "--policy", f"{twin}:dtr"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    ours = {c["id"]: c["ours"] for c in json.loads(proc.stdout)["claims"]}
+    assert ours == {c["id"]: c["ours"] for c in quick[1]["claims"]}
+
+
+def test_reproduce_refuses_a_policy_with_findings(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "reproduce",
+                           "--findings", "--policy", "no-size", "-o", str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "compare-policies" in proc.stderr

@@ -9,6 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from .errors import CommandError
+from .options import POLICY_HELP, check_policy
+
 
 def register(app: typer.Typer) -> None:
     app.command("reproduce")(reproduce_command)
@@ -23,6 +26,7 @@ def reproduce_command(
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified.")] = 120.0,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="With --findings: worker processes (default: one per core).")] = None,
     total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", help="With --findings: stop starting maps after this many seconds and write what is certified (the next run resumes).")] = None,
+    policy: Annotated[str, typer.Option(callback=check_policy, help="The policy that stands in for DTR in every claim about DTR (the ablation claims keep their ablations): do the findings hold under it? " + POLICY_HELP)] = "dtr",
 ) -> None:
     """Both DTR studies' published numbers beside ours, with a verdict each, and their
     figures in a report.
@@ -32,6 +36,9 @@ def reproduce_command(
     sharper (an exact certificate says more than a sample could) and not
     reproducible."""
     if findings:
+        if policy != "dtr":
+            raise CommandError("--findings maps the built-in policies; --policy goes with the "
+                               "claims (drop --findings), or use dtrf compare-policies")
         _findings(out, map_seconds, run_timeout, jobs, total_seconds)
         return
     from ..render.console import err_console, wide_console
@@ -41,7 +48,6 @@ def reproduce_command(
     from ..trace.registry import resolve_trace
     from .common import print_json
     from ..errors import UserError
-    from .errors import CommandError
 
     for trace in ("resnet32", "unet") + (() if quick else ("lstm", "inceptionv4")):
         try:
@@ -53,9 +59,10 @@ def reproduce_command(
     err = err_console()
     started = time.perf_counter()
     with err.status("reproducing") as status:
-        rep = reproduce(quick=quick, workdir=out / "work",
+        rep = reproduce(quick=quick, workdir=out / "work", policy=policy,
                         progress=lambda msg: status.update(f"reproducing: {msg}"))
-    command = "dtrf reproduce" + (" --quick" if quick else "")
+    command = ("dtrf reproduce" + (" --quick" if quick else "")
+               + (f" --policy {policy}" if policy != "dtr" else ""))
     path = write_report(rep, out, command=command, wall_seconds=time.perf_counter() - started)
     if as_json:
         print_json({**rep.to_json(), "report": str(path)})

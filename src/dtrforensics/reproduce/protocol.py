@@ -29,8 +29,9 @@ class Lab:
     """Runs, recordings and sweeps of the protocol, each made once; `material`
     keeps what the report's figures are drawn from."""
 
-    def __init__(self, workdir: Path, progress: Progress | None = None):
+    def __init__(self, workdir: Path, progress: Progress | None = None, policy: str = "dtr"):
         self.workdir = Path(workdir)
+        self.policy = policy            # the policy the studies' DTR claims are computed with
         self.progress = progress or (lambda _msg: None)
         self.material: dict[str, object] = {}
         self._programs: dict[str, object] = {}
@@ -46,38 +47,43 @@ class Lab:
     def budget(self, trace: str, ratio: float) -> int:
         return resolve_budget(self.program(trace), None, ratio)[0]
 
-    def summary(self, trace: str, ratio: float, policy: str = "dtr"):
+    def summary(self, trace: str, ratio: float, policy: str | None = None):
         """The run summary (engine/summary.RunSummary) of TRACE at RATIO."""
+        policy = policy or self.policy
         key = (trace, self.budget(trace, ratio), policy)
         if key not in self._summaries:
             self.progress(f"replaying {trace} at {ratio} ({policy})")
             self._summaries[key] = replay(self.program(trace), ratio=ratio, policy=policy).summary
         return self._summaries[key]
 
-    def recording(self, trace: str, ratio: float, policy: str = "dtr") -> Recording:
+    def recording(self, trace: str, ratio: float, policy: str | None = None) -> Recording:
         """TRACE at RATIO recorded into the working folder once (`analyses.runs.record_spec`)."""
         from ..analyses.runs import RunSpec, record_spec
-        return record_spec(RunSpec(trace, ratio, policy), cache=self.workdir / "recordings",
+        return record_spec(RunSpec(trace, ratio, policy or self.policy), cache=self.workdir / "recordings",
                            on_record=lambda spec, _folder: self.progress(f"recording {spec}"))
 
     def sweep(self, trace: str, ratio_from: float, ratio_to: float, *,
-              step: float | None = None, policies: tuple[str, ...] = ("dtr",)):
+              step: float | None = None, policies: tuple[str, ...] | None = None):
         """A sweep (a grid with `step`, else the exact certificate walk) into the
         working folder, resumed when present; returns its HolesReport."""
         from ..sweep.holes import analyze
         from ..sweep.runner import run_sweep
+        from ..recorder.record import policy_label
         from ..sweep.store import SweepParams
+        policies = policies or (self.policy,)
         params = SweepParams(ratio_from=ratio_from, ratio_to=ratio_to, step=step,
                              policies=policies, exact=step is None, max_runs=5000)
         kind = f"step{step}" if step else "exact"
-        out = self.workdir / "sweeps" / f"{trace}-{ratio_from}-{ratio_to}-{kind}-{'+'.join(policies)}"
+        out = self.workdir / "sweeps" / f"{trace}-{ratio_from}-{ratio_to}-{kind}-{'+'.join(map(policy_label, policies))}"
         self.progress(f"sweeping {trace} over {ratio_from}-{ratio_to} "
                       f"({'step ' + str(step) if step else 'exact'}; {', '.join(policies)})")
         run_sweep(self.program(trace), params, out)
         return analyze(out)
 
-    def exact_map(self, trace: str, ratio_from: float, ratio_to: float, policy: str = "dtr"):
+    def exact_map(self, trace: str, ratio_from: float, ratio_to: float,
+                  policy: str | None = None):
         """The certified partition of [ratio_from, ratio_to] (sweep --exact)."""
+        policy = policy or self.policy
         return self.sweep(trace, ratio_from, ratio_to, policies=(policy,)).policy(policy).exact
 
 
@@ -143,7 +149,7 @@ def resnet32(lab: Lab, *, exact_map: bool) -> list[C.Claim]:
     if exact_map:
         sweep = lab.sweep("resnet32", *RESNET_MAP)
         lab.material["resnet32_map"] = sweep
-        view = sweep.policy("dtr").exact
+        view = sweep.policy(lab.policy).exact
         note = _resnet_map_note(view, s[0.101].budget, s[0.107].budget)
     out = [C.claim("resnet32.hole", study, "ResNet-32 outcomes across the hole",
                    "0.101 ok, 0.102-0.106 oom, 0.107 ok",
@@ -176,14 +182,15 @@ def resnet32_retention(lab: Lab, failing) -> list[C.Claim]:
     from ..analyses.interventions import intervene
     study = C.HOLES_STUDY
     program = lab.program("resnet32")
-    found = explain(program, ratio=0.104, stop_after_fixes=1, jobs=1, kinds=("retain",),
+    found = explain(program, ratio=0.104, policy=lab.policy, stop_after_fixes=1, jobs=1,
+                    kinds=("retain",),
                     record_root=lab.workdir / "runs")
     fix = found.fixes[0] if found.fixes else None
     if fix is None:
         return [C.claim("resnet32.retention", study, "ResNet-32 0.104: a retention completes it",
                         "completes at 2.24x", "no retention found")]
     (storage,) = fix.retain
-    runs = intervene(program, Interventions(retain=(storage,)), ratio=0.104,
+    runs = intervene(program, Interventions(retain=(storage,)), ratio=0.104, policy=lab.policy,
                      record_root=lab.workdir / "runs")
     lab.material["resnet32_retention"] = {
         "storage": storage,
@@ -249,7 +256,7 @@ def lstm(lab: Lab) -> list[C.Claim]:
                        "LSTM: largest overhead ratio between budgets 0.1% of peak apart",
                        "7.3x", f"{jump:.1f}x", note=f"between {a} and {b}"))
     ablations = ("no-staleness", "no-size", "compute-only")
-    grid = lab.sweep("lstm", *LSTM_GRID, step=0.001, policies=("dtr",) + ablations)
+    grid = lab.sweep("lstm", *LSTM_GRID, step=0.001, policies=(lab.policy,) + ablations)
     lab.material["lstm_grid"] = grid
     doubling = {p.policy: len(p.regime_switches)
                 for p in analyze(grid.path, threshold=REGIME_JUMP).policies}
@@ -311,7 +318,7 @@ def inceptionv4(lab: Lab) -> list[C.Claim]:
                 "2.63 GB", C.gigabytes(oom.peak_pinned or 0), note=f"{oom.peak_pinned:,} B"),
     ]
     program = lab.program("inceptionv4")
-    kept = intervene(program, Interventions(retain=(3131,)), ratio=0.235,
+    kept = intervene(program, Interventions(retain=(3131,)), ratio=0.235, policy=lab.policy,
                      record_root=lab.workdir / "runs")
     fixed = kept.intervention.summary
     out += [
@@ -363,9 +370,11 @@ class Reproduction:
 
 
 def reproduce(*, quick: bool = False, workdir: Path = Path("recordings") / "reproduce",
-              progress: Progress | None = None) -> Reproduction:
-    """Run the protocol (the quick subset, or all of it) and judge every claim."""
-    lab = Lab(workdir, progress)
+              progress: Progress | None = None, policy: str = "dtr") -> Reproduction:
+    """Run the protocol (the quick subset, or all of it) and judge every claim.
+    `policy` stands in for DTR in every claim about DTR (the ablation claims
+    keep their ablations): do the studies' findings hold under it?"""
+    lab = Lab(workdir, progress, policy)
     out = Reproduction(quick=quick)
     out.claims += resnet32(lab, exact_map=not quick)
     out.claims += unet(lab)
