@@ -4,6 +4,7 @@ one line naming its file and line."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -277,3 +278,27 @@ def test_a_custom_score_evicts_the_storage_it_ranks_lowest(tmp_path):
         assert e["storage"] == max(ids)
         choices += len(ids) > 1
     assert choices, "no decision had a choice to make"
+
+
+@pytest.mark.parametrize("source, message", [
+    ("import sys\nsys.exit(0)\n", r":3: loading the policy raised SystemExit"),
+    ("@policy(min_size=10**30)\ndef p(size):\n    return 1.0\n", r"min_size must be"),
+    ("@policy\ndef p(size):\n    return 1j * size\n", r"must return a number"),
+])
+def test_more_bad_policy_files(tmp_path, source, message):
+    path = tmp_path / "bad.py"
+    path.write_text("from dtrforensics.policy import policy, ratio\n" + source)
+    with pytest.raises(PolicyError, match=message):
+        get_policy(f"{path}:p")
+
+
+@pytest.mark.parametrize("returned, message", [
+    ('"abc"', "not str"), ("[1.5]", "returned 1.5"), ("[10**12]", "not a storage id"),
+])
+def test_locked_must_return_storage_ids(tmp_path, returned, message):
+    path = tmp_path / "locked.py"
+    path.write_text("from dtrforensics.policy import policy, ratio\n\n"
+                    f"def pick(program):\n    return {returned}\n\n"
+                    "@policy(locked=pick)\ndef p(size):\n    return 1.0\n")
+    with pytest.raises(PolicyError, match=rf"locked.py:3: .*{re.escape(message)}"):
+        replay(tiny_program(), budget=120, policy=f"{path}:p")

@@ -31,7 +31,7 @@ class PolicyStanding:
     completed: int
     failed: int
     unresolved: int
-    first_success: int | None       # bytes; None if nothing completed
+    first_success: int | None       # bytes (exact: the lowest certified); None if nothing completed
     first_success_ratio: float | None
     holes: int                      # failure regions above the first success
     hole_bytes: int                 # their total width (exact: certified bytes)
@@ -97,8 +97,9 @@ def comparison_of(sweep: str | os.PathLike) -> PolicyComparison:
 
 
 def _standing(p: PolicyHoles, pts: list[dict], report: HolesReport) -> PolicyStanding:
-    first = p.first_success.sample
+    first = p.first_success.sample.budget if p.first_success.sample else None
     if p.exact is not None:
+        first = _first_certified_success(p.exact, report.range_bytes[0])
         regions = [r for r in p.exact.failure_regions if r.hole]
         hole_bytes = sum(r.hi - r.lo + 1 for r in regions)
         holes_exact = all(r.lo_exact and r.hi_exact for r in regions)
@@ -114,11 +115,17 @@ def _standing(p: PolicyHoles, pts: list[dict], report: HolesReport) -> PolicySta
         completed=sum(r["status"] == "ok" for r in pts),
         failed=sum(r["status"] == "fail" for r in pts),
         unresolved=sum(r["status"] == "unresolved" for r in pts),
-        first_success=first.budget if first else None,
-        first_success_ratio=first.budget / report.trace.peak if first else None,
+        first_success=first,
+        first_success_ratio=first / report.trace.peak if first is not None else None,
         holes=len(regions), hole_bytes=hole_bytes, holes_exact=holes_exact,
         overhead_p50=q[0], overhead_p90=q[1], overhead_max=q[2],
         regime_switches=len(p.regime_switches))
+
+
+def _first_certified_success(view, range_lo: int) -> int | None:
+    """The lowest budget of the range certified to complete (an exact sweep)."""
+    done = [max(i.lo, range_lo) for i in view.partition if i.outcome == "ok"]
+    return min(done) if done else None
 
 
 def dominance(points: dict[str, list[dict]], policies: tuple[str, ...], peak: int,

@@ -3,6 +3,7 @@ the options every one of them takes."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,3 +67,25 @@ def print_json(data, *, indent: int | None = 2) -> None:
     """One strict JSON document on stdout."""
     from ..render.jsonout import dumps
     print(dumps(data, indent=indent))
+
+
+@contextlib.contextmanager
+def sweeping(out: Path, banner: str, *, progress: bool):
+    """A sweep in progress: the banner and a progress bar on stderr (yields the
+    observer); a sweep-store error becomes one line, and Ctrl-C keeps the
+    finished runs, says how to resume and exits 130."""
+    from ..render.console import err_console
+    from ..render.sweep import SweepProgress
+    from ..sweep.store import SweepStoreError
+    err = err_console()
+    err.print(banner)
+    observer = SweepProgress(err, enabled=progress and err.is_terminal)
+    try:
+        with observer:
+            yield observer
+    except SweepStoreError as exc:
+        raise CommandError(str(exc)) from None
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted: finished runs are kept in {out}; rerun the same "
+                  f"command (with --out {out}) to resume[/]")
+        sys.exit(130)   # typer turns KeyboardInterrupt into a return value main() drops

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOption, print_json
+from .common import JsonOption, print_json, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import POLICY_HELP, check_policies, check_timeout, split_policies
@@ -39,11 +38,10 @@ def compare_policies_command(
     The policies are swept together into one resumable sweep folder; each is
     a built-in name or a policy in a file (PATH.py:NAME, docs/policies.md)."""
     from ..analyses.policy_comparison import compare_policies
-    from ..render.console import err_console, wide_console
+    from ..render.console import wide_console
     from ..render.policy_comparison import comparison_json, comparison_view
-    from ..render.sweep import SweepProgress
     from ..sweep.resume import sweep_folder
-    from ..sweep.store import SweepParams, SweepStoreError
+    from ..sweep.store import SweepParams
     from ..trace import load_trace
 
     if jobs is not None and jobs < 1:
@@ -60,21 +58,11 @@ def compare_policies_command(
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     out = out if out is not None else sweep_folder(program.name, program.sha256, params)
-    err = err_console()
-    err.print(f"sweep of {program.name}, {len(policies)} policies -> {out}")
-    observer = SweepProgress(err, enabled=not no_progress and err.is_terminal)
-    try:
-        with observer:
-            result = compare_policies(program, policies, ratio_from=ratio_from,
-                                      ratio_to=ratio_to, step=step, exact=exact, out=out,
-                                      jobs=jobs, timeout=timeout, max_runs=max_runs,
-                                      observer=observer)
-    except SweepStoreError as exc:
-        raise CommandError(str(exc)) from None
-    except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted: finished runs are kept in {out}; rerun the same "
-                  "command to resume[/]")
-        sys.exit(130)
+    with sweeping(out, f"sweep of {program.name}, {len(policies)} policies -> {out}",
+                  progress=not no_progress) as observer:
+        result = compare_policies(program, policies, ratio_from=ratio_from, ratio_to=ratio_to,
+                                  step=step, exact=exact, out=out, jobs=jobs, timeout=timeout,
+                                  max_runs=max_runs, observer=observer)
     figures = _figure(result, figure if figure is not None else out / "compare-policies")
     if as_json:
         print_json({**comparison_json(result), "figures": [str(p) for p in figures]})

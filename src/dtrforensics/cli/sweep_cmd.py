@@ -7,13 +7,12 @@ renders (rich progress and tables, JSON).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .common import reporting_replaced
+from .common import reporting_replaced, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import POLICY_HELP, check_policies, split_policies
@@ -54,10 +53,9 @@ def sweep(
 ) -> None:
     """Replay TRACE over a range of budgets, in parallel, resumably; then map its holes."""
     from ..render.console import err_console
-    from ..render.sweep import SweepProgress
     from ..sweep.resume import sweep_folder
     from ..sweep.runner import ENGINES, check_size, run_sweep
-    from ..sweep.store import SweepParams, SweepStoreError
+    from ..sweep.store import SweepParams
     from ..trace import load_trace
 
     policies = split_policies(policy)
@@ -81,21 +79,11 @@ def sweep(
     program = load_trace(trace)
     announce_compile()
     out = out if out is not None else sweep_folder(program.name, program.sha256, params)
-    err = err_console()
-    observer = SweepProgress(err, enabled=not no_progress and err.is_terminal)
-    err.print(f"sweep of {program.name} -> {out}")
-    try:
-        with observer:
-            result = run_sweep(program, params, out, jobs=jobs, engine=engine,
-                               scheduler=scheduler, observer=observer, flush_rows=flush_rows,
-                               max_points=max_points)
-    except SweepStoreError as exc:
-        raise CommandError(str(exc)) from None
-    except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted: finished runs are kept in {out}; rerun the same "
-                  f"command (with --out {out}) to resume[/]")
-        sys.exit(130)   # typer turns KeyboardInterrupt into a return value main() drops
-    err.print(f"{result.ran} runs in {result.seconds:.1f} s"
+    with sweeping(out, f"sweep of {program.name} -> {out}",
+                  progress=not no_progress) as observer:
+        result = run_sweep(program, params, out, jobs=jobs, engine=engine, scheduler=scheduler,
+                           observer=observer, flush_rows=flush_rows, max_points=max_points)
+    err_console().print(f"{result.ran} runs in {result.seconds:.1f} s"
               + (f", {result.skipped} already stored (resumed)" if result.skipped else ""))
     _report(out, None, None, as_json)
 

@@ -1292,6 +1292,18 @@ def _excluded(sc, iv_retain, iv_window, iv_forbid, decision, s):
     return False
 
 
+@njit(cache=True, inline="always")
+def _rank(s, score, victim, best, runner, runner_score):
+    """§7.1's comparison of one more candidate: `<=` makes the last of equal
+    scores the victim, and the victim it displaces becomes the runner-up.
+    Returns (victim, best, runner, runner_score)."""
+    if score <= best:
+        return s, score, victim, best
+    if score <= runner_score:
+        return victim, best, s, score
+    return victim, best, runner, runner_score
+
+
 @njit(cache=True)
 def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_cands,
             iv_retain, iv_window, iv_forbid, iv_force, decision, t, request):
@@ -1340,14 +1352,8 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
             _record_candidate(sc, cand, candf, decision, s, position, st_compute[s], fwd, bwd,
                               st_size[s], sc[S_CLOCK] - last_access[s], score)
         position += 1
-        if score <= best:
-            runner = victim
-            runner_score = best
-            best = score
-            victim = s
-        elif score <= runner_score:
-            runner = s
-            runner_score = score
+        victim, best, runner, runner_score = _rank(s, score, victim, best, runner,
+                                                   runner_score)
         if score == 0.0:
             break
         s = pool_next[s]
@@ -1411,14 +1417,8 @@ def _choose_custom(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit
         if s == forced:
             forced_score = score
         position += 1
-        if score <= best:
-            runner = victim
-            runner_score = best
-            best = score
-            victim = s
-        elif score <= runner_score:
-            runner = s
-            runner_score = score
+        victim, best, runner, runner_score = _rank(s, score, victim, best, runner,
+                                                   runner_score)
         if score == 0.0:
             break
         s = pool_next[s]

@@ -32,6 +32,7 @@ from ..errors import PolicyError
 from .exactdiv import exact_ratio
 from .features import FEATURE_NAMES, HISTORY_FEATURES, NEIGHBOURHOOD_FEATURES
 
+MAX_MIN_SIZE = 2**62          # the kernel reads min_size as an int64
 SCORE_SIGNATURE = types.float64(*([types.int64] * len(FEATURE_NAMES)))
 NEIGHBOURHOOD_MODES = ("incremental", "fresh")
 
@@ -82,9 +83,10 @@ def policy(func: Callable | None = None, *, min_size: int = 0,
     """
     def declare(f: Callable) -> PolicyDefinition:
         where = f"{inspect.getsourcefile(f)}:{f.__code__.co_firstlineno}"
-        if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
-            raise PolicyError(f"{where}: min_size must be a whole number of bytes >= 0, "
-                              f"not {min_size!r}")
+        if isinstance(min_size, bool) or not isinstance(min_size, int) or not (
+                0 <= min_size <= MAX_MIN_SIZE):
+            raise PolicyError(f"{where}: min_size must be a whole number of bytes from 0 to "
+                              f"{MAX_MIN_SIZE:,}, not {min_size!r}")
         if locked is not None and not callable(locked):
             raise PolicyError(f"{where}: locked must be a function of the trace, "
                               f"not {locked!r}")
@@ -136,20 +138,40 @@ class CustomScore:
         mask = self._locked_masks.get(program.sha256)
         if mask is None:
             try:
-                ids = np.asarray(list(self.definition.locked(program)), dtype=np.int64)
+                found = self.definition.locked(program)
             except Exception as exc:  # the user's code: report it with its file and line
                 raise PolicyError(_exception_line(exc, self.definition, "locked")) from None
+            ids = self._storage_ids(found, program)
             storage = program.tensor_storage
             bad = ids[(ids < 0) | (ids >= len(storage))]
-            if len(bad) == 0:
+            if len(bad) == 0 and len(ids):
                 bad = ids[storage[ids] != ids]
             if len(bad):
-                raise PolicyError(f"{self.spec}: locked returned {int(bad[0])}, which is not a "
-                                  f"storage id of {program.name}")
+                raise PolicyError(f"{self._locked_where()}: locked returned {int(bad[0])}, which "
+                                  f"is not a storage id of {program.name}")
             mask = np.zeros(program.n_tensors, dtype=np.uint8)
             mask[ids] = 1
             self._locked_masks[program.sha256] = mask
         return mask
+
+    def _locked_where(self) -> str:
+        code = getattr(self.definition.locked, "__code__", None)
+        return f"{code.co_filename}:{code.co_firstlineno}" if code else self.spec
+
+    def _storage_ids(self, found, program) -> np.ndarray:
+        """What `locked` returned as storage ids: an iterable of whole numbers."""
+        where = self._locked_where()
+        if isinstance(found, (str, bytes)) or not hasattr(found, "__iter__"):
+            raise PolicyError(f"{where}: locked must return storage ids (whole numbers), "
+                              f"not {type(found).__name__}")
+        values = list(found)
+        wrong = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, np.integer))]
+        if wrong:
+            raise PolicyError(f"{where}: locked returned {wrong[0]!r}; storage ids are whole "
+                              f"numbers (the `storage` feature's ids)")
+        if any(not -2**63 <= int(v) < 2**63 for v in values):
+            raise PolicyError(f"{where}: locked returned an id out of range")
+        return np.asarray(values, dtype=np.int64)
 
     def describe_fault(self, probe: np.ndarray, op_label: str) -> str:
         """Why the score failed at the candidate whose features are `probe`:
@@ -214,7 +236,7 @@ def _import_definition(path: Path, name: str, sha: str, spec: str) -> PolicyDefi
             raise PolicyError(f"{path}:{exc.lineno}: SyntaxError: {exc.msg}") from None
         except PolicyError:
             raise
-        except Exception as exc:  # the user's module raised while loading
+        except (Exception, SystemExit) as exc:  # the user's module raised (or exited) while loading
             frames = [f for f in traceback.extract_tb(exc.__traceback__)
                       if Path(f.filename).resolve() == path.resolve()]
             line = frames[-1].lineno if frames else 1
@@ -247,8 +269,11 @@ def _compile(d: PolicyDefinition):
         user.compile(tuple([types.int64] * len(d.features)))
     except NumbaError as exc:
         raise PolicyError(_compile_error_line(exc, d)) from None
+    except Exception as exc:  # numba failing to lower what it typed
+        raise PolicyError(f"{d.file}:{d.line}: the score does not compile in nopython mode: "
+                          f"{type(exc).__name__}") from None
     returned = user.nopython_signatures[0].return_type
-    if not isinstance(returned, (types.Number, types.Boolean)):
+    if not isinstance(returned, (types.Integer, types.Float, types.Boolean)):
         raise PolicyError(f"{d.file}:{d.line}: the score must return a number, "
                           f"not {returned}")
     params = ", ".join(FEATURE_NAMES)
@@ -259,7 +284,11 @@ def _compile(d: PolicyDefinition):
             f"        return np.nan\n")
     namespace = {"user": user, "np": np}
     exec(compile(body, f"<policy wrapper for {d.func.__name__}>", "exec"), namespace)
-    return cfunc(SCORE_SIGNATURE)(namespace["score"])
+    try:
+        return cfunc(SCORE_SIGNATURE)(namespace["score"])
+    except Exception as exc:  # a return type numba cannot turn into a float64
+        raise PolicyError(f"{d.file}:{d.line}: the score's {returned} result cannot be used "
+                          f"as a float64 score ({type(exc).__name__})") from None
 
 
 def _line_naming(d: PolicyDefinition, message: str) -> int:
