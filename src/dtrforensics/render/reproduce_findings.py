@@ -81,12 +81,26 @@ def _grid_table(f: F.Findings) -> list[str]:
     for t, g in f.grids.items():
         grid = g.as_grid()
         failing = [r for r, _, o in grid if o not in (None, "ok")]
-        shown = ", ".join(f"{r:g}" for r in failing[:8]) + (", ..." if len(failing) > 8 else "")
+        shown = _runs_of_ratios(failing, [r for r, _, _ in grid])
         out.append(f"| {t} | {g.planned - g.unresolved} of {g.planned} | "
                    f"{sum(o == 'ok' for _, _, o in grid)} | {len(failing)} | {g.unresolved} | "
                    f"{'yes' if g.hole else 'no'} | {shown or '-'} | {g.slowest:.1f} s | "
                    f"{g.seconds:.0f} s |")
     return out + [""]
+
+
+def _runs_of_ratios(chosen: list[float], grid: list[float]) -> str:
+    """Chosen grid ratios as runs of consecutive grid points: '0.05-0.12, 0.3'
+    (every ratio accounted for, none elided)."""
+    index = {r: i for i, r in enumerate(grid)}
+    runs: list[list[float]] = []
+    for r in chosen:
+        if runs and index[r] == index[runs[-1][-1]] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ", ".join(f"{run[0]:g}" if len(run) == 1 else f"{run[0]:g}-{run[-1]:g}"
+                     for run in runs)
 
 
 def _claims(f: F.Findings) -> list[str]:
