@@ -22,7 +22,7 @@ def compare_policies_command(
     policy: Annotated[str, typer.Option(callback=check_policies, help="Policies to compare, comma-separated. " + POLICY_HELP)] = "dtr,no-staleness,no-size,compute-only",
     ratio_from: Annotated[float, typer.Option("--from", help="Lowest budget ratio.")] = 0.05,
     ratio_to: Annotated[float, typer.Option("--to", help="Highest budget ratio.")] = 0.6,
-    step: Annotated[Optional[float], typer.Option(help="Grid step in ratio units (default: the sweep's, 0.01 of the range).")] = None,
+    step: Annotated[Optional[float], typer.Option(help="Grid step in ratio units: give --step, --exact, or both.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Certified intervals instead of samples: hole edges and widths to the byte.")] = False,
     max_runs: Annotated[int, typer.Option(help="Exact mode: at most this many walk runs per policy.")] = 2000,
     timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per run (s); a timed-out point is unresolved.")] = None,
