@@ -140,7 +140,7 @@ class InlineBackend:
     def wait(self, futures, timeout: float) -> list:
         return [f for f in futures if f.done()]
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         pass
 
 
@@ -171,9 +171,15 @@ class ProcessBackend:
         done, _ = cf.wait(list(futures), timeout=timeout, return_when=cf.FIRST_COMPLETED)
         return list(done)
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """Stop the workers; `abort` (an interrupted sweep) does not wait for the
+        runs in flight: the workers are terminated, their results dropped."""
+        if abort:   # the executors keep their processes private; only theirs are stopped
+            for pool in self.pools:
+                for process in list((getattr(pool, "_processes", None) or {}).values()):
+                    process.terminate()
         for pool in self.pools:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=not abort, cancel_futures=True)
 
 
 class DaskBackend:
@@ -205,7 +211,7 @@ class DaskBackend:
             pass
         return [f for f in futures if f.done()]
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         self.client.close()
 
 
@@ -459,8 +465,10 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
                 walks = _exact_stage(sched, backend, params, peak, (lo, hi), observer)
                 result.coverage = {p: w.coverage() for p, w in walks.items()}
                 result.gaps = {p: w.classified_gaps() for p, w in walks.items()}
-        finally:
-            backend.close()
+        except BaseException:
+            backend.close(abort=True)
+            raise
+        backend.close()
         if params.repeats:
             _repeat_stage(sched, program, params, jobs, observer)
         store.set_status("complete", runs=len(sched.rows))
