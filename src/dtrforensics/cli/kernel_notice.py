@@ -47,7 +47,8 @@ REPLAY_MODULES = ("exactdiv", "kernel")
 
 
 # a function inlined into its callers (inline="always") is never cached on its own
-_DECORATED = re.compile(rb"^@njit\(cache=True\)\n(?:@[^\n]*\n)*def (\w+)\(", re.M)
+_DECORATED = re.compile(rb"^@(?:numba_)?njit\(cache=True(?:, _nrt=\w+)?\)[^\n]*\n(?:@[^\n]*\n)*def (\w+)\(",
+                        re.M)
 
 
 def _index_prefixes(source: Path, text: bytes) -> set[str]:

@@ -40,7 +40,7 @@ def _two_prod(a, b):
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)  # allocates; set, not inherited from a caller without the runtime
 def _sign_of_sum(terms, n):
     """Exact sign of the sum of `terms[:n]` (grow an expansion, read its top)."""
     exp = np.empty(n, dtype=np.float64)
@@ -63,7 +63,7 @@ def _sign_of_sum(terms, n):
 _FILTER = 16.0 * 2.0 ** -53  # bound on the float sum's error, relative to sum |terms|
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)  # allocates (see _sign_of_sum)
 def _residual_sign(n_hi, n_lo, d_hi, d_lo, a, h):
     """sign(num - (a + h) * d) exactly, with num = n_hi + n_lo, d = d_hi + d_lo.
 
