@@ -2,8 +2,9 @@
 
 After a compute, the rebuilds of one direction share their walks through
 bitsets; each region must come out with exactly the interior, frontier and
-compute a plain walk from its base gives. Indexed interiors are their bitset
-alone, so sets are read through `region_sets`.
+compute a plain walk from its base gives. Indexed interiors, and frontiers
+made by shared walks, are their bitset alone, so sets are read through
+`region_sets`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def members(rg, k) -> frozenset[int]:
     slot = rg.bit_slot[k]
     if slot >= 0:
         bits = np.unpackbits(rg.bits[slot].view(np.uint8), bitorder="little")
-        if k < rg.n_regions:
+        if k < rg.n_regions or rg.cap[k] == 0:
             return frozenset(np.flatnonzero(bits).tolist())
         listed = rg.arena[rg.start[k]:rg.start[k] + rg.len[k]]
         return frozenset(x for x in listed.tolist() if bits[x])

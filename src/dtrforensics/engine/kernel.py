@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit as numba_njit
 from numba.cpython.unsafe.numbers import trailing_zeros
-from numba.extending import overload
+from numba.core import types
+from numba.extending import intrinsic, overload
 
 from ..trace.program import CMD_COMPUTE, CMD_GET, CMD_RELEASE
 from .exactdiv import exact_ratio
@@ -201,8 +202,16 @@ def check_invariants(g, sc, st):
 # block at the arena's top; abandoned blocks are reclaimed by compaction. Any
 # call that may allocate can move blocks, so code re-reads `rg.start` after it.
 # Large sets also get a membership bitset (a row of `rg.bits`), so absorb tests
-# membership in O(1) instead of re-marking them.
+# membership in O(1) instead of re-marking them. A large set made by a shared
+# walk is its bitset alone (no block: cap 0, len its member count): listing
+# hundreds of members per rebuild cost more than the rebuild itself.
 BITSET_MIN = 64
+
+
+@njit(cache=True, inline="always")
+def _bits_only(rg, k):
+    """Whether set k is its bitset alone, with no block."""
+    return rg.bit_slot[k] >= 0 and rg.cap[k] == 0
 
 
 @numba_njit(cache=True, _nrt=True)  # allocates its sort order, so it keeps the runtime
@@ -275,6 +284,23 @@ def _lowest_bit(x):
 @overload(_lowest_bit)
 def _lowest_bit_compiled(x):
     return lambda x: np.int64(trailing_zeros(x))
+
+
+def _popcount(x):
+    """Number of set bits of a uint64 (ctpop when compiled)."""
+    return bin(int(x)).count("1")
+
+
+@intrinsic
+def _ctpop(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+    return types.uint64(types.uint64), codegen
+
+
+@overload(_popcount)
+def _popcount_compiled(x):
+    return lambda x: np.int64(_ctpop(x))
 
 
 @njit(cache=True, inline="always")
@@ -421,8 +447,20 @@ def frontier_members(rg, r, out, mark, epoch):
     its bitset is the truth.)"""
     f = rg.n_regions + r
     slot = rg.bit_slot[f]
-    base = rg.start[f]
     n = 0
+    if _bits_only(rg, f):
+        for w in range(rg.bits.shape[1]):
+            b = rg.bits[slot, w]
+            while b:
+                low = b & (~b + np.uint64(1))
+                b ^= low
+                x = w * 64 + _lowest_bit(low)
+                if mark[x] != epoch:
+                    mark[x] = epoch
+                    out[n] = x
+                    n += 1
+        return n
+    base = rg.start[f]
     for i in range(rg.len[f]):
         x = rg.arena[base + i]
         if slot >= 0 and not _in_bits(rg.bits, slot, x):
@@ -463,6 +501,10 @@ def _absorb(sc, st_compute, mark, rg, r, e, r2):
     # frontier: remove e, add r2's frontier (set union)
     f = rg.n_regions + r
     f2 = rg.n_regions + r2
+    if _bits_only(rg, f):
+        _absorb_frontier_bits(sc, rg, r, e, f, f2)
+        _absorb_interior(sc, st_compute, mark, rg, r, e, r2)
+        return
     if not _ensure(rg, sc, f, rg.len[f2]):
         return
     fslot = rg.bit_slot[f]
@@ -491,22 +533,22 @@ def _absorb(sc, st_compute, mark, rg, r, e, r2):
         for i in range(rg.len[f]):
             mark[arena[fbase + i]] = epoch
     f2slot = rg.bit_slot[f2]
-    f2base = rg.start[f2]
     n = rg.len[f]
-    for i in range(rg.len[f2]):
-        x = arena[f2base + i]
-        if f2slot >= 0 and not _in_bits(bits, f2slot, x):
-            continue
-        if fslot >= 0:
-            if _in_bits(bits, fslot, x):
+    if _bits_only(rg, f2):
+        for w in range(bits.shape[1]):
+            b = bits[f2slot, w]
+            while b:
+                low = b & (~b + np.uint64(1))
+                b ^= low
+                n = _frontier_add(arena, bits, mark, fslot, fbase, epoch,
+                                  w * 64 + _lowest_bit(low), n)
+    else:
+        f2base = rg.start[f2]
+        for i in range(rg.len[f2]):
+            x = arena[f2base + i]
+            if f2slot >= 0 and not _in_bits(bits, f2slot, x):
                 continue
-            _set_bit(bits, fslot, x)
-        else:
-            if mark[x] == epoch:
-                continue
-            mark[x] = epoch
-        arena[fbase + n] = x
-        n += 1
+            n = _frontier_add(arena, bits, mark, fslot, fbase, epoch, x, n)
     rg.fr_live[r] += n - rg.len[f]
     rg.len[f] = n
     if fslot >= 0:
@@ -516,6 +558,51 @@ def _absorb(sc, st_compute, mark, rg, r, e, r2):
         _index(rg, sc, f)
     # interior: new members are (r2.interior - r.interior) + {e}; e's compute always counts
     _absorb_interior(sc, st_compute, mark, rg, r, e, r2)
+
+
+@njit(cache=True, inline="always")
+def _frontier_add(arena, bits, mark, fslot, fbase, epoch, x, n):
+    """Append x to a listed frontier of n entries at fbase unless it is there
+    (its bitset, else the `epoch` marks, tells); returns the new length."""
+    if fslot >= 0:
+        if _in_bits(bits, fslot, x):
+            return n
+        _set_bit(bits, fslot, x)
+    else:
+        if mark[x] == epoch:
+            return n
+        mark[x] = epoch
+    arena[fbase + n] = x
+    return n + 1
+
+
+@njit(cache=True)
+def _absorb_frontier_bits(sc, rg, r, e, f, f2):
+    """The frontier half of `_absorb` for a frontier that is its bitset alone."""
+    bits = rg.bits
+    fslot = rg.bit_slot[f]
+    if _in_bits(bits, fslot, e):
+        _clear_bit(bits, fslot, e)
+        rg.fr_live[r] -= 1
+    else:
+        sc[S_FRONTIER_MISSES] += 1  # §8.3: the reference asserts e is there
+    added = 0
+    f2slot = rg.bit_slot[f2]
+    if f2slot >= 0:
+        for w in range(bits.shape[1]):
+            d = bits[f2slot, w] & ~bits[fslot, w]
+            if d:
+                bits[fslot, w] |= d
+                added += _popcount(d)
+    else:
+        base2 = rg.start[f2]
+        for i in range(rg.len[f2]):
+            x = rg.arena[base2 + i]
+            if not _in_bits(bits, fslot, x):
+                _set_bit(bits, fslot, x)
+                added += 1
+    rg.fr_live[r] += added
+    rg.len[f] = rg.fr_live[r]
 
 
 @njit(cache=True, inline="always")
@@ -1137,7 +1224,10 @@ def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_ba
 @njit(cache=True)
 def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used):
     """Rebuild one region of `base` from the shared walks; returns the memo rows
-    in use, or -(rows in use) - 1 when it cannot (then nothing was written)."""
+    in use, or -(rows in use) - 1 when it cannot (then nothing was written).
+    A large interior is stored as its bitset alone, so its members are never
+    listed; when it is one walked storage's row, its size and compute come
+    from that row's cache (`_memo_stats`) instead of a pass over its bits."""
     if backward:
         ptr, nbr, when = g.bwd_ptr, g.bwd_nbr, g.bwd_time
     else:
@@ -1149,6 +1239,8 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
     for w in range(words):
         acc_int[w] = 0
         acc_fr[w] = 0
+    n_rows = 0
+    only = -1
     for e in range(ptr[base], ptr[base + 1]):
         if when[e] >= created:
             break
@@ -1160,54 +1252,103 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
             continue
         if rg.memo_row[u] <= 0:
             used = _memo_walk(sc, material, rg.memo_row, rg.memo_node, rg.memo_int, rg.memo_fr,
-                              rg.memo_stack, ptr, nbr, when, created, u, used)
+                              rg.memo_stats, rg.memo_stack, ptr, nbr, when, created, u, used)
             if used < 0:
                 return used
         row = rg.memo_row[u] - 1
+        if row != only:
+            n_rows += 1
+            only = row
         for w in range(words):
             acc_int[w] |= rg.memo_int[row, w]
             acc_fr[w] |= rg.memo_fr[row, w]
     _clear_bit(rg.memo_acc, 1, base)
     sc[S_REBUILDS] += 1
     sc[S_WALK_VISITS] += 1
-    interior = scratch[SCRATCH_INTERIOR]
-    frontier = scratch[SCRATCH_FRONTIER]
-    n_int = 0
-    comp = 0
-    n_fr = 0
-    for w in range(words):
-        bits = acc_int[w]
-        while bits:
-            low = bits & (~bits + np.uint64(1))
-            x = w * 64 + _lowest_bit(low)
-            interior[n_int] = x
-            n_int += 1
-            comp += st_compute[x]
-            bits ^= low
-        bits = acc_fr[w]
-        while bits:
-            low = bits & (~bits + np.uint64(1))
-            frontier[n_fr] = w * 64 + _lowest_bit(low)
-            n_fr += 1
-            bits ^= low
     r = 2 * base + backward
+    comp = -1
+    if n_rows == 1:
+        n_int, comp = _memo_stats(rg, st_compute, only, words)
+    else:
+        n_int = 0
+        for w in range(words):
+            n_int += _popcount(acc_int[w])
     if n_int >= BITSET_MIN and _take_slot(rg, sc, r):
+        if comp < 0:
+            comp = _bits_compute(acc_int, st_compute, words)
         slot = rg.bit_slot[r]  # the interior is its bitset alone (see `_store`)
         for w in range(words):
             rg.bits[slot, w] = acc_int[w]
         rg.len[r] = n_int
         rg.cap[r] = 0
     else:
+        interior = scratch[SCRATCH_INTERIOR]
+        n_int = _bits_list(acc_int, words, interior)
+        comp = 0
+        for i in range(n_int):
+            comp += st_compute[interior[i]]
         _store(rg, sc, r, interior, n_int)
-    _store(rg, sc, rg.n_regions + r, frontier, n_fr)
+    f = rg.n_regions + r
+    n_fr = 0
+    for w in range(words):
+        n_fr += _popcount(acc_fr[w])
+    if n_fr >= BITSET_MIN and _take_slot(rg, sc, f):
+        slot = rg.bit_slot[f]
+        for w in range(words):
+            rg.bits[slot, w] = acc_fr[w]
+        rg.len[f] = n_fr
+        rg.cap[f] = 0
+    else:
+        frontier = scratch[SCRATCH_FRONTIER]
+        _bits_list(acc_fr, words, frontier)
+        _store(rg, sc, f, frontier, n_fr)
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
     return used
 
 
+@njit(cache=True, inline="always")
+def _bits_list(bits, words, out):
+    """The members of a bitset, in increasing order, into `out`; returns how many."""
+    n = 0
+    for w in range(words):
+        b = bits[w]
+        while b:
+            low = b & (~b + np.uint64(1))
+            out[n] = w * 64 + _lowest_bit(low)
+            n += 1
+            b ^= low
+    return n
+
+
+@njit(cache=True, inline="always")
+def _bits_compute(bits, st_compute, words):
+    """The summed compute of a bitset's members."""
+    comp = 0
+    for w in range(words):
+        b = bits[w]
+        while b:
+            low = b & (~b + np.uint64(1))
+            comp += st_compute[w * 64 + _lowest_bit(low)]
+            b ^= low
+    return comp
+
+
+@njit(cache=True, inline="always")
+def _memo_stats(rg, st_compute, row, words):
+    """(members, compute) of a memo row's interior, counted once per row."""
+    if rg.memo_stats[row, 0] < 0:
+        n = 0
+        for w in range(words):
+            n += _popcount(rg.memo_int[row, w])
+        rg.memo_stats[row, 0] = n
+        rg.memo_stats[row, 1] = _bits_compute(rg.memo_int[row], st_compute, words)
+    return rg.memo_stats[row, 0], rg.memo_stats[row, 1]
+
+
 @njit(cache=True)
-def _memo_walk(sc, material, memo_row, memo_node, memo_int, memo_fr, stack, ptr, nbr,
-               when, created, x, used):
+def _memo_walk(sc, material, memo_row, memo_node, memo_int, memo_fr, memo_stats, stack, ptr,
+               nbr, when, created, x, used):
     """Make sure non-resident x has its memo row (depth-first, post-order);
     returns the rows in use, or -(rows in use) - 1 on a cycle or when the rows
     run out. memo_row: 0 unwalked, row + 1 done, -(row + 1) in progress."""
@@ -1221,7 +1362,7 @@ def _memo_walk(sc, material, memo_row, memo_node, memo_int, memo_fr, stack, ptr,
     top = 0
     if used >= rows:
         return -used - 1
-    _memo_open(memo_row, memo_node, memo_int, memo_fr, x, used, words)
+    _memo_open(memo_row, memo_node, memo_int, memo_fr, memo_stats, x, used, words)
     used += 1
     stack[0, 0] = x
     stack[0, 1] = ptr[x]
@@ -1249,7 +1390,7 @@ def _memo_walk(sc, material, memo_row, memo_node, memo_int, memo_fr, stack, ptr,
                 continue
             if used >= rows:
                 return -used - 1
-            _memo_open(memo_row, memo_node, memo_int, memo_fr, u, used, words)
+            _memo_open(memo_row, memo_node, memo_int, memo_fr, memo_stats, u, used, words)
             used += 1
             stack[top - 1, 1] = e
             stack[top, 0] = u
@@ -1269,9 +1410,10 @@ def _memo_walk(sc, material, memo_row, memo_node, memo_int, memo_fr, stack, ptr,
 
 
 @njit(cache=True, inline="always")
-def _memo_open(memo_row, memo_node, memo_int, memo_fr, x, row, words):
+def _memo_open(memo_row, memo_node, memo_int, memo_fr, memo_stats, x, row, words):
     memo_row[x] = -(row + 1)
     memo_node[row] = x
+    memo_stats[row, 0] = -1  # not counted yet (`_memo_stats`)
     for w in range(words):
         memo_int[row, w] = 0
         memo_fr[row, w] = 0

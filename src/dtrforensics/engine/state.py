@@ -17,8 +17,8 @@ from .layout import (
 
 Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "compute",
                                  "fr_live", "bit_slot", "bits", "free_slots",
-                                 "memo_row", "memo_node", "memo_int", "memo_fr", "memo_acc",
-                                 "memo_stack", "memo_gate"])  # the last seven: MEMO_FIELDS
+                                 "memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats",
+                                 "memo_acc", "memo_stack", "memo_gate"])  # the last eight: MEMO_FIELDS
 Regions.__doc__ = """Evicted neighbourhoods, two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
 arena; `compute` is each region's interior compute; large sets have a
@@ -47,8 +47,8 @@ def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
         free_slots=np.arange(slots, dtype=np.int64), **_memo(n_tensors))
 
 
-MEMO_FIELDS = ("memo_row", "memo_node", "memo_int", "memo_fr", "memo_acc", "memo_stack",
-               "memo_gate")
+MEMO_FIELDS = ("memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats", "memo_acc",
+               "memo_stack", "memo_gate")
 
 
 def _memo(n_tensors: int) -> dict:
@@ -59,6 +59,7 @@ def _memo(n_tensors: int) -> dict:
                 memo_node=np.zeros(rows, dtype=np.int64),
                 memo_int=np.zeros((rows, words), dtype=np.uint64),
                 memo_fr=np.zeros((rows, words), dtype=np.uint64),
+                memo_stats=np.zeros((rows, 2), dtype=np.int64),
                 memo_acc=np.zeros((2, words), dtype=np.uint64),
                 memo_stack=np.zeros((rows + 1, 2), dtype=np.int64),
                 memo_gate=np.zeros(2, dtype=np.int64))
