@@ -38,7 +38,7 @@ from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by th
     PH_COMPUTE, PH_ENTER, PH_FREE, PH_PARENT, PH_PARENT_LOCK, R_COMPUTE, R_DEFINED, R_IN_POOL,
     R_LAST_ACCESS, R_LAST_OP, R_LOCK, R_MATERIAL, R_PINNED, R_POOL_NEXT, R_POOL_PREV, R_REF_EXT,
     SCRATCH_AFFECTED, SCRATCH_FRONTIER, SCRATCH_INTERIOR, SCRATCH_MEMBERS, SCRATCH_NEW_RESIDENT,
-    SCRATCH_WALK_STACK, STATUS_ARENA_FULL, STATUS_DONE, STATUS_FORCE_FAILED, STATUS_OOM,
+    STATUS_ARENA_FULL, STATUS_DONE, STATUS_FORCE_FAILED, STATUS_OOM,
     STATUS_RUNNING, STATUS_THRASHED, STREAM_CLOCK, STREAM_DEAD, STREAM_KIND, STREAM_OP,
     STREAM_PRESSURE, STREAM_STORAGE, S_ABSORBS, S_ABSORB_WORK, S_ANOMALIES, S_ARENA_TOP,
     S_BUDGET, S_CLOCK, S_CMD_POS, S_COLLATERAL, S_CREATED, S_CUR_OP, S_DEAD, S_DEBUG, S_DEPTH,
@@ -333,9 +333,11 @@ def _index(rg, sc, k):
 
 
 @njit(cache=True)
-def _walk(g, sc, material, st_compute, mark, scratch_stack, out_int, out_fr, base, backward):
+def _walk(g, sc, material, st_compute, mark, out_int, out_fr, base, backward):
     """From-scratch evicted neighbourhood of `base` in one direction (§8.2).
-    Returns (interior count, frontier count, interior compute) into out arrays."""
+    Returns (interior count, frontier count, interior compute) into out arrays.
+    The interior list is the walk's own work list (breadth-first: the sets, not
+    their order, are the region)."""
     sc[S_EPOCH] += 1
     epoch = sc[S_EPOCH]
     created = sc[S_CREATED]
@@ -343,22 +345,19 @@ def _walk(g, sc, material, st_compute, mark, scratch_stack, out_int, out_fr, bas
         ptr, nbr, when = g.bwd_ptr, g.bwd_nbr, g.bwd_time
     else:
         ptr, nbr, when = g.fwd_ptr, g.fwd_nbr, g.fwd_time
-    top = 0
-    scratch_stack[top] = base
-    top += 1
+    mark[base] = epoch  # never its own frontier
     n_int = 0
     n_fr = 0
     comp = 0
     visits = 0
-    while top > 0:
-        top -= 1
-        x = scratch_stack[top]
+    x = base
+    while True:
         visits += 1
         for e in range(ptr[x], ptr[x + 1]):
             if when[e] >= created:
                 break
             u = nbr[e]
-            if mark[u] == epoch or u == base:
+            if mark[u] == epoch:
                 continue
             mark[u] = epoch
             if material[u]:
@@ -368,8 +367,9 @@ def _walk(g, sc, material, st_compute, mark, scratch_stack, out_int, out_fr, bas
                 out_int[n_int] = u
                 n_int += 1
                 comp += st_compute[u]
-                scratch_stack[top] = u
-                top += 1
+        if visits > n_int:
+            break
+        x = out_int[visits - 1]
     sc[S_WALK_VISITS] += visits
     return n_int, n_fr, comp
 
@@ -418,8 +418,8 @@ def _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
     sc[S_REBUILDS] += 1
     interior = scratch[SCRATCH_INTERIOR]
     frontier = scratch[SCRATCH_FRONTIER]
-    n_int, n_fr, comp = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_WALK_STACK],
-                              interior, frontier, s, backward)
+    n_int, n_fr, comp = _walk(g, sc, material, st_compute, mark, interior, frontier, s,
+                              backward)
     _store(rg, sc, r, interior, n_int)
     _store(rg, sc, rg.n_regions + r, frontier, n_fr)
     rg.compute[r] = comp
@@ -746,11 +746,11 @@ def _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark, scratch, s):
     fwd = 0
     bwd = 0
     if pol[P_FWD]:
-        fwd = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_WALK_STACK],
-                    scratch[SCRATCH_INTERIOR], scratch[SCRATCH_FRONTIER], s, FORWARD)[2]
+        fwd = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_INTERIOR],
+                    scratch[SCRATCH_FRONTIER], s, FORWARD)[2]
     if pol[P_BWD]:
-        bwd = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_WALK_STACK],
-                    scratch[SCRATCH_INTERIOR], scratch[SCRATCH_FRONTIER], s, BACKWARD)[2]
+        bwd = _walk(g, sc, material, st_compute, mark, scratch[SCRATCH_INTERIOR],
+                    scratch[SCRATCH_FRONTIER], s, BACKWARD)[2]
     return fwd, bwd
 
 

@@ -41,9 +41,9 @@ FRAME_ROWS = ("tensor", "remat", "phase", "index", "pending_start", "pending_cou
 FORWARD, BACKWARD = 0, 1
 
 # Rows of the work matrix `scratch` (no state: reused by every step).
-(SCRATCH_WALK_STACK, SCRATCH_INTERIOR, SCRATCH_FRONTIER, SCRATCH_NEW_RESIDENT,
- SCRATCH_AFFECTED, SCRATCH_MEMBERS) = range(6)
-N_SCRATCH_ROWS = 6
+(SCRATCH_INTERIOR, SCRATCH_FRONTIER, SCRATCH_NEW_RESIDENT, SCRATCH_AFFECTED,
+ SCRATCH_MEMBERS) = range(5)
+N_SCRATCH_ROWS = 5
 
 # Phases of a materialization (semantics.md §6): enter (§6.1, first half of
 # §6.2), materialize the next undefined parent, lock it, allocation check
