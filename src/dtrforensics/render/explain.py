@@ -7,7 +7,7 @@ from rich.console import Console
 
 from ..analyses.explain import Attempt, Explanation
 from .tables import FitTable
-from .units import fmt_overhead
+from .units import fmt_count, fmt_overhead
 
 KIND_LABEL = {"retain": "retain", "force_victim": "force victim"}
 
@@ -15,10 +15,6 @@ KIND_LABEL = {"retain": "retain", "force_victim": "force victim"}
 def change_text(attempt: Attempt) -> str:
     """The `dtrf intervene` flags of the change: '--force-victim 290@185'."""
     return " ".join(attempt.change.args())
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _ops(attempt: Attempt) -> str:
@@ -79,7 +75,7 @@ def coverage_text(found: Explanation) -> str:
     """What the search tried and what it did not: singles by kind, combinations."""
     singles = [r for r in found.rounds if r.size == 1]
     by_kind = ", ".join(f"{KIND_LABEL[r.kind]} {r.tried:,} of {r.candidates:,}" for r in singles)
-    text = (f"Tried {_count(len(found.attempts), 'change')}: singles "
+    text = (f"Tried {fmt_count(len(found.attempts), 'change')}: singles "
             f"{sum(r.tried for r in singles):,} of {sum(r.candidates for r in singles):,} "
             f"({by_kind}), {found.singles_untried:,} untried")
     for r in (r for r in found.rounds if r.size > 1 and r.candidates):
@@ -100,8 +96,8 @@ def print_explanation(found: Explanation, console: Console, *, reproduce: str) -
         return
     console.print(f"Baseline: [bold red]oom[/] at op {base['oom']['op_id']} allocating "
                   f"{base['oom']['tensor']} at depth {base['oom']['depth']}; "
-                  f"{_count(len(found.candidates), 'retention candidate')}, "
-                  f"{_count(len(found.forced), 'forced victim')}.")
+                  f"{fmt_count(len(found.candidates), 'retention candidate')}, "
+                  f"{fmt_count(len(found.forced), 'forced victim')}.")
     if found.forced or found.nearby:
         console.print(nearby_text(found))
     if found.fixes:

@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.text import Text
 
 from ..analyses.policy_comparison import DominanceSpan, PolicyComparison, PolicyStanding
+from .units import fmt_count
 
 
 def short_names(policies) -> dict[str, str]:
@@ -25,10 +26,6 @@ def short_names(policies) -> dict[str, str]:
     return {p: short(p, True) if n in clash else n for p, n in names.items()}
 
 
-def _count(n: int, noun: str, plural: str = "s") -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else plural)
-
-
 def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}x"
 
@@ -38,11 +35,11 @@ def _standing_lines(s: PolicyStanding) -> list[Text]:
              f"first success {s.first_success_ratio:.6f} ({s.first_success:,} B)")
     certified = "certified to the byte" if s.holes_exact else "between failing samples"
     holes = ("no hole" if s.holes == 0 else
-             f"{_count(s.holes, 'hole')}, {s.hole_bytes:,} B in all ({certified})")
+             f"{fmt_count(s.holes, 'hole')}, {s.hole_bytes:,} B in all ({certified})")
     return [Text(s.policy, style="bold"),
             Text(f"  {first}; {holes}"),
             Text(f"  overhead p50 {_x(s.overhead_p50)}, p90 {_x(s.overhead_p90)}, max "
-                 f"{_x(s.overhead_max)}; {_count(s.regime_switches, 'regime switch', 'es')}"),
+                 f"{_x(s.overhead_max)}; {fmt_count(s.regime_switches, 'regime switch', 'es')}"),
             Text(f"  {s.points:,} points: {s.completed:,} completed, {s.failed:,} failed"
                  + (f", {s.unresolved:,} unresolved (timeout)" if s.unresolved else ""),
                  style="dim")]

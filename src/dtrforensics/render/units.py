@@ -49,3 +49,8 @@ def fmt_overhead(x: float | None, digits: int = 4) -> str:
 
 def fmt_fraction(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def fmt_count(n: int, noun: str, plural: str = "s") -> str:
+    """A count with its noun, pluralized: "1 hole", "2,048 runs"."""
+    return f"{n:,} {noun}" + ("" if n == 1 else plural)
