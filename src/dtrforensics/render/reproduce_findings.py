@@ -37,7 +37,7 @@ def _summary_table(maps: list[F.MapFindings]) -> list[str]:
     for m in maps:
         micro = sum(1 for h in m.holes if h.hi - h.lo + 1 < F.RESOLUTION * m.peak)
         out.append(
-            f"| {m.spec.name} | {m.spec.policy} | {m.spec.ratio_from:g}-{m.spec.ratio_to:g} | "
+            f"| {m.spec.name} | {m.spec.policy_name} | {m.spec.ratio_from:g}-{m.spec.ratio_to:g} | "
             f"{_state(m)} | {_b(m.executions)} | {len(m.regions)} | {len(m.holes)} ({micro}) | "
             f"{len(m.fringes)} | {m.feasibility_switches} | {len(m.regime_switches)} | "
             f"{m.slowest_run:.1f} s | {m.seconds:.0f} s |")
@@ -45,7 +45,7 @@ def _summary_table(maps: list[F.MapFindings]) -> list[str]:
 
 
 def _map_detail(m: F.MapFindings) -> list[str]:
-    out = [f"#### {m.spec.name}, {m.spec.policy}, {m.spec.ratio_from:g}-{m.spec.ratio_to:g}", "",
+    out = [f"#### {m.spec.name}, {m.spec.policy_name}, {m.spec.ratio_from:g}-{m.spec.ratio_to:g}", "",
            f"Peak {_b(m.peak)} B; budgets {_b(m.range_bytes[0])}-{_b(m.range_bytes[1])} B; "
            f"{_state(m)}, {_b(m.executions)} distinct executions.", ""]
     if m.regions:
@@ -115,9 +115,9 @@ def _claims(f: F.Findings) -> list[str]:
 def _knobs(f: F.Findings) -> list[str]:
     out = [f"Around each of the {F.MAX_HOLE_WINDOWS} widest DTR holes of every public trace "
            "(the hole and as much again, at least 0.001 of peak, on either side), the same "
-           f"budgets under {', '.join(F.HOLE_POLICIES)}. A minimum evictee size (as MegEngine's "
-           "DTR offers) joins `HOLE_POLICIES` in `reproduce/findings.py` once the policy API "
-           "provides it; it is not mapped here yet.", ""]
+           "budgets under exact neighbourhoods (`dtr-exact-nbhd`) and under a minimum evictee "
+           "size of 1 MiB as MegEngine's DTR offers (`knobs.dtr_min_1mib`, the policy file "
+           "`reproduce/knobs.py`: DTR's score over storages of at least 1 MiB).", ""]
     if not f.knobs:
         return out + ["No DTR hole was certified, so no window was mapped.", ""]
     out += ["| trace | DTR hole (B) | width (B) | policy | window | certified | holes there | "
@@ -126,7 +126,7 @@ def _knobs(f: F.Findings) -> list[str]:
         m = k.map
         verdict = {True: "yes", False: "no", None: "not known yet"}[k.survives]
         out.append(f"| {k.trace} | {_b(k.hole.lo)}-{_b(k.hole.hi)} | {_b(k.hole.hi - k.hole.lo + 1)} | "
-                   f"{k.policy} | {m.spec.ratio_from:g}-{m.spec.ratio_to:g} | {_state(m)} | "
+                   f"{m.spec.policy_name} | {m.spec.ratio_from:g}-{m.spec.ratio_to:g} | {_state(m)} | "
                    f"{len(m.holes)} | {verdict} |")
     return out + [""]
 
@@ -149,7 +149,7 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
     ]
     if partial:
         out += [f"**Incomplete**: {len(partial)} of {len(maps)} maps are not fully certified "
-                f"yet ({', '.join(f'{m.spec.name} {m.spec.policy} {m.coverage:.1%}' for m in partial)}). "
+                f"yet ({', '.join(f'{m.spec.name} {m.spec.policy_name} {m.coverage:.1%}' for m in partial)}). "
                 "What is listed for them holds for the certified budgets only; run the "
                 "command again to fill them.", ""]
     out += ["Terms: a *failure region* is a maximal stretch of failing budgets; a *hole* is "

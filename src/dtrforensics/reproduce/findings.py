@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..recorder.record import policy_label
 from . import claims as C
 
 PUBLIC = ("resnet32", "unet", "transformer", "tv_densenet121", "unroll_gan", "treelstm",
@@ -30,10 +31,10 @@ ABLATIONS = ("no-staleness", "no-size", "compute-only")
 ZOO = ("mlp", "resnet", "unet", "lstm", "gpt")
 RANGE = (0.05, 0.60)
 INCEPTION_WINDOW = (0.209, 0.26)
-# Knobs production runtimes offer, mapped around every DTR hole beside exact
-# neighbourhoods. MIN EVICTEE SIZE GOES HERE: once the policy API offers
-# MegEngine's minimum evictee size, add its policy name(s) to this tuple.
-HOLE_POLICIES: tuple[str, ...] = ("dtr-exact-nbhd",)
+# Knobs production runtimes offer, mapped around every DTR hole: exact
+# neighbourhoods, and MegEngine's minimum evictee size (a policy file, knobs.py).
+MIN_EVICTEE_SIZE = f"{Path(__file__).with_name('knobs.py')}:dtr_min_1mib"
+HOLE_POLICIES: tuple[str, ...] = ("dtr-exact-nbhd", MIN_EVICTEE_SIZE)
 MAX_HOLE_WINDOWS = 4          # per trace: the widest DTR holes get a neighbourhood map
 GRID_STEP = 0.01              # the studies' grid
 RESOLUTION = 0.001            # the studies' finest grid: narrower structure is "micro"
@@ -62,7 +63,12 @@ class MapSpec:
     def key(self) -> str:
         name = self.label.replace(":", "_") or self.trace
         kind = f"-step{self.step:g}" if self.step else ""
-        return f"{name}-{self.policy}-{self.ratio_from:g}-{self.ratio_to:g}{kind}"
+        return f"{name}-{self.policy_name}-{self.ratio_from:g}-{self.ratio_to:g}{kind}"
+
+    @property
+    def policy_name(self) -> str:
+        """The policy in names and tables: a policy from a file as FILESTEM.NAME."""
+        return policy_label(self.policy)
 
     @property
     def name(self) -> str:
