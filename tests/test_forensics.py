@@ -98,6 +98,29 @@ def test_diff_causes_pool_and_score_order(mixed):
     assert set(CAUSES) >= {c.cause}
 
 
+def test_diff_shows_coinciding_divergences_once(recs, mixed):
+    """When the streams first differ at the first divergent choice, one panel says
+    both; otherwise each has its own panel."""
+    from rich.console import Console
+
+    from dtrforensics.render.diff import print_diff
+    seen = set()
+    for a, b in ((mixed[80], mixed[90]), (mixed[100], mixed[120]),
+                 (recs["fan50"], recs["fan50_forced"]), (recs["shift125"], recs["shift130"])):
+        r = diff(a, b)
+        out = Console(record=True, width=160)
+        print_diff(r, out)
+        text = out.export_text()
+        choice, first = r.first_divergent_choice, r.first_divergence
+        both = choice is not None and (first.a, first.b) == (choice.a, choice.b)
+        seen.add(both)
+        assert (", and first divergent choice" in text) == both
+        assert ("First divergent choice" in text) == (choice is not None and not both)
+        if both:
+            assert f"decision {choice.decision:,}" in text
+    assert seen == {True, False}
+
+
 def test_diff_prefix_shift_is_a_timing_shift(recs, tmp_path):
     _, path = record_run(fan_log().program("fan"), budget=60, out_dir=tmp_path / "fan60",
                          scores="all")

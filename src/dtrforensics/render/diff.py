@@ -16,14 +16,17 @@ def print_diff(report: DiffReport, out: Console) -> None:
     """Runs, shared prefix, first divergence and choice, aftermath, failures."""
     out.print(_runs_table(report))
     out.print(_prefix_line(report))
-    if report.first_divergence is not None:
-        out.print(_divergence_panel("First divergence of the eviction streams",
-                                    report.first_divergence, report))
-    if report.first_divergent_choice is not None:
-        out.print(_divergence_panel("First divergent choice", report.first_divergent_choice,
-                                    report))
-    else:
+    first, choice = report.first_divergence, report.first_divergent_choice
+    # the same two entries are often both: one panel then says so
+    both = first is not None and choice is not None and (first.a, first.b) == (choice.a, choice.b)
+    if first is not None:
+        title = "First divergence of the eviction streams" + (
+            ", and first divergent choice" if both else "")
+        out.print(_divergence_panel(title, first, report, choice.decision if both else None))
+    if choice is None:
         out.print(f"Every pressure decision agrees ({report.common_choices:,} in common).")
+    elif not both:
+        out.print(_divergence_panel("First divergent choice", choice, report))
     if report.aftermath is not None:
         out.print(_aftermath_table(report))
     for failure in report.failures:
@@ -75,7 +78,8 @@ def _rank(rank: Rank | None) -> str:
     return f"{where}: rank {rank.rank}{total}, score {fmt_score(rank.score)}"
 
 
-def _divergence_panel(title: str, d: Divergence, r: DiffReport) -> Panel:
+def _divergence_panel(title: str, d: Divergence, r: DiffReport,
+                      also_decision: int | None = None) -> Panel:
     t = FitTable(show_header=True, box=None, padding=(0, 2))
     t.add_column("", style="bold")
     t.add_column("a")
@@ -100,6 +104,8 @@ def _divergence_panel(title: str, d: Divergence, r: DiffReport) -> Panel:
     for row in rows:
         t.add_row(*row)
     where = f"position {d.position:,}" if d.decision is None else f"decision {d.decision:,}"
+    if also_decision is not None:
+        where += f", decision {also_decision:,}"
     head = Text(f"{where}, {op_label(d.op_id, d.op_name)}", style="bold")
     cause = Text(f"cause: {d.explanation}", style="yellow")
     return Panel(Group(head, t, cause), title=title, title_align="left", expand=False)
