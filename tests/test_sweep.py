@@ -22,8 +22,10 @@ from dataclasses import replace
 
 import pytest
 from logdsl import Log
+from rich.console import Console
 
 from dtrforensics.engine.replay import replay
+from dtrforensics.render.sweep import holes_view
 from dtrforensics.sweep import grid, holes, runner
 from dtrforensics.sweep.exact import ExactWalk
 from dtrforensics.sweep.store import (EXECUTION_COLUMNS, ParamsMismatch, SweepParams,
@@ -200,6 +202,15 @@ def test_exact_partition_covers_the_range_and_reproduces(logs, tmp_path):
         (160, 391, "oom"), (392, 423, "ok"), (424, 439, "oom"), (440, 536, "ok")]
     out = holes.analyze(tmp_path / "x").to_json()["policies"]["dtr"]
     assert out["failure_regions_bytes"] == [[424, 439]] and out["coverage"] == 1.0
+    # the report's first success is the certified byte, not the first completing sample
+    first = x.first_success(lo)
+    assert replay(program, budget=first).summary.outcome == "ok"
+    assert replay(program, budget=first - 1).summary.outcome == "oom"
+    console = Console(record=True, width=120)
+    for part in holes_view(holes.analyze(tmp_path / "x")):
+        console.print(part)
+    text = console.export_text()
+    assert f"first certified success: {first:,} B" in text and "first sampled success" in text
 
 
 def test_exact_uses_every_sample_certificate(logs, tmp_path):

@@ -99,7 +99,7 @@ def comparison_of(sweep: str | os.PathLike) -> PolicyComparison:
 def _standing(p: PolicyHoles, pts: list[dict], report: HolesReport) -> PolicyStanding:
     first = p.first_success.sample.budget if p.first_success.sample else None
     if p.exact is not None:
-        first = _first_certified_success(p.exact, report.range_bytes[0])
+        first = p.exact.first_success(report.range_bytes[0])
         regions = [r for r in p.exact.failure_regions if r.hole]
         hole_bytes = sum(r.hi - r.lo + 1 for r in regions)
         holes_exact = all(r.lo_exact and r.hi_exact for r in regions)
@@ -120,12 +120,6 @@ def _standing(p: PolicyHoles, pts: list[dict], report: HolesReport) -> PolicySta
         holes=len(regions), hole_bytes=hole_bytes, holes_exact=holes_exact,
         overhead_p50=q[0], overhead_p90=q[1], overhead_max=q[2],
         regime_switches=len(p.regime_switches))
-
-
-def _first_certified_success(view, range_lo: int) -> int | None:
-    """The lowest budget of the range certified to complete (an exact sweep)."""
-    done = [max(i.lo, range_lo) for i in view.partition if i.outcome == "ok"]
-    return min(done) if done else None
 
 
 def dominance(points: dict[str, list[dict]], policies: tuple[str, ...], peak: int,

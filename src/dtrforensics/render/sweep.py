@@ -35,7 +35,8 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
     fs = p.first_success
     first = (f"ratio {fmt_ratio(fs.sample.ratio)} ({fs.sample.budget:,} B, overhead {_ov(fs.sample.overhead)})"
              if fs.sample else "[red]none: no sample completes[/]")
-    parts.append(f"samples {fs.samples}; first success {first}; {fs.failing_below} failing below it")
+    sampled = "first sampled success" if p.exact is not None else "first success"
+    parts.append(f"samples {fs.samples}; {sampled} {first}; {fs.failing_below} failing below it")
     if p.failures_above:
         shown = ", ".join(fmt_ratio(s.ratio) for s in p.failures_above[:12])
         more = f" (+{len(p.failures_above) - 12})" if len(p.failures_above) > 12 else ""
@@ -77,7 +78,7 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
                      + ", ".join(f"{fmt_ratio(u.ratio)}" + (f" rep {u.rep}" if u.rep else "")
                                  for u in p.unresolved[:20]) + "[/]")
     if p.exact is not None:
-        parts += _exact_parts(p.exact, peak)
+        parts += _exact_parts(p.exact, peak, report.range_bytes[0])
     if p.reruns or p.disagreements:
         if p.disagreements:
             t = FitTable(title="[red]reruns that disagree[/]", title_justify="left")
@@ -92,10 +93,13 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
     return Panel(Group(*parts), title=f"{report.trace.name} · {p.policy}", expand=False)
 
 
-def _exact_parts(x: ExactView, peak: int) -> list:
+def _exact_parts(x: ExactView, peak: int, range_lo: int) -> list:
+    first = x.first_success(range_lo)
     parts: list = [f"exact: {x.coverage:.4%} of the range certified "
                    f"({x.certified_bytes:,} of {x.range_bytes:,} bytes), "
-                   f"{len(x.partition)} distinct executions, {len(x.merged)} runs of equal outcome"]
+                   f"{len(x.partition)} distinct executions, {len(x.merged)} runs of equal outcome",
+                   "first certified success: " + ("none yet" if first is None else
+                                                  f"{first:,} B (ratio {first / peak:.6f})")]
     if x.failure_regions:
         t = FitTable(title="failing budgets (exact)", title_justify="left")
         for c in ("first byte", "last byte", "width", "ratios", "executions", "edges", "kind"):

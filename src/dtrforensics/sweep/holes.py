@@ -145,6 +145,11 @@ class ExactView:
     def holes(self) -> list[ExactRegion]:
         return [r for r in self.failure_regions if r.hole]
 
+    def first_success(self, range_lo: int) -> int | None:
+        """The lowest budget of the range certified to complete (None: none is)."""
+        done = [max(i.lo, range_lo) for i in self.partition if i.outcome == "ok"]
+        return min(done) if done else None
+
 
 @dataclass(frozen=True)
 class PolicyHoles:
