@@ -425,6 +425,14 @@ def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | 
         out.grids[t] = m.grid(MapSpec(t, "dtr", *ratio_range, "grid", step=GRID_STEP))
     for t in traces:
         out.public[t] = m.run(MapSpec(t, "dtr", *ratio_range, "public"))
+    # the hole windows are narrow: they come before the long maps
+    m.total -= sum(MAX_HOLE_WINDOWS - len(hole_windows(out.public[t])) for t in traces) \
+        * len(HOLE_POLICIES)
+    for t in traces:
+        for hole, lo, hi in hole_windows(out.public[t]):
+            for policy in HOLE_POLICIES:
+                out.knobs.append(KnobWindow(t, hole, policy,
+                                            m.run(MapSpec(t, policy, lo, hi, "knob"))))
     if "inceptionv4" in traces:
         out.window = m.run(MapSpec("inceptionv4", "dtr", *INCEPTION_WINDOW, "window"))
     zoo_logs = {}
@@ -436,13 +444,6 @@ def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | 
             continue
         out.zoo[(name, "dtr")] = m.run(MapSpec(zoo_logs[name], "dtr", *ratio_range, "zoo",
                                                f"zoo:{name}"))
-    m.total -= sum(MAX_HOLE_WINDOWS - len(hole_windows(out.public[t])) for t in traces) \
-        * len(HOLE_POLICIES)
-    for t in traces:
-        for hole, lo, hi in hole_windows(out.public[t]):
-            for policy in HOLE_POLICIES:
-                out.knobs.append(KnobWindow(t, hole, policy,
-                                            m.run(MapSpec(t, policy, lo, hi, "knob"))))
     for policy in ABLATIONS:
         for t in traces:
             out.ablations[(t, policy)] = m.run(MapSpec(t, policy, *ratio_range, "ablation"))
