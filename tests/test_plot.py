@@ -140,3 +140,10 @@ def test_several_policies_keep_their_marks_apart(sweeps):
         assert round(line.get_xdata()[0] * PEAK) in boundaries[name]
     labels = [a.get_text() for a in with_gid(ax, "hole-label")]
     assert labels and all(t.split(":")[0] in colour for t in labels)
+    # the legend names each policy once, then each kind of mark once
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:len(colour)] == list(colour)
+    kinds = legend[len(colour):legend.index("holes too close to label:")
+                   if "holes too close to label:" in legend else None]
+    assert "regime switch (overhead x1.25 or more)" in kinds and "sampled run" in kinds
+    assert len(kinds) == len(set(kinds)) and not any(k.startswith(tuple(colour)) for k in kinds)

@@ -338,6 +338,8 @@ def _try_labels(fig, ax, marks: list[HoleMark]) -> tuple[list, list[HoleMark]]:
 def _legend(ax, listed: list[HoleMark], report: HolesReport) -> None:
     from matplotlib.patches import Patch
     handles, labels = ax.get_legend_handles_labels()
+    if len(report.policies) > 1:
+        handles, labels = _by_policy_then_kind(handles, labels, report)
     if listed:
         handles.append(Patch(visible=False))
         labels.append("holes too close to label:")
@@ -348,6 +350,30 @@ def _legend(ax, listed: list[HoleMark], report: HolesReport) -> None:
             handles.append(Patch(visible=False))
             labels.append(f"... and {len(listed) - LISTED_MAX} more (dtrf holes SWEEP)")
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+
+
+def _by_policy_then_kind(handles: list, labels: list[str], report: HolesReport):
+    """Several policies: one entry per policy (its colour), then one grey entry per
+    kind of mark, instead of every policy's every kind ("POLICY: kind" labels)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    out_h = [Line2D([], [], color=POLICY_COLOURS[i % len(POLICY_COLOURS)], lw=2)
+             for i, _ in enumerate(report.policies)]
+    out_l = [pol.policy for pol in report.policies]
+    kinds: dict[str, object] = {}
+    for handle, label in zip(handles, labels):
+        kind = label.rpartition(": ")[2]
+        if kind in kinds:
+            continue
+        if isinstance(handle, Line2D):
+            kinds[kind] = Line2D([], [], color="grey", marker=handle.get_marker(),
+                                 linestyle=handle.get_linestyle(), lw=handle.get_linewidth(),
+                                 ms=handle.get_markersize())
+        else:
+            filled = handle.get_fill() and handle.get_facecolor()[3] > 0
+            kinds[kind] = Patch(facecolor="grey" if filled else "none", edgecolor="grey",
+                                hatch=handle.get_hatch(), alpha=handle.get_alpha())
+    return out_h + list(kinds.values()), out_l + list(kinds)
 
 
 # --- the failure panel ----------------------------------------------------------------
