@@ -122,3 +122,23 @@ def test_claims_on_unfinished_grids_are_incomplete_not_differing():
     assert set(claims) == {"grid_0.01.no_hole", "grid_0.01.timeouts"}
     assert {c.verdict for c in claims.values()} == {F.INCOMPLETE}
     assert claims["grid_0.01.timeouts"].ours.startswith(f"{56 * 6} of {56 * 6}")
+
+
+def test_a_map_of_another_version_of_a_policy_file_is_set_aside(mapped, tmp_path):
+    """A knob map stored under another spelling of the policy file's path (the
+    package moved) or another content is renamed FOLDER.stale; its own stays."""
+    import shutil
+    work, f = mapped
+    knob = next(k for k in f.knobs if k.policy == F.MIN_EVICTEE_SIZE)
+    spec = knob.map.spec
+    kept, moved = tmp_path / "kept", tmp_path / "moved"
+    for copy in (kept, moved):
+        shutil.copytree(work / "maps" / spec.key, copy)
+    F._set_aside_if_other_policy(kept, spec)
+    assert kept.is_dir() and not kept.with_name("kept.stale").exists()
+    doc = json.loads((moved / "sweep.json").read_text())
+    doc["params"]["policies"] = ["/elsewhere/knobs.py:dtr_min_1mib"]
+    (moved / "sweep.json").write_text(json.dumps(doc))
+    with pytest.warns(UserWarning, match="set aside as moved.stale"):
+        F._set_aside_if_other_policy(moved, spec)
+    assert not moved.exists() and moved.with_name("moved.stale").is_dir()

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..engine.policies import POLICIES
 from ..recorder.record import policy_label
 from . import claims as C
 
@@ -305,6 +308,7 @@ class Mapper:
         from ..sweep.store import SweepParams
         self.index += 1
         folder = self.folder(spec)
+        _set_aside_if_other_policy(folder, spec)
         if self.deadline is not None and time.monotonic() > self.deadline:
             return (folder / "sweep.json").is_file()
         params = SweepParams(spec.ratio_from, spec.ratio_to, step=spec.step,
@@ -341,6 +345,26 @@ class Mapper:
             self.ledger[spec.key] = self.ledger.get(spec.key, 0.0) + time.perf_counter() - started
             self.ledger_path.write_text(json.dumps(self.ledger, indent=1, sort_keys=True) + "\n")
         return True
+
+
+def _set_aside_if_other_policy(folder: Path, spec: MapSpec) -> None:
+    """A stored map made under another spelling or content of the map's policy
+    file (the package moved, or knobs.py was edited) answers for another policy:
+    it is renamed FOLDER.stale and the map starts again."""
+    doc = folder / "sweep.json"
+    if not doc.is_file() or spec.policy in POLICIES:
+        return
+    from ..engine.policies import policy_sources
+    stored = json.loads(doc.read_text())
+    if (stored["params"]["policies"] == [spec.policy]
+            and stored.get("policy_sources") == policy_sources((spec.policy,))):
+        return
+    stale = folder.with_name(folder.name + ".stale")
+    if stale.exists():
+        shutil.rmtree(stale)
+    folder.rename(stale)
+    warnings.warn(f"{folder}: made with another version of {spec.policy_name}; "
+                  f"set aside as {stale.name}, mapping again")
 
 
 # --- the findings -----------------------------------------------------------------------
