@@ -9,8 +9,9 @@ loaded from numba's cache keep no object file to read symbols from), writes a
 perf map (`/tmp/perf-PID.map`: each compiled function's address and size,
 read with `nm` from its library's object file), replays the point `--repeat`
 times under `perf record`, and prints the share of samples per function.
-Functions inlined into their callers are counted in the caller; the two
-unnamed addresses numba's runtime adds (reference counting) show as hex.
+Functions inlined into their callers are counted in the caller; code outside
+the kernel's libraries (numba's runtime helpers) shows as hex addresses. The
+temporary cache, the perf map and the samples are removed at the end.
 Needs `perf` (Debian's linux-perf) and `nm` (binutils). Not part of
 `make bench`: it measures no ratio, it shows where to look.
 """
@@ -18,6 +19,7 @@ Needs `perf` (Debian's linux-perf) and `nm` (binutils). Not part of
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
 import shutil
@@ -29,6 +31,7 @@ from pathlib import Path
 
 if __name__ == "__main__" and "NUMBA_CACHE_DIR" not in os.environ:
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="dtrf-profile-cache-")
+    atexit.register(shutil.rmtree, os.environ["NUMBA_CACHE_DIR"], True)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -100,8 +103,12 @@ def main() -> None:
     program = load_trace(args.trace)
     print("compiling the kernel into a fresh cache (about two minutes)...", file=sys.stderr)
     replay(program, ratio=1.0, policy=args.policy)
-    n = perf_map(Path(f"/tmp/perf-{os.getpid()}.map"))
-    data = Path(tempfile.mkdtemp(prefix="dtrf-perf-")) / "perf.data"
+    map_path = Path(f"/tmp/perf-{os.getpid()}.map")
+    n = perf_map(map_path)
+    atexit.register(map_path.unlink, True)
+    samples = tempfile.mkdtemp(prefix="dtrf-perf-")
+    atexit.register(shutil.rmtree, samples, True)
+    data = Path(samples) / "perf.data"
     rec = subprocess.Popen(["perf", "record", "-F", "2000", "-p", str(os.getpid()), "-o",
                             str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)

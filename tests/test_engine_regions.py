@@ -30,6 +30,18 @@ def members(rg, k) -> frozenset[int]:
     return frozenset(rg.arena[rg.start[k]:rg.start[k] + rg.len[k]].tolist())
 
 
+def bitset_alone(rg) -> list[int]:
+    """The sets that are their bitset alone, each checked: `len` counts its bits,
+    and a frontier's live count is that too."""
+    sets = [k for k in range(len(rg.cap)) if rg.bit_slot[k] >= 0 and rg.cap[k] == 0]
+    for k in sets:
+        count = int(np.unpackbits(rg.bits[rg.bit_slot[k]].view(np.uint8)).sum())
+        assert rg.len[k] == count
+        if k >= rg.n_regions:
+            assert rg.fr_live[k - rg.n_regions] == count
+    return sets
+
+
 def region_sets(rg, bases, backward) -> dict[int, tuple]:
     out = {}
     for s in bases.tolist():
@@ -52,6 +64,7 @@ def shared_and_plain(program, budget):
     for backward in (K.FORWARD, K.BACKWARD):
         K._shared_rebuilds(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.mark,
                            state.scratch, rg, bases, len(bases), backward)
+        bitset_alone(rg)
         shared = region_sets(rg, bases, backward)
         assert not rg.memo_row.any()  # the work space is left empty
         for s in bases:
@@ -69,6 +82,25 @@ def test_shared_walks_equal_plain_walks_on_inceptionv4():
     for shared, plain in results:
         assert shared == plain
     assert any(len(interior) >= K.BITSET_MIN for interior, _, _ in results[0][1].values())
+    assert any(len(frontier) >= K.BITSET_MIN for _, frontier, _ in results[0][0].values())
+
+
+@pytest.mark.public
+def test_a_state_with_sets_that_are_bitsets_alone_resumes_to_the_same_digest():
+    """Snapshot and resume keep interiors and frontiers that are their bitset
+    alone: the resumed state has the same sets and the same digest."""
+    from dtrforensics.engine.digest import state_digest
+    from dtrforensics.engine.state import MachineState
+    program = program_or_skip("inceptionv4")
+    budget = 2_349_000_000
+    state = replay(program, budget=budget, keep_state=True).state
+    alone = bitset_alone(state.regions)
+    assert any(k >= state.regions.n_regions for k in alone) and any(
+        k < state.regions.n_regions for k in alone)
+    snap = state.snapshot()
+    again = MachineState.resume(snap, budget)
+    assert bitset_alone(again.regions) == alone
+    assert state_digest(again) == state_digest(state)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

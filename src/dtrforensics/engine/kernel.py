@@ -293,6 +293,7 @@ def _popcount(x):
 
 @intrinsic
 def _ctpop(typingctx, x):
+    """LLVM's population count of a uint64."""
     def codegen(context, builder, signature, args):
         return builder.ctpop(args[0])
     return types.uint64(types.uint64), codegen
@@ -443,8 +444,8 @@ def _clear(rg, sc, r):
 @njit(cache=True)
 def frontier_members(rg, r, out, mark, epoch):
     """The live, distinct members of region r's frontier into `out`; returns the
-    count. (An indexed frontier's block may hold removed or repeated entries;
-    its bitset is the truth.)"""
+    count. (An indexed frontier's block may hold removed or repeated entries,
+    its bitset is the truth; a frontier that is its bitset alone has no block.)"""
     f = rg.n_regions + r
     slot = rg.bit_slot[f]
     n = 0
@@ -493,8 +494,8 @@ def _compact_frontier(rg, f):
 @njit(cache=True)
 def _absorb(sc, st_compute, mark, rg, r, e, r2):
     """§8.3: region r absorbs evicted storage e, whose region of the same
-    direction is r2. One function, not two: every call passing the regions'
-    arrays costs reference counting, and absorbs run by the hundred thousand."""
+    direction is r2 (each set in whichever form it has: a list, a list with
+    a bitset, or a bitset alone)."""
     sc[S_ABSORBS] += 1
     arena = rg.arena
     bits = rg.bits
@@ -1239,8 +1240,8 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
     for w in range(words):
         acc_int[w] = 0
         acc_fr[w] = 0
-    n_rows = 0
-    only = -1
+    row_runs = 0     # rows OR-ed in, a repeat of the previous one not counted
+    last_row = -1
     for e in range(ptr[base], ptr[base + 1]):
         if when[e] >= created:
             break
@@ -1256,9 +1257,9 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
             if used < 0:
                 return used
         row = rg.memo_row[u] - 1
-        if row != only:
-            n_rows += 1
-            only = row
+        if row != last_row:
+            row_runs += 1
+            last_row = row
         for w in range(words):
             acc_int[w] |= rg.memo_int[row, w]
             acc_fr[w] |= rg.memo_fr[row, w]
@@ -1267,20 +1268,15 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
     sc[S_WALK_VISITS] += 1
     r = 2 * base + backward
     comp = -1
-    if n_rows == 1:
-        n_int, comp = _memo_stats(rg, st_compute, only, words)
+    if row_runs == 1:
+        n_int, comp = _memo_stats(rg, st_compute, last_row, words)
     else:
         n_int = 0
         for w in range(words):
             n_int += _popcount(acc_int[w])
-    if n_int >= BITSET_MIN and _take_slot(rg, sc, r):
+    if n_int >= BITSET_MIN and _store_bits(rg, sc, r, acc_int, n_int, words):
         if comp < 0:
             comp = _bits_compute(acc_int, st_compute, words)
-        slot = rg.bit_slot[r]  # the interior is its bitset alone (see `_store`)
-        for w in range(words):
-            rg.bits[slot, w] = acc_int[w]
-        rg.len[r] = n_int
-        rg.cap[r] = 0
     else:
         interior = scratch[SCRATCH_INTERIOR]
         n_int = _bits_list(acc_int, words, interior)
@@ -1292,19 +1288,27 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
     n_fr = 0
     for w in range(words):
         n_fr += _popcount(acc_fr[w])
-    if n_fr >= BITSET_MIN and _take_slot(rg, sc, f):
-        slot = rg.bit_slot[f]
-        for w in range(words):
-            rg.bits[slot, w] = acc_fr[w]
-        rg.len[f] = n_fr
-        rg.cap[f] = 0
-    else:
+    if not (n_fr >= BITSET_MIN and _store_bits(rg, sc, f, acc_fr, n_fr, words)):
         frontier = scratch[SCRATCH_FRONTIER]
         _bits_list(acc_fr, words, frontier)
         _store(rg, sc, f, frontier, n_fr)
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
     return used
+
+
+@njit(cache=True, inline="always")
+def _store_bits(rg, sc, k, bits, n, words):
+    """Make set k the bitset `bits` (n members) alone, with no block; False,
+    changing nothing, when no bitset row is free."""
+    if not _take_slot(rg, sc, k):
+        return False
+    slot = rg.bit_slot[k]
+    for w in range(words):
+        rg.bits[slot, w] = bits[w]
+    rg.len[k] = n
+    rg.cap[k] = 0  # its block, if any, becomes garbage for compaction
+    return True
 
 
 @njit(cache=True, inline="always")

@@ -22,7 +22,9 @@ Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "c
 Regions.__doc__ = """Evicted neighbourhoods, two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
 arena; `compute` is each region's interior compute; large sets have a
-membership bitset (a row of `bits`, taken from the `free_slots` stack).
+membership bitset (a row of `bits`, taken from the `free_slots` stack), and
+some are that bitset alone (`cap` 0, `len` the member count, no block): large
+interiors, and large frontiers made by shared walks.
 `memo_*` is work space of the shared walks of one direction's rebuilds
 (kernel._shared_rebuilds), left empty between them: not state (a snapshot
 holds None there)."""
@@ -59,7 +61,7 @@ def _memo(n_tensors: int) -> dict:
                 memo_node=np.zeros(rows, dtype=np.int64),
                 memo_int=np.zeros((rows, words), dtype=np.uint64),
                 memo_fr=np.zeros((rows, words), dtype=np.uint64),
-                memo_stats=np.zeros((rows, 2), dtype=np.int64),
+                memo_stats=np.full((rows, 2), -1, dtype=np.int64),
                 memo_acc=np.zeros((2, words), dtype=np.uint64),
                 memo_stack=np.zeros((rows + 1, 2), dtype=np.int64),
                 memo_gate=np.zeros(2, dtype=np.int64))

@@ -22,7 +22,7 @@ def print_diff(report: DiffReport, out: Console) -> None:
     if first is not None:
         title = "First divergence of the eviction streams" + (
             ", and first divergent choice" if both else "")
-        out.print(_divergence_panel(title, first, report, choice.decision if both else None))
+        out.print(_divergence_panel(title, first, report, choice if both else None))
     if choice is None:
         out.print(f"Every pressure decision agrees ({report.common_choices:,} in common).")
     elif not both:
@@ -79,7 +79,9 @@ def _rank(rank: Rank | None) -> str:
 
 
 def _divergence_panel(title: str, d: Divergence, r: DiffReport,
-                      also_decision: int | None = None) -> Panel:
+                      also: Divergence | None = None) -> Panel:
+    """The two runs' entries at a divergence; `also`: the first divergent choice
+    when it is the same two entries (its decision and cause join the panel)."""
     t = FitTable(show_header=True, box=None, padding=(0, 2))
     t.add_column("", style="bold")
     t.add_column("a")
@@ -104,10 +106,12 @@ def _divergence_panel(title: str, d: Divergence, r: DiffReport,
     for row in rows:
         t.add_row(*row)
     where = f"position {d.position:,}" if d.decision is None else f"decision {d.decision:,}"
-    if also_decision is not None:
-        where += f", decision {also_decision:,}"
+    if also is not None:
+        where += f", decision {also.decision:,}"
     head = Text(f"{where}, {op_label(d.op_id, d.op_name)}", style="bold")
     cause = Text(f"cause: {d.explanation}", style="yellow")
+    if also is not None and also.explanation != d.explanation:
+        cause.append(f"\nas a choice: {also.explanation}")
     return Panel(Group(head, t, cause), title=title, title_align="left", expand=False)
 
 

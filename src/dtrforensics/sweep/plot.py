@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..recorder.record import policy_label
 from .holes import HolesReport, PolicyHoles
 
 POLICY_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -359,7 +360,7 @@ def _by_policy_then_kind(handles: list, labels: list[str], report: HolesReport):
     from matplotlib.patches import Patch
     out_h = [Line2D([], [], color=POLICY_COLOURS[i % len(POLICY_COLOURS)], lw=2)
              for i, _ in enumerate(report.policies)]
-    out_l = [pol.policy for pol in report.policies]
+    out_l = [policy_label(pol.policy) for pol in report.policies]
     kinds: dict[str, object] = {}
     for handle, label in zip(handles, labels):
         kind = label.rpartition(": ")[2]
