@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..engine.policies import POLICIES
+from ..engine.policies import POLICIES, policy_sources
 from ..recorder.record import policy_label
 from . import claims as C
 
@@ -354,7 +354,6 @@ def _set_aside_if_other_policy(folder: Path, spec: MapSpec) -> None:
     doc = folder / "sweep.json"
     if not doc.is_file() or spec.policy in POLICIES:
         return
-    from ..engine.policies import policy_sources
     stored = json.loads(doc.read_text())
     if (stored["params"]["policies"] == [spec.policy]
             and stored.get("policy_sources") == policy_sources((spec.policy,))):
