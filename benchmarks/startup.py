@@ -9,14 +9,20 @@ Times, as whole processes (the best and the median of N runs each):
   numba-compiled kernel, before a single cached function is loaded;
 * `dtrf --help`: goal at most 0.25 s (issue 12, goal 3);
 * `dtrf run resnet32 --ratio 0.104 --json` with a warm kernel cache: goal at
-  most 0.5 s, and faster than the reference's whole process;
+  most 0.5 s, and faster than the reference's whole process; it loads the
+  kernel's native library (engine/native.py);
+* the same with `DTRF_NATIVE=0`: the kernel loaded from numba's cache, the
+  baseline the native library is measured against;
 * the reference simulator's whole process for the same point (start, parse
   the log, the unconstrained baseline, the run: `reference_sim.py`) when
   `DTRF_SIMRD` names an unpacked dtr-prototype `simrd` package folder.
 
 Wall times (best and median) and the best CPU time of each. Also prints the
 imports `dtrf --help` must not make (analyses, numba, DuckDB,
-Arrow, Textual, matplotlib) if it makes any. Run it on a quiet machine: the
+Arrow, Textual, matplotlib) if it makes any, and the heavy ones `dtrf run`
+makes. Child processes run with Python's bytecode cache on (as an installed
+package has it) even where PYTHONDONTWRITEBYTECODE is set: without it every
+process compiles every module it imports from source. Run it on a quiet machine: the
 ratios to `python -c pass` say how much of a slow reading is the machine.
 """
 
@@ -36,6 +42,8 @@ HEAVY = ("dtrforensics.analyses", "dtrforensics.engine", "numba", "duckdb", "pya
          "textual", "matplotlib")
 RUN_ARGS = ("run", "resnet32", "--ratio", "0.104", "--json")
 RUN_NAME = " ".join(("dtrf",) + RUN_ARGS)
+NUMBA_RUN_NAME = "  the same, DTRF_NATIVE=0 (numba's cache)"
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 REFERENCE_NAME = "reference: whole process, same point"
 GOALS = {"dtrf --help": 0.25, RUN_NAME: 0.5}
 ROOT = Path(__file__).resolve().parent
@@ -51,21 +59,22 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(cmd: list[str], repeat: int, stdin: str | None = None) -> list[tuple[float, float]]:
+def timed(cmd: list[str], repeat: int, stdin: str | None = None,
+          env: dict | None = None) -> list[tuple[float, float]]:
     """(wall, CPU) seconds of each of `repeat` runs of `cmd` as a whole process.
     CPU time (user + system) is the fair measure on a shared, loaded machine."""
     times = []
     for _ in range(repeat):
         start, cpu = time.perf_counter(), children_cpu()
         subprocess.run(cmd, input=stdin, text=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=True)
+                       stderr=subprocess.DEVNULL, check=True, env=env or CHILD_ENV)
         times.append((time.perf_counter() - start, children_cpu() - cpu))
     return times
 
 
 def heavy_imports(cmd_args: tuple[str, ...]) -> list[str]:
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dtrforensics.cli.main",
-                           *cmd_args], capture_output=True, text=True)
+                           *cmd_args], capture_output=True, text=True, env=CHILD_ENV)
     names = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
              if line.startswith("import time:")}
     return sorted(n for n in names if any(n == h or n.startswith(h + ".") for h in HEAVY))
@@ -85,13 +94,16 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=10, help="runs per command")
     args = ap.parse_args()
 
-    warm = subprocess.run(dtrf_cmd(*RUN_ARGS), capture_output=True, text=True, check=False)
+    warm = subprocess.run(dtrf_cmd(*RUN_ARGS), capture_output=True, text=True, check=False,
+                          env=CHILD_ENV)   # compiles or builds what is missing, writes bytecode
     rows = [("python -c pass", timed([sys.executable, "-c", "pass"], args.repeat)),
             ('python -c "import numba"', timed([sys.executable, "-c", "import numba"],
                                                args.repeat)),
             ("dtrf --help", timed(dtrf_cmd("--help"), args.repeat))]
     if warm.returncode == 0:
         rows.append((RUN_NAME, timed(dtrf_cmd(*RUN_ARGS), args.repeat)))
+        rows.append((NUMBA_RUN_NAME, timed(dtrf_cmd(*RUN_ARGS), args.repeat,
+                                           env=dict(CHILD_ENV, DTRF_NATIVE="0"))))
     else:
         print("resnet32 not found: set DTRF_TRACES to time `dtrf run`", file=sys.stderr)
     simrd = os.environ.get("DTRF_SIMRD")
@@ -114,8 +126,14 @@ def main() -> int:
         cpu = best_of[REFERENCE_NAME][1] / best_of[RUN_NAME][1]
         print(f"dtrf run against the reference's whole process: {wall:.2f}x wall, "
               f"{cpu:.2f}x CPU (above 1: dtrf is faster)")
+    if RUN_NAME in best_of and NUMBA_RUN_NAME in best_of:
+        print(f"native library against numba's cache: "
+              f"{best_of[NUMBA_RUN_NAME][0] / best_of[RUN_NAME][0]:.2f}x wall")
     heavy = heavy_imports(("--help",))
     print("dtrf --help imports: " + (", ".join(heavy) if heavy else "nothing heavy"), flush=True)
+    if warm.returncode == 0:
+        numba = [n for n in heavy_imports(RUN_ARGS) if n == "numba"]
+        print(f"{RUN_NAME} imports numba: {'yes' if numba else 'no'}", flush=True)
     return 0
 
 

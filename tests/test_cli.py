@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dtrforensics.cli import kernel_notice
+from dtrforensics.engine import native
 from dtrforensics.cli.main import COMMANDS, app, load_command
 
 HEAVY = ("dtrforensics.analyses", "dtrforensics.engine", "dtrforensics.render", "numba",
@@ -99,18 +100,41 @@ def test_compile_notice_follows_numba_cache_dir(tmp_path, monkeypatch):
     engine = _engine(tmp_path, True)
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
     assert kernel_notice.compiled_modules_missing(engine) == ["kernel"]
-    target = kernel_notice._cache_dir(engine / "kernel.py")
+    target = native.cache_dir(engine)
     target.mkdir(parents=True)
     os.replace(engine / "__pycache__" / "kernel.f-2.py311.nbi", target / "kernel.f-2.py311.nbi")
     assert kernel_notice.compiled_modules_missing(engine) == []
 
 
-def test_compile_notice_is_one_stderr_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(kernel_notice, "compiled_modules_missing", lambda: ["kernel"])
+def _notice(monkeypatch, capsys, numba_missing: bool) -> str:
+    monkeypatch.setattr(kernel_notice, "compiled_modules_missing",
+                        lambda: ["kernel"] if numba_missing else [])
     monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)
     kernel_notice.announce_compile()
-    err = capsys.readouterr().err
+    return capsys.readouterr().err
+
+
+def test_compile_notice_is_one_stderr_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(native.NATIVE_ENV, "0")
+    err = _notice(monkeypatch, capsys, numba_missing=True)
     assert err.startswith("compiling the replay kernel, once (about ") and err.count("\n") == 1
+    assert _notice(monkeypatch, capsys, numba_missing=False) == ""
+
+
+def test_native_library_notice(tmp_path, monkeypatch, capsys):
+    """With the native library absent, a process with numba's cache warm says it
+    builds the library; once the library and its manifest exist, nothing is said."""
+    monkeypatch.delenv(native.NATIVE_ENV, raising=False)
+    paths = (tmp_path / "n.so", tmp_path / "n.json", tmp_path / "n.failed")
+    monkeypatch.setattr(native, "library_paths", lambda key=None: paths)
+    err = _notice(monkeypatch, capsys, numba_missing=False)
+    assert err.startswith("building the replay kernel's native library, once (about ")
+    assert _notice(monkeypatch, capsys, numba_missing=True).startswith("compiling the replay")
+    paths[2].write_text("no C compiler\n")            # a failed build is not retried
+    assert _notice(monkeypatch, capsys, numba_missing=False) == ""
+    paths[0].write_bytes(b"")
+    paths[1].write_text("{}")
+    assert _notice(monkeypatch, capsys, numba_missing=True) == ""
 
 
 def test_cache_option_default_is_the_analyses_default():

@@ -13,7 +13,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
 from numba import njit
+from numba.core import cgutils, types
+from numba.extending import intrinsic, overload
 
 _SPLITTER = 134217729.0  # 2**27 + 1
 
@@ -40,22 +43,39 @@ def _two_prod(a, b):
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
-@njit(cache=True, _nrt=True)  # allocates; set, not inherited from a caller without the runtime
+def stack_floats8():
+    """Work space of eight float64s: an array in plain Python; compiled, a
+    pointer to eight slots of the calling function's stack frame. The kernel
+    runs without numba's runtime (kernel.njit): nothing on its path allocates."""
+    return np.empty(8, dtype=np.float64)
+
+
+@intrinsic
+def _alloca_floats8(typingctx):
+    def codegen(context, builder, signature, args):
+        return cgutils.alloca_once(builder, ir.DoubleType(), size=8)
+    return types.CPointer(types.float64)(), codegen
+
+
+@overload(stack_floats8, inline="always")  # inlined: the slots are the caller's own
+def _stack_floats8_compiled():
+    return lambda: _alloca_floats8()
+
+
+@njit(cache=True, inline="always")
 def _sign_of_sum(terms, n):
-    """Exact sign of the sum of `terms[:n]` (grow an expansion, read its top)."""
-    exp = np.empty(n, dtype=np.float64)
-    m = 0
-    for i in range(n):
+    """Exact sign of the sum of `terms[:n]`: grows an expansion in place (term i
+    becomes component i), then reads its top nonzero component."""
+    for i in range(1, n):
         q = terms[i]
-        for j in range(m):
-            q, h = _two_sum(q, exp[j])
-            exp[j] = h
-        exp[m] = q
-        m += 1
-    for j in range(m - 1, -1, -1):
-        if exp[j] > 0.0:
+        for j in range(i):
+            q, h = _two_sum(q, terms[j])
+            terms[j] = h
+        terms[i] = q
+    for j in range(n - 1, -1, -1):
+        if terms[j] > 0.0:
             return 1
-        if exp[j] < 0.0:
+        if terms[j] < 0.0:
             return -1
     return 0
 
@@ -63,7 +83,7 @@ def _sign_of_sum(terms, n):
 _FILTER = 16.0 * 2.0 ** -53  # bound on the float sum's error, relative to sum |terms|
 
 
-@njit(cache=True, _nrt=True)  # allocates (see _sign_of_sum)
+@njit(cache=True)
 def _residual_sign(n_hi, n_lo, d_hi, d_lo, a, h):
     """sign(num - (a + h) * d) exactly, with num = n_hi + n_lo, d = d_hi + d_lo.
 
@@ -79,7 +99,7 @@ def _residual_sign(n_hi, n_lo, d_hi, d_lo, a, h):
             + abs(t7))
     if abs(approx) > _FILTER * size:
         return 1 if approx > 0.0 else -1
-    terms = np.empty(8, dtype=np.float64)
+    terms = stack_floats8()
     terms[0] = n_hi
     terms[1] = n_lo
     terms[2] = -p1

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace.program import Program
-from . import kernel as K
+from . import layout as L
 from .layout import FR_INDEX, FR_PENDING_COUNT, FR_PENDING_START, FR_PHASE, FR_REMAT, FR_TENSOR
 from .state import MachineState
 
@@ -66,7 +66,7 @@ def _locked_parents(program: Program, state: MachineState, f: int) -> list[int]:
     frames = state.frames
     t = int(frames[FR_TENSOR, f])
     phase = int(frames[FR_PHASE, f])
-    if phase == K.PH_ENTER:
+    if phase == L.PH_ENTER:
         return []
     op = int(program.tensor_op[t])
     args = program.op_args_of(op).tolist()
@@ -81,13 +81,13 @@ def _locked_parents(program: Program, state: MachineState, f: int) -> list[int]:
             remaining.remove(p)
         else:
             defined_at_entry.append(p)
-    done = count if phase >= K.PH_CHECK else index
+    done = count if phase >= L.PH_CHECK else index
     return defined_at_entry + snapshot[:done]
 
 
 def build_frontier(program: Program, state: MachineState, request: int) -> Frontier:
     sc = state.sc
-    depth = int(sc[K.S_DEPTH])
+    depth = int(sc[L.S_DEPTH])
     size = program.tensor_size
     seen: set[int] = set()
     cumulative = 0
@@ -107,9 +107,9 @@ def build_frontier(program: Program, state: MachineState, request: int) -> Front
             locked_storages=tuple(storages), locked_bytes=locked, new_locked_bytes=new,
             cumulative_bytes=cumulative))
     pinned_flag = state.row("pinned").astype(bool) & state.row("material").astype(bool)
-    memory = int(sc[K.S_MEMORY])
+    memory = int(sc[L.S_MEMORY])
     return Frontier(
-        levels=tuple(levels), request=request, budget=int(sc[K.S_BUDGET]), memory=memory,
-        pool_bytes=int(sc[K.S_POOL_BYTES]), pool_size=int(sc[K.S_POOL_SIZE]),
-        pinned_bytes=memory - int(sc[K.S_POOL_BYTES]),
+        levels=tuple(levels), request=request, budget=int(sc[L.S_BUDGET]), memory=memory,
+        pool_bytes=int(sc[L.S_POOL_BYTES]), pool_size=int(sc[L.S_POOL_SIZE]),
+        pinned_bytes=memory - int(sc[L.S_POOL_BYTES]),
         pinned_storage_bytes=int(np.sum(size[pinned_flag])))

@@ -19,6 +19,7 @@ from numba.extending import intrinsic, overload
 
 from ..trace.program import CMD_COMPUTE, CMD_GET, CMD_RELEASE
 from .exactdiv import exact_ratio
+from .score_call import call_score
 from .features import (
     FT_BACKWARD, FT_BWD_COMPUTE, FT_CLOCK, FT_COMPUTE, FT_DECISION, FT_DEPTH, FT_FWD_COMPUTE,
     FT_LAST_ACCESS, FT_MEMORY, FT_OWN_COMPUTE, FT_PINNED_BYTES, FT_POOL_SIZE, FT_POSITION,
@@ -214,17 +215,21 @@ def _bits_only(rg, k):
     return rg.bit_slot[k] >= 0 and rg.cap[k] == 0
 
 
-@numba_njit(cache=True, _nrt=True)  # allocates its sort order, so it keeps the runtime
+@njit(cache=True)
 def compact_arena(rg, sc):
     """Slide live blocks down over abandoned ones (blocks keep their order)."""
-    order = np.argsort(rg.start)
+    order = rg.block_order
+    m = 0
+    for k in range(rg.start.shape[0]):
+        if rg.cap[k] != 0:
+            order[m] = k
+            m += 1
+    _heapsort_by(rg.start, order, m)
     top = 0
     arena = rg.arena
-    for i in range(order.shape[0]):
+    for i in range(m):
         k = order[i]
         cap = rg.cap[k]
-        if cap == 0:
-            continue
         src = rg.start[k]
         n = rg.len[k]
         if src != top:
@@ -233,6 +238,30 @@ def compact_arena(rg, sc):
             rg.start[k] = top
         top += cap
     sc[S_ARENA_TOP] = top
+
+
+@njit(cache=True)
+def _heapsort_by(keys, idx, m):
+    """Sort idx[:m] by keys[idx] in place (heapsort: no allocation)."""
+    for start in range(m // 2 - 1, -1, -1):
+        _sift_down(keys, idx, start, m)
+    for end in range(m - 1, 0, -1):
+        idx[0], idx[end] = idx[end], idx[0]
+        _sift_down(keys, idx, 0, end)
+
+
+@njit(cache=True, inline="always")
+def _sift_down(keys, idx, root, end):
+    while True:
+        child = 2 * root + 1
+        if child >= end:
+            return
+        if child + 1 < end and keys[idx[child + 1]] > keys[idx[child]]:
+            child += 1
+        if keys[idx[root]] >= keys[idx[child]]:
+            return
+        idx[root], idx[child] = idx[child], idx[root]
+        root = child
 
 
 @njit(cache=True)
@@ -763,9 +792,10 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
               max_steps, event_room, cand_room):
     """Advance the replay by at most `max_steps` steps; returns the status.
 
-    score_fn, locked: a policy from a file's compiled score and never-evicted
-    storages (engine/user_policy.py); probe receives the features of the
-    candidate whose score faulted.
+    score_fn, locked: the address of a policy from a file's compiled score
+    (0 for a built-in: the kernel scores it) and storages never evicted
+    (engine/user_policy.py); probe receives the features of the candidate
+    whose score faulted.
 
     st: state rows (`layout.R_*`); fr: frame stack rows (`layout.FR_*`), one
     column per materialization in progress. Stops early (STATUS_RUNNING) when
@@ -1634,9 +1664,7 @@ def _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn, probe, s, decisio
     probe[FT_POSITION] = position
     probe[FT_POOL_SIZE] = sc[S_POOL_SIZE]
     sc[S_SCORE_EVALS] += 1
-    return score_fn(probe[0], probe[1], probe[2], probe[3], probe[4], probe[5], probe[6],
-                    probe[7], probe[8], probe[9], probe[10], probe[11], probe[12], probe[13],
-                    probe[14], probe[15], probe[16], probe[17])
+    return call_score(score_fn, probe)
 
 
 @njit(cache=True, inline="always")

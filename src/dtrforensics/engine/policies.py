@@ -13,11 +13,14 @@ docs/policies.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import OptionError
-from .user_policy import CustomScore, builtin_score, is_policy_file_spec, load_policy
+
+if TYPE_CHECKING:   # numba compiles policy files: imported when one is named
+    from .user_policy import CustomScore
 
 # Layout of the int64 parameter vector the kernel reads. P_CUSTOM: scores come
 # from a policy file's compiled function; P_MIN_SIZE: smaller storages are
@@ -63,9 +66,10 @@ class Policy:
         source = self.custom.source_sha256 if self.custom is not None else ""
         return (self.name, self.params().tobytes(), source)
 
-    def score_function(self):
-        """The compiled score the kernel calls (a stand-in for built-ins)."""
-        return self.custom.compiled if self.custom is not None else builtin_score
+    def score_address(self) -> int:
+        """Address of the compiled score the kernel calls (0 for a built-in:
+        the kernel scores it itself)."""
+        return self.custom.compiled.address if self.custom is not None else 0
 
     def locked_mask(self, program) -> np.ndarray:
         """Storages the policy never evicts, one byte per storage id (empty: none)."""
@@ -111,6 +115,7 @@ def get_policy(name: str) -> Policy:
     """A built-in policy by name, or a policy from a file (`PATH.py:NAME`)."""
     if name in POLICIES:
         return POLICIES[name]
+    from .user_policy import is_policy_file_spec
     if is_policy_file_spec(name):
         return policy_from_file(name)
     raise OptionError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}, "
@@ -118,6 +123,7 @@ def get_policy(name: str) -> Policy:
 
 
 def policy_from_file(spec: str) -> Policy:
+    from .user_policy import load_policy
     custom = load_policy(spec)
     d = custom.definition
     nbhd = custom.reads_neighbourhoods

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import kernel as K
+from . import layout as L
 from .digest import state_digest
 from .state import Extremes, MachineState, Snapshot
 
@@ -42,9 +42,9 @@ from .state import Extremes, MachineState, Snapshot
 CHECKPOINT_EVERY = 64
 CHECKPOINT_OFFSETS = sorted({int(1.5 ** i) for i in range(9)})
 # Counters a spliced run adds up: its own so far plus the donor's after the meeting point.
-ADDITIVE = np.array([K.S_EVICTIONS, K.S_DEAD, K.S_REMATS, K.S_COLLATERAL, K.S_SCORE_EVALS,
-                     K.S_STEPS, K.S_ANOMALIES, K.S_REBUILDS, K.S_WALK_VISITS, K.S_ABSORBS,
-                     K.S_ABSORB_WORK, K.S_FRONTIER_MISSES, K.S_EXCLUSION_CHECKS],
+ADDITIVE = np.array([L.S_EVICTIONS, L.S_DEAD, L.S_REMATS, L.S_COLLATERAL, L.S_SCORE_EVALS,
+                     L.S_STEPS, L.S_ANOMALIES, L.S_REBUILDS, L.S_WALK_VISITS, L.S_ABSORBS,
+                     L.S_ABSORB_WORK, L.S_FRONTIER_MISSES, L.S_EXCLUSION_CHECKS],
                     dtype=np.int64)
 
 DEFAULT_MAX_BYTES = 256 << 20
@@ -239,7 +239,7 @@ class RunRecord:
     final_sc: np.ndarray | None = None
     stream: np.ndarray | None = None
     frontier: object = None
-    status: int = K.STATUS_RUNNING
+    status: int = L.STATUS_RUNNING
 
 
 @dataclass
@@ -270,12 +270,12 @@ class Sharing:
         self.cache, self.family, self.budget = cache, family, budget
         self.record = RunRecord()
         self.before = start.before if start is not None else Extremes()
-        self.resumed_at = int(state.sc[K.S_STEPS])
+        self.resumed_at = int(state.sc[L.S_STEPS])
         self.taker = cache.taker(family, self.resumed_at)
         donor = start.run if start is not None else None
         self.can_splice = can_splice
         self.donor: RunRecord | None = donor if can_splice and donor and donor.complete else None
-        here = int(state.sc[K.S_CMD_POS])
+        here = int(state.sc[L.S_CMD_POS])
         wanted = [here + d for d in CHECKPOINT_OFFSETS]   # near the start, as the donor did
         every = cache.checkpoint_every
         wanted += range(here + -here % every, len(sched_kind), every)
@@ -288,23 +288,23 @@ class Sharing:
         """At most `steps`, stopping at the next snapshot; the kernel stops by itself
         at the next checkpoint boundary (`S_STOP_CMD`)."""
         if 0 <= self.taker.next_at:
-            steps = min(steps, self.taker.next_at - int(sc[K.S_STEPS]))
-        sc[K.S_STOP_CMD] = self.plan[0] if self.plan else -1
+            steps = min(steps, self.taker.next_at - int(sc[L.S_STEPS]))
+        sc[L.S_STOP_CMD] = self.plan[0] if self.plan else -1
         return max(1, steps)
 
     def after_slice(self, state: MachineState, stream_chunks: list) -> Splice | None:
         sc = state.sc
-        if 0 <= self.taker.next_at <= sc[K.S_STEPS]:
+        if 0 <= self.taker.next_at <= sc[L.S_STEPS]:
             self.taker.take(state.snapshot(tuple(stream_chunks), self.before, self.record))
-        while self.plan and self.plan[0] < sc[K.S_CMD_POS]:
+        while self.plan and self.plan[0] < sc[L.S_CMD_POS]:
             self.plan.pop(0)   # passed inside a deep command: no boundary there
-        if not (self.plan and self.plan[0] == sc[K.S_CMD_POS] and sc[K.S_DEPTH] == 0):
+        if not (self.plan and self.plan[0] == sc[L.S_CMD_POS] and sc[L.S_DEPTH] == 0):
             return None
         cmd = self.plan.pop(0)
         stretch = Extremes.read(sc)
         self.before = self.before.then(stretch)
         Extremes().write(sc)
-        stream_at = sum(len(c) for c in stream_chunks) + int(sc[K.S_N_STREAM])
+        stream_at = sum(len(c) for c in stream_chunks) + int(sc[L.S_N_STREAM])
         mine = Checkpoint(cmd, state_digest(state), sc.copy(), stream_at)
         self.record.checkpoints[cmd] = mine
         self.stretches.append((mine, stretch))
@@ -325,7 +325,7 @@ class Sharing:
         shift = mine.sc[ADDITIVE] - theirs.sc[ADDITIVE]
         sc[ADDITIVE] += shift
         self.before.then(theirs.suffix).write(sc)
-        own = stream_chunks + [state.stream[:int(state.sc[K.S_N_STREAM])]]
+        own = stream_chunks + [state.stream[:int(state.sc[L.S_N_STREAM])]]
         stream = np.concatenate(own + [donor.stream[theirs.stream_at:]])
         frontier = donor.frontier
         if frontier is not None:
@@ -338,7 +338,7 @@ class Sharing:
                 self.record.checkpoints[cmd] = Checkpoint(cmd, cp.digest, moved,
                                                           cp.stream_at + rows, cp.suffix)
         splice = Splice(sc, stream, frontier, donor.status,
-                        int(donor.final_sc[K.S_STEPS] - theirs.sc[K.S_STEPS]))
+                        int(donor.final_sc[L.S_STEPS] - theirs.sc[L.S_STEPS]))
         self._close(theirs.suffix)
         self._keep(sc, stream, frontier, donor.status)
         return splice

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import validate
 from ..errors import OptionError, PolicyError
 from ..trace.program import Program, op_label
-from . import kernel as K
+from . import compiled, layout as L
 from .baseline import Baseline, baseline, budget_for_ratio
 from .features import N_FEATURES
 from .frontier import Frontier, build_frontier
@@ -25,9 +26,11 @@ from .hooks import (
     Observer,
 )
 from .policies import Policy, get_policy
-from .prefixes import PrefixCache, Sharing
 from .state import MachineState, grow_arena
 from .summary import MaxPinned, OomInfo, RunSummary, victims_sha256
+
+if TYPE_CHECKING:
+    from .prefixes import PrefixCache
 
 DEFAULT_THRASH_FACTOR = 60.0
 SLICE_STEPS = 1 << 18
@@ -132,7 +135,7 @@ class RunResult:
     @property
     def victims(self) -> np.ndarray:
         """Pressure victims in order: (storage, op id, clock)."""
-        return self.stream[self.stream[:, 0] == K.STREAM_PRESSURE][:, 1:]
+        return self.stream[self.stream[:, 0] == L.STREAM_PRESSURE][:, 1:]
 
 
 def prepared(program: Program) -> tuple[KernelGraph, Baseline]:
@@ -187,6 +190,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     n = program.n_tensors
     sharing = None
     if prefixes is not None and not observers:
+        from .prefixes import Sharing   # numba-compiled digests: only sweeps import them
         family = _family(program, policy, interventions, remat_limit)
         start = prefixes.best(family, budget)
         state = (MachineState.new(graph, budget, remat_limit) if start is None
@@ -200,9 +204,9 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
         stream_chunks = []
     emit = bool(observers)
     emit_cands = any(o.wants_candidates for o in observers)
-    state.sc[K.S_EMIT] = emit
-    state.sc[K.S_EMIT_CANDS] = emit_cands
-    state.sc[K.S_DEBUG] = debug
+    state.sc[L.S_EMIT] = emit
+    state.sc[L.S_EMIT_CANDS] = emit_cands
+    state.sc[L.S_DEBUG] = debug
     ev_cap = EVENT_CAPACITY if emit else 1
     ev = np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64)
     evf = np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64)
@@ -213,7 +217,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     cand_room = n + 8
     retain, window, forbid, force = interventions.arrays(n)
     policy_params = policy.params()
-    score_fn, locked = policy.score_function(), policy.locked_mask(program)
+    score_fn, locked = policy.score_address(), policy.locked_mask(program)
     probe = np.zeros(N_FEATURES, dtype=np.int64)
     slice_steps = SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS
     seq = 0
@@ -222,39 +226,39 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     unclocked = 0  # steps since the wall clock was last looked at
     while True:
         steps = slice_steps if sharing is None else sharing.slice_limit(state.sc, slice_steps)
-        before_steps = int(state.sc[K.S_STEPS])
-        status = K.run_slice(
+        before_steps = int(state.sc[L.S_STEPS])
+        status = compiled.run_slice(
             graph, policy_params, state.sc, state.st, state.frames, state.pending,
             state.scratch, state.mark, state.regions, state.stream, ev, evf, cand, candf,
             retain, window, forbid, force, score_fn, locked, probe, steps, event_room, cand_room)
-        if status == K.STATUS_POLICY_FAULT:
-            op = int(state.sc[K.S_CUR_OP])
+        if status == L.STATUS_POLICY_FAULT:
+            op = int(state.sc[L.S_CUR_OP])
             raise PolicyError(policy.custom.describe_fault(
                 probe, op_label(op, program.op_name(op))))
-        if status == K.STATUS_ARENA_FULL:
+        if status == L.STATUS_ARENA_FULL:
             raise RuntimeError("neighbourhood arena exhausted within one step; "
                                "this trace needs a larger ARENA_MIN in engine/state.py")
-        if state.sc[K.S_ARENA_TOP] * 4 > len(state.regions.arena) * 3:
+        if state.sc[L.S_ARENA_TOP] * 4 > len(state.regions.arena) * 3:
             state.regions = grow_arena(state.regions, state.sc)
-        if state.sc[K.S_N_STREAM] >= len(state.stream):
+        if state.sc[L.S_N_STREAM] >= len(state.stream):
             stream_chunks.append(state.stream.copy())
-            state.sc[K.S_N_STREAM] = 0
+            state.sc[L.S_N_STREAM] = 0
         if emit:
-            n_ev = int(state.sc[K.S_N_EVENTS])
+            n_ev = int(state.sc[L.S_N_EVENTS])
             if n_ev:
                 batch = EventBatch(seq, ev[:n_ev], evf[:n_ev])
                 for obs in observers:
                     obs.on_events(batch)
                 seq += n_ev
-                state.sc[K.S_N_EVENTS] = 0
-            n_c = int(state.sc[K.S_N_CANDS])
+                state.sc[L.S_N_EVENTS] = 0
+            n_c = int(state.sc[L.S_N_CANDS])
             if n_c:
                 cbatch = CandidateBatch(cand[:n_c], candf[:n_c])
                 for obs in observers:
                     if obs.wants_candidates:
                         obs.on_candidates(cbatch)
-                state.sc[K.S_N_CANDS] = 0
-        if status != K.STATUS_RUNNING:
+                state.sc[L.S_N_CANDS] = 0
+        if status != L.STATUS_RUNNING:
             break
         if sharing is not None:
             spliced = sharing.after_slice(state, stream_chunks)
@@ -262,7 +266,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
                 status = spliced.status
                 break
         # slices cut short for sharing look at the clock as often as whole ones
-        unclocked += int(state.sc[K.S_STEPS]) - before_steps
+        unclocked += int(state.sc[L.S_STEPS]) - before_steps
         if timeout is not None and (sharing is None or unclocked >= slice_steps):
             unclocked = 0
             if time.perf_counter() - started > timeout:
@@ -271,24 +275,24 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
 
     if spliced is not None:
         sc, stream, frontier = spliced.sc, spliced.stream, spliced.frontier
-        sc[K.S_BUDGET] = budget
+        sc[L.S_BUDGET] = budget
     else:
         sc = state.sc
-        stream_chunks.append(state.stream[:int(sc[K.S_N_STREAM])].copy())
+        stream_chunks.append(state.stream[:int(sc[L.S_N_STREAM])].copy())
         stream = np.concatenate(stream_chunks)
         frontier = None
-        if status == K.STATUS_OOM and not timed_out:
-            depth = int(sc[K.S_DEPTH])
+        if status == L.STATUS_OOM and not timed_out:
+            depth = int(sc[L.S_DEPTH])
             failing = int(state.frames[0, depth - 1])
             request = int(program.op_total_size[program.tensor_op[failing]])
             frontier = build_frontier(program, state, request)
             for obs in observers:
                 obs.on_oom(frontier)
-        K.check_invariants(graph, sc, state.st)   # a spliced run's rest was checked in its donor
+        compiled.check_invariants(graph, sc, state.st)   # a spliced run's rest was checked in its donor
         if sharing is not None:
             sharing.finish(state, stream, frontier, status, complete=not timed_out)
     if sharing is not None:
-        steps_run = int(sc[K.S_STEPS]) - sharing.resumed_at - (spliced.steps if spliced else 0)
+        steps_run = int(sc[L.S_STEPS]) - sharing.resumed_at - (spliced.steps if spliced else 0)
         prefixes.finished(sharing.family, sharing.resumed_at, steps_run,
                           spliced.steps if spliced else 0)
     summary = _summarize(program, base, ctx, sc, status, timed_out, stream, frontier,
@@ -309,46 +313,46 @@ def _family(program: Program, policy: Policy, interventions: Interventions,
 
 def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seconds):
     outcome = "timeout" if timed_out else {
-        K.STATUS_DONE: "ok", K.STATUS_OOM: "oom", K.STATUS_THRASHED: "thrashed",
-        K.STATUS_FORCE_FAILED: "error"}[int(status)]
+        L.STATUS_DONE: "ok", L.STATUS_OOM: "oom", L.STATUS_THRASHED: "thrashed",
+        L.STATUS_FORCE_FAILED: "error"}[int(status)]
     error = None
     if outcome == "error":
         forced = [f"storage {s} at decision {k}" for s, k in ctx.interventions.force]
-        error = (f"forced victim is not a candidate at decision {int(sc[K.S_EVICTIONS])} "
+        error = (f"forced victim is not a candidate at decision {int(sc[L.S_EVICTIONS])} "
                  f"({'; '.join(forced)})")
-    pressure = stream[stream[:, 0] == K.STREAM_PRESSURE][:, 1]
-    remat = int(sc[K.S_REMAT_COMPUTE])
+    pressure = stream[stream[:, 0] == L.STREAM_PRESSURE][:, 1]
+    remat = int(sc[L.S_REMAT_COMPUTE])
     oom = None
     if frontier is not None:
         last = frontier.levels[-1]
-        oom = OomInfo(op_id=int(sc[K.S_CUR_OP]), tensor=last.tensor, tensor_id=last.tensor_id,
+        oom = OomInfo(op_id=int(sc[L.S_CUR_OP]), tensor=last.tensor, tensor_id=last.tensor_id,
                       request=frontier.request, memory=frontier.memory,
                       pinned=frontier.pinned_bytes, depth=len(frontier.levels),
                       budget=ctx.budget, root_tensor=frontier.levels[0].tensor)
-    hi = int(sc[K.S_HI_TRUE])
-    max_pinned = MaxPinned(int(sc[K.S_MAXPIN_BYTES]), int(sc[K.S_MAXPIN_DEPTH]),
-                           int(sc[K.S_MAXPIN_OP]))
+    hi = int(sc[L.S_HI_TRUE])
+    max_pinned = MaxPinned(int(sc[L.S_MAXPIN_BYTES]), int(sc[L.S_MAXPIN_DEPTH]),
+                           int(sc[L.S_MAXPIN_OP]))
     return RunSummary(
         trace=program.name, trace_sha256=program.sha256, policy=ctx.policy.name,
         ratio=ctx.ratio, budget=ctx.budget, peak=base.peak, model_compute=base.model_compute,
-        outcome=outcome, clock=int(sc[K.S_CLOCK]), remat_compute=remat,
+        outcome=outcome, clock=int(sc[L.S_CLOCK]), remat_compute=remat,
         overhead=(base.model_compute + remat) / base.model_compute if base.model_compute else None,
-        evictions=int(sc[K.S_EVICTIONS]), dead_frees=int(sc[K.S_DEAD]),
-        distinct_evicted=int(len(np.unique(pressure))),
-        stream_distinct=int(len(np.unique(stream[:, 1]))),
-        remats=int(sc[K.S_REMATS]), collateral_remats=int(sc[K.S_COLLATERAL]),
-        max_depth=int(sc[K.S_MAX_DEPTH]), max_pinned=max_pinned, oom=oom,
+        evictions=int(sc[L.S_EVICTIONS]), dead_frees=int(sc[L.S_DEAD]),
+        distinct_evicted=len(set(pressure.tolist())),   # not np.unique: its first call
+        stream_distinct=len(set(stream[:, 1].tolist())),  # imports numpy.ma (12 ms)
+        remats=int(sc[L.S_REMATS]), collateral_remats=int(sc[L.S_COLLATERAL]),
+        max_depth=int(sc[L.S_MAX_DEPTH]), max_pinned=max_pinned, oom=oom,
         victims_sha256=victims_sha256(pressure.tolist()),
-        budget_interval=(int(sc[K.S_LO]), None if hi == K.NO_HI else hi - 1),
-        ops_done=int(sc[K.S_CUR_OP]) + 1, peak_memory=int(sc[K.S_PEAK]),
-        score_evals=int(sc[K.S_SCORE_EVALS]), wall_seconds=seconds,
+        budget_interval=(int(sc[L.S_LO]), None if hi == L.NO_HI else hi - 1),
+        ops_done=int(sc[L.S_CUR_OP]) + 1, peak_memory=int(sc[L.S_PEAK]),
+        score_evals=int(sc[L.S_SCORE_EVALS]), wall_seconds=seconds,
         interventions=ctx.interventions.to_json(), error=error,
-        anomalies=int(sc[K.S_ANOMALIES]), exclusion_checks=int(sc[K.S_EXCLUSION_CHECKS]),
-        frontier_misses=int(sc[K.S_FRONTIER_MISSES]), note=_no_candidate_note(ctx, sc))
+        anomalies=int(sc[L.S_ANOMALIES]), exclusion_checks=int(sc[L.S_EXCLUSION_CHECKS]),
+        frontier_misses=int(sc[L.S_FRONTIER_MISSES]), note=_no_candidate_note(ctx, sc))
 
 
 def _no_candidate_note(ctx, sc) -> str | None:
-    decision = int(sc[K.S_NO_CANDIDATE])
+    decision = int(sc[L.S_NO_CANDIDATE])
     if decision < 0:
         return None
     return (f"out of memory because policy {ctx.policy.name}'s filters (min_size, locked) left "

@@ -8,7 +8,7 @@ from functools import cached_property
 
 import numpy as np
 
-from . import kernel as K
+from . import compiled, layout as L
 from .graph import KernelGraph
 from .layout import (
     FRAME_ROWS, N_SCRATCH_ROWS, R_LAST_ACCESS, R_POOL_NEXT, R_POOL_PREV, STATE_ROWS,
@@ -18,7 +18,8 @@ from .layout import (
 Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "compute",
                                  "fr_live", "bit_slot", "bits", "free_slots",
                                  "memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats",
-                                 "memo_acc", "memo_stack", "memo_gate"])  # the last eight: MEMO_FIELDS
+                                 "memo_acc", "memo_stack", "memo_gate",
+                                 "block_order"])  # the last nine: WORK_FIELDS
 Regions.__doc__ = """Evicted neighbourhoods, two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
 arena; `compute` is each region's interior compute; large sets have a
@@ -26,8 +27,8 @@ membership bitset (a row of `bits`, taken from the `free_slots` stack), and
 some are that bitset alone (`cap` 0, `len` the member count, no block): large
 interiors, and large frontiers made by shared walks.
 `memo_*` is work space of the shared walks of one direction's rebuilds
-(kernel._shared_rebuilds), left empty between them: not state (a snapshot
-holds None there)."""
+(kernel._shared_rebuilds), and `block_order` of the arena's compaction; not
+state (a snapshot holds None there)."""
 
 ARENA_MIN = 1 << 22
 STREAM_CAPACITY = 4096
@@ -46,18 +47,20 @@ def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
         len=np.zeros(2 * n, dtype=np.int64), compute=np.zeros(n, dtype=np.int64),
         fr_live=np.zeros(n, dtype=np.int64), bit_slot=np.full(2 * n, -1, dtype=np.int64),
         bits=np.zeros((slots, words), dtype=np.uint64),
-        free_slots=np.arange(slots, dtype=np.int64), **_memo(n_tensors))
+        free_slots=np.arange(slots, dtype=np.int64), **_work_space(n_tensors))
 
 
-MEMO_FIELDS = ("memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats", "memo_acc",
-               "memo_stack", "memo_gate")
+WORK_FIELDS = ("memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats", "memo_acc",
+               "memo_stack", "memo_gate", "block_order")
 
 
-def _memo(n_tensors: int) -> dict:
-    """Work space of the shared walks: a row of two bitsets per walked storage."""
+def _work_space(n_tensors: int) -> dict:
+    """Work space of the shared walks (a row of two bitsets per walked storage)
+    and of the arena's compaction (one slot per set: the kernel allocates nothing)."""
     words = n_tensors // 64 + 1
     rows = int(min(n_tensors, max(64, MEMO_BYTES // (16 * words))))
-    return dict(memo_row=np.zeros(n_tensors, dtype=np.int64),
+    return dict(block_order=np.zeros(4 * n_tensors, dtype=np.int64),
+                memo_row=np.zeros(n_tensors, dtype=np.int64),
                 memo_node=np.zeros(rows, dtype=np.int64),
                 memo_int=np.zeros((rows, words), dtype=np.uint64),
                 memo_fr=np.zeros((rows, words), dtype=np.uint64),
@@ -69,8 +72,8 @@ def _memo(n_tensors: int) -> dict:
 
 def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
     """Compact the arena; double it when it stays more than half full."""
-    K.compact_arena(regions, sc)
-    if sc[K.S_ARENA_TOP] * 2 <= len(regions.arena):
+    compiled.compact_arena(regions, sc)
+    if sc[L.S_ARENA_TOP] * 2 <= len(regions.arena):
         return regions
     bigger = np.zeros(2 * len(regions.arena), dtype=np.int64)
     bigger[:len(regions.arena)] = regions.arena
@@ -87,32 +90,32 @@ class Extremes:
     """
 
     lo: int = 0
-    hi_true: int = K.NO_HI          # smallest failing `memory + request`, exclusive bound
+    hi_true: int = L.NO_HI          # smallest failing `memory + request`, exclusive bound
     max_depth: int = 0
     peak: int = 0
     maxpin: tuple[int, int, int] = (0, 0, -1)
 
     @classmethod
     def read(cls, sc: np.ndarray) -> "Extremes":
-        return cls(int(sc[K.S_LO]), int(sc[K.S_HI_TRUE]), int(sc[K.S_MAX_DEPTH]),
-                   int(sc[K.S_PEAK]), (int(sc[K.S_MAXPIN_BYTES]), int(sc[K.S_MAXPIN_DEPTH]),
-                                       int(sc[K.S_MAXPIN_OP])))
+        return cls(int(sc[L.S_LO]), int(sc[L.S_HI_TRUE]), int(sc[L.S_MAX_DEPTH]),
+                   int(sc[L.S_PEAK]), (int(sc[L.S_MAXPIN_BYTES]), int(sc[L.S_MAXPIN_DEPTH]),
+                                       int(sc[L.S_MAXPIN_OP])))
 
     def write(self, sc: np.ndarray) -> None:
-        sc[K.S_LO], sc[K.S_HI_TRUE] = self.lo, self.hi_true
-        sc[K.S_MAX_DEPTH], sc[K.S_PEAK] = self.max_depth, self.peak
-        sc[K.S_MAXPIN_BYTES], sc[K.S_MAXPIN_DEPTH], sc[K.S_MAXPIN_OP] = self.maxpin
+        sc[L.S_LO], sc[L.S_HI_TRUE] = self.lo, self.hi_true
+        sc[L.S_MAX_DEPTH], sc[L.S_PEAK] = self.max_depth, self.peak
+        sc[L.S_MAXPIN_BYTES], sc[L.S_MAXPIN_DEPTH], sc[L.S_MAXPIN_OP] = self.maxpin
 
     def then(self, later: "Extremes") -> "Extremes":
         """This stretch followed by `later` (the first maximum of pinned bytes is kept)."""
         a, b = self.hi_true, later.hi_true
-        hi = b if a == K.NO_HI else a if b == K.NO_HI else min(a, b)
+        hi = b if a == L.NO_HI else a if b == L.NO_HI else min(a, b)
         return Extremes(max(self.lo, later.lo), hi,
                         max(self.max_depth, later.max_depth), max(self.peak, later.peak),
                         later.maxpin if later.maxpin[0] > self.maxpin[0] else self.maxpin)
 
     def admits(self, budget: int) -> bool:
-        return self.lo <= budget and (self.hi_true == K.NO_HI or budget < self.hi_true)
+        return self.lo <= budget and (self.hi_true == L.NO_HI or budget < self.hi_true)
 
 
 @dataclass
@@ -130,22 +133,22 @@ class MachineState:
     def new(cls, g: KernelGraph, budget: int, remat_limit: int,
             stream_capacity: int = STREAM_CAPACITY) -> "MachineState":
         n = len(g.tensor_op)
-        sc = np.zeros(K.N_SCALARS, dtype=np.int64)
-        sc[K.S_CLOCK] = 1
-        sc[K.S_CUR_OP] = -1
-        sc[K.S_POOL_HEAD] = -1
-        sc[K.S_POOL_TAIL] = -1
-        sc[K.S_HI_TRUE] = K.NO_HI
-        sc[K.S_BUDGET] = budget
-        sc[K.S_MAXPIN_OP] = -1  # reference convention: (0, 0, -1) until a check frees memory
-        sc[K.S_POLICY_FAULT] = -1
-        sc[K.S_NO_CANDIDATE] = -1
-        sc[K.S_STOP_CMD] = -1   # no command boundary to stop at (engine/prefixes.py sets one)
+        sc = np.zeros(L.N_SCALARS, dtype=np.int64)
+        sc[L.S_CLOCK] = 1
+        sc[L.S_CUR_OP] = -1
+        sc[L.S_POOL_HEAD] = -1
+        sc[L.S_POOL_TAIL] = -1
+        sc[L.S_HI_TRUE] = L.NO_HI
+        sc[L.S_BUDGET] = budget
+        sc[L.S_MAXPIN_OP] = -1  # reference convention: (0, 0, -1) until a check frees memory
+        sc[L.S_POLICY_FAULT] = -1
+        sc[L.S_NO_CANDIDATE] = -1
+        sc[L.S_STOP_CMD] = -1   # no command boundary to stop at (engine/prefixes.py sets one)
         regions = new_regions(n)
-        sc[K.S_FREE_SLOTS] = len(regions.free_slots)
-        sc[K.S_REMAT_LIMIT] = remat_limit
+        sc[L.S_FREE_SLOTS] = len(regions.free_slots)
+        sc[L.S_REMAT_LIMIT] = remat_limit
         st = np.zeros((len(STATE_ROWS), n), dtype=np.int64)
-        st[R_LAST_ACCESS] = K.NEVER
+        st[R_LAST_ACCESS] = L.NEVER
         st[R_POOL_PREV] = -1
         st[R_POOL_NEXT] = -1
         return cls(
@@ -169,26 +172,26 @@ class MachineState:
         arena first when abandoned blocks outweigh live ones, so mostly live blocks
         are copied."""
         rg = self.regions
-        if self.sc[K.S_ARENA_TOP] > 2 * int(rg.cap.sum()):
-            K.compact_arena(rg, self.sc)
-        top = int(self.sc[K.S_ARENA_TOP])
+        if self.sc[L.S_ARENA_TOP] > 2 * int(rg.cap.sum()):
+            compiled.compact_arena(rg, self.sc)
+        top = int(self.sc[L.S_ARENA_TOP])
         used = np.flatnonzero(rg.bit_slot >= 0)
         slots = rg.bit_slot[used]
         regions = rg._replace(
             arena=rg.arena[:top].copy(), start=rg.start.copy(), cap=rg.cap.copy(),
             len=rg.len.copy(), compute=rg.compute.copy(), fr_live=rg.fr_live.copy(),
             bit_slot=rg.bit_slot.copy(), bits=rg.bits[slots].copy(),
-            free_slots=rg.free_slots.copy(), **dict.fromkeys(MEMO_FIELDS))
+            free_slots=rg.free_slots.copy(), **dict.fromkeys(WORK_FIELDS))
         prefix = before.then(Extremes.read(self.sc))
         return Snapshot(
-            steps=int(self.sc[K.S_STEPS]), lo=prefix.lo,
-            hi=None if prefix.hi_true == K.NO_HI else prefix.hi_true - 1,
+            steps=int(self.sc[L.S_STEPS]), lo=prefix.lo,
+            hi=None if prefix.hi_true == L.NO_HI else prefix.hi_true - 1,
             before=before, run=run,
             arena_len=len(rg.arena), bit_rows=rg.bits.shape,
             state=MachineState(
                 sc=self.sc.copy(), st=self.st.copy(), frames=self.frames.copy(),
                 pending=self.pending.copy(), scratch=self.scratch.copy(), mark=self.mark.copy(),
-                regions=regions, stream=self.stream[:int(self.sc[K.S_N_STREAM])].copy()),
+                regions=regions, stream=self.stream[:int(self.sc[L.S_N_STREAM])].copy()),
             stream_chunks=tuple(stream_chunks))
 
     @classmethod
@@ -208,11 +211,11 @@ class MachineState:
         regions = rg._replace(
             arena=arena, start=rg.start.copy(), cap=rg.cap.copy(), len=rg.len.copy(),
             compute=rg.compute.copy(), fr_live=rg.fr_live.copy(), bit_slot=rg.bit_slot.copy(),
-            bits=bits, free_slots=rg.free_slots.copy(), **_memo(s.st.shape[1]))
+            bits=bits, free_slots=rg.free_slots.copy(), **_work_space(s.st.shape[1]))
         stream = np.zeros((max(STREAM_CAPACITY, len(s.stream)), 4), dtype=np.int64)
         stream[:len(s.stream)] = s.stream
         sc = s.sc.copy()
-        sc[K.S_BUDGET] = budget
+        sc[L.S_BUDGET] = budget
         return cls(sc=sc, st=s.st.copy(), frames=s.frames.copy(), pending=s.pending.copy(),
                    scratch=s.scratch.copy(), mark=s.mark.copy(), regions=regions, stream=stream)
 

@@ -37,14 +37,6 @@ SCORE_SIGNATURE = types.float64(*([types.int64] * len(FEATURE_NAMES)))
 NEIGHBOURHOOD_MODES = ("incremental", "fresh")
 
 
-@cfunc(SCORE_SIGNATURE, cache=True)
-def builtin_score(compute, own_compute, fwd_compute, bwd_compute, size, staleness, last_access,
-                  clock, times_evicted, backward, depth, pinned_bytes, memory, request, storage,
-                  decision, position, pool_size):
-    """Stands in for a user score when a built-in policy runs (never called)."""
-    return 0.0
-
-
 @njit(cache=True)
 def ratio(num, a, b=1):
     """num / (a * b) as the reference divides: plus infinity if a or b is not

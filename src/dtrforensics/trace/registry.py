@@ -22,8 +22,6 @@ import errno
 import os
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -330,6 +328,7 @@ Progress = Callable[[int, int | None], None]   # (bytes so far, total or None)
 
 
 def _download(url: str, out: BinaryIO, timeout: float, progress: Progress | None) -> None:
+    import urllib.request   # here, not at the top: every trace lookup imports this module
     request = urllib.request.Request(url, headers={"User-Agent": "dtrforensics"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         length = response.headers.get("Content-Length")
@@ -350,6 +349,7 @@ def fetch(dest: str | Path | None = None, *, urls: tuple[str, ...] = known.LOGS_
 
     Raises `TraceStoreError` quickly when offline, pointing at `dtrf traces import`.
     """
+    import urllib.error
     dest_root = Path(dest) if dest is not None else user_trace_dir()
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dtrf-fetch-") as tmpdir:

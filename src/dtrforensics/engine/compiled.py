@@ -1,0 +1,85 @@
+"""The kernel functions the driver calls, from the native library when it is
+built (engine/native.py) and from numba otherwise.
+
+The first process that runs the kernel through numba builds the library at
+the end of its first run (engine/native_build.py), once every entry point
+has been compiled for the types the driver passes; a failure leaves a note
+beside the cache and that process, and later ones, keep numba.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import native
+
+_native: native.NativeKernel | None = None
+_looked = False
+_built = False
+
+
+def _native_kernel() -> native.NativeKernel | None:
+    global _native, _looked
+    if not _looked:
+        _looked = True
+        if native.enabled():
+            _native = native.load()
+    return _native
+
+
+def _numba():
+    from . import kernel
+    return kernel
+
+
+def _call(name: str, *args):
+    kernel = _native_kernel()
+    if kernel is not None:
+        try:
+            return kernel.entry_points[name](*args)
+        except native.Mismatch:
+            pass
+    K = _numba()
+    result = getattr(K, name)(*args)
+    if name == "check_invariants":       # the end of a run: every entry point is compiled
+        _build_once(K)
+    return result
+
+
+def run_slice(*args) -> int:
+    return _call("run_slice", *args)
+
+
+def check_invariants(g, sc, st) -> int:
+    return _call("check_invariants", g, sc, st)
+
+
+def compact_arena(rg, sc) -> None:
+    _call("compact_arena", rg, sc)
+
+
+def _build_once(K) -> None:
+    """Build the library after this process's first run through numba."""
+    global _built, _native
+    if _built or not native.enabled() or _native_kernel() is not None:
+        return
+    _built = True
+    library, _, failed = native.library_paths()
+    if failed.exists():
+        return
+    from . import native_build
+    dispatchers = {name: getattr(K, name) for name in native.ENTRY_POINTS}
+    signatures = native_build.entry_signatures(dispatchers)
+    if signatures is None:
+        return                     # compiled only for types the library cannot take
+    try:
+        native_build.build({name: (d, signatures[name]) for name, d in dispatchers.items()})
+    except Exception as exc:       # noqa: BLE001 (any failure: keep numba, say why once)
+        try:
+            failed.write_text(f"{type(exc).__name__}: {exc}\n")
+        except OSError:
+            pass
+        print(f"dtrforensics: the native kernel was not built ({exc}); replays use numba",
+              file=sys.stderr)
+        return
+    _native = native.load()
