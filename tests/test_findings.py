@@ -142,3 +142,41 @@ def test_a_map_of_another_version_of_a_policy_file_is_set_aside(mapped, tmp_path
     with pytest.warns(UserWarning, match="set aside as moved.stale"):
         F._set_aside_if_other_policy(moved, spec)
     assert not moved.exists() and moved.with_name("moved.stale").is_dir()
+
+
+def _window_grid(failing: set[int], unresolved: set[int] = frozenset()) -> F.GridFindings:
+    """The InceptionV4 window's 0.0001 grid with the k-th points failing (or unresolved)."""
+    spec = F.MapSpec("inceptionv4", "dtr", *F.INCEPTION_WINDOW, "window", step=F.WINDOW_STEP)
+    peak = 10**10
+    points = []
+    planned = round((F.INCEPTION_WINDOW[1] - F.INCEPTION_WINDOW[0]) / F.WINDOW_STEP) + 1
+    for k in range(planned):
+        ratio = round(F.INCEPTION_WINDOW[0] + k * F.WINDOW_STEP, 6)
+        points.append({"ratio": ratio, "budget": int(ratio * peak), "wall_seconds": 1.0,
+                       "status": "unresolved" if k in unresolved else "done",
+                       "outcome": "oom" if k in failing else "ok"})
+    assert planned == 511
+    return F.GridFindings(spec, peak, points, 0.0)
+
+
+def test_the_window_claims_are_read_off_its_grid():
+    at = lambda r: round((r - F.INCEPTION_WINDOW[0]) / F.WINDOW_STEP)  # noqa: E731
+    failing = {at(0.2526), at(0.2527), at(0.2200), at(0.2301), at(0.2302)}   # 3 regions: 6 switches
+    claims = {c.id: c for c in F.open_claims(F.Findings(window_grid=_window_grid(failing)))}
+    region, switches = claims["inceptionv4.failure_region_0.2526"], \
+        claims["inceptionv4.switches_0.209_0.26"]
+    assert (region.ours, region.verdict) == ("0.2526-0.2527", "match")
+    assert (switches.ours, switches.verdict) == ("6", "match")
+    fewer = {c.id: c for c in F.open_claims(F.Findings(window_grid=_window_grid(failing - {
+        at(0.2200)})))}
+    assert (fewer["inceptionv4.switches_0.209_0.26"].ours,
+            fewer["inceptionv4.switches_0.209_0.26"].verdict) == ("4", "differs")
+    open_grid = F.Findings(window_grid=_window_grid(failing, unresolved={at(0.24)}),
+                           settings={"map_seconds": 60.0, "run_timeout": 120.0,
+                                     "range": F.RANGE})
+    claims = {c.id: c for c in F.open_claims(open_grid)}
+    assert claims["inceptionv4.switches_0.209_0.26"].verdict == F.INCOMPLETE
+    assert "1 of 511 grid points without an outcome" in claims[
+        "inceptionv4.switches_0.209_0.26"].note
+    assert "0.0001 grid over InceptionV4 0.209-0.26" in render(
+        open_grid, command="x", wall_seconds=0.0)

@@ -75,10 +75,10 @@ def _map_detail(m: F.MapFindings) -> list[str]:
     return out + [""]
 
 
-def _grid_table(f: F.Findings) -> list[str]:
+def _grid_table(grids: dict[str, F.GridFindings]) -> list[str]:
     out = ["| trace | points with an outcome | ok | failing | without an outcome | hole on the grid | "
            "failing ratios | slowest run | wall time |", "|---|---|---|---|---|---|---|---|---|"]
-    for t, g in f.grids.items():
+    for t, g in grids.items():
         grid = g.as_grid()
         failing = [r for r, _, o in grid if o not in (None, "ok")]
         shown = _runs_of_ratios(failing, [r for r, _, _ in grid])
@@ -161,7 +161,11 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
     span = f"{s['range'][0]:g}-{s['range'][1]:g}"
     out += [f"## 1. Every public trace over {span}: DTR and its ablations", "",
             "### The studies' 0.01 grid under DTR (each point run, as they did)", ""]
-    out += _grid_table(f)
+    out += _grid_table(f.grids)
+    if f.window_grid is not None:
+        lo, hi = F.INCEPTION_WINDOW
+        out += [f"### The holes study's {F.WINDOW_STEP:g} grid over InceptionV4 {lo:g}-{hi:g}", ""]
+        out += _grid_table({"inceptionv4": f.window_grid})
     out += ["### Exact maps", ""]
     out += _summary_table(list(f.public.values()) + list(f.ablations.values())) + [""]
     out += ["### The claims of the holes study still open", ""] + _claims(f)
