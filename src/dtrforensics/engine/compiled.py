@@ -41,7 +41,7 @@ def _call(name: str, *args):
             pass
     K = _numba()
     result = getattr(K, name)(*args)
-    if name == "check_invariants":       # the end of a run: every entry point is compiled
+    if name == "check_invariants":       # the end of a run: the driver's types are known
         _build_once(K)
     return result
 
@@ -64,7 +64,7 @@ def _build_once(K) -> None:
     if _built or not native.enabled() or _native_kernel() is not None:
         return
     _built = True
-    library, _, failed = native.library_paths()
+    _, _, failed = native.library_paths()
     if failed.exists():
         return
     from . import native_build
@@ -79,7 +79,7 @@ def _build_once(K) -> None:
             failed.write_text(f"{type(exc).__name__}: {exc}\n")
         except OSError:
             pass
-        print(f"dtrforensics: the native kernel was not built ({exc}); replays use numba",
-              file=sys.stderr)
+        print(f"dtrforensics: the native kernel was not built ({exc}); replays use numba "
+              f"(delete {failed} to try again)", file=sys.stderr)
         return
     _native = native.load()
