@@ -59,6 +59,16 @@ def test_grid_outcomes_are_the_replays(mapped):
         assert replay(program, budget=budget).summary.outcome == outcome
 
 
+def test_grid_runs_get_the_studies_limit_and_maps_the_given_one(mapped):
+    """run_timeout=None (unlimited) applies to the exact maps; the studies' grid
+    gets their own 20-minute limit per run, so its timeouts compare with theirs."""
+    work, f = mapped
+    def timeout(spec):
+        return json.loads((work / "maps" / spec.key / "sweep.json").read_text())["params"]["timeout"]
+    assert timeout(f.grids["hole"].spec) == F.STUDY_RUN_LIMIT == 1200
+    assert timeout(f.public["hole"].spec) is None
+
+
 def test_the_map_certifies_the_planted_hole(mapped):
     _, f = mapped
     program = load_trace("hole")

@@ -142,7 +142,8 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
         f"map, all runs together, is in the tables). Each map partitions its budget range into "
         f"byte intervals that each give one execution (`dtrf sweep --exact`); a map gets at most "
         f"{s['map_seconds']:g} s per invocation and each run at most "
-        f"{s['run_timeout'] if s['run_timeout'] else 'unlimited'} s"
+        f"{s['run_timeout'] if s['run_timeout'] else 'unlimited'} s (a grid point "
+        f"{F.STUDY_RUN_LIMIT:g} s, the studies' limit)"
         + (f"; this invocation stopped starting maps after {s['total_seconds']:g} s"
            if s.get("total_seconds") else "")
         + ". Running the command again resumes every partial map.", "",

@@ -41,6 +41,7 @@ MIN_EVICTEE_SIZE = f"{Path(__file__).with_name('knobs.py')}:dtr_min_1mib"
 HOLE_POLICIES: tuple[str, ...] = ("dtr-exact-nbhd", MIN_EVICTEE_SIZE)
 MAX_HOLE_WINDOWS = 4          # per trace: the widest DTR holes get a neighbourhood map
 GRID_STEP = 0.01              # the studies' grid
+STUDY_RUN_LIMIT = 20 * 60.0   # the studies' wall-clock limit per run: grid points get it too
 RESOLUTION = 0.001            # the studies' finest grid: narrower structure is "micro"
 REGIME_JUMP = 2.0             # a regime switch: the overhead at least doubles
 MAX_WALK_RUNS = 100_000
@@ -296,11 +297,14 @@ class Mapper:
         rng = range_bytes(SweepParams(spec.ratio_from, spec.ratio_to, exact=True), peak)
         return MapFindings(spec, peak, rng, 0.0, 0, False, 0.0, [], [], [], 0, [], [], 0.0)
 
-    def _timeout(self, folder: Path) -> float | None:
-        """The run timeout a stored map was started with (it resumes with it), else ours."""
+    def _timeout(self, folder: Path, spec: MapSpec) -> float | None:
+        """The run timeout a stored map was started with (it resumes with it); else the
+        studies' limit for a grid (their protocol, so their timeouts compare with ours),
+        ours for an exact map."""
         doc = folder / "sweep.json"
-        return json.loads(doc.read_text())["params"]["timeout"] if doc.is_file() \
-            else self.run_timeout
+        if doc.is_file():
+            return json.loads(doc.read_text())["params"]["timeout"]
+        return STUDY_RUN_LIMIT if spec.step else self.run_timeout
 
     def _sweep(self, spec: MapSpec) -> bool:
         """Run or resume the sweep of `spec` for its share of time; False when it has
@@ -314,7 +318,7 @@ class Mapper:
             return (folder / "sweep.json").is_file()
         params = SweepParams(spec.ratio_from, spec.ratio_to, step=spec.step,
                              policies=(spec.policy,), exact=spec.step is None,
-                             max_runs=MAX_WALK_RUNS, timeout=self._timeout(folder))
+                             max_runs=MAX_WALK_RUNS, timeout=self._timeout(folder, spec))
         started = time.perf_counter()
         mapper = self
 
@@ -580,8 +584,8 @@ def _open_claims(f: Findings) -> list[tuple[C.Claim, bool]]:
             f"{sum(left.values())} of {points}; slowest grid run {slowest:.1f} s",
             C.SHARPER if resolved else C.DIFFERS,
             "every grid point of the six traces has its outcome" if resolved else
-            f"grid points still without an outcome after a limit of "
-            f"{f.settings['run_timeout']} s per run (or not run yet): rerun to fill them"),
+            "grid points still without an outcome after the studies' own limit of "
+            f"{STUDY_RUN_LIMIT:g} s per run (or not run yet): rerun to fill them"),
             resolved))
     maps = {t: f.public[t] for t in CONFIRMATORY if t in f.public}
     if len(maps) == len(CONFIRMATORY):
