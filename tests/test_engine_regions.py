@@ -1,19 +1,26 @@
-"""Shared walks (kernel._shared_rebuilds) against plain walks (§8.2).
+"""Shared and masked walks (kernel._shared_rebuilds, kernel._mask_rebuilds)
+against plain walks (§8.2).
 
-After a compute, the rebuilds of one direction share their walks through
-bitsets; each region must come out with exactly the interior, frontier and
-compute a plain walk from its base gives. Indexed interiors, and frontiers
-made by shared walks, are their bitset alone, so sets are read through
-`region_sets`.
+After a compute, the rebuilds of one direction share their walks, through
+memo bitsets (many bases) or one walk carrying a mask of the bases (a few
+bases with large regions); each region must come out with exactly the
+interior, frontier and compute a plain walk from its base gives. Indexed
+interiors, and frontiers made by shared walks, are their bitset alone, so sets
+are read through `region_sets`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from logdsl import Log
+from logs import random_logs
 from public import program_or_skip
 
 from dtrforensics.engine import kernel as K
+from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.replay import prepared, replay
 from dtrforensics.synth.generator import SynthSpec, generate
 from dtrforensics.trace import parse_lines
@@ -50,6 +57,40 @@ def region_sets(rg, bases, backward) -> dict[int, tuple]:
     return out
 
 
+def assert_work_space_empty(rg):
+    """What every walk leaves behind: no mask, no masked walk's rows."""
+    assert not rg.memo_row.any()
+    assert not rg.memo_int[:K.MASK_BASES].any() and not rg.memo_fr[:K.MASK_BASES].any()
+
+
+def masked_and_plain(program, budget, trials, seed=0):
+    """Regions of random sets of storages (resident or not; up to 140, more than
+    one masked walk takes) rebuilt by masked walks and then by plain walks, in
+    the state at the end of a run."""
+    state = replay(program, budget=budget, keep_state=True).state
+    graph, _ = prepared(program)
+    sc, st, rg = state.sc, state.st, state.regions
+    ids = np.arange(st.shape[1])
+    storages = np.flatnonzero((ids < sc[K.S_CREATED]) & (graph.tensor_storage == ids))
+    rng = np.random.default_rng(seed)
+    results = []
+    for _ in range(trials if len(storages) >= 2 else 0):
+        size = int(rng.integers(2, min(len(storages), 140) + 1))
+        bases = rng.choice(storages, size=size, replace=False).astype(np.int64)
+        for backward in (K.FORWARD, K.BACKWARD):
+            for j in range(0, size, K.MASK_BASES):
+                K._mask_rebuilds(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.scratch,
+                                 rg, bases[j:], min(K.MASK_BASES, size - j), backward)
+            bitset_alone(rg)
+            masked = region_sets(rg, bases, backward)
+            assert_work_space_empty(rg)
+            for s in bases:
+                K._rebuild(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.mark,
+                           state.scratch, rg, s, backward)
+            results.append((masked, region_sets(rg, bases, backward)))
+    return results
+
+
 def shared_and_plain(program, budget):
     """Both directions' regions of every resident storage at the end of a run,
     rebuilt with shared walks and then with plain ones; and the failed attempts."""
@@ -66,7 +107,7 @@ def shared_and_plain(program, budget):
                            state.scratch, rg, bases, len(bases), backward)
         bitset_alone(rg)
         shared = region_sets(rg, bases, backward)
-        assert not rg.memo_row.any()  # the work space is left empty
+        assert_work_space_empty(rg)
         for s in bases:
             K._rebuild(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.mark, state.scratch,
                        rg, s, backward)
@@ -111,3 +152,59 @@ def test_shared_walks_equal_plain_walks_with_views(seed):
     results, _ = shared_and_plain(program, peak // 4)
     for shared, plain in results:
         assert shared == plain
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_masked_walks_equal_plain_walks_with_views(seed):
+    spec = SynthSpec(kind="mixed", depth=24, width=2, view_prob=0.5, seed=seed)
+    program = parse_lines(generate(spec).splitlines(), name=f"mixed-{seed}")
+    peak = replay(program, ratio=1.0).summary.peak
+    for fraction in (3, 4, 6):
+        for masked, plain in masked_and_plain(program, peak // fraction, trials=8, seed=seed):
+            assert masked == plain
+
+
+@pytest.mark.public
+def test_masked_walks_equal_plain_walks_on_the_lstm():
+    """The slow regime's neighbourhood: large evicted stretches, sets in every form."""
+    program = program_or_skip("lstm")
+    results = masked_and_plain(program, 1_482_623_728, trials=6)
+    for masked, plain in results:
+        assert masked == plain
+    assert any(len(interior) >= K.BITSET_MIN for m, _ in results for interior, _, _ in m.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=random_logs(), fraction=st.floats(0.05, 0.8), seed=st.integers(0, 1 << 16))
+def test_masked_walks_equal_plain_walks_on_random_traces(program, fraction, seed):
+    """Random logs have views of one argument among several: edges against the id
+    order, which take a masked walk another pass."""
+    budget = int(fraction * baseline(program).peak)
+    results = masked_and_plain(program, budget, trials=4, seed=seed)
+    assume(results)
+    for masked, plain in results:
+        assert masked == plain
+
+
+def test_a_masked_walk_follows_an_edge_against_the_id_order():
+    """w views v but is made from v and q: q (a later storage) gets v as a child.
+    Walking forward from p (q's parent, not v's) with v and q not resident, v is
+    reached only through q, after v's place in id order has been passed; a
+    second pass from v must still reach c, v's child."""
+    log = (Log().const("r", 8).const("p", 8).call("v", "op", ["r"], 10, 100)
+           .call("q", "op", ["p"], 10, 100).call("w", "view", ["v", "q"], 10, 0, aliases=[0])
+           .call("c", "op", ["w"], 10, 100))
+    program = log.program("against-order")
+    state = replay(program, ratio=1.0, keep_state=True).state
+    graph, _ = prepared(program)
+    st, rg = state.st, state.regions
+    p, v, q, c = (int(program.tensor_storage[program.tensor_by_name(n)]) for n in "pvqc")
+    assert v < q and q in graph.fwd_nbr[graph.fwd_ptr[p]:graph.fwd_ptr[p + 1]]
+    st[K.R_MATERIAL, [p, c]] = 1
+    st[K.R_MATERIAL, [v, q]] = 0
+    bases = np.array([p, c], dtype=np.int64)
+    K._mask_rebuilds(graph, state.sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.scratch, rg,
+                     bases, 2, K.FORWARD)
+    assert_work_space_empty(rg)
+    interior, frontier, _ = region_sets(rg, bases, K.FORWARD)[p]
+    assert interior == {v, q} and frontier == {c}

@@ -1221,7 +1221,8 @@ def _rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
 # union over its non-resident neighbours, the same sets as `_walk` (§8.2). It
 # needs the non-resident part to be acyclic (views can close cycles) and the
 # memo rows to suffice; otherwise that rebuild walks as before, and later
-# rounds walk plainly for a while (`memo_gate`: failures, rounds left to skip).
+# rounds walk plainly for a while (`memo_gate[0:2]`: failures, rounds left to skip).
+# Fewer bases with large regions take a masked walk instead (`_mask_rebuilds`).
 MEMO_MIN_BASES = 16
 MEMO_WORDS_PER_BASE = 2    # a shared walk costs bitset words per edge, a plain one a visit per base
 MEMO_MAX_BACKOFF = 12      # after the k-th failure, 2**min(k, 12) rebuild rounds walk plainly
@@ -1229,13 +1230,31 @@ MEMO_MAX_BACKOFF = 12      # after the k-th failure, 2**min(k, 12) rebuild round
 
 @njit(cache=True)
 def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward):
-    """§8.2 for `bases` (all resident), one direction, walks shared."""
+    """§8.2 for `bases` (all resident), one direction, walks shared: by memo rows
+    for many bases, by one masked walk for a few with large regions, else plain.
+    Leaves the work space as masked walks expect it (memo_row, and the first
+    MASK_BASES rows of memo_int and memo_fr, zero)."""
     words = rg.memo_int.shape[1]
     gate = rg.memo_gate
     use_memo = n_bases >= MEMO_MIN_BASES and n_bases * MEMO_WORDS_PER_BASE >= words
     if use_memo and gate[1] > 0:
         gate[1] -= 1  # backing off after failed attempts
         use_memo = False
+    if not use_memo and n_bases >= 2 and _large_regions(rg, bases, n_bases, backward):
+        gate[4] += 1
+        if (gate[3] >= MASK_MIN_SHARING * gate[2]) or gate[4] % MASK_PROBE_EVERY == 0:
+            per_walk = min(MASK_BASES, rg.memo_int.shape[0])
+            walked = 0
+            served = 0
+            for j in range(0, n_bases, per_walk):
+                v, n = _mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases[j:],
+                                      min(per_walk, n_bases - j), backward)
+                walked += v
+                served += n
+            gate[2] += walked - (gate[2] >> MASK_MEMORY)
+            gate[3] += served - (gate[3] >> MASK_MEMORY)
+            return
+    memo_tried = use_memo
     used = 0
     for j in range(n_bases):
         s = bases[j]
@@ -1250,6 +1269,162 @@ def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_ba
         _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward)
     for r in range(used):
         rg.memo_row[rg.memo_node[r]] = 0
+    if memo_tried:   # leave what masked walks expect to find zero
+        for r in range(min(used, MASK_BASES)):
+            rg.memo_int[r, :] = 0
+            rg.memo_fr[r, :] = 0
+
+
+# Masked walks. Where the bases are fewer than shared walks need but their regions
+# large (the LSTM's slow regime: a handful of bases around one evicted stretch of
+# a thousand storages), one walk carries a bitmask of the bases that reach each
+# storage: the stretch is walked once, not once per base.
+MASK_BASES = 64          # bases per masked walk: one bit of a uint64 each
+MASK_MIN_INTERIOR = 128  # mean interior, as the regions stood before, that may pay for one
+MASK_MIN_SHARING = 2.0   # storages plain walks would visit per one a masked walk visits,
+                         # averaged over recent masked walks (memo_gate[2:4]: walked,
+                         # served, decaying by 2**-MASK_MEMORY a walk); below it, plain
+                         # walks, with a masked walk every MASK_PROBE_EVERY-th time
+MASK_MEMORY = 4
+MASK_PROBE_EVERY = 16
+
+
+@njit(cache=True, inline="always")
+def _large_regions(rg, bases, n_bases, backward):
+    """Whether the bases' regions, as they stand before the rebuild, are large enough
+    on average for a masked walk to beat plain walks (it has a fixed cost per base)."""
+    prior = 0
+    for j in range(n_bases):
+        prior += rg.len[2 * bases[j] + backward]
+    return prior >= MASK_MIN_INTERIOR * n_bases
+
+
+@njit(cache=True)
+def _mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, backward):
+    """§8.2 for up to MASK_BASES bases (all of one direction) in one walk: the
+    same interiors, frontiers and computes as a plain walk from each base.
+    Returns the storages it walked from and those plain walks would have. It
+    borrows the shared walks' work space: memo_row holds the masks, memo_int[j]
+    and memo_fr[j] the interior and frontier of bases[j], memo_node[j] its
+    compute. All but memo_node are zero before and after (`_shared_rebuilds`
+    leaves them so)."""
+    if backward:
+        ptr, nbr, when = g.bwd_ptr, g.bwd_nbr, g.bwd_time
+    else:
+        ptr, nbr, when = g.fwd_ptr, g.fwd_nbr, g.fwd_time
+    words = rg.memo_int.shape[1]
+    for j in range(n_bases):
+        rg.memo_node[j] = 0
+    visits_before = sc[S_WALK_VISITS]
+    lo, hi = _mask_propagate(sc, material, rg.memo_row, ptr, nbr, when, sc[S_CREATED], bases,
+                             n_bases, backward)
+    visits = sc[S_WALK_VISITS] - visits_before
+    served = 0
+    _mask_collect(material, st_compute, rg.memo_row, rg.memo_int, rg.memo_fr, rg.memo_node,
+                  lo, hi)
+    lo_w = lo >> 6
+    hi_w = hi >> 6 if hi >= 0 else -1
+    interior = scratch[SCRATCH_INTERIOR]
+    frontier = scratch[SCRATCH_FRONTIER]
+    for j in range(n_bases):
+        r = 2 * bases[j] + backward
+        sc[S_REBUILDS] += 1
+        n_int = _bits_count_range(rg.memo_int[j], lo_w, hi_w)
+        if not (n_int >= BITSET_MIN and _store_bits(rg, sc, r, rg.memo_int[j], n_int, words)):
+            _bits_list_range(rg.memo_int[j], lo_w, hi_w, interior)
+            _store(rg, sc, r, interior, n_int)
+        f = rg.n_regions + r
+        n_fr = _bits_count_range(rg.memo_fr[j], lo_w, hi_w)
+        if not (n_fr >= BITSET_MIN and _store_bits(rg, sc, f, rg.memo_fr[j], n_fr, words)):
+            _bits_list_range(rg.memo_fr[j], lo_w, hi_w, frontier)
+            _store(rg, sc, f, frontier, n_fr)
+        rg.compute[r] = rg.memo_node[j]
+        rg.fr_live[r] = n_fr
+        served += n_int + 1
+        for w in range(lo_w, hi_w + 1):
+            rg.memo_int[j, w] = 0
+            rg.memo_fr[j, w] = 0
+    return visits, served
+
+
+@njit(cache=True)
+def _mask_propagate(sc, material, mask, ptr, nbr, when, created, bases, n_bases, backward):
+    """Bit j of mask[x]: x is in the region of bases[j] (interior if non-resident,
+    frontier if resident). Bits flow from each base's neighbours through
+    non-resident storages to a fixpoint, storages taken in id order: children
+    have larger ids than their parents (the backward direction goes down), so
+    one pass suffices unless a view's edge points against that order, which
+    calls for another pass from where it points. Returns the range of storage
+    ids reached."""
+    lo = mask.shape[0]
+    hi = -1
+    for j in range(n_bases):
+        b = bases[j]
+        bit = np.int64(1) << j
+        for e in range(ptr[b], ptr[b + 1]):
+            if when[e] >= created:
+                break
+            u = nbr[e]
+            mask[u] |= bit
+            lo = min(lo, u)
+            hi = max(hi, u)
+    visits = n_bases
+    start = hi if backward else lo
+    while start >= 0:
+        x = start
+        start = -1
+        while (x >= lo) if backward else (x <= hi):
+            m = mask[x]
+            if m != 0 and not material[x]:
+                visits += 1
+                for e in range(ptr[x], ptr[x + 1]):
+                    if when[e] >= created:
+                        break
+                    u = nbr[e]
+                    old = mask[u]
+                    if old | m == old:
+                        continue
+                    mask[u] = old | m
+                    if backward:
+                        if u > x and not material[u]:
+                            start = max(start, u)
+                        lo = min(lo, u)
+                        hi = max(hi, u)
+                    else:
+                        if u < x and not material[u]:
+                            start = u if start < 0 else min(start, u)
+                        lo = min(lo, u)
+                        hi = max(hi, u)
+            x += -1 if backward else 1
+    sc[S_WALK_VISITS] += visits
+    for j in range(n_bases):
+        mask[bases[j]] &= ~(np.int64(1) << j)   # never its own interior or frontier
+    return lo, hi
+
+
+@njit(cache=True)
+def _mask_collect(material, st_compute, mask, interiors, frontiers, computes, lo, hi):
+    """Each base's interior and frontier into its bitset rows and its interior
+    compute into `computes`, from the masks of storages lo..hi, which it clears."""
+    one = np.uint64(1)
+    for x in range(lo, hi + 1):
+        m = mask[x]
+        if m == 0:
+            continue
+        mask[x] = 0
+        xw = x >> 6
+        xbit = one << np.uint64(x & 63)
+        if material[x]:
+            while m:
+                frontiers[_lowest_bit(m), xw] |= xbit
+                m &= m - 1
+        else:
+            c = st_compute[x]
+            while m:
+                j = _lowest_bit(m)
+                m &= m - 1
+                interiors[j, xw] |= xbit
+                computes[j] += c
 
 
 @njit(cache=True)
@@ -1352,6 +1527,28 @@ def _bits_list(bits, words, out):
             out[n] = w * 64 + _lowest_bit(low)
             n += 1
             b ^= low
+    return n
+
+
+@njit(cache=True, inline="always")
+def _bits_count_range(bits, lo_w, hi_w):
+    """Members of a bitset whose words outside [lo_w, hi_w] are zero."""
+    n = 0
+    for w in range(lo_w, hi_w + 1):
+        n += _popcount(bits[w])
+    return n
+
+
+@njit(cache=True, inline="always")
+def _bits_list_range(bits, lo_w, hi_w, out):
+    """`_bits_list` of a bitset whose words outside [lo_w, hi_w] are zero."""
+    n = 0
+    for w in range(lo_w, hi_w + 1):
+        b = bits[w]
+        while b:
+            out[n] = w * 64 + _lowest_bit(b)
+            n += 1
+            b &= b - np.uint64(1)
     return n
 
 

@@ -67,7 +67,7 @@ def _work_space(n_tensors: int) -> dict:
                 memo_stats=np.full((rows, 2), -1, dtype=np.int64),
                 memo_acc=np.zeros((2, words), dtype=np.uint64),
                 memo_stack=np.zeros((rows + 1, 2), dtype=np.int64),
-                memo_gate=np.zeros(2, dtype=np.int64))
+                memo_gate=np.zeros(5, dtype=np.int64))
 
 
 def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
