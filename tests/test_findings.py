@@ -9,6 +9,7 @@ left writes what is stored and says what is missing.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -190,3 +191,28 @@ def test_the_window_claims_are_read_off_its_grid():
         "inceptionv4.switches_0.209_0.26"].note
     assert "0.0001 grid over InceptionV4 0.209-0.26" in render(
         open_grid, command="x", wall_seconds=0.0)
+
+
+def test_what_a_partial_map_has_left_is_read_off_the_grid_points_in_its_gaps():
+    """Gap 1,000-1,999 holds two grid points: executions 100 B wide taking 2 s and
+    50 B wide taking 1 s, each standing for half the gap: 5 + 10 executions,
+    5 x 2 + 10 x 1 s. Gap 5,000-5,099 holds none: the nearest point (at 4,000,
+    timed out) leaves its 100 B unknown."""
+    from dtrforensics.sweep.holes import ExactGap
+    spec = F.MapSpec("t", "dtr", *F.RANGE, "public")
+    gaps = [ExactGap(1000, 1999, 0, "run-limit"), ExactGap(5000, 5099, 0, "run-limit")]
+    m = F.MapFindings(spec, 10_000, (0, 9_999), 0.89, 40, False, 1.0, [], [], [], 0, gaps, [],
+                      2.0)
+    def point(budget, lo, hi, seconds):
+        return {"budget": budget, "rep": 0, "interval_lo": lo, "interval_hi": hi,
+                "wall_seconds": seconds}
+    grid = F.GridFindings(F.MapSpec("t", "dtr", *F.RANGE, "grid", step=F.GRID_STEP), 10_000, [
+        point(1200, 1150, 1249, 2.0), point(1700, 1690, 1739, 1.0),
+        point(4000, None, None, 1200.0), point(100, 0, 999, 0.5)], 0.0)
+    left = F.remaining(m, grid)
+    assert (left.executions, left.cpu_seconds, left.unknown_bytes) == (15, 20.0, 100)
+    assert "about 15 executions left, 20 CPU-seconds, and 100 B around grid points that " \
+        "timed out" in render(F.Findings(public={"t": replace(m, remaining=left)},
+                                         settings={"map_seconds": 1.0, "run_timeout": 1.0, "range": F.RANGE}),
+                              command="x", wall_seconds=0.0)
+    assert F.remaining(replace(m, complete=True), grid) is None

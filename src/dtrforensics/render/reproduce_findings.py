@@ -29,6 +29,19 @@ def _more(items: list, shown: int) -> list[str]:
     return [f"- ... and {len(items) - shown} more"] if len(items) > shown else []
 
 
+def _partial(m: F.MapFindings) -> str:
+    """A partial map, its coverage and what it may still need."""
+    text = f"{m.spec.name} {m.spec.policy_name} {m.coverage:.1%}"
+    left = m.remaining
+    if left is None:
+        return text
+    hours = left.cpu_seconds / 3600
+    pace = f"{hours:,.1f} CPU-hours" if hours >= 0.1 else f"{left.cpu_seconds:,.0f} CPU-seconds"
+    unknown = (f", and {_b(left.unknown_bytes)} B around grid points that timed out"
+               if left.unknown_bytes else "")
+    return f"{text}: about {_b(left.executions)} executions left, {pace}{unknown}"
+
+
 def _summary_table(maps: list[F.MapFindings]) -> list[str]:
     out = ["| trace | policy | range | certified | distinct executions | failure regions | "
            "holes (micro) | fringes | feasibility switches | regime switches (>= 2x) | "
@@ -150,9 +163,12 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
     ]
     if partial:
         out += [f"**Incomplete**: {len(partial)} of {len(maps)} maps are not fully certified "
-                f"yet ({', '.join(f'{m.spec.name} {m.spec.policy_name} {m.coverage:.1%}' for m in partial)}). "
+                f"yet ({', '.join(_partial(m) for m in partial)}). "
                 "What is listed for them holds for the certified budgets only; run the "
-                "command again to fill them.", ""]
+                "command again to fill them. The executions left are a rough extrapolation "
+                "from the studies' grid over the same range, not a certificate: each grid "
+                "point's execution is taken to be as wide, and its run as slow, as the "
+                "executions of the budgets around it.", ""]
     out += ["Terms: a *failure region* is a maximal stretch of failing budgets; a *hole* is "
             "one with completing budgets on both sides; *micro* holes are narrower than 0.001 "
             "of peak (the studies' finest grid); a *fringe* is two or more failure regions "

@@ -124,6 +124,7 @@ class MapFindings:
     gaps: list                  # sweep.holes.ExactGap
     partition: list             # sweep.holes.ExactInterval
     slowest_run: float
+    remaining: "Remaining | None" = None   # what the gaps may still hold (maps with a grid)
 
     @property
     def holes(self) -> list:
@@ -223,6 +224,40 @@ class GridFindings:
     @property
     def hole(self) -> bool:
         return _grid_hole(self.as_grid())
+
+
+@dataclass(frozen=True)
+class Remaining:
+    """A rough extrapolation, not a certificate: the uncertified budgets of a map
+    hold about `executions` distinct executions, costing about `cpu_seconds`, if
+    each grid point's execution is as wide and its run as slow as those around it
+    (the studies' grid over the same range: evenly spread samples of the axis).
+    `unknown_bytes` are near grid points that timed out."""
+
+    executions: int
+    cpu_seconds: float
+    unknown_bytes: int
+
+
+def remaining(m: "MapFindings", grid: "GridFindings") -> Remaining | None:
+    """What the gaps of `m` may hold, read off the grid points inside each gap
+    (sharing its bytes evenly) or, for a gap with none, the nearest one."""
+    points = [p for p in grid.points if p["rep"] == 0]
+    if m.complete or not points:
+        return None
+    executions, seconds, unknown = 0.0, 0.0, 0
+    for g in m.gaps:
+        inside = [p for p in points if g.lo <= p["budget"] <= g.hi] or \
+            [min(points, key=lambda p: min(abs(p["budget"] - g.lo), abs(p["budget"] - g.hi)))]
+        share = g.width / len(inside)
+        for p in inside:
+            if p["interval_lo"] is None or p["interval_hi"] is None:
+                unknown += round(share)
+                continue
+            n = share / (p["interval_hi"] - p["interval_lo"] + 1)
+            executions += n
+            seconds += n * (p["wall_seconds"] or 0.0)
+    return Remaining(math.ceil(executions), seconds, unknown)
 
 
 def read_map(spec: MapSpec, folder: Path, seconds: float) -> MapFindings:
@@ -458,6 +493,7 @@ def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | 
                                          step=WINDOW_STEP))
     for t in traces:
         out.public[t] = m.run(MapSpec(t, "dtr", *ratio_range, "public"))
+        out.public[t].remaining = remaining(out.public[t], out.grids[t])
     # the hole windows are narrow: they come before the long maps
     m.total -= sum(MAX_HOLE_WINDOWS - len(hole_windows(out.public[t])) for t in traces) \
         * len(HOLE_POLICIES)
@@ -468,6 +504,7 @@ def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | 
                                             m.run(MapSpec(t, policy, lo, hi, "knob"))))
     if "inceptionv4" in traces:   # the window byte-exact
         out.window = m.run(MapSpec("inceptionv4", "dtr", *INCEPTION_WINDOW, "window"))
+        out.window.remaining = remaining(out.window, out.window_grid)
     zoo_logs = {}
     for name in zoo:
         try:
