@@ -20,9 +20,21 @@ SCRIPT = textwrap.dedent("""
 
     assert not hasattr(kernel.run_slice, "py_func"), "the kernel is still compiled"
     if sys.argv[1] == "masked":   # every rebuild of two or more bases takes a masked walk
+        import warnings
+        import numpy as np
+        from test_engine_regions import masked_and_plain
+        from dtrforensics.engine.replay import replay
+        from dtrforensics.synth.generator import SynthSpec, generate
+        from dtrforensics.trace import parse_lines
         kernel.MEMO_MIN_BASES = 1 << 40
         kernel.MASK_MIN_INTERIOR = 0
         kernel.MASK_MIN_SHARING = 0
+        warnings.simplefilter("error", RuntimeWarning)   # no mask bit may overflow
+        spec = SynthSpec(kind="mixed", depth=24, width=2, view_prob=0.5, seed=1)
+        program = parse_lines(generate(spec).splitlines(), name="mixed-1")
+        budget = replay(program, ratio=1.0).summary.peak // 4
+        for masked, plain in masked_and_plain(program, budget, trials=3, seed=7):
+            assert masked == plain
     check = settings(max_examples=40, deadline=None, derandomize=True, database=None)(
         given(program=random_logs(), fraction=st.floats(0.05, 1.1),
               policy=st.sampled_from(POLICIES))(

@@ -208,3 +208,69 @@ def test_a_masked_walk_follows_an_edge_against_the_id_order():
     assert_work_space_empty(rg)
     interior, frontier, _ = region_sets(rg, bases, K.FORWARD)[p]
     assert interior == {v, q} and frontier == {c}
+
+
+def _random_states(seed, trials):
+    """States of a synthetic trace with views and a backward pass, each with a random
+    resident set and a random cutoff of visible edges: (graph, state, storages)."""
+    spec = SynthSpec(kind="mixed", depth=30, width=2, view_prob=0.6, seed=seed, backward=True)
+    program = parse_lines(generate(spec).splitlines(), name=f"views-{seed}")
+    state = replay(program, ratio=0.3, keep_state=True).state
+    graph, _ = prepared(program)
+    sc, st = state.sc, state.st
+    created = int(sc[K.S_CREATED])
+    ids = np.arange(st.shape[1])
+    storages = np.flatnonzero((ids < created) & (graph.tensor_storage == ids))
+    rng = np.random.default_rng(seed)
+    for _ in range(trials):
+        st[K.R_MATERIAL, storages] = rng.random(len(storages)) < rng.random()
+        sc[K.S_CREATED] = int(rng.integers(1, created + 1))
+        yield graph, state, storages, rng
+
+
+def _plain(graph, state, bases, backward):
+    for s in bases:
+        K._rebuild(graph, state.sc, state.st[K.R_MATERIAL], state.st[K.R_COMPUTE], state.mark,
+                   state.scratch, state.regions, s, backward)
+    return region_sets(state.regions, bases, backward)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_shared_rebuilds_equal_plain_walks_on_random_resident_sets(seed):
+    """The whole of `_shared_rebuilds` (memo rows, masked walks of up to 64 bases,
+    plain walks) on any resident set and edge cutoff, with storage 0 among the
+    bases; the work space is left empty every time."""
+    for graph, state, storages, rng in _random_states(seed, 25):
+        size = int(rng.integers(2, min(len(storages), 200) + 1))
+        bases = rng.choice(storages, size=size, replace=False).astype(np.int64)
+        if rng.random() < 0.3:
+            bases[0] = storages[0]
+        for backward in (K.FORWARD, K.BACKWARD):
+            K._shared_rebuilds(graph, state.sc, state.st[K.R_MATERIAL], state.st[K.R_COMPUTE],
+                               state.mark, state.scratch, state.regions, bases, size, backward)
+            assert_work_space_empty(state.regions)
+            shared = region_sets(state.regions, bases, backward)
+            assert shared == _plain(graph, state, bases, backward)
+
+
+def test_shared_rebuilds_with_few_memo_rows():
+    """Five memo rows: the memo path runs out of rows midway and masked walks go
+    five bases at a time; the regions and the empty work space stay as they must."""
+    for graph, state, storages, rng in _random_states(2, 20):
+        words = state.regions.memo_int.shape[1]
+        rg = state.regions = state.regions._replace(
+            memo_node=np.zeros(5, np.int64), memo_int=np.zeros((5, words), np.uint64),
+            memo_fr=np.zeros((5, words), np.uint64), memo_stats=np.full((5, 2), -1, np.int64),
+            memo_stack=np.zeros((6, 2), np.int64))
+        resident = storages[state.st[K.R_MATERIAL, storages] == 1].astype(np.int64)
+        for bases in (resident, resident[:7]):
+            if len(bases) < 2:
+                continue
+            for backward in (K.FORWARD, K.BACKWARD):
+                rg.memo_gate[1] = 0   # no backing off: every round tries the memo rows
+                K._shared_rebuilds(graph, state.sc, state.st[K.R_MATERIAL],
+                                   state.st[K.R_COMPUTE], state.mark, state.scratch, rg, bases,
+                                   len(bases), backward)
+                assert not rg.memo_row.any() and not rg.memo_int.any() and not rg.memo_fr.any()
+                shared = region_sets(rg, bases, backward)
+                assert shared == _plain(graph, state, bases, backward)

@@ -1222,7 +1222,7 @@ def _rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
 # needs the non-resident part to be acyclic (views can close cycles) and the
 # memo rows to suffice; otherwise that rebuild walks as before, and later
 # rounds walk plainly for a while (`memo_gate[0:2]`: failures, rounds left to skip).
-# Fewer bases with large regions take a masked walk instead (`_mask_rebuilds`).
+# Where memo rows do not pay, bases with large regions take masked walks instead.
 MEMO_MIN_BASES = 16
 MEMO_WORDS_PER_BASE = 2    # a shared walk costs bitset words per edge, a plain one a visit per base
 MEMO_MAX_BACKOFF = 12      # after the k-th failure, 2**min(k, 12) rebuild rounds walk plainly
@@ -1231,7 +1231,7 @@ MEMO_MAX_BACKOFF = 12      # after the k-th failure, 2**min(k, 12) rebuild round
 @njit(cache=True)
 def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward):
     """§8.2 for `bases` (all resident), one direction, walks shared: by memo rows
-    for many bases, by one masked walk for a few with large regions, else plain.
+    for many bases, else by masked walks where the regions are large, else plain.
     Leaves the work space as masked walks expect it (memo_row, and the first
     MASK_BASES rows of memo_int and memo_fr, zero)."""
     words = rg.memo_int.shape[1]
@@ -1244,14 +1244,14 @@ def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_ba
         gate[4] += 1
         if (gate[3] >= MASK_MIN_SHARING * gate[2]) or gate[4] % MASK_PROBE_EVERY == 0:
             per_walk = min(MASK_BASES, rg.memo_int.shape[0])
-            walked = 0
+            cost = 0
             served = 0
             for j in range(0, n_bases, per_walk):
-                v, n = _mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases[j:],
+                c, n = _mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases[j:],
                                       min(per_walk, n_bases - j), backward)
-                walked += v
+                cost += c
                 served += n
-            gate[2] += walked - (gate[2] >> MASK_MEMORY)
+            gate[2] += cost - (gate[2] >> MASK_MEMORY)
             gate[3] += served - (gate[3] >> MASK_MEMORY)
             return
     memo_tried = use_memo
@@ -1275,18 +1275,20 @@ def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_ba
             rg.memo_fr[r, :] = 0
 
 
-# Masked walks. Where the bases are fewer than shared walks need but their regions
-# large (the LSTM's slow regime: a handful of bases around one evicted stretch of
-# a thousand storages), one walk carries a bitmask of the bases that reach each
-# storage: the stretch is walked once, not once per base.
+# Masked walks. Where memo rows do not pay (too few bases for the bitset width, or
+# backing off) but the regions are large (the LSTM's slow regime: a handful of
+# bases around one evicted stretch of a thousand storages), one walk carries a
+# bitmask of the bases that reach each storage, for up to MASK_BASES bases at a
+# time: the stretch is walked once, not once per base.
 MASK_BASES = 64          # bases per masked walk: one bit of a uint64 each
 MASK_MIN_INTERIOR = 128  # mean interior, as the regions stood before, that may pay for one
-MASK_MIN_SHARING = 2.0   # storages plain walks would visit per one a masked walk visits,
-                         # averaged over recent masked walks (memo_gate[2:4]: walked,
-                         # served, decaying by 2**-MASK_MEMORY a walk); below it, plain
-                         # walks, with a masked walk every MASK_PROBE_EVERY-th time
+MASK_MIN_SHARING = 2.0   # visits plain walks would make per visit a masked walk costs,
+                         # over recent masked walks (memo_gate[2:4]: cost, visits saved,
+                         # decaying by 2**-MASK_MEMORY a walk); below it, plain walks,
+                         # with a masked walk every MASK_PROBE_EVERY-th time
 MASK_MEMORY = 4
-MASK_PROBE_EVERY = 16
+MASK_PROBE_EVERY = 16    # memo_gate[4]: rounds that could have taken a masked walk
+MASK_SCANS_PER_VISIT = 8  # ids a pass scans in the time of one visit (the gate's cost)
 
 
 @njit(cache=True, inline="always")
@@ -1303,25 +1305,27 @@ def _large_regions(rg, bases, n_bases, backward):
 def _mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, backward):
     """§8.2 for up to MASK_BASES bases (all of one direction) in one walk: the
     same interiors, frontiers and computes as a plain walk from each base.
-    Returns the storages it walked from and those plain walks would have. It
-    borrows the shared walks' work space: memo_row holds the masks, memo_int[j]
-    and memo_fr[j] the interior and frontier of bases[j], memo_node[j] its
-    compute. All but memo_node are zero before and after (`_shared_rebuilds`
-    leaves them so)."""
+    Returns its cost in visits (storages walked from, and the id scans counted
+    MASK_SCANS_PER_VISIT to a visit) and the visits plain walks would have made.
+    It borrows the shared walks' work space: memo_row holds the masks (as
+    uint64), memo_int[j] and memo_fr[j] the interior and frontier of bases[j],
+    memo_node[j] its compute. All but memo_node are zero before and after
+    (`_shared_rebuilds` leaves them so)."""
     if backward:
         ptr, nbr, when = g.bwd_ptr, g.bwd_nbr, g.bwd_time
     else:
         ptr, nbr, when = g.fwd_ptr, g.fwd_nbr, g.fwd_time
     words = rg.memo_int.shape[1]
+    masks = rg.memo_row.view(np.uint64)
     for j in range(n_bases):
         rg.memo_node[j] = 0
     visits_before = sc[S_WALK_VISITS]
-    lo, hi = _mask_propagate(sc, material, rg.memo_row, ptr, nbr, when, sc[S_CREATED], bases,
-                             n_bases, backward)
-    visits = sc[S_WALK_VISITS] - visits_before
+    lo, hi, scanned = _mask_propagate(sc, material, masks, ptr, nbr, when, sc[S_CREATED], bases,
+                                      n_bases, backward)
+    scans = scanned + max(0, hi - lo + 1)   # the passes' ids, then the collection's
+    cost = sc[S_WALK_VISITS] - visits_before + scans // MASK_SCANS_PER_VISIT
     served = 0
-    _mask_collect(material, st_compute, rg.memo_row, rg.memo_int, rg.memo_fr, rg.memo_node,
-                  lo, hi)
+    _mask_collect(material, st_compute, masks, rg.memo_int, rg.memo_fr, rg.memo_node, lo, hi)
     lo_w = lo >> 6
     hi_w = hi >> 6 if hi >= 0 else -1
     interior = scratch[SCRATCH_INTERIOR]
@@ -1344,7 +1348,7 @@ def _mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, bac
         for w in range(lo_w, hi_w + 1):
             rg.memo_int[j, w] = 0
             rg.memo_fr[j, w] = 0
-    return visits, served
+    return cost, served
 
 
 @njit(cache=True)
@@ -1355,12 +1359,13 @@ def _mask_propagate(sc, material, mask, ptr, nbr, when, created, bases, n_bases,
     have larger ids than their parents (the backward direction goes down), so
     one pass suffices unless a view's edge points against that order, which
     calls for another pass from where it points. Returns the range of storage
-    ids reached."""
+    ids reached and the ids the passes scanned."""
+    one = np.uint64(1)
     lo = mask.shape[0]
     hi = -1
     for j in range(n_bases):
         b = bases[j]
-        bit = np.int64(1) << j
+        bit = one << np.uint64(j)
         for e in range(ptr[b], ptr[b + 1]):
             if when[e] >= created:
                 break
@@ -1369,11 +1374,13 @@ def _mask_propagate(sc, material, mask, ptr, nbr, when, created, bases, n_bases,
             lo = min(lo, u)
             hi = max(hi, u)
     visits = n_bases
+    scanned = 0
     start = hi if backward else lo
     while start >= 0:
         x = start
         start = -1
         while (x >= lo) if backward else (x <= hi):
+            scanned += 1
             m = mask[x]
             if m != 0 and not material[x]:
                 visits += 1
@@ -1385,21 +1392,15 @@ def _mask_propagate(sc, material, mask, ptr, nbr, when, created, bases, n_bases,
                     if old | m == old:
                         continue
                     mask[u] = old | m
-                    if backward:
-                        if u > x and not material[u]:
-                            start = max(start, u)
-                        lo = min(lo, u)
-                        hi = max(hi, u)
-                    else:
-                        if u < x and not material[u]:
-                            start = u if start < 0 else min(start, u)
-                        lo = min(lo, u)
-                        hi = max(hi, u)
+                    if not material[u] and ((u > x) if backward else (u < x)):
+                        start = u if start < 0 else (max(start, u) if backward else min(start, u))
+                    lo = min(lo, u)
+                    hi = max(hi, u)
             x += -1 if backward else 1
     sc[S_WALK_VISITS] += visits
     for j in range(n_bases):
-        mask[bases[j]] &= ~(np.int64(1) << j)   # never its own interior or frontier
-    return lo, hi
+        mask[bases[j]] &= ~(one << np.uint64(j))   # never its own interior or frontier
+    return lo, hi, scanned
 
 
 @njit(cache=True)
@@ -1417,12 +1418,12 @@ def _mask_collect(material, st_compute, mask, interiors, frontiers, computes, lo
         if material[x]:
             while m:
                 frontiers[_lowest_bit(m), xw] |= xbit
-                m &= m - 1
+                m &= m - one
         else:
             c = st_compute[x]
             while m:
                 j = _lowest_bit(m)
-                m &= m - 1
+                m &= m - one
                 interiors[j, xw] |= xbit
                 computes[j] += c
 
@@ -1476,9 +1477,7 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
     if row_runs == 1:
         n_int, comp = _memo_stats(rg, st_compute, last_row, words)
     else:
-        n_int = 0
-        for w in range(words):
-            n_int += _popcount(acc_int[w])
+        n_int = _bits_count_range(acc_int, 0, words - 1)
     if n_int >= BITSET_MIN and _store_bits(rg, sc, r, acc_int, n_int, words):
         if comp < 0:
             comp = _bits_compute(acc_int, st_compute, words)
@@ -1490,9 +1489,7 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
             comp += st_compute[interior[i]]
         _store(rg, sc, r, interior, n_int)
     f = rg.n_regions + r
-    n_fr = 0
-    for w in range(words):
-        n_fr += _popcount(acc_fr[w])
+    n_fr = _bits_count_range(acc_fr, 0, words - 1)
     if not (n_fr >= BITSET_MIN and _store_bits(rg, sc, f, acc_fr, n_fr, words)):
         frontier = scratch[SCRATCH_FRONTIER]
         _bits_list(acc_fr, words, frontier)
@@ -1519,20 +1516,12 @@ def _store_bits(rg, sc, k, bits, n, words):
 @njit(cache=True, inline="always")
 def _bits_list(bits, words, out):
     """The members of a bitset, in increasing order, into `out`; returns how many."""
-    n = 0
-    for w in range(words):
-        b = bits[w]
-        while b:
-            low = b & (~b + np.uint64(1))
-            out[n] = w * 64 + _lowest_bit(low)
-            n += 1
-            b ^= low
-    return n
+    return _bits_list_range(bits, 0, words - 1, out)
 
 
 @njit(cache=True, inline="always")
 def _bits_count_range(bits, lo_w, hi_w):
-    """Members of a bitset whose words outside [lo_w, hi_w] are zero."""
+    """The number of members of a bitset whose words outside [lo_w, hi_w] are zero."""
     n = 0
     for w in range(lo_w, hi_w + 1):
         n += _popcount(bits[w])
@@ -1569,10 +1558,7 @@ def _bits_compute(bits, st_compute, words):
 def _memo_stats(rg, st_compute, row, words):
     """(members, compute) of a memo row's interior, counted once per row."""
     if rg.memo_stats[row, 0] < 0:
-        n = 0
-        for w in range(words):
-            n += _popcount(rg.memo_int[row, w])
-        rg.memo_stats[row, 0] = n
+        rg.memo_stats[row, 0] = _bits_count_range(rg.memo_int[row], 0, words - 1)
         rg.memo_stats[row, 1] = _bits_compute(rg.memo_int[row], st_compute, words)
     return rg.memo_stats[row, 0], rg.memo_stats[row, 1]
 
