@@ -9,6 +9,7 @@ left writes what is stored and says what is missing.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -133,6 +134,11 @@ def test_claims_on_unfinished_grids_are_incomplete_not_differing():
     assert set(claims) == {"grid_0.01.no_hole", "grid_0.01.timeouts"}
     assert {c.verdict for c in claims.values()} == {F.INCOMPLETE}
     assert claims["grid_0.01.timeouts"].ours.startswith(f"{56 * 6} of {56 * 6}")
+    assert "after a limit of 1200 s (the studies' own) per run" in claims[
+        "grid_0.01.timeouts"].note
+    grids["unet"] = replace(grids["unet"], run_limit=120.0)   # a grid stored by an older version
+    claims = {c.id: c for c in F.open_claims(replace(f, grids=grids))}
+    assert "after a limit of 120 s or 1200 s per run" in claims["grid_0.01.timeouts"].note
 
 
 def test_a_map_of_another_version_of_a_policy_file_is_set_aside(mapped, tmp_path):
@@ -193,6 +199,14 @@ def test_the_window_claims_are_read_off_its_grid():
         open_grid, command="x", wall_seconds=0.0)
 
 
+def _gap_grid(points) -> F.GridFindings:
+    rows = [{"budget": b, "rep": 0, "status": "unresolved" if s is None else "done",
+             "interval_lo": lo, "interval_hi": hi, "wall_seconds": s or 1200.0}
+            for b, lo, hi, s in points]
+    return F.GridFindings(F.MapSpec("t", "dtr", *F.RANGE, "grid", step=F.GRID_STEP), 10_000,
+                          rows, 0.0)
+
+
 def test_what_a_partial_map_has_left_is_read_off_the_grid_points_in_its_gaps():
     """Gap 1,000-1,999 holds two grid points: executions 100 B wide taking 2 s and
     50 B wide taking 1 s, each standing for half the gap: 5 + 10 executions,
@@ -203,16 +217,42 @@ def test_what_a_partial_map_has_left_is_read_off_the_grid_points_in_its_gaps():
     gaps = [ExactGap(1000, 1999, 0, "run-limit"), ExactGap(5000, 5099, 0, "run-limit")]
     m = F.MapFindings(spec, 10_000, (0, 9_999), 0.89, 40, False, 1.0, [], [], [], 0, gaps, [],
                       2.0)
-    def point(budget, lo, hi, seconds):
-        return {"budget": budget, "rep": 0, "interval_lo": lo, "interval_hi": hi,
-                "wall_seconds": seconds}
-    grid = F.GridFindings(F.MapSpec("t", "dtr", *F.RANGE, "grid", step=F.GRID_STEP), 10_000, [
-        point(1200, 1150, 1249, 2.0), point(1700, 1690, 1739, 1.0),
-        point(4000, None, None, 1200.0), point(100, 0, 999, 0.5)], 0.0)
+    grid = _gap_grid([(1200, 1150, 1249, 2.0), (1700, 1690, 1739, 1.0), (4000, None, None, None),
+                      (100, 0, 999, 0.5)])
     left = F.remaining(m, grid)
-    assert (left.executions, left.cpu_seconds, left.unknown_bytes) == (15, 20.0, 100)
-    assert "about 15 executions left, 20 CPU-seconds, and 100 B around grid points that " \
-        "timed out" in render(F.Findings(public={"t": replace(m, remaining=left)},
-                                         settings={"map_seconds": 1.0, "run_timeout": 1.0, "range": F.RANGE}),
-                              command="x", wall_seconds=0.0)
+    assert (left.executions, left.run_seconds, left.unknown_bytes) == (15, 20.0, 100)
+    report = render(F.Findings(public={"t": replace(m, remaining=left)},
+                               settings={"map_seconds": 1.0, "run_timeout": 1.0,
+                                         "range": F.RANGE}), command="x", wall_seconds=0.0)
+    assert "t dtr 89.0%: about 15 executions left, 20 s of replay, and 100 B with grid " \
+        "points that timed out" in report
+    assert "rough extrapolation" in report
     assert F.remaining(replace(m, complete=True), grid) is None
+
+
+def test_what_is_left_counts_unbounded_executions_once_and_rounds_once():
+    """An ok point whose execution runs to the top of the axis (no upper bound) is one
+    execution for its share, not a timeout; three timed-out points in a 100 B gap
+    leave all 100 B unknown."""
+    from dtrforensics.sweep.holes import ExactGap
+    spec = F.MapSpec("t", "dtr", *F.RANGE, "public")
+    top = F.MapFindings(spec, 10_000, (0, 9_999), 0.5, 1, False, 1.0, [], [], [], 0,
+                        [ExactGap(5000, 9999, 0, "run-limit")], [], 1.0)
+    left = F.remaining(top, _gap_grid([(6000, 5000, None, 3.0)]))
+    assert (left.executions, left.run_seconds, left.unknown_bytes) == (1, 3.0, 0)
+    narrow = replace(top, gaps=[ExactGap(100, 199, 0, "timeout")])
+    left = F.remaining(narrow, _gap_grid([(110, None, None, None), (120, None, None, None),
+                                          (130, None, None, None)]))
+    assert (left.executions, left.unknown_bytes) == (0, 100)
+
+
+def test_a_map_not_started_is_all_gap(tmp_path):
+    """When the time ran out before a map started, its whole range is one gap, and
+    what it has left is read off the grid like any other gap."""
+    f = F.findings(tmp_path, map_seconds=600, run_timeout=None, jobs=1,
+                   traces=("hole",), zoo=(), ratio_range=WINDOW, total_seconds=1e-9)
+    m = f.public["hole"]
+    assert [(g.lo, g.hi) for g in m.gaps] == [m.range_bytes]
+    grid = _gap_grid([(m.range_bytes[0], m.range_bytes[0], m.range_bytes[0] + 9, 1.0)])
+    assert F.remaining(m, grid).executions == math.ceil((m.range_bytes[1] - m.range_bytes[0] + 1)
+                                                        / 10)

@@ -35,11 +35,15 @@ def _partial(m: F.MapFindings) -> str:
     left = m.remaining
     if left is None:
         return text
-    hours = left.cpu_seconds / 3600
-    pace = f"{hours:,.1f} CPU-hours" if hours >= 0.1 else f"{left.cpu_seconds:,.0f} CPU-seconds"
-    unknown = (f", and {_b(left.unknown_bytes)} B around grid points that timed out"
+    hours = left.run_seconds / 3600
+    pace = (f"{hours:,.1f} hours of replay" if hours >= 0.1
+            else f"{left.run_seconds:,.0f} s of replay")
+    unknown = (f"{_b(left.unknown_bytes)} B with grid points that timed out"
                if left.unknown_bytes else "")
-    return f"{text}: about {_b(left.executions)} executions left, {pace}{unknown}"
+    if not left.executions:
+        return f"{text}: {unknown}" if unknown else text
+    return f"{text}: about {_b(left.executions)} executions left, {pace}" + (
+        f", and {unknown}" if unknown else "")
 
 
 def _summary_table(maps: list[F.MapFindings]) -> list[str]:
@@ -165,10 +169,13 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
         out += [f"**Incomplete**: {len(partial)} of {len(maps)} maps are not fully certified "
                 f"yet ({', '.join(_partial(m) for m in partial)}). "
                 "What is listed for them holds for the certified budgets only; run the "
-                "command again to fill them. The executions left are a rough extrapolation "
-                "from the studies' grid over the same range, not a certificate: each grid "
-                "point's execution is taken to be as wide, and its run as slow, as the "
-                "executions of the budgets around it.", ""]
+                "command again to fill them."
+                + (" The executions left are a rough extrapolation from the studies' grid "
+                   "over the same range, not a certificate: the budgets of each gap are "
+                   "taken to behave like the grid points inside it (or the nearest one), "
+                   "their executions as wide and their runs as slow; the time is that of "
+                   "runs from op 0, and an exact map resumes runs from snapshots, so it "
+                   "may well take less." if any(m.remaining for m in partial) else ""), ""]
     out += ["Terms: a *failure region* is a maximal stretch of failing budgets; a *hole* is "
             "one with completing budgets on both sides; *micro* holes are narrower than 0.001 "
             "of peak (the studies' finest grid); a *fringe* is two or more failure regions "

@@ -203,6 +203,7 @@ class GridFindings:
     peak: int
     points: list[dict]          # runs-table rows in budget order
     seconds: float
+    run_limit: float | None = STUDY_RUN_LIMIT   # what it was run with (a stored grid keeps its own)
 
     @property
     def planned(self) -> int:
@@ -229,35 +230,37 @@ class GridFindings:
 @dataclass(frozen=True)
 class Remaining:
     """A rough extrapolation, not a certificate: the uncertified budgets of a map
-    hold about `executions` distinct executions, costing about `cpu_seconds`, if
-    each grid point's execution is as wide and its run as slow as those around it
-    (the studies' grid over the same range: evenly spread samples of the axis).
-    `unknown_bytes` are near grid points that timed out."""
+    hold about `executions` distinct executions, taking about `run_seconds` of
+    replay from op 0, if the budgets of each gap behave like the studies' grid
+    points inside it (or the nearest one): executions as wide, runs as slow.
+    `unknown_bytes` are those standing with grid points that timed out."""
 
     executions: int
-    cpu_seconds: float
+    run_seconds: float
     unknown_bytes: int
 
 
 def remaining(m: "MapFindings", grid: "GridFindings") -> Remaining | None:
-    """What the gaps of `m` may hold, read off the grid points inside each gap
-    (sharing its bytes evenly) or, for a gap with none, the nearest one."""
-    points = [p for p in grid.points if p["rep"] == 0]
-    if m.complete or not points:
+    """What the gaps of `m` may hold, read off the grid over the same range: each
+    gap's bytes shared evenly among the grid points inside it (or given to the
+    nearest one when it has none); None for a complete map or an empty grid."""
+    from ..sweep.store import STATUS_UNRESOLVED
+    if m.complete or not grid.points:
         return None
-    executions, seconds, unknown = 0.0, 0.0, 0
+    executions, seconds, unknown = 0.0, 0.0, 0.0
     for g in m.gaps:
-        inside = [p for p in points if g.lo <= p["budget"] <= g.hi] or \
-            [min(points, key=lambda p: min(abs(p["budget"] - g.lo), abs(p["budget"] - g.hi)))]
+        inside = [p for p in grid.points if g.lo <= p["budget"] <= g.hi] or [min(
+            grid.points, key=lambda p: min(abs(p["budget"] - g.lo), abs(p["budget"] - g.hi)))]
         share = g.width / len(inside)
         for p in inside:
-            if p["interval_lo"] is None or p["interval_hi"] is None:
-                unknown += round(share)
+            if p["status"] == STATUS_UNRESOLVED:
+                unknown += share
                 continue
-            n = share / (p["interval_hi"] - p["interval_lo"] + 1)
+            top = g.hi if p["interval_hi"] is None else p["interval_hi"]   # None: unbounded
+            n = share / max(1, top - p["interval_lo"] + 1)
             executions += n
             seconds += n * (p["wall_seconds"] or 0.0)
-    return Remaining(math.ceil(executions), seconds, unknown)
+    return Remaining(math.ceil(executions), seconds, round(unknown))
 
 
 def read_map(spec: MapSpec, folder: Path, seconds: float) -> MapFindings:
@@ -319,8 +322,9 @@ class Mapper:
         if not self._sweep(spec):
             return GridFindings(spec, self._peak(spec), [], 0.0)
         folder = self.folder(spec)
-        return GridFindings(spec, json.loads((folder / "sweep.json").read_text())["trace"]["peak"],
-                            _rows(folder, spec.policy), self.ledger.get(spec.key, 0.0))
+        doc = json.loads((folder / "sweep.json").read_text())
+        return GridFindings(spec, doc["trace"]["peak"], _rows(folder, spec.policy),
+                            self.ledger.get(spec.key, 0.0), doc["params"]["timeout"])
 
     def _peak(self, spec: MapSpec) -> int:
         from ..engine.replay import prepared
@@ -328,10 +332,12 @@ class Mapper:
 
     def _not_started(self, spec: MapSpec) -> MapFindings:
         from ..sweep.grid import range_bytes
+        from ..sweep.holes import ExactGap
         from ..sweep.store import SweepParams
         peak = self._peak(spec)
         rng = range_bytes(SweepParams(spec.ratio_from, spec.ratio_to, exact=True), peak)
-        return MapFindings(spec, peak, rng, 0.0, 0, False, 0.0, [], [], [], 0, [], [], 0.0)
+        return MapFindings(spec, peak, rng, 0.0, 0, False, 0.0, [], [], [], 0,
+                           [ExactGap(*rng, 0, "run-limit")], [], 0.0)
 
     def _timeout(self, folder: Path, spec: MapSpec) -> float | None:
         """The run timeout a stored map was started with (it resumes with it); else the
@@ -552,6 +558,14 @@ def _grid_hole(points) -> bool:
     return False
 
 
+def _limits(grids) -> str:
+    """The run limits the grids had, in words."""
+    limits = sorted({g.run_limit for g in grids}, key=lambda t: math.inf if t is None else t)
+    words = ["no limit" if t is None else f"{t:g} s" for t in limits]
+    own = " (the studies' own)" if limits == [STUDY_RUN_LIMIT] else ""
+    return "a limit of " + " or ".join(words) + own
+
+
 def _coverage_note(m: MapFindings) -> str:
     return "" if m.complete else f"map certified at {m.coverage:.1%} so far (rerun to fill it)"
 
@@ -623,8 +637,8 @@ def _open_claims(f: Findings) -> list[tuple[C.Claim, bool]]:
             f"{sum(left.values())} of {points}; slowest grid run {slowest:.1f} s",
             C.SHARPER if resolved else C.DIFFERS,
             "every grid point of the six traces has its outcome" if resolved else
-            "grid points still without an outcome after the studies' own limit of "
-            f"{STUDY_RUN_LIMIT:g} s per run (or not run yet): rerun to fill them"),
+            f"grid points still without an outcome after {_limits(grids.values())} per run "
+            "(or not run yet): rerun to fill them"),
             resolved))
     maps = {t: f.public[t] for t in CONFIRMATORY if t in f.public}
     if len(maps) == len(CONFIRMATORY):
