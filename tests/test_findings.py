@@ -97,6 +97,19 @@ def test_the_report_lists_byte_edges(mapped):
     assert "Incomplete" not in text
 
 
+def test_region_edges_say_which_side_is_open():
+    from types import SimpleNamespace
+
+    from dtrforensics.render.reproduce_findings import _edges
+    m = SimpleNamespace(range_bytes=(100, 999))
+    def region(lo, hi, lo_exact, hi_exact, gap=0):
+        return ExactRegion(lo, hi, 1, "oom", gap, None, "ok", lo_exact, hi_exact, False)
+    assert _edges(m, region(200, 300, True, True)) == "exact"
+    assert _edges(m, region(100, 300, False, True)) == "below range end, above exact"
+    assert _edges(m, region(150, 999, False, False, gap=7)) == \
+        "below open, above range end; 7 B inside uncertified"
+
+
 def test_a_second_invocation_reuses_the_maps(mapped):
     work, f = mapped
     ledger = json.loads((work / "seconds.json").read_text())

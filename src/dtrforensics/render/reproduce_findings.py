@@ -61,6 +61,19 @@ def _summary_table(maps: list[F.MapFindings]) -> list[str]:
     return out
 
 
+def _edges(m: F.MapFindings, r) -> str:
+    """Each edge of a failure region: byte-exact, the end of the mapped range, or
+    open (uncertified budgets next to it); and the uncertified bytes it spans."""
+    if r.lo_exact and r.hi_exact:
+        both = "exact"
+    else:
+        def side(exact: bool, at_end: bool) -> str:
+            return "exact" if exact else "range end" if at_end else "open"
+        both = (f"below {side(r.lo_exact, r.lo == m.range_bytes[0])}, "
+                f"above {side(r.hi_exact, r.hi == m.range_bytes[1])}")
+    return both + (f"; {_b(r.gap_bytes)} B inside uncertified" if r.gap_bytes else "")
+
+
 def _map_detail(m: F.MapFindings) -> list[str]:
     out = [f"#### {m.spec.name}, {m.spec.policy_name}, {m.spec.ratio_from:g}-{m.spec.ratio_to:g}", "",
            f"Peak {_b(m.peak)} B; budgets {_b(m.range_bytes[0])}-{_b(m.range_bytes[1])} B; "
@@ -69,10 +82,9 @@ def _map_detail(m: F.MapFindings) -> list[str]:
         out += ["| failing budgets (B) | ratio | width (B) | executions | outcomes | hole | edges |",
                 "|---|---|---|---|---|---|---|"]
         for r in m.regions[:LIST_LIMIT]:
-            edges = "exact" if r.lo_exact and r.hi_exact else "open (uncertified neighbour)"
             out.append(f"| {_b(r.lo)}-{_b(r.hi)} | {_r(m, r.lo)}-{_r(m, r.hi)} | "
                        f"{_b(r.hi - r.lo + 1)} | {r.intervals} | {r.outcomes} | "
-                       f"{'yes' if r.hole else 'no'} | {edges} |")
+                       f"{'yes' if r.hole else 'no'} | {_edges(m, r)} |")
         out += _more(m.regions, LIST_LIMIT) + [""]
     else:
         out += ["No certified failing budget.", ""]
@@ -176,7 +188,10 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
                    "their executions as wide and their runs as slow; the time is that of "
                    "runs from op 0, and an exact map resumes runs from snapshots, so it "
                    "may well take less." if any(m.remaining for m in partial) else ""), ""]
-    out += ["Terms: a *failure region* is a maximal stretch of failing budgets; a *hole* is "
+    out += ["Terms: a *failure region* is a maximal stretch of failing certified budgets "
+            "(uncertified budgets inside it are counted apart); its *edge* is exact when the "
+            "next budget is certified to complete, open when uncertified budgets lie next to "
+            "it; a *hole* is "
             "one with completing budgets on both sides; *micro* holes are narrower than 0.001 "
             "of peak (the studies' finest grid); a *fringe* is two or more failure regions "
             "closer together than 0.001 of peak; a *feasibility switch* is a byte where the "
