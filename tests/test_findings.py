@@ -197,6 +197,8 @@ def test_the_window_claims_are_read_off_its_grid():
         claims["inceptionv4.switches_0.209_0.26"]
     assert (region.ours, region.verdict) == ("0.2526-0.2527", "match")
     assert (switches.ours, switches.verdict) == ("6", "match")
+    assert switches.note == \
+        "failing grid points: 0.2200 (oom), 0.2301-0.2302 (oom), 0.2526-0.2527 (oom)"
     fewer = {c.id: c for c in F.open_claims(F.Findings(window_grid=_window_grid(failing - {
         at(0.2200)})))}
     assert (fewer["inceptionv4.switches_0.209_0.26"].ours,

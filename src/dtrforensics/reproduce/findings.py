@@ -547,6 +547,15 @@ def _failing_runs(points) -> list[list]:
     return runs + ([cur] if cur else [])
 
 
+def _failing_spans(runs: list[list]) -> str:
+    """`failing grid points: 0.2091-0.2201 (oom, thrashed), ...`, for a reader to
+    set beside a study's own list."""
+    if not runs:
+        return ""
+    return "failing grid points: " + ", ".join(
+        f"{_ratio_span(r)} ({', '.join(sorted({p[2] for p in r}))})" for r in runs)
+
+
 def _grid_hole(points) -> bool:
     """A failing grid point above a completing one."""
     seen_ok = False
@@ -615,7 +624,8 @@ def _open_claims(f: Findings) -> list[tuple[C.Claim, bool]]:
             str(switches),
             sharper_note=f"byte-exact: {w.feasibility_switches} switches, "
                          f"{len(w.regions)} failure regions" if exact_done else "",
-            note="; ".join(x for x in (grid_note, exact_note) if x)), grid_done))
+            note="; ".join(x for x in (grid_note, exact_note, _failing_spans(failing)) if x)),
+            grid_done))
     grids = {t: f.grids[t] for t in CONFIRMATORY if t in f.grids}
     if len(grids) == len(CONFIRMATORY):
         with_hole = [t for t, g in grids.items() if g.hole]
