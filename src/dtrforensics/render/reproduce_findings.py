@@ -31,7 +31,9 @@ def _more(items: list, shown: int) -> list[str]:
 
 def _partial(m: F.MapFindings) -> str:
     """A partial map, its coverage and what it may still need."""
-    text = f"{m.spec.name} {m.spec.policy_name} {m.coverage:.1%}"
+    narrow = f" {m.spec.ratio_from:g}-{m.spec.ratio_to:g}" if m.spec.group in ("window", "knob") \
+        else ""   # several maps of one trace and policy: the range tells them apart
+    text = f"{m.spec.name} {m.spec.policy_name}{narrow} {m.coverage:.1%}"
     left = m.remaining
     if left is None:
         return text

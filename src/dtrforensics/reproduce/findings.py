@@ -19,6 +19,7 @@ import math
 import shutil
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -547,13 +548,14 @@ def _failing_runs(points) -> list[list]:
     return runs + ([cur] if cur else [])
 
 
-def _failing_spans(runs: list[list]) -> str:
-    """`failing grid points: 0.2091-0.2201 (oom, thrashed), ...`, for a reader to
-    set beside a study's own list."""
+def _failing_counts(runs: list[list]) -> str:
+    """`290 failing grid points in 15 runs (oom 280, thrashed 10)`: what the switch
+    count stands on, thrashed runs (overhead above 60x) counted as failing."""
     if not runs:
         return ""
-    return "failing grid points: " + ", ".join(
-        f"{_ratio_span(r)} ({', '.join(sorted({p[2] for p in r}))})" for r in runs)
+    outcomes = Counter(p[2] for r in runs for p in r)
+    return (f"{sum(outcomes.values())} failing grid points in {len(runs)} runs ("
+            + ", ".join(f"{o} {n}" for o, n in sorted(outcomes.items())) + ")")
 
 
 def _grid_hole(points) -> bool:
@@ -624,7 +626,7 @@ def _open_claims(f: Findings) -> list[tuple[C.Claim, bool]]:
             str(switches),
             sharper_note=f"byte-exact: {w.feasibility_switches} switches, "
                          f"{len(w.regions)} failure regions" if exact_done else "",
-            note="; ".join(x for x in (grid_note, exact_note, _failing_spans(failing)) if x)),
+            note="; ".join(x for x in (grid_note, exact_note, _failing_counts(failing)) if x)),
             grid_done))
     grids = {t: f.grids[t] for t in CONFIRMATORY if t in f.grids}
     if len(grids) == len(CONFIRMATORY):
