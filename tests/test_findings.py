@@ -105,9 +105,9 @@ def test_region_edges_say_which_side_is_open():
     def region(lo, hi, lo_exact, hi_exact, gap=0):
         return ExactRegion(lo, hi, 1, "oom", gap, None, "ok", lo_exact, hi_exact, False)
     assert _edges(m, region(200, 300, True, True)) == "exact"
-    assert _edges(m, region(100, 300, False, True)) == "below range end, above exact"
+    assert _edges(m, region(100, 300, False, True)) == "below: range start, above: exact"
     assert _edges(m, region(150, 999, False, False, gap=7)) == \
-        "below open, above range end; 7 B inside uncertified"
+        "below: open, above: range end; 7 B inside uncertified"
 
 
 def test_a_second_invocation_reuses_the_maps(mapped):

@@ -69,10 +69,10 @@ def _edges(m: F.MapFindings, r) -> str:
     if r.lo_exact and r.hi_exact:
         both = "exact"
     else:
-        def side(exact: bool, at_end: bool) -> str:
-            return "exact" if exact else "range end" if at_end else "open"
-        both = (f"below {side(r.lo_exact, r.lo == m.range_bytes[0])}, "
-                f"above {side(r.hi_exact, r.hi == m.range_bytes[1])}")
+        def side(exact: bool, at_end: bool, end: str) -> str:
+            return "exact" if exact else end if at_end else "open"
+        both = (f"below: {side(r.lo_exact, r.lo == m.range_bytes[0], 'range start')}, "
+                f"above: {side(r.hi_exact, r.hi == m.range_bytes[1], 'range end')}")
     return both + (f"; {_b(r.gap_bytes)} B inside uncertified" if r.gap_bytes else "")
 
 
