@@ -274,3 +274,15 @@ def test_a_map_not_started_is_all_gap(tmp_path):
     grid = _gap_grid([(m.range_bytes[0], m.range_bytes[0], m.range_bytes[0] + 9, 1.0)])
     assert F.remaining(m, grid).executions == math.ceil((m.range_bytes[1] - m.range_bytes[0] + 1)
                                                         / 10)
+
+
+def test_the_zoo_is_recorded_and_mapped_over_its_own_range(tmp_path):
+    pytest.importorskip("torch")
+    f = F.findings(tmp_path, map_seconds=600, run_timeout=None, jobs=1, traces=(), zoo=("mlp",),
+                   zoo_range=(0.95, 1.0))
+    m = f.zoo[("mlp", "dtr")]
+    assert (m.spec.ratio_from, m.spec.ratio_to) == (0.95, 1.0) and m.complete
+    program = load_trace(str(tmp_path / "zoo" / "mlp.log"))
+    for budget in (m.range_bytes[0], m.range_bytes[1]):
+        assert m.outcome_at(budget) == replay(program, budget=budget).summary.outcome
+    assert "mapped under DTR over 0.95-1" in render(f, command="x", wall_seconds=0.0)

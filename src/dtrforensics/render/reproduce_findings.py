@@ -200,6 +200,7 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
             "outcome changes between ok and failing; a *regime switch* is a byte where the "
             "overhead of neighbouring completing executions changes by 2x or more.", ""]
     span = f"{s['range'][0]:g}-{s['range'][1]:g}"
+    zoo_lo, zoo_hi = s.get("zoo_range", F.ZOO_RANGE)
     out += [f"## 1. Every public trace over {span}: DTR and its ablations", "",
             "### The studies' 0.01 grid under DTR (each point run, as they did)", ""]
     out += _grid_table(f.grids)
@@ -218,7 +219,9 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
         out += _map_detail(k.map)
     out += ["## 3. Models recorded from PyTorch", "",
             "The zoo of `dtrf torch record` at its default sizes (flops costs, seed 0), "
-            f"recorded into the working folder and mapped under DTR over {span}.", ""]
+            "recorded into the working folder and mapped under DTR over "
+            f"{zoo_lo:g}-{zoo_hi:g} (up to the full peak, so that each map reaches the "
+            "budgets where its model completes).", ""]
     for name, why in f.zoo_errors.items():
         out.append(f"- zoo:{name} not recorded: {why}")
     if f.zoo:
