@@ -173,7 +173,8 @@ def test_a_map_of_another_version_of_a_policy_file_is_set_aside(mapped, tmp_path
     doc = json.loads((moved / "sweep.json").read_text())
     doc["params"]["policies"] = ["/elsewhere/knobs.py:dtr_min_1mib"]
     (moved / "sweep.json").write_text(json.dumps(doc))
-    with pytest.warns(UserWarning, match="set aside as moved.stale"):
+    with pytest.warns(UserWarning, match="made with /elsewhere/knobs.py:dtr_min_1mib, not "
+                      ".*set aside as moved.stale"):
         F._set_aside_if_other_policy(moved, spec)
     assert not moved.exists() and moved.with_name("moved.stale").is_dir()
 

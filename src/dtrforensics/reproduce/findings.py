@@ -414,8 +414,10 @@ def _set_aside_if_other_policy(folder: Path, spec: MapSpec) -> None:
     if stale.exists():
         shutil.rmtree(stale)
     folder.rename(stale)
-    warnings.warn(f"{folder}: made with another version of {spec.policy_name}; "
-                  f"set aside as {stale.name}, mapping again")
+    moved = stored["params"]["policies"] != [spec.policy]
+    why = (f"made with {stored['params']['policies'][0]}, not {spec.policy}" if moved
+           else f"made with another content of {spec.policy}")
+    warnings.warn(f"{folder}: {why}; set aside as {stale.name}, mapping again")
 
 
 # --- the findings -----------------------------------------------------------------------
