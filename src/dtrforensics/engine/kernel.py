@@ -1334,14 +1334,9 @@ def _mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, bac
         r = 2 * bases[j] + backward
         sc[S_REBUILDS] += 1
         n_int = _bits_count_range(rg.memo_int[j], lo_w, hi_w)
-        if not (n_int >= BITSET_MIN and _store_bits(rg, sc, r, rg.memo_int[j], n_int, words)):
-            _bits_list_range(rg.memo_int[j], lo_w, hi_w, interior)
-            _store(rg, sc, r, interior, n_int)
-        f = rg.n_regions + r
+        _store_set(rg, sc, r, rg.memo_int[j], n_int, lo_w, hi_w, words, interior)
         n_fr = _bits_count_range(rg.memo_fr[j], lo_w, hi_w)
-        if not (n_fr >= BITSET_MIN and _store_bits(rg, sc, f, rg.memo_fr[j], n_fr, words)):
-            _bits_list_range(rg.memo_fr[j], lo_w, hi_w, frontier)
-            _store(rg, sc, f, frontier, n_fr)
+        _store_set(rg, sc, rg.n_regions + r, rg.memo_fr[j], n_fr, lo_w, hi_w, words, frontier)
         rg.compute[r] = rg.memo_node[j]
         rg.fr_live[r] = n_fr
         served += n_int + 1
@@ -1488,12 +1483,9 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
         for i in range(n_int):
             comp += st_compute[interior[i]]
         _store(rg, sc, r, interior, n_int)
-    f = rg.n_regions + r
     n_fr = _bits_count_range(acc_fr, 0, words - 1)
-    if not (n_fr >= BITSET_MIN and _store_bits(rg, sc, f, acc_fr, n_fr, words)):
-        frontier = scratch[SCRATCH_FRONTIER]
-        _bits_list(acc_fr, words, frontier)
-        _store(rg, sc, f, frontier, n_fr)
+    _store_set(rg, sc, rg.n_regions + r, acc_fr, n_fr, 0, words - 1, words,
+               scratch[SCRATCH_FRONTIER])
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
     return used
@@ -1511,6 +1503,16 @@ def _store_bits(rg, sc, k, bits, n, words):
     rg.len[k] = n
     rg.cap[k] = 0  # its block, if any, becomes garbage for compaction
     return True
+
+
+@njit(cache=True, inline="always")
+def _store_set(rg, sc, k, bits, n, lo_w, hi_w, words, out):
+    """Make set k the n members of `bits` (zero outside words lo_w..hi_w): the
+    bitset alone when large and a bitset row is free, else a listed block (`out`
+    is scratch for the list)."""
+    if not (n >= BITSET_MIN and _store_bits(rg, sc, k, bits, n, words)):
+        _bits_list_range(bits, lo_w, hi_w, out)
+        _store(rg, sc, k, out, n)
 
 
 @njit(cache=True, inline="always")
