@@ -57,6 +57,14 @@ def region_sets(rg, bases, backward) -> dict[int, tuple]:
     return out
 
 
+def _plain(graph, state, bases, backward):
+    """The regions of `bases` rebuilt by plain walks, one from each base (§8.2)."""
+    for s in bases:
+        K._rebuild(graph, state.sc, state.st[K.R_MATERIAL], state.st[K.R_COMPUTE], state.mark,
+                   state.scratch, state.regions, s, backward)
+    return region_sets(state.regions, bases, backward)
+
+
 def assert_work_space_empty(rg):
     """What every walk leaves behind: no mask, no masked walk's rows."""
     assert not rg.memo_row.any()
@@ -84,10 +92,7 @@ def masked_and_plain(program, budget, trials, seed=0):
             bitset_alone(rg)
             masked = region_sets(rg, bases, backward)
             assert_work_space_empty(rg)
-            for s in bases:
-                K._rebuild(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.mark,
-                           state.scratch, rg, s, backward)
-            results.append((masked, region_sets(rg, bases, backward)))
+            results.append((masked, _plain(graph, state, bases, backward)))
     return results
 
 
@@ -108,10 +113,7 @@ def shared_and_plain(program, budget):
         bitset_alone(rg)
         shared = region_sets(rg, bases, backward)
         assert_work_space_empty(rg)
-        for s in bases:
-            K._rebuild(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.mark, state.scratch,
-                       rg, s, backward)
-        results.append((shared, region_sets(rg, bases, backward)))
+        results.append((shared, _plain(graph, state, bases, backward)))
     return results, int(rg.memo_gate[0])
 
 
@@ -226,13 +228,6 @@ def _random_states(seed, trials):
         st[K.R_MATERIAL, storages] = rng.random(len(storages)) < rng.random()
         sc[K.S_CREATED] = int(rng.integers(1, created + 1))
         yield graph, state, storages, rng
-
-
-def _plain(graph, state, bases, backward):
-    for s in bases:
-        K._rebuild(graph, state.sc, state.st[K.R_MATERIAL], state.st[K.R_COMPUTE], state.mark,
-                   state.scratch, state.regions, s, backward)
-    return region_sets(state.regions, bases, backward)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
