@@ -1,21 +1,31 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The demo needs the core package only (no PyTorch); the suite needs the test
+# extras and PyTorch with the model libraries behind `hf:`, `timm:`, `torchvision:`.
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-full test-stories bench install clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $(DEMO_STAMP)
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,torch]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/dtrf demo
 
+# Skipped tests are listed with their reasons (`-rs` in pyproject's addopts).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 

@@ -83,3 +83,59 @@ def test_readme_command_runs(command, workdir):
     assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert "Traceback" not in done.stderr
     assert "…" not in done.stdout, done.stdout
+
+
+ROOT = README.parent
+
+
+def _make_dry_run(target: str) -> str:
+    """What `make TARGET` would run from nothing (`-n -B`: print, run nothing)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    done = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    return done.stdout
+
+
+def _pyproject() -> dict:
+    import tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_make_demo_installs_no_pytorch():
+    """The demo replays the embedded trace: its install is the core package
+    (figures included), never an extra that brings PyTorch."""
+    installs = [ln for ln in _make_dry_run("demo").splitlines() if "pip install" in ln]
+    assert installs and all("[" not in ln and "torch" not in ln for ln in installs), installs
+    assert any(ln.rstrip().endswith("install -q -e .") for ln in installs), installs
+    core = _pyproject()["project"]["dependencies"]
+    assert any(d.startswith("matplotlib") for d in core)
+    assert not any(d.startswith(("torch", "transformers", "timm")) for d in core)
+
+
+def test_make_test_installs_the_model_libraries():
+    assert "pip install -q -e '.[test,torch]'" in _make_dry_run("test")
+    test_extra = " ".join(_pyproject()["project"]["optional-dependencies"]["test"])
+    for package in ("pytest", "transformers", "timm", "torchvision"):
+        assert package in test_extra
+
+
+def test_the_suite_says_why_a_test_was_skipped(tmp_path):
+    """pytest under the project's configuration lists each skip with its reason."""
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\n\ndef test_absent():\n    pytest.skip('the reason is shown')\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
+                           str(tmp_path / "test_skips.py")],
+                          capture_output=True, text=True)
+    assert "1 skipped" in done.stdout
+    assert "the reason is shown" in done.stdout, done.stdout
+
+
+def test_readme_gives_each_setup_commands_size_and_time():
+    setup = README.read_text(encoding="utf-8").split("## Set up", 1)[1].split("\n## ", 1)[0]
+    lines = {target: next(ln for ln in setup.splitlines() if ln.startswith(target))
+             for target in ("make demo", "make test")}
+    for line in lines.values():
+        assert re.search(r"\d+(\.\d+)? [MG]B", line), line
+    assert re.search(r"\d+ (s|min)\b", lines["make demo"]), lines["make demo"]

@@ -17,7 +17,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from ..errors import EXIT_INTERRUPTED, UserError
+from ..errors import EXIT_INTERRUPTED, EXIT_USER, UserError
 from .errors import report_user_error
 
 HELP = ("Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay traces "
@@ -90,13 +90,41 @@ class LazyGroup(TyperGroup):
                               for name, (_, short_help) in COMMANDS.items()})
 
 
-app = typer.Typer(cls=LazyGroup, name="dtrf", help=HELP, no_args_is_help=True, rich_markup_mode=None,
-                  add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(cls=LazyGroup, name="dtrf", help=HELP, invoke_without_command=True,
+                  rich_markup_mode=None, add_completion=False, pretty_exceptions_enable=False)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+        print(f"dtrf {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _dtrf() -> None:
-    pass
+def _dtrf(ctx: typer.Context,
+          version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the version and exit.")) -> None:
+    """Bare `dtrf` prints its help and succeeds: asking what there is is no error."""
+    if ctx.invoked_subcommand is None:
+        print(ctx.get_help())
+        raise typer.Exit()
+
+
+# Packages a command may import that an install can lack, and what to install.
+_INSTALL = {"torch": "'dtrforensics[torch]'", "dask": "'dtrforensics[dask]'",
+            "distributed": "'dtrforensics[dask]'", "perfetto": "'dtrforensics[interop]'"}
+
+
+def _missing_package(exc: ImportError) -> str | None:
+    """The `error:` line for an import that failed outside dtrforensics (an
+    optional package or a broken install), or None for a bug of ours."""
+    missing = (exc.name or "").partition(".")[0]
+    if missing == "dtrforensics" or (not missing and "pip install" not in str(exc)):
+        return None
+    if not missing:
+        return str(exc)
+    return f"{exc}: this command needs {missing} (pip install {_INSTALL.get(missing, missing)})"
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -107,12 +135,19 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main() -> None:
     """Console entry point. Usage errors exit 2 (click reports them); every
     `UserError` (and an OSError on a path) becomes one line and its exit code
-    (see `dtrforensics.errors`); anything else is a bug and keeps its traceback."""
+    (see `dtrforensics.errors`), and so does a package the install lacks;
+    anything else is a bug and keeps its traceback."""
     warnings.showwarning = _show_warning
     try:
         app()
     except (UserError, OSError) as exc:
         sys.exit(report_user_error(exc))
+    except ImportError as exc:
+        line = _missing_package(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(EXIT_USER)
     except KeyboardInterrupt:
         print("Aborted.", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
