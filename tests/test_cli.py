@@ -143,3 +143,40 @@ def test_cache_option_default_is_the_analyses_default():
     from dtrforensics.analyses.runs import DEFAULT_CACHE
     from dtrforensics.cli.common import DEFAULT_CACHE as CLI_DEFAULT
     assert CLI_DEFAULT == DEFAULT_CACHE
+
+
+def _dtrf(*args: str, prelude: str = "", **kwargs) -> subprocess.CompletedProcess:
+    """`dtrf ARGS` in a fresh process, after `prelude` (Python run first)."""
+    code = f"import sys\n{prelude}\nsys.argv = ['dtrf', *{list(args)!r}]\n" \
+           "from dtrforensics.cli.main import main\nmain()\n"
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, **kwargs)
+
+
+def test_version_is_the_packages():
+    import tomllib
+    version = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())[
+        "project"]["version"]
+    done = _dtrf("--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"dtrf {version}\n", "")
+
+
+def test_bare_dtrf_prints_help_and_succeeds():
+    done = _dtrf()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: dtrf") and "\nCommands:\n" in done.stdout
+
+
+def test_a_missing_optional_package_is_one_error_line(tmp_path):
+    """A figure without matplotlib (blocked here as an install could lack it)
+    is an `error:` line naming what to install, exit 2, no traceback."""
+    done = _dtrf("regime", "hole@0.91", "hole@0.95", "-o", str(tmp_path / "x.png"),
+                 "--cache", str(tmp_path / "cache"),
+                 prelude="sys.modules['matplotlib'] = None", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "matplotlib" in lines[0], done.stderr
+    assert not (tmp_path / "x.png").exists()

@@ -118,13 +118,18 @@ _INSTALL = {"torch": "'dtrforensics[torch]'", "dask": "'dtrforensics[dask]'",
 
 def _missing_package(exc: ImportError) -> str | None:
     """The `error:` line for an import that failed outside dtrforensics (an
-    optional package or a broken install), or None for a bug of ours."""
-    missing = (exc.name or "").partition(".")[0]
+    optional package or a broken install), or None for a bug of ours. A
+    re-raised ImportError still carries the original as its context."""
+    found: BaseException | None = exc
+    while found is not None and not getattr(found, "name", None):
+        found = found.__cause__ or found.__context__
+    missing = (getattr(found, "name", None) or "").partition(".")[0]
     if missing == "dtrforensics" or (not missing and "pip install" not in str(exc)):
         return None
     if not missing:
         return str(exc)
-    return f"{exc}: this command needs {missing} (pip install {_INSTALL.get(missing, missing)})"
+    return (f"this command needs the {missing} package, which cannot be imported "
+            f"({found}): pip install {_INSTALL.get(missing, missing)}")
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
