@@ -7,6 +7,7 @@ import hashlib
 import inspect
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,8 +152,8 @@ def _dtrf(*args: str, prelude: str = "", **kwargs) -> subprocess.CompletedProces
            "from dtrforensics.cli.main import main\nmain()\n"
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, **kwargs)
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    return subprocess.run([sys.executable, "-c", code], text=True, env=env, **streams)
 
 
 def test_version_is_the_packages():
@@ -180,3 +181,50 @@ def test_a_missing_optional_package_is_one_error_line(tmp_path):
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "matplotlib" in lines[0], done.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+EXPLAIN = ("explain", "hole", "--ratio", "0.918", "--max-attempts", "2", "--max-combo", "1",
+           "--jobs", "1", "--record-root", "")
+
+def _progress_lines(text: str) -> list[str]:
+    """The progress bar's lines (`changes ━━━━ 1/2 ...`)."""
+    return [ln for ln in text.splitlines() if re.match(r"\s*changes\b.*\d+/\d+", ln)]
+
+
+def test_explain_progress_never_reaches_a_pipe():
+    """Piped, explain writes its result alone: no progress bar on stdout (nor on
+    stderr, which is no terminal either)."""
+    done = _dtrf(*EXPLAIN, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "Baseline" in done.stdout
+    assert _progress_lines(done.stdout) == [] and _progress_lines(done.stderr) == []
+
+
+def test_explain_progress_shows_on_a_terminal():
+    import pty
+    import threading
+    leader, follower = pty.openpty()
+    seen = bytearray()
+
+    def read():
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        done = _dtrf(*EXPLAIN, timeout=600, stderr=follower)
+    finally:
+        os.close(follower)
+        reader.join(timeout=10)
+        os.close(leader)
+    assert done.returncode == 0
+    assert _progress_lines(done.stdout) == []
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
+    assert _progress_lines(shown.replace("\r", "\n"))

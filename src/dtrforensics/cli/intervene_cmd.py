@@ -115,7 +115,7 @@ def explain_command(
                                TimeRemainingColumn)
 
     from ..analyses.explain import explain
-    from ..render.console import wide_console
+    from ..render.console import err_console, wide_console
     from ..render.explain import change_text, print_explanation
     from ..trace import load_trace
 
@@ -123,9 +123,13 @@ def explain_command(
     announce_compile()
     console = wide_console(stderr=as_json)
     kinds = tuple(dict.fromkeys(k.value.replace("-", "_") for k in kind or list(Kind)))
+    # Progress is for a person watching: on stderr, and only when it is a terminal,
+    # so a pipe or a file gets the result alone.
+    progress_console = err_console()
     with Progress(TextColumn("[bold]changes"), BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), TextColumn("{task.fields[last]}"), console=console,
-                  transient=as_json) as progress:
+                  TimeRemainingColumn(), TextColumn("{task.fields[last]}"),
+                  console=progress_console, disable=not progress_console.is_terminal,
+                  transient=True) as progress:
         task = progress.add_task("explain", total=None, last="")
 
         def on_attempt(attempt, done, total):
