@@ -228,3 +228,22 @@ def test_explain_progress_shows_on_a_terminal():
     assert _progress_lines(done.stdout) == []
     shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
     assert _progress_lines(shown.replace("\r", "\n"))
+
+
+def test_intervene_names_its_runs_alike_in_the_table_and_the_diff(tmp_path):
+    """The diff under `intervene` compares the baseline with the intervention;
+    "control" is the third run, never a name for the baseline."""
+    done = _dtrf("intervene", "hole", "--ratio", "0.918", "--retain", "12",
+                 "--record-root", str(tmp_path), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "a (baseline)" in done.stdout and "b (intervention)" in done.stdout
+    assert "a (control)" not in done.stdout and "(test)" not in done.stdout
+
+
+def test_regime_says_what_its_divergence_numbers_are(tmp_path):
+    done = _dtrf("regime", "hole@25288251B", "hole@25288252B", "--cache", str(tmp_path),
+                 timeout=600)
+    assert done.returncode == 0, done.stderr
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("First divergence"))
+    assert re.search(r"run a's entry is storage \d+, run b's entry is storage \d+", line), line
+    assert "(a: " not in line

@@ -80,11 +80,12 @@ def _require_control(matches: bool | None) -> None:
 
 
 def _print_diff(console, baseline: Path, intervention: Path) -> None:
-    """Baseline (control) vs intervention: where the eviction streams part."""
+    """Baseline (run a) vs intervention (run b): where the eviction streams part."""
     from ..analyses.diff import diff
     from ..recorder.reader import open_recording
     from ..render.diff import print_diff
-    print_diff(diff(open_recording(baseline), open_recording(intervention)), console)
+    print_diff(diff(open_recording(baseline), open_recording(intervention)), console,
+               roles=("baseline", "intervention"))
 
 
 class Kind(str, Enum):

@@ -12,9 +12,12 @@ from .tables import FitTable
 from .units import fmt_bytes, fmt_exact_bytes, fmt_score
 
 
-def print_diff(report: DiffReport, out: Console) -> None:
-    """Runs, shared prefix, first divergence and choice, aftermath, failures."""
-    out.print(_runs_table(report))
+def print_diff(report: DiffReport, out: Console,
+               roles: tuple[str, str] = ("control", "test")) -> None:
+    """Runs, shared prefix, first divergence and choice, aftermath, failures.
+    `roles` name what runs a and b are (an intervention's diff: baseline and
+    intervention)."""
+    out.print(_runs_table(report, roles))
     out.print(_prefix_line(report))
     first, choice = report.first_divergence, report.first_divergent_choice
     # the same two entries are often both: one panel then says so
@@ -33,12 +36,12 @@ def print_diff(report: DiffReport, out: Console) -> None:
         out.print(_failure_panel(failure, report))
 
 
-def _runs_table(r: DiffReport) -> FitTable:
+def _runs_table(r: DiffReport, roles: tuple[str, str]) -> FitTable:
     t = FitTable(title="Runs", title_justify="left")
     for col in ("", "run", "budget", "outcome", "pressure", "dead", "stream entries", "scores"):
         t.add_column(col, justify="right" if col in ("pressure", "dead", "stream entries")
                      else "left")
-    for ref, role in ((r.a, "a (control)"), (r.b, "b (test)")):
+    for ref, role in ((r.a, f"a ({roles[0]})"), (r.b, f"b ({roles[1]})")):
         t.add_row(role, f"{ref.run_id}\n{run_label(ref.trace, ref.ratio, ref.budget, ref.policy)}", fmt_exact_bytes(ref.budget),
                   ref.outcome, f"{ref.evictions:,}", f"{ref.dead_frees:,}",
                   f"{ref.stream_entries:,}", ref.scores)

@@ -46,7 +46,8 @@ def regime_view(r: RegimeReport, *, windows: bool = False) -> Group:
         drivers = (f"; entry {', '.join(map(str, d.drivers_among_entries))} is a driver"
                    if d.drivers_among_entries else "")
         parts.append(Text(f"First divergence: stream position {d.position:,} at op {d.op_id:,}"
-                          f" (a: {d.a_storage}, b: {d.b_storage}){when}{drivers}"))
+                          f" ({_entry('a', d.a_storage)}, {_entry('b', d.b_storage)}){when}"
+                          f"{drivers}"))
     if r.drivers:
         parts.append(Text("Drivers: storages the slow run evicts more often from the onset on",
                           style="bold"))
@@ -62,6 +63,12 @@ def regime_view(r: RegimeReport, *, windows: bool = False) -> Group:
             parts.append(Text(f"  {w.first_op:,}-{w.last_op:,}: {_n(w.a.evictions)} / "
                               f"{_n(w.b.evictions)}, {_n(w.a.remats)} / {_n(w.b.remats)}"))
     return Group(*parts)
+
+
+def _entry(run: str, storage: int | None) -> str:
+    """What run `run` has at the divergent stream position."""
+    return f"run {run}'s stream has ended" if storage is None else \
+        f"run {run}'s entry is storage {storage}"
 
 
 def _n(x: int | None) -> str:
