@@ -38,3 +38,25 @@ def test_demo_tells_the_whole_story(tmp_path):
     assert story["oom"]["tensor"] == "x1020" and story["oom"]["depth"] == 2
     assert story["fixes"] == [[12]]
     assert all((tmp_path / "hole" / name).is_file() for name in ("hole.png", "hole.svg"))
+
+
+def test_every_command_the_demo_suggests_runs(tmp_path):
+    """The "Your turn" lines are commands: each runs as printed and succeeds."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = io.StringIO()
+    run_demo(Console(file=out, width=80), tmp_path / "demo", public=False, jobs=1)
+    turn = out.getvalue().split("Your turn", 1)[1]
+    commands = [ln.strip() for ln in turn.splitlines() if ln.startswith("  dtrf ")]
+    assert len(commands) >= 8 and any(" --record " in c for c in commands)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    for command in commands:
+        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, f"{command}\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}"
+        assert "Traceback" not in done.stderr

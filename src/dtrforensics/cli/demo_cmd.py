@@ -70,17 +70,38 @@ def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2)
             findings["resnet32"] = _story(console, "resnet32", (0.095, 0.115, 0.001),
                                           out / "resnet32", jobs, exact=False)
     _section(console, "Your turn")
-    console.print(
-        "Replay your own DTR log (the dtr-prototype logging format) the same way:\n"
-        "  dtrf traces info PATH.log                 # peak memory and model compute\n"
-        "  dtrf sweep PATH.log --from 0.1 --to 0.6 --step 0.01 --refine   # map holes\n"
-        "  dtrf diff PATH.log@0.30 PATH.log@0.31     # first divergent victim\n"
-        "  dtrf oom PATH.log@0.31                    # the pinned frontier of a failure\n"
-        "  dtrf explain PATH.log --ratio 0.31        # which retention prevents it\n"
-        "  dtrf run PATH.log --ratio 0.31 --record   # then: dtrf sql / dtrf show / dtrf export")
+    console.print(f"The same steps one command each, on the embedded log `{EMBEDDED}`; put "
+                  "the path of a DTR log of your own (the dtr-prototype logging format) "
+                  f"where they say {EMBEDDED}:")
+    for command, comment in your_turn(findings["embedded"], out):
+        console.print(f"  {command}", soft_wrap=True, highlight=False, markup=False)
+        console.print(f"      [dim]# {comment}[/]", soft_wrap=True, highlight=False)
     findings["seconds"] = time.perf_counter() - started
     console.print(f"\n[dim]demo finished in {findings['seconds']:.1f} s; outputs under {out}/[/]")
     return findings
+
+
+def your_turn(story: dict, out: Path) -> list[tuple[str, str]]:
+    """The demo's steps as commands to run, at the embedded story's own budgets
+    (a completing one just below its hole and a failing one at its lower edge)."""
+    lo, hi, step = EMBEDDED_RANGE
+    hole = story.get("hole") or {}
+    ok, fail = hole.get("ok_below", lo), hole.get("fail_lo", hi)
+    log, recording = EMBEDDED, Path(out) / "yours" / f"{EMBEDDED}-{fail:g}"
+    return [
+        (f"dtrf traces info {log}", "peak memory and model compute"),
+        (f"dtrf sweep {log} --from {lo} --to {hi} --step {step} --refine "
+         f"-o {Path(out) / 'yours' / 'sweep'}", "map holes"),
+        (f"dtrf diff {log}@{ok:g} {log}@{fail:g}", "first divergent victim"),
+        (f"dtrf oom {log}@{fail:g}", "the pinned frontier of a failure"),
+        (f"dtrf explain {log} --ratio {fail:g}", "which retention prevents it"),
+        (f"dtrf run {log} --ratio {fail:g} --record {recording}", "record every decision"),
+        (f"dtrf show {recording}", "the recording's summary and timeline"),
+        (f'dtrf sql "SELECT kind, count(*) FROM events GROUP BY 1" {recording}',
+         "SQL over its tables"),
+        (f"dtrf export {recording} --format perfetto -o {recording}.perfetto.json",
+         "open in ui.perfetto.dev"),
+    ]
 
 
 def _story(console: Console, trace: str, grid: tuple[float, float, float], out: Path,
