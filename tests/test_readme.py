@@ -25,7 +25,7 @@ PUBLIC = ("resnet32", "lstm", "inceptionv4", "transformer", "unet", "treelstm", 
           "unroll_gan")
 # Commands (by their leading words) that take more than a few seconds, and those
 # that read a slow command's output.
-SLOW = ("dtrf diff inceptionv4", "dtrf reevict", "dtrf regime", "dtrf explain",
+SLOW = ("dtrf diff inceptionv4", "dtrf run lstm", "dtrf reevict", "dtrf regime", "dtrf explain",
         "dtrf sweep resnet32 --from 0.095", "dtrf holes", "dtrf plot", "dtrf reproduce",
         "dtrf torch")
 TIMEOUT = 1800
@@ -139,3 +139,51 @@ def test_readme_gives_each_setup_commands_size_and_time():
     for line in lines.values():
         assert re.search(r"\d+(\.\d+)? [MG]B", line), line
     assert re.search(r"\d+ (s|min)\b", lines["make demo"]), lines["make demo"]
+
+
+def _policy_examples() -> list:
+    """The README's commands that run a policy file, each with what it compares."""
+    found = []
+    for command in COMMANDS:
+        words = command.split("#")[0].split()
+        policy = words[words.index("--policy") + 1] if "--policy" in words else ""
+        if ".py:" not in policy:
+            continue
+        trace = words[2]
+        marks = ([pytest.mark.slow] if trace in PUBLIC else [])
+        found.append(pytest.param(words, marks=marks, id=" ".join(words[1:3])))
+    return found
+
+
+def _outcome(program, ratio: float, policy: str) -> tuple:
+    from dtrforensics.engine.replay import replay
+    s = replay(program, ratio=ratio, policy=policy).summary
+    return s.outcome, None if s.overhead is None else round(s.overhead, 4)
+
+
+@pytest.mark.parametrize("words", _policy_examples())
+def test_readme_policy_examples_show_a_difference(words, monkeypatch):
+    """A policy example must show the policy doing something: an outcome or an
+    overhead that differs from DTR's at the budget shown, or somewhere in the
+    range compared (sampled every 0.001)."""
+    from dtrforensics.trace import load_trace
+    trace = words[2]
+    if trace in PUBLIC:
+        if traces_dir() is None:
+            pytest.skip(SKIP_TRACES)
+        monkeypatch.setenv("DTRF_TRACES", str(traces_dir()))
+    monkeypatch.chdir(ROOT)
+    program = load_trace(trace)
+    policies = [p for p in words[words.index("--policy") + 1].split(",") if p != "dtr"]
+    if words[1] == "run":
+        ratios = [float(words[words.index("--ratio") + 1])]
+    else:
+        lo, hi = float(words[words.index("--from") + 1]), float(words[words.index("--to") + 1])
+        ratios = [round(lo + i * 0.001, 6) for i in range(round((hi - lo) / 0.001) + 1)]
+    for policy in policies:
+        assert any(_outcome(program, r, policy) != _outcome(program, r, "dtr") for r in ratios), \
+            f"{policy} makes DTR's outcomes at every budget of {' '.join(words)}"
+
+
+def test_the_tour_has_policy_examples_on_the_embedded_trace():
+    assert [w for w in _policy_examples() if w.values[0][2] not in PUBLIC]
