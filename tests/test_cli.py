@@ -151,7 +151,7 @@ def _dtrf(*args: str, prelude: str = "", **kwargs) -> subprocess.CompletedProces
     code = f"import sys\n{prelude}\nsys.argv = ['dtrf', *{list(args)!r}]\n" \
            "from dtrforensics.cli.main import main\nmain()\n"
     src = str(Path(__file__).resolve().parents[1] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
     return subprocess.run([sys.executable, "-c", code], text=True, env=env, **streams)
 
@@ -247,3 +247,23 @@ def test_regime_says_what_its_divergence_numbers_are(tmp_path):
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("First divergence"))
     assert re.search(r"run a's entry is storage \d+, run b's entry is storage \d+", line), line
     assert "(a: " not in line
+
+
+def test_torch_record_finds_a_factory_in_the_current_folder(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "mymodule.py").write_text(
+        "import torch\nimport torch.nn.functional as F\n\n"
+        "def factory():\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),\n"
+        "                                torch.nn.Linear(8, 3))\n"
+        "    return model, (torch.randn(2, 4), torch.tensor([0, 2])), F.cross_entropy\n")
+    # the console script, as a user runs it (`python -c` would put the folder on sys.path)
+    script = Path(sys.executable).parent / "dtrf"
+    if not script.exists():
+        pytest.skip("no dtrf script beside python")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([str(script), "torch", "record", "mymodule:factory", "-o", "mine.log"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "mine.log").stat().st_size > 0

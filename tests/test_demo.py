@@ -54,7 +54,7 @@ def test_every_command_the_demo_suggests_runs(tmp_path):
     assert len(commands) >= 8 and any(" --record " in c for c in commands)
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     for command in commands:
         done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=900)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import os
+import sys
 
 import torch
 
@@ -33,6 +35,8 @@ def resolve(spec: str):
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise RecordError(f"model spec {spec!r} is neither zoo:NAME nor package.module:factory")
+    if os.getcwd() not in sys.path:  # `mymodule:factory` means the current folder's, as `python -m`
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
