@@ -293,3 +293,66 @@ def test_locked_must_return_storage_ids(tmp_path, returned, message):
                     "@policy(locked=pick)\ndef p(size):\n    return 1.0\n")
     with pytest.raises(PolicyError, match=rf"locked.py:3: .*{re.escape(message)}"):
         replay(tiny_program(), budget=120, policy=f"{path}:p")
+
+
+# The natural spelling: integer features divided with `/`, as DTR's score is written.
+NATURAL = {
+    "dtr": "def p(compute, size, staleness):\n    return compute / (size * staleness)",
+    "no-staleness": "def p(compute, size):\n    return compute / size",
+    "no-size": "def p(compute, staleness):\n    return compute / staleness",
+    "size": "def p(size):\n    return 1 / size",
+    "msps": "def p(own_compute, bwd_compute, size):\n    return (own_compute + bwd_compute) / size",
+    "dtr-local": "def p(own_compute, size, staleness):\n"
+                 "    score = own_compute\n    score /= size * staleness\n    return score",
+}
+
+
+@pytest.fixture(scope="module")
+def natural_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("natural")
+    return {name: policy_file(folder, body) for name, body in NATURAL.items()}
+
+
+@pytest.mark.parametrize("fraction", [0.54, 0.62, 0.86, 0.918, 0.92, 0.94])
+def test_natural_spelling_makes_dtrs_decisions_on_the_embedded_trace(natural_files, fraction):
+    """`compute / (size * staleness)` (staleness 0 at decision 0) is the reference's
+    rule: the same victims, SHA-256 and all, as the built-in `dtr`."""
+    from dtrforensics.trace import load_trace
+    program = load_trace("hole")
+    want = replay(program, ratio=fraction, policy="dtr").summary
+    got = replay(program, ratio=fraction, policy=natural_files["dtr"]).summary
+    assert want.evictions and got.victims_sha256 == want.victims_sha256
+    assert same_execution(got, want)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(program=random_logs(), fraction=st.floats(0.05, 1.1), builtin=st.sampled_from(sorted(NATURAL)))
+def test_natural_spelling_makes_the_builtins_decisions(natural_files, program, fraction, builtin):
+    budget = max(1, int(fraction * replay(program, budget=10**15).summary.peak))
+    want = replay(program, budget=budget, policy=builtin).summary
+    got = replay(program, budget=budget, policy=natural_files[builtin]).summary
+    assert same_execution(got, want)
+
+
+def test_float_division_by_zero_says_what_to_write(tmp_path):
+    spec = policy_file(tmp_path, "def p(compute, staleness):\n"
+                       "    return float(compute) / staleness")
+    with pytest.raises(PolicyError, match=r":6: score raised ZeroDivisionError.*at decision \d+.*"
+                                          r"divide the integer features themselves, or use ratio"):
+        replay(tiny_program(), budget=120, policy=spec)
+
+
+def test_the_package_is_the_decorator_too(tmp_path):
+    path = tmp_path / "pkg_spelling.py"
+    path.write_text("import dtrforensics\n\n\n@dtrforensics.policy\n"
+                    "def a(compute, size, staleness):\n    return compute / (size * staleness)\n\n\n"
+                    "@dtrforensics.policy(min_size=1 << 20)\n"
+                    "def b(compute, size, staleness):\n"
+                    "    return dtrforensics.policy.ratio(compute, size, staleness)\n")
+    from dtrforensics.trace import load_trace
+    program = load_trace("hole")
+    for name, builtin in (("a", "dtr"), ("b", "examples/policies/min_evictee.py:dtr_min_1mib")):
+        builtin = str(Path(__file__).resolve().parents[1] / builtin) if ".py" in builtin else builtin
+        want = replay(program, ratio=0.92, policy=builtin).summary
+        assert same_execution(replay(program, ratio=0.92, policy=f"{path}:{name}").summary, want)

@@ -4,9 +4,12 @@ A policy is a score function decorated with `dtrforensics.policy`; its
 parameters name the features it reads (engine/features.py). The kernel scans
 the pool exactly as for the built-in policies (semantics.md §7.1: the last of
 equal minimal scores wins, the first zero stops the scan), calling the
-compiled score once per candidate. `ratio(num, a, b)` divides integers the way
-the reference does (§7.2 zero rule, §7.3 one correct rounding), so
-`ratio(compute, size, staleness)` makes exactly the built-in `dtr`'s decisions.
+compiled score once per candidate. Integers divide the way the reference
+divides (§7.2: a denominator that is not positive scores plus infinity; §7.3:
+one correct rounding): `ratio(num, a, b)` spells it out, and a score's own `/`
+between integers is compiled to it, so `compute / (size * staleness)` and
+`ratio(compute, size, staleness)` both make exactly the built-in `dtr`'s
+decisions.
 
 Filters, applied before scoring: `min_size` (smaller storages are never
 candidates) and `locked` (a function of the trace's `Program` returning
@@ -15,10 +18,13 @@ storage ids that are never candidates, computed once per trace).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import inspect
+import math
 import re
+import textwrap
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -27,6 +33,7 @@ from typing import Callable
 
 import numpy as np
 from numba import cfunc, njit, types
+from numba.extending import overload
 
 from ..errors import PolicyError
 from .exactdiv import exact_ratio
@@ -44,6 +51,105 @@ def ratio(num, a, b=1):
     if a <= 0 or b <= 0:
         return np.inf
     return exact_ratio(num, a, b)
+
+
+@njit(cache=True)
+def _reference_quotient(num, a, b):
+    """num / (a * b) for integers as the reference divides: plus infinity unless
+    the product is positive, else the correctly rounded quotient, signed."""
+    if a == 0 or b == 0 or (a > 0) != (b > 0):
+        return np.inf
+    q = exact_ratio(abs(num), abs(a), abs(b))
+    return -q if num < 0 else q
+
+
+def _integral(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def divide(num, den):
+    """A score's `num / den`: integers as the reference divides (a denominator
+    that is not positive scores plus infinity), anything else as Python does."""
+    if _integral(num) and _integral(den):
+        return math.inf if den <= 0 else num / den
+    return num / den
+
+
+def divide_product(num, a, b):
+    """A score's `num / (a * b)`: integers as the reference divides, with the
+    product exact (it often exceeds 2**53), anything else as Python does."""
+    if _integral(num) and _integral(a) and _integral(b):
+        return divide(num, a * b)
+    return num / (a * b)
+
+
+@overload(divide)
+def _divide_compiled(num, den):
+    if isinstance(num, types.Integer) and isinstance(den, types.Integer):
+        return lambda num, den: _reference_quotient(num, den, 1)
+    return lambda num, den: num / den
+
+
+@overload(divide_product)
+def _divide_product_compiled(num, a, b):
+    if all(isinstance(x, types.Integer) for x in (num, a, b)):
+        return lambda num, a, b: _reference_quotient(num, a, b)
+    return lambda num, a, b: num / (a * b)
+
+
+_DIVIDE, _DIVIDE_PRODUCT = "__dtrforensics_divide__", "__dtrforensics_divide_product__"
+
+
+class _Divisions(ast.NodeTransformer):
+    """Every `/` of a score becomes `divide` (`x / (a * b)`: `divide_product`)."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.Div):
+            return node
+        right = node.right
+        if isinstance(right, ast.BinOp) and isinstance(right.op, ast.Mult):
+            call = _call(_DIVIDE_PRODUCT, node.left, right.left, right.right)
+        else:
+            call = _call(_DIVIDE, node.left, right)
+        return ast.copy_location(call, node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        self.generic_visit(node)
+        if not (isinstance(node.op, ast.Div) and isinstance(node.target, ast.Name)):
+            return node
+        value = _call(_DIVIDE, ast.Name(node.target.id, ast.Load()), node.value)
+        return ast.copy_location(ast.Assign([ast.Name(node.target.id, ast.Store())], value),
+                                 node)
+
+
+def _call(name: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(ast.Name(name, ast.Load()), list(args), [])
+
+
+def reference_division(func: Callable) -> Callable:
+    """`func` with its divisions made the reference's (`divide`), compiled from
+    its own source at its own lines; `func` itself when its source is not at hand."""
+    try:
+        lines, first = inspect.getsourcelines(func)
+    except (OSError, TypeError):
+        return func
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    definition = tree.body[0]
+    if not isinstance(definition, ast.FunctionDef) or not any(
+            isinstance(n, (ast.BinOp, ast.AugAssign)) and isinstance(n.op, ast.Div)
+            for n in ast.walk(definition)):
+        return func
+    definition.decorator_list = []
+    tree = ast.fix_missing_locations(_Divisions().visit(tree))
+    ast.increment_lineno(tree, first - 1)
+    namespace = dict(func.__globals__)
+    if func.__closure__:
+        namespace.update(zip(func.__code__.co_freevars,
+                             (cell.cell_contents for cell in func.__closure__)))
+    namespace.update({_DIVIDE: divide, _DIVIDE_PRODUCT: divide_product})
+    exec(compile(tree, inspect.getsourcefile(func) or "<policy>", "exec"), namespace)
+    return namespace[definition.name]
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,6 +217,7 @@ class CustomScore:
     definition: PolicyDefinition
     source_sha256: str
     compiled: object                      # the cfunc the kernel calls
+    score: Callable                       # the score as compiled, in Python (divisions made the reference's)
     _locked_masks: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -173,7 +280,12 @@ class CustomScore:
                  f"({op_label})")
         d = self.definition
         try:
-            score = d.func(*(values[name] for name in d.features))
+            score = self.score(*(values[name] for name in d.features))
+        except ZeroDivisionError as exc:  # a float divided by zero
+            return (f"{_exception_line(exc, d, 'score')}, scoring {where}; integers divide "
+                    "as the reference does (a zero denominator scores plus infinity), floats "
+                    "as Python does: divide the integer features themselves, or use "
+                    "ratio(num, a, b)")
         except Exception as exc:  # the user's code
             return f"{_exception_line(exc, d, 'score')}, scoring {where}"
         return (f"{d.file}:{d.line}: the score of {where} is {score!r}; scores must be "
@@ -210,7 +322,8 @@ def load_policy(spec: str) -> CustomScore:
     if key in _LOADED:
         return _LOADED[key]
     definition = _import_definition(path, name, sha, spec)
-    loaded = CustomScore(spec, definition, sha, _compile(definition))
+    score = reference_division(definition.func)
+    loaded = CustomScore(spec, definition, sha, _compile(definition, score), score)
     _LOADED[key] = loaded
     return loaded
 
@@ -250,13 +363,13 @@ _NUMBA_NOISE = re.compile(r"^(Failed in .* mode pipeline|During: |\s*$|No implem
                           r"function .*found for signature:|\[\d\] During)")
 
 
-def _compile(d: PolicyDefinition):
-    """The user's function in nopython mode, wrapped into the kernel's score
-    signature; an exception inside it becomes a NaN score (a fault the driver
-    explains by calling the Python function again)."""
+def _compile(d: PolicyDefinition, score: Callable):
+    """`score` (the user's function, its divisions the reference's) in nopython
+    mode, wrapped into the kernel's score signature; an exception inside it
+    becomes a NaN score (a fault the driver explains by calling it again in Python)."""
     from numba.core.errors import NumbaError
 
-    user = njit(d.func)
+    user = njit(score)
     try:
         user.compile(tuple([types.int64] * len(d.features)))
     except NumbaError as exc:
