@@ -226,9 +226,21 @@ def test_a_map_stored_under_its_unkeyed_name_is_adopted(tmp_path):
     assert again.public["hole"].partition == first.public["hole"].partition
 
 
-def test_the_deadline_stops_the_running_map_and_the_report_says_partial(tmp_path, monkeypatch):
-    """The clock jumps past the deadline while the first exact map runs: that map
-    stops after the run in flight, no later map runs, and what is stored is read."""
+def test_the_deadline_stops_a_running_map(tmp_path):
+    """A map whose deadline has come when it starts stops at once: the sweep is
+    left interrupted (resumable), not complete."""
+    import time
+    spec = P.MapSpec("hole", "dtr", *WINDOW, "public")
+    shares = []
+    assert RUN._run_until(load_trace("hole"), spec, None, tmp_path / "m", time.monotonic(),
+                          jobs=1, report=shares.append)
+    store = SweepStore(tmp_path / "m")
+    assert not store.exists() or store.read_doc()["status"] == "interrupted"
+
+
+def test_when_the_time_is_up_no_map_runs_and_the_report_says_partial(tmp_path, monkeypatch):
+    """The clock jumps past the deadline once the grid is mapped: no later map
+    runs, each is read as stored, and findings.md says it is partial."""
     import time
     real, jump = time.monotonic, [0.0]
     monkeypatch.setattr(time, "monotonic", lambda: real() + jump[0])
@@ -236,14 +248,13 @@ def test_the_deadline_stops_the_running_map_and_the_report_says_partial(tmp_path
 
     def progress(p):
         seen.append((p.spec.group, p.state))
-        if p.spec.group == "public" and p.state == "running":
+        if p.spec.group == "grid" and p.state == "done":
             jump[0] = 10_000.0
     f = F.findings(tmp_path, map_seconds=600, run_timeout=None, jobs=1, traces=("hole",),
                    zoo=(), ratio_range=WINDOW, total_seconds=1_000, progress=progress)
-    assert f.out_of_time
-    assert f.grids["hole"].unresolved == 0                       # before the jump: complete
-    assert 0 < f.public["hole"].executions and not f.public["hole"].complete
-    assert {s for g, s in seen if g == "ablation"} == {"out of time"}
+    assert f.out_of_time and f.grids["hole"].unresolved == 0
+    assert {s for g, s in seen if g != "grid"} == {"out of time"}
+    assert f.public["hole"].executions == 0 and not f.knobs      # no hole known: no window
     assert all(m.executions == 0 for m in f.ablations.values())
     text = render(f, command="x", wall_seconds=0.0)
     assert "**Partial**: the 1000 s of this invocation ran out" in text

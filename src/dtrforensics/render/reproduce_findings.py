@@ -237,6 +237,20 @@ def render(f: Findings, *, command: str, wall_seconds: float) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def progress_line(p) -> str:
+    """One line of progress (a `run.MapProgress`) for a log or a pipe."""
+    where = (f"[{p.index}/{p.total}] {p.spec.name} {p.spec.policy_name} "
+             f"{p.spec.ratio_from:g}-{p.spec.ratio_to:g}"
+             + (f" (grid {p.spec.step:g})" if p.spec.step else ""))
+    if p.state == "out of time":
+        return f"{where}: not run, the time is up (read as stored)"
+    if p.state == "done" and not p.limit:
+        return f"{where}: complete (stored)"
+    if p.state == "done":
+        return f"{where}: {p.coverage:.1%} certified after {p.seconds:,.0f} s"
+    return f"{where}: {p.coverage:.1%} certified, {p.seconds:,.0f} s of at most {p.limit:g} s"
+
+
 def write_findings(f: Findings, out_dir: Path, *, command: str, wall_seconds: float) -> Path:
     path = Path(out_dir) / "findings.md"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ Budgets are bytes; a ratio r means floor(r x peak) as everywhere else.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -20,32 +21,42 @@ from . import plan as P
 from .judge import open_claims
 from .read import (Findings, GridFindings, KnobWindow, MapFindings, not_started, read_grid,
                    read_map, remaining)
-from .run import Clock, Mapper, MapProgress, Progress
+from .run import MAPS_DIR, Clock, Mapper, MapProgress, Progress
 
 __all__ = ["Findings", "MapProgress", "findings"]
 
 
+READ_GUESS = 0.5        # seconds to read a stored map, until one has been read
+WRITE_MARGIN = 1.0      # seconds kept for judging and writing findings.md
+
+
 class _Driver:
-    """Runs each planned map in turn, then reads it; the time left always keeps
-    room to read the maps not reached yet (as long as reading one took so far)."""
+    """Runs each planned map in turn, then reads it. A map stops in time to read
+    every stored map not read yet (at the slowest read so far) and write the
+    report; once the deadline has cut a map short, no further map runs."""
 
     def __init__(self, mapper: Mapper, clock: Clock):
         self.m, self.clock = mapper, clock
         self.read_seconds: list[float] = []
 
-    def until(self, maps_after: int) -> float | None:
+    def until(self) -> float | None:
         """When the map about to run must stop (monotonic; None: no deadline)."""
         if self.clock.deadline is None:
             return None
-        per_read = max(self.read_seconds, default=1.0)
-        return self.clock.deadline - per_read * (maps_after + 1)
+        if self.m.out_of_time:
+            return -math.inf
+        stored = self.m.workdir / MAPS_DIR
+        unread = sum(1 for p in stored.iterdir() if not p.name.endswith(".stale")) \
+            - len(self.read_seconds) if stored.is_dir() else 0
+        per_read = max(self.read_seconds, default=READ_GUESS)
+        return self.clock.deadline - WRITE_MARGIN - per_read * (max(unread, 0) + 1)
 
-    def time_up(self, maps_after: int) -> bool:
-        until = self.until(maps_after)
+    def time_up(self) -> bool:
+        until = self.until()
         return until is not None and until <= time.monotonic()
 
-    def _run(self, spec: P.MapSpec, maps_after: int) -> bool:
-        return self.m.run(spec, self.until(maps_after))
+    def _run(self, spec: P.MapSpec) -> bool:
+        return self.m.run(spec, self.until())
 
     def _timed(self, read, *args):
         started = time.monotonic()
@@ -53,13 +64,13 @@ class _Driver:
         self.read_seconds.append(time.monotonic() - started)
         return out
 
-    def map(self, spec: P.MapSpec, maps_after: int) -> MapFindings:
-        if not self._run(spec, maps_after):
+    def map(self, spec: P.MapSpec) -> MapFindings:
+        if not self._run(spec):
             return not_started(spec, self.peak(spec))
         return self._timed(read_map, spec, self.m.folder(spec), self.m.seconds(spec))
 
-    def grid(self, spec: P.MapSpec, maps_after: int) -> GridFindings:
-        if not self._run(spec, maps_after):
+    def grid(self, spec: P.MapSpec) -> GridFindings:
+        if not self._run(spec):
             return GridFindings(spec, self.peak(spec), [], 0.0)
         return self._timed(read_grid, spec, self.m.folder(spec), self.m.seconds(spec))
 
@@ -101,19 +112,18 @@ def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | 
                              "traces": traces, "zoo": zoo, "zoo_range": zoo_range})
     knobs = P.knob_policies(workdir)
     m.total = P.count(traces, zoo, len(knobs))
-    left = lambda: m.total - m.index - 1   # noqa: E731  (maps after the one about to run)
     for spec in P.grids(traces, ratio_range):
-        grid = d.grid(spec, left())
+        grid = d.grid(spec)
         if spec.group == "window":
             out.window_grid = grid
         else:
             out.grids[spec.trace] = grid
     for spec in P.public(traces, ratio_range):
-        out.public[spec.trace] = d.map(spec, left())
+        out.public[spec.trace] = d.map(spec)
         out.public[spec.trace].remaining = remaining(out.public[spec.trace], out.grids[spec.trace])
     for name in zoo:
         try:
-            if not (workdir / "zoo" / f"{name}.log").is_file() and d.time_up(left()):
+            if not (workdir / "zoo" / f"{name}.log").is_file() and d.time_up():
                 raise TimeoutError("not recorded yet: the time ran out")
             log = record_zoo(workdir, name)
         except (ImportError, TimeoutError) as exc:
@@ -122,19 +132,19 @@ def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | 
             m.out_of_time |= isinstance(exc, TimeoutError)
             m.index += 1
             continue
-        out.zoo[(name, "dtr")] = d.map(P.zoo_map(log, name, zoo_range), left())
+        out.zoo[(name, "dtr")] = d.map(P.zoo_map(log, name, zoo_range))
     # the hole windows are narrow: they come before the long maps
     windows = {t: P.hole_windows(out.public[t].holes, out.public[t].peak) for t in traces}
     m.total -= sum(P.MAX_HOLE_WINDOWS - len(w) for w in windows.values()) * len(knobs)
     for t in traces:
         for hole, lo, hi in windows[t]:
             for spec in P.knob_maps(t, lo, hi, knobs):
-                out.knobs.append(KnobWindow(t, hole, spec.policy, d.map(spec, left())))
+                out.knobs.append(KnobWindow(t, hole, spec.policy, d.map(spec)))
     for spec in P.window(traces):
-        out.window = d.map(spec, left())
+        out.window = d.map(spec)
         out.window.remaining = remaining(out.window, out.window_grid)
     for spec in P.ablations(traces, ratio_range):
-        out.ablations[(spec.trace, spec.policy)] = d.map(spec, left())
+        out.ablations[(spec.trace, spec.policy)] = d.map(spec)
     out.claims = open_claims(out)
     out.out_of_time = m.out_of_time
     return out

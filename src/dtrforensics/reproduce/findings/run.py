@@ -7,8 +7,10 @@ together, is kept in `seconds.json` beside the maps.
 
 from __future__ import annotations
 
+import _thread
 import json
 import shutil
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -156,11 +158,9 @@ def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, unti
     """The one call of `run_sweep`: run or resume the map of `spec` into `folder`
     until the monotonic time `until`, calling `report` with the certified share
     (exact walk) or the share of grid points run as runs finish; True when the
-    time ran out first."""
+    time ran out first. Runs in flight then are dropped: their budgets stay
+    uncertified and run again when the map resumes."""
     from ...sweep.runner import SweepObserver, run_sweep
-
-    class Stop(Exception):
-        pass
 
     class Watch(SweepObserver):
         done = 0
@@ -172,14 +172,30 @@ def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, unti
             self.done += 1
             if spec.step:
                 report(self.done / spec.planned)
-            # until run_sweep takes a deadline: a run finishing after it ends the sweep
-            if time.monotonic() >= until:
-                raise Stop
 
+    # Until run_sweep takes a deadline, a timer interrupts the main thread at
+    # `until`; the sweep stops as on Ctrl-C (workers stopped, the store flushed).
+    lock, state = threading.Lock(), {"fired": False, "over": False}
+
+    def fire() -> None:
+        with lock:
+            if not state["over"]:
+                state["fired"] = True
+                _thread.interrupt_main()
+
+    timer = threading.Timer(max(0.0, until - time.monotonic()), fire)
     try:
-        run_sweep(program, spec.params(timeout), folder, jobs=jobs, observer=Watch(),
-                  max_points=MAX_WALK_RUNS)
-    except Stop:
+        try:
+            timer.start()
+            run_sweep(program, spec.params(timeout), folder, jobs=jobs, observer=Watch(),
+                      max_points=MAX_WALK_RUNS)
+        finally:
+            with lock:
+                state["over"] = True
+            timer.cancel()
+    except KeyboardInterrupt:
+        if not state["fired"]:
+            raise
         return True
     return False
 
