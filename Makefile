@@ -3,12 +3,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full test-stories bench install clean
+.PHONY: demo test test-full test-stories bench install clean lint
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,torch]'
+	$(BIN)/pip install -q -e '.[test,torch,lint]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -18,6 +18,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
 
 test-full: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''

@@ -21,8 +21,8 @@ from dtrforensics.reproduce.findings import judge as J
 from dtrforensics.reproduce.findings import plan as P
 from dtrforensics.reproduce.findings import read as R
 from dtrforensics.reproduce.findings import run as RUN
-from dtrforensics.sweep.store import SweepStore
 from dtrforensics.sweep.holes import ExactInterval, ExactRegion
+from dtrforensics.sweep.store import SweepStore
 from dtrforensics.trace import load_trace
 
 WINDOW = (0.90, 0.93)

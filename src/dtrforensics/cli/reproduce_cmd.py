@@ -42,13 +42,13 @@ def reproduce_command(
                                "claims (drop --findings), or use dtrf compare-policies")
         _findings(out, map_seconds, run_timeout, jobs, total_seconds)
         return
+    from ..errors import UserError
     from ..render.console import err_console, wide_console
     from ..render.reproduce import print_reproduction
     from ..render.reproduce_report import write_report
     from ..reproduce.protocol import reproduce
     from ..trace.registry import resolve_trace
     from .common import print_json
-    from ..errors import UserError
 
     for trace in ("resnet32", "unet") + (() if quick else ("lstm", "inceptionv4")):
         try:

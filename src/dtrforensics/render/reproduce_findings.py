@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import concepts as K
 from ..fsutil import atomic_path
 from ..reproduce.findings import plan as P
 from ..reproduce.findings.read import Findings, GridFindings, MapFindings

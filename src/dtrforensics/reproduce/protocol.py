@@ -67,9 +67,9 @@ class Lab:
               step: float | None = None, policies: tuple[str, ...] | None = None):
         """A sweep (a grid with `step`, else the exact certificate walk) into the
         working folder, resumed when present; returns its HolesReport."""
+        from ..recorder.record import policy_label
         from ..sweep.holes import analyze
         from ..sweep.runner import run_sweep
-        from ..recorder.record import policy_label
         from ..sweep.store import SweepParams
         policies = policies or (self.policy,)
         params = SweepParams(ratio_from=ratio_from, ratio_to=ratio_to, step=step,

@@ -19,8 +19,16 @@ from pathlib import Path
 
 from . import plan as P
 from .judge import open_claims
-from .read import (Findings, GridFindings, KnobWindow, MapFindings, not_started, read_grid,
-                   read_map, remaining)
+from .read import (
+    Findings,
+    GridFindings,
+    KnobWindow,
+    MapFindings,
+    not_started,
+    read_grid,
+    read_map,
+    remaining,
+)
 from .run import MAPS_DIR, Clock, Mapper, MapProgress, Progress
 
 __all__ = ["Findings", "MapProgress", "findings"]
