@@ -173,8 +173,17 @@ def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, unti
             if spec.step:
                 report(self.done / spec.planned)
 
-    # Until run_sweep takes a deadline, a timer interrupts the main thread at
-    # `until`; the sweep stops as on Ctrl-C (workers stopped, the store flushed).
+    # With run_sweep(deadline=...) (branch sweep), this line becomes
+    # `return run_sweep(..., deadline=until).stopped is not None`.
+    return _stop_at(until, lambda: run_sweep(program, spec.params(timeout), folder, jobs=jobs,
+                                             observer=Watch(), max_points=MAX_WALK_RUNS))
+
+
+def _stop_at(until: float, sweep: Callable[[], object]) -> bool:
+    """Interim, until run_sweep takes a deadline: run `sweep`, interrupting the
+    main thread at the monotonic time `until` as Ctrl-C would (the sweep stops
+    its workers, flushes what finished and is left resumable); True when it
+    was stopped."""
     lock, state = threading.Lock(), {"fired": False, "over": False}
 
     def fire() -> None:
@@ -187,8 +196,7 @@ def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, unti
     try:
         try:
             timer.start()
-            run_sweep(program, spec.params(timeout), folder, jobs=jobs, observer=Watch(),
-                      max_points=MAX_WALK_RUNS)
+            sweep()
         finally:
             with lock:
                 state["over"] = True
