@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full test-stories bench install clean
+.PHONY: demo test test-full test-stories bench install clean lint
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test,torch]'
+	$(BIN)/pip install -q -e '.[test,torch,lint]'
 	touch $(STAMP) $(DEMO_STAMP)
 
 install: $(STAMP)
@@ -28,6 +28,9 @@ demo: $(DEMO_STAMP)
 # Skipped tests are listed with their reasons (`-rs` in pyproject's addopts).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
 
 test-full: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''

@@ -1,31 +1,48 @@
 """The one-way import rule of ARCHITECTURE.md, checked on every module's imports.
 
+The layers are read from ARCHITECTURE.md's table, so the document is the rule.
 Every `import` and `from ... import` statement of every module under
 src/dtrforensics (at module level or inside a function: a lazy import is an
-import) is resolved to the module it names and checked against the layers.
+import) is resolved to the module it names and checked against the layers;
+every module must be in a layer and be named under its package in "Where
+things are".
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dtrforensics"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "dtrforensics"
+ARCHITECTURE = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+TUI_DOOR = "dtrforensics.tui"           # the CLI may import this package, none of its modules
+
+
+def dotted(name: str) -> str:
+    """A table entry as a module name: a package `cli/` -> `dtrforensics.cli.`
+    (a prefix: every module inside it), a module `synth/search.py` ->
+    `dtrforensics.synth.search`, `synth/__init__.py` -> `dtrforensics.synth`
+    (the package's own module only)."""
+    parts = [p for p in name.removesuffix(".py").split("/") if p and p != "__init__"]
+    return ".".join(["dtrforensics", *parts]) + ("." if name.endswith("/") else "")
+
+
+def layer_table(text: str) -> tuple[tuple[str, ...], ...]:
+    """The layers of ARCHITECTURE.md's table, lowest first: the backticked
+    packages and modules of each `| N. name | ... |` row."""
+    rows = {}
+    for number, cells in re.findall(r"^\| (\d+)\. [^|]+\| ([^|]+) \|", text, re.M):
+        rows[int(number)] = tuple(dotted(n) for n in re.findall(r"`([^`]+)`", cells))
+    assert sorted(rows) == list(range(len(rows))), f"layers numbered {sorted(rows)}"
+    return tuple(rows[i] for i in range(len(rows)))
+
 
 # Lowest first: a module may import its own layer and the layers below it.
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("dtrforensics", "dtrforensics.fsutil", "dtrforensics.jsonsafe", "dtrforensics.rows"),
-    ("dtrforensics.trace", "dtrforensics.synth.generator"),
-    ("dtrforensics.engine",),
-    ("dtrforensics.recorder", "dtrforensics.db"),
-    ("dtrforensics.analyses", "dtrforensics.sweep", "dtrforensics.interop",
-     "dtrforensics.synth.search", "dtrforensics.reproduce", "dtrforensics.torch"),
-    ("dtrforensics.render",),
-    ("dtrforensics.cli", "dtrforensics.tui", "dtrforensics.api", "dtrforensics.policy"),
-)
-TUI_DOOR = "dtrforensics.tui"           # the CLI may import this package, none of its modules
+LAYERS = layer_table(ARCHITECTURE)
 
 
 def module_name(path: Path) -> str:
@@ -63,12 +80,16 @@ def imports_of(name: str, source: str, is_package: bool) -> list[tuple[int, str]
     return [(line, mod) for line, mod in found if mod.split(".")[0] == "dtrforensics"]
 
 
-def layer_of(name: str) -> int:
+def layer_of(name: str, layers: tuple[tuple[str, ...], ...] = LAYERS) -> int:
+    """The layer of the longest entry naming `name`: the module itself, or a
+    package (`pkg.`) holding it or being it (-1: none)."""
     best, rank = -1, -1
-    for i, prefixes in enumerate(LAYERS):
-        for prefix in prefixes:
-            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
-                best, rank = len(prefix), i
+    for i, entries in enumerate(layers):
+        for entry in entries:
+            package = entry.endswith(".")
+            hit = (name + ".").startswith(entry) if package else name == entry
+            if hit and len(entry) > best:
+                best, rank = len(entry), i
     return rank
 
 
@@ -96,6 +117,63 @@ def violations(name: str, source: str, is_package: bool = False) -> list[str]:
 def test_every_module_has_a_layer():
     unplaced = [name for name in KNOWN if layer_of(name) < 0]
     assert not unplaced, f"modules outside every layer of ARCHITECTURE.md: {unplaced}"
+
+
+def test_a_new_module_has_no_layer_until_the_table_names_it():
+    """The check can fail: a probe module `dtrforensics.probe` is in no layer,
+    while every module under a listed package is."""
+    assert layer_of("dtrforensics.probe") == -1
+    assert layer_of("dtrforensics.engine.probe") == layer_of("dtrforensics.engine.kernel") == 2
+    assert layer_of("dtrforensics") == 0
+
+
+def where_things_are(text: str) -> dict[str, str]:
+    """Each bullet of "Where things are" that starts with a package (`pkg/`:)
+    -> its text (the names it lists); other bullets under the key ""."""
+    section = text.split("## Where things are", 1)[1]
+    out: dict[str, str] = {}
+    for bullet in re.split(r"^- ", section, flags=re.M)[1:]:
+        m = re.match(r"`([a-z_]+)/`:", bullet)
+        key = m.group(1) if m else ""
+        out[key] = out.get(key, "") + bullet
+    return out
+
+
+def unnamed_modules(text: str, paths) -> list[str]:
+    """Module files not named in the bullet of their package (`render/diff.py`
+    as `diff.py` under `render/`, `tui/widgets/stack.py` as `widgets/stack.py`
+    under `tui/`, a subpackage as `widgets/`); top-level modules anywhere in the
+    document."""
+    bullets = where_things_are(text)
+    names = set(re.findall(r"`([^`]+)`", text))
+    missing = []
+    for rel in paths:
+        parts = rel.parts
+        if len(parts) == 1:
+            if rel.name != "__init__.py" and rel.name not in names:
+                missing.append(str(rel))
+            continue
+        inner = "/".join(parts[1:])
+        if rel.name == "__init__.py":
+            inner = "/".join(parts[1:-1]) + "/" if len(parts) > 2 else None
+        if inner and f"`{inner}`" not in bullets.get(parts[0], ""):
+            missing.append(str(rel))
+    return missing
+
+
+def test_architecture_names_every_module_under_its_package():
+    paths = [p.relative_to(PACKAGE) for p in sorted(PACKAGE.rglob("*.py"))]
+    missing = unnamed_modules(ARCHITECTURE, paths)
+    assert not missing, ("modules ARCHITECTURE.md does not name under their package "
+                         f"(\"Where things are\"): {missing}")
+
+
+def test_the_naming_check_fails_on_a_missing_or_misplaced_module():
+    doc = "## Where things are\n\n- `engine/`: `replay.py`, `kernel.py`.\n- `sweep/`: `plot.py`.\n"
+    assert unnamed_modules(doc, [Path("engine/replay.py"), Path("engine/kernel.py")]) == []
+    assert unnamed_modules(doc, [Path("engine/probe.py")]) == ["engine/probe.py"]
+    assert unnamed_modules(doc, [Path("render/plot.py")]) == ["render/plot.py"]   # misplaced
+    assert unnamed_modules(doc, [Path("probe.py")]) == ["probe.py"]
 
 
 def test_imports_go_one_way():

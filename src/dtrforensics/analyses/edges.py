@@ -19,6 +19,7 @@ import os
 from dataclasses import asdict, dataclass
 
 
+from ..concepts import completes, is_regime_switch
 from ..recorder.reader import Recording
 from .diff import diff
 from ..jsonsafe import json_safe
@@ -100,7 +101,7 @@ def find_edges(points: list[tuple[int, int, float, str, float | None]], threshol
             continue
         if a[3] != b[3]:
             out.append(("outcome", a, b))
-        elif a[3] == "ok" and a[4] and b[4] and max(a[4], b[4]) / min(a[4], b[4]) > 1 + threshold:
+        elif completes(a[3]) and is_regime_switch(a[4], b[4], threshold):
             out.append(("regime", a, b))
     return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ def reproduce_command(
     map_seconds: Annotated[float, typer.Option("--map-seconds", help="With --findings: wall-clock seconds each map may run in this invocation (a partial map is resumed next time).")] = 600.0,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified.")] = 120.0,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="With --findings: worker processes (default: one per core).")] = None,
-    total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", help="With --findings: stop starting maps after this many seconds and write what is certified (the next run resumes).")] = None,
+    total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", help="With --findings: finish within this many seconds: the running map stops, maps not reached are read as stored, and findings.md says it is partial (the next run resumes).")] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help="The policy that stands in for DTR in every claim about DTR (the ablation claims keep their ablations): do the findings hold under it? " + POLICY_HELP)] = "dtr",
 ) -> None:
     """Both DTR studies' published numbers beside ours, with a verdict each, and their
@@ -41,13 +42,13 @@ def reproduce_command(
                                "claims (drop --findings), or use dtrf compare-policies")
         _findings(out, map_seconds, run_timeout, jobs, total_seconds)
         return
+    from ..errors import UserError
     from ..render.console import err_console, wide_console
     from ..render.reproduce import print_reproduction
     from ..render.reproduce_report import write_report
     from ..reproduce.protocol import reproduce
     from ..trace.registry import resolve_trace
     from .common import print_json
-    from ..errors import UserError
 
     for trace in ("resnet32", "unet") + (() if quick else ("lstm", "inceptionv4")):
         try:
@@ -73,9 +74,10 @@ def reproduce_command(
 
 def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | None,
               total_seconds: float | None) -> None:
-    """`--findings`: run or resume the maps with a progress bar, write findings.md."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    """`--findings`: run or resume the maps with progress on stderr (a bar on a
+    terminal, a line per map and every few seconds elsewhere), write findings.md;
+    `total_seconds` counts from here."""
+    started = time.perf_counter()
     from .. import validate
     from ..recorder.reader import refuse_inside_recording
     from ..render.console import err_console
@@ -89,26 +91,53 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
     if total_seconds is not None:
         validate.positive(total_seconds, "--total-seconds")
     refuse_inside_recording(out / "findings.md")
-    started = time.perf_counter()
+    err = err_console()
+    work = out / "work" / "findings"
+    print(f"findings: mapping into {work}"
+          + (f" for at most {total_seconds:g} s" if total_seconds else ""), file=sys.stderr)
+    with (_bar(err, map_seconds) if err.is_terminal else _lines()) as show:
+        result = findings(work, map_seconds=map_seconds, run_timeout=run_timeout, jobs=jobs,
+                          progress=show, total_seconds=None if total_seconds is None else
+                          total_seconds - (time.perf_counter() - started))
+    command = (f"dtrf reproduce --findings -o {out} --map-seconds {map_seconds:g} "
+               f"--run-timeout {run_timeout:g}"
+               + (f" --total-seconds {total_seconds:g}" if total_seconds else ""))
+    path = write_findings(result, out, command=command,
+                          wall_seconds=time.perf_counter() - started)
+    print(f"findings: {path}" + (" (partial: the time ran out; the next run resumes)"
+                                 if result.out_of_time else ""), file=sys.stderr)
+
+
+LINE_SECONDS = 10.0     # a running map's progress line, at most this often
+
+
+@contextlib.contextmanager
+def _lines():
+    from ..render.reproduce_findings import progress_line
+    last: dict = {}
+
+    def show(p) -> None:
+        now = time.monotonic()
+        if p.state == "running" and now - last.get(p.index, -LINE_SECONDS) < LINE_SECONDS:
+            return
+        last[p.index] = now
+        print(progress_line(p), file=sys.stderr, flush=True)
+    yield show
+
+
+@contextlib.contextmanager
+def _bar(console, map_seconds: float):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console()) as bar:
+                  TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("maps", total=None)
 
         def show(p) -> None:
             left = (p.total - p.index) * map_seconds + max(0.0, p.limit - p.seconds)
             here = (f"~{p.seconds / p.coverage - p.seconds:,.0f} s to finish" if p.coverage > 0
                     else "starting")
-            bar.update(task, total=p.total, completed=p.index - 1,
-                       description=f"{p.spec.name} {p.spec.policy} {p.spec.ratio_from:g}-"
+            bar.update(task, total=p.total, completed=p.index - (p.state == "running"),
+                       description=f"{p.spec.name} {p.spec.policy_name} {p.spec.ratio_from:g}-"
                                    f"{p.spec.ratio_to:g}: {p.coverage:.1%} certified ({here}); "
                                    f"at most {left / 60:,.0f} min left")
-
-        result = findings(out / "work" / "findings", map_seconds=map_seconds,
-                          run_timeout=run_timeout, jobs=jobs, progress=show,
-                          total_seconds=total_seconds)
-    command = (f"dtrf reproduce --findings -o {out} --map-seconds {map_seconds:g} "
-               f"--run-timeout {run_timeout:g}"
-               + (f" --total-seconds {total_seconds:g}" if total_seconds else ""))
-    path = write_findings(result, out, command=command,
-                          wall_seconds=time.perf_counter() - started)
-    print(f"findings: {path}", file=sys.stderr)
+        yield show

@@ -1,6 +1,6 @@
 """`docs/findings.md`: the open questions of the two studies, answered from exact maps.
 
-Rendering only: every number comes from `reproduce.findings.Findings`.
+Rendering only: every number comes from `reproduce.findings.read.Findings`.
 """
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..fsutil import atomic_path
-from ..reproduce import findings as F
+from ..reproduce.findings import plan as P
+from ..reproduce.findings.read import Findings, GridFindings, MapFindings
 
 LIST_LIMIT = 12     # regions, switches, gaps listed per map (the rest are counted)
 
@@ -17,11 +18,11 @@ def _b(n: int) -> str:
     return f"{n:,}"
 
 
-def _r(m: F.MapFindings, budget: int) -> str:
+def _r(m: MapFindings, budget: int) -> str:
     return f"{budget / m.peak:.5f}"
 
 
-def _state(m: F.MapFindings) -> str:
+def _state(m: MapFindings) -> str:
     return "complete" if m.complete else f"partial ({m.coverage:.2%})"
 
 
@@ -29,7 +30,7 @@ def _more(items: list, shown: int) -> list[str]:
     return [f"- ... and {len(items) - shown} more"] if len(items) > shown else []
 
 
-def _partial(m: F.MapFindings) -> str:
+def _partial(m: MapFindings) -> str:
     """A partial map, its coverage and what it may still need."""
     narrow = f" {m.spec.ratio_from:g}-{m.spec.ratio_to:g}" if m.spec.group in ("window", "knob") \
         else ""   # several maps of one trace and policy: the range tells them apart
@@ -48,13 +49,13 @@ def _partial(m: F.MapFindings) -> str:
         f", and {unknown}" if unknown else "")
 
 
-def _summary_table(maps: list[F.MapFindings]) -> list[str]:
+def _summary_table(maps: list[MapFindings]) -> list[str]:
     out = ["| trace | policy | range | certified | distinct executions | failure regions | "
-           "holes (micro) | fringes | feasibility switches | regime switches (>= 2x) | "
+           "holes (micro) | fringes | feasibility switches | regime switches (> 2x) | "
            "slowest run | wall time |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in maps:
-        micro = sum(1 for h in m.holes if h.hi - h.lo + 1 < F.RESOLUTION * m.peak)
+        micro = len(m.micro_holes())
         out.append(
             f"| {m.spec.name} | {m.spec.policy_name} | {m.spec.ratio_from:g}-{m.spec.ratio_to:g} | "
             f"{_state(m)} | {_b(m.executions)} | {len(m.regions)} | {len(m.holes)} ({micro}) | "
@@ -63,7 +64,7 @@ def _summary_table(maps: list[F.MapFindings]) -> list[str]:
     return out
 
 
-def _edges(m: F.MapFindings, r) -> str:
+def _edges(m: MapFindings, r) -> str:
     """Each edge of a failure region: byte-exact, the end of the mapped range, or
     open (uncertified budgets next to it); and the uncertified bytes it spans."""
     if r.lo_exact and r.hi_exact:
@@ -76,7 +77,7 @@ def _edges(m: F.MapFindings, r) -> str:
     return both + (f"; {_b(r.gap_bytes)} B inside uncertified" if r.gap_bytes else "")
 
 
-def _map_detail(m: F.MapFindings) -> list[str]:
+def _map_detail(m: MapFindings) -> list[str]:
     out = [f"#### {m.spec.name}, {m.spec.policy_name}, {m.spec.ratio_from:g}-{m.spec.ratio_to:g}", "",
            f"Peak {_b(m.peak)} B; budgets {_b(m.range_bytes[0])}-{_b(m.range_bytes[1])} B; "
            f"{_state(m)}, {_b(m.executions)} distinct executions.", ""]
@@ -106,7 +107,7 @@ def _map_detail(m: F.MapFindings) -> list[str]:
     return out + [""]
 
 
-def _grid_table(grids: dict[str, F.GridFindings]) -> list[str]:
+def _grid_table(grids: dict[str, GridFindings]) -> list[str]:
     out = ["| trace | points with an outcome | ok | failing | without an outcome | hole on the grid | "
            "failing ratios | slowest run | wall time |", "|---|---|---|---|---|---|---|---|---|"]
     for t, g in grids.items():
@@ -134,7 +135,7 @@ def _runs_of_ratios(chosen: list[float], grid: list[float]) -> str:
                      for run in runs)
 
 
-def _claims(f: F.Findings) -> list[str]:
+def _claims(f: Findings) -> list[str]:
     if not f.claims:
         return ["Not computed: the maps these claims read are not in this run.", ""]
     out = ["| claim | published | ours | verdict | note |", "|---|---|---|---|---|"]
@@ -143,8 +144,8 @@ def _claims(f: F.Findings) -> list[str]:
     return out + [""]
 
 
-def _knobs(f: F.Findings) -> list[str]:
-    out = [f"Around each of the {F.MAX_HOLE_WINDOWS} widest DTR holes of every public trace "
+def _knobs(f: Findings) -> list[str]:
+    out = [f"Around each of the {P.MAX_HOLE_WINDOWS} widest DTR holes of every public trace "
            "(the hole and as much again, at least 0.001 of peak, on either side), the same "
            "budgets under exact neighbourhoods (`dtr-exact-nbhd`) and under a minimum evictee "
            "size of 1 MiB as MegEngine's DTR offers (`knobs.dtr_min_1mib`, the policy file "
@@ -162,7 +163,7 @@ def _knobs(f: F.Findings) -> list[str]:
     return out + [""]
 
 
-def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
+def render(f: Findings, *, command: str, wall_seconds: float) -> str:
     s = f.settings
     maps = f.maps()
     partial = [m for m in maps if not m.complete]
@@ -174,11 +175,15 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
         f"byte intervals that each give one execution (`dtrf sweep --exact`); a map gets at most "
         f"{s['map_seconds']:g} s per invocation and each run at most "
         f"{s['run_timeout'] if s['run_timeout'] else 'unlimited'} s (a grid point "
-        f"{F.STUDY_RUN_LIMIT:g} s, the studies' limit)"
-        + (f"; this invocation stopped starting maps after {s['total_seconds']:g} s"
+        f"{P.STUDY_RUN_LIMIT:g} s, the studies' limit)"
+        + (f"; this invocation had {s['total_seconds']:g} s in all"
            if s.get("total_seconds") else "")
         + ". Running the command again resumes every partial map.", "",
     ]
+    if f.out_of_time:
+        out += [f"**Partial**: the {s['total_seconds']:g} s of this invocation ran out before "
+                "every map had its share; the maps it did not reach, or stopped, are shown "
+                "as far as they are stored.", ""]
     if partial:
         out += [f"**Incomplete**: {len(partial)} of {len(maps)} maps are not fully certified "
                 f"yet ({', '.join(_partial(m) for m in partial)}). "
@@ -198,15 +203,15 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
             "of peak (the studies' finest grid); a *fringe* is two or more failure regions "
             "closer together than 0.001 of peak; a *feasibility switch* is a byte where the "
             "outcome changes between ok and failing; a *regime switch* is a byte where the "
-            "overhead of neighbouring completing executions changes by 2x or more.", ""]
+            "overhead of neighbouring completing executions changes by more than 2x.", ""]
     span = f"{s['range'][0]:g}-{s['range'][1]:g}"
-    zoo_lo, zoo_hi = s.get("zoo_range", F.ZOO_RANGE)
+    zoo_lo, zoo_hi = s.get("zoo_range", P.ZOO_RANGE)
     out += [f"## 1. Every public trace over {span}: DTR and its ablations", "",
             "### The studies' 0.01 grid under DTR (each point run, as they did)", ""]
     out += _grid_table(f.grids)
     if f.window_grid is not None:
-        lo, hi = F.INCEPTION_WINDOW
-        out += [f"### The holes study's {F.WINDOW_STEP:g} grid over InceptionV4 {lo:g}-{hi:g}", ""]
+        lo, hi = P.INCEPTION_WINDOW
+        out += [f"### The holes study's {P.WINDOW_STEP:g} grid over InceptionV4 {lo:g}-{hi:g}", ""]
         out += _grid_table({"inceptionv4": f.window_grid})
     out += ["### Exact maps", ""]
     out += _summary_table(list(f.public.values()) + list(f.ablations.values())) + [""]
@@ -231,7 +236,21 @@ def render(f: F.Findings, *, command: str, wall_seconds: float) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_findings(f: F.Findings, out_dir: Path, *, command: str, wall_seconds: float) -> Path:
+def progress_line(p) -> str:
+    """One line of progress (a `run.MapProgress`) for a log or a pipe."""
+    where = (f"[{p.index}/{p.total}] {p.spec.name} {p.spec.policy_name} "
+             f"{p.spec.ratio_from:g}-{p.spec.ratio_to:g}"
+             + (f" (grid {p.spec.step:g})" if p.spec.step else ""))
+    if p.state == "out of time":
+        return f"{where}: not run, the time is up (read as stored)"
+    if p.state == "done" and not p.limit:
+        return f"{where}: complete (stored)"
+    if p.state == "done":
+        return f"{where}: {p.coverage:.1%} certified after {p.seconds:,.0f} s"
+    return f"{where}: {p.coverage:.1%} certified, {p.seconds:,.0f} s of at most {p.limit:g} s"
+
+
+def write_findings(f: Findings, out_dir: Path, *, command: str, wall_seconds: float) -> Path:
     path = Path(out_dir) / "findings.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:

@@ -47,6 +47,40 @@ class Claim:
                 "note": self.note}
 
 
+@dataclass(frozen=True)
+class Published:
+    """A claim as a study states it, before ours is computed."""
+
+    id: str
+    study: str
+    text: str
+    published: str
+
+
+# The holes study's claims the findings answer (`reproduce --findings`), as published.
+OPEN_CLAIMS = {p.id: p for p in (
+    Published("inceptionv4.failure_region_0.2526", HOLES_STUDY,
+              "InceptionV4: a failure region at 0.2526-0.2527 (0.0001 grid)", "0.2526-0.2527"),
+    Published("inceptionv4.switches_0.209_0.26", HOLES_STUDY,
+              "InceptionV4: feasibility switches between 0.209 and 0.26 (0.0001 grid)", "6"),
+    Published("grid_0.01.no_hole", HOLES_STUDY,
+              "the 0.01 grid over 0.05-0.60 shows no hole on the six confirmatory traces",
+              "0 of 6"),
+    Published("grid_0.01.timeouts", HOLES_STUDY,
+              "grid points left unresolved by a 20-minute limit per run",
+              "13 grid points (and 46 TreeLSTM samples)"),
+    Published("grid_0.001.holes", HOLES_STUDY,
+              "holes appear on three of the six traces at 0.001 resolution (read off the exact "
+              "maps)", "3 of 6"),
+)}
+
+
+def ratio_span(text: str) -> tuple[float, float]:
+    """`0.2526-0.2527` -> (0.2526, 0.2527); a single ratio is a span of one."""
+    lo, _, hi = text.partition("-")
+    return float(lo), float(hi or lo)
+
+
 def judge(published: str, ours: str, *, sharper_note: str = "") -> tuple[str, str]:
     """Verdict of two values written at the same precision; a note upgrades a match
     to `sharper`."""

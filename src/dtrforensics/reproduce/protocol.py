@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import concepts as K
 from ..analyses.oom import explain_oom
 from ..engine.replay import Interventions, replay, resolve_budget
 from ..recorder.reader import Recording, open_recording
@@ -66,9 +67,9 @@ class Lab:
               step: float | None = None, policies: tuple[str, ...] | None = None):
         """A sweep (a grid with `step`, else the exact certificate walk) into the
         working folder, resumed when present; returns its HolesReport."""
+        from ..recorder.record import policy_label
         from ..sweep.holes import analyze
         from ..sweep.runner import run_sweep
-        from ..recorder.record import policy_label
         from ..sweep.store import SweepParams
         policies = policies or (self.policy,)
         params = SweepParams(ratio_from=ratio_from, ratio_to=ratio_to, step=step,
@@ -119,16 +120,19 @@ RESNET_HOLE = (0.101, 0.102, 0.103, 0.104, 0.105, 0.106, 0.107)
 RESNET_MAP = (0.095, 0.115)
 
 
-def _resnet_map_note(view, ok_below: int, ok_above: int) -> str:
+def _resnet_map_note(view, peak: int, ok_below: int, ok_above: int) -> str:
     """What the certified map adds: the hole's byte edges, the micro-holes below
-    it and the fringe of failing intervals above it."""
+    it and the failing intervals above it in its fringe (`concepts.fringes`)."""
     regions = sorted(view.failure_regions, key=lambda r: r.lo)
     main = max((r for r in regions if ok_below < r.lo <= r.hi < ok_above),
                key=lambda r: r.hi - r.lo, default=None)
     if main is None:
         return ""
-    below = [r for r in regions if r.hi < main.lo and r.hole]
-    above = [r for r in regions if r.lo > main.hi and r.hi < ok_above]
+    below = [r for r in regions if r.hi < main.lo and r.hole and K.is_micro(r.hi - r.lo + 1, peak)]
+    at = regions.index(main)
+    last = next((b for a, b in K.fringes([(r.lo, r.hi) for r in regions], peak)
+                 if a <= at <= b), at)
+    above = regions[at + 1:last + 1]
     parts = [f"the hole is exactly {_bytes(main.lo)}-{_bytes(main.hi)} "
              f"({main.hi - main.lo + 1:,} B; {main.lo - 1:,} B completes)"]
     if below:
@@ -150,7 +154,7 @@ def resnet32(lab: Lab, *, exact_map: bool) -> list[C.Claim]:
         sweep = lab.sweep("resnet32", *RESNET_MAP)
         lab.material["resnet32_map"] = sweep
         view = sweep.policy(lab.policy).exact
-        note = _resnet_map_note(view, s[0.101].budget, s[0.107].budget)
+        note = _resnet_map_note(view, sweep.trace.peak, s[0.101].budget, s[0.107].budget)
     out = [C.claim("resnet32.hole", study, "ResNet-32 outcomes across the hole",
                    "0.101 ok, 0.102-0.106 oom, 0.107 ok",
                    C.outcomes_text(RESNET_HOLE, [s[r].outcome for r in RESNET_HOLE]),
@@ -237,7 +241,6 @@ def unet(lab: Lab) -> list[C.Claim]:
 
 LSTM_POINTS = {0.266: "10.10x", 0.265: "1.38x", 0.264: "8.78x", 0.262: "1.39x"}
 LSTM_GRID = (0.255, 0.275)
-REGIME_JUMP = 1.0       # a regime switch, for the ablation claim: the overhead at least doubles
 
 
 def lstm(lab: Lab) -> list[C.Claim]:
@@ -259,17 +262,17 @@ def lstm(lab: Lab) -> list[C.Claim]:
     grid = lab.sweep("lstm", *LSTM_GRID, step=0.001, policies=(lab.policy,) + ablations)
     lab.material["lstm_grid"] = grid
     doubling = {p.policy: len(p.regime_switches)
-                for p in analyze(grid.path, threshold=REGIME_JUMP).policies}
+                for p in analyze(grid.path, threshold=K.DOUBLING).policies}
     default = {p.policy: len(p.regime_switches) for p in grid.policies}
     out.append(C.claim(
         "lstm.ablations_alternate", study,
         "LSTM: the ablations without staleness, without size and compute-only alternate "
-        "between regimes (two or more overhead jumps of 2x or more between neighbouring "
+        "between regimes (two or more overhead jumps of more than 2x between neighbouring "
         "budgets)", "no / no / no",
         " / ".join("yes" if doubling[p] > 1 else "no" for p in ablations),
-        note=f"regime switches over {LSTM_GRID[0]}-{LSTM_GRID[1]} at step 0.001, jumps of 2x "
-             "or more: " + ", ".join(f"{p} {n}" for p, n in doubling.items())
-             + f"; jumps of {grid.threshold:.0%} or more: "
+        note=f"regime switches over {LSTM_GRID[0]}-{LSTM_GRID[1]} at step 0.001, jumps of "
+             "more than 2x: " + ", ".join(f"{p} {n}" for p, n in doubling.items())
+             + f"; jumps of more than {grid.threshold:.0%}: "
              + ", ".join(f"{p} {n}" for p, n in default.items())))
     figures = reevict([lab.recording("lstm", 0.265), lab.recording("lstm", 0.264)])
     fast, slow = (run.stream for run in figures.runs)

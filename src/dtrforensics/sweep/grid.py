@@ -16,6 +16,7 @@ from decimal import Decimal
 
 import numpy as np
 
+from ..concepts import is_regime_switch
 from ..engine.baseline import budget_for_ratio
 from .store import STATUS_OK, STATUS_UNRESOLVED, Point, SweepParams
 
@@ -103,9 +104,7 @@ def differs(a: Sample, b: Sample, overhead_jump: float) -> bool:
     both complete and their overheads differ by more than `overhead_jump`."""
     if a.outcome != b.outcome:
         return True
-    if a.status == STATUS_OK and a.overhead and b.overhead:
-        return max(a.overhead, b.overhead) / min(a.overhead, b.overhead) > 1 + overhead_jump
-    return False
+    return a.status == STATUS_OK and is_regime_switch(a.overhead, b.overhead, overhead_jump)
 
 
 def sub_step(width: Decimal, step: Decimal, min_step: Decimal) -> Decimal:

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import validate
+from ..concepts import REGIME_JUMP, STATUS_OK, STATUS_UNRESOLVED, status_of  # noqa: F401 (re-exported)
 from ..errors import DataError, OptionError
 from ..fsutil import atomic_path, pid_alive, utc_now
 from .schema import RUNS
@@ -50,7 +51,6 @@ RUNS_DIR = "runs"
 LOCK_FILE = "sweep.lock"
 CORRUPT_DIR = "corrupt"
 
-STATUS_OK, STATUS_FAIL, STATUS_UNRESOLVED = "ok", "fail", "unresolved"
 STAGES = ("grid", "interior", "refine", "exact", "repeat")
 
 
@@ -83,7 +83,7 @@ class SweepParams:
     seed: int = 0
     refine: bool = False
     min_step: float = 0.0001
-    overhead_jump: float = 0.25
+    overhead_jump: float = REGIME_JUMP
     exact: bool = False
     max_runs: int = 2000
     resolution: int = 1
@@ -193,14 +193,6 @@ RUN_SCHEMA = RUNS.query_schema()
 # Columns that describe the execution itself (a rerun must reproduce them exactly).
 EXECUTION_COLUMNS = ("outcome", "clock", "remat_compute", "evictions", "remats", "max_depth",
                      "interval_lo", "interval_hi", "victims_sha256", "oom_op_id", "oom_pinned")
-
-
-def status_of(outcome: str) -> str:
-    if outcome == "ok":
-        return STATUS_OK
-    if outcome == "timeout":
-        return STATUS_UNRESOLVED
-    return STATUS_FAIL
 
 
 def row_from_summary(point: Point, s) -> dict:

@@ -4,7 +4,7 @@
 -- neither break nor extend a run) that have a completing sample immediately
 -- below and immediately above. Failures below the first success are not holes
 -- (nothing completes below them) and a failing run at the top of the range has
--- no completing sample above: neither is listed.
+-- no completing sample above: neither is listed (`concepts.holes`).
 -- Parameters: files -- the sweep's part files (list of paths or a glob).
 -- Reads: the sweep runs table (docs/sweep-format.md), rep 0 only.
 

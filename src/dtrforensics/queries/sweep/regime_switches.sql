@@ -1,9 +1,11 @@
 -- regime_switches: where does the overhead jump between neighbouring budgets?
 --
 -- Answers: pairs of neighbouring samples (timeouts set aside) that both complete
--- and whose overheads differ by more than a factor 1 + threshold.
+-- and whose overheads differ by more than a factor 1 + threshold: a regime
+-- switch as `concepts.is_regime_switch` defines it, its jump passed in.
 -- Parameters: files -- the sweep's part files (list of paths or a glob);
--- threshold -- relative jump, e.g. 0.25 for max/min > 1.25.
+-- threshold -- relative jump, e.g. 0.25 for max/min > 1.25 (the sweep's
+-- --overhead-jump, by default `concepts.REGIME_JUMP`).
 -- Reads: the sweep runs table (docs/sweep-format.md), rep 0 only.
 
 -- regime_switches(files, threshold): one row per switch, by policy and budget.
