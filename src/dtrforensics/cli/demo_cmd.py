@@ -32,11 +32,11 @@ def demo_command(
     jobs: Annotated[int, typer.Option(help="Worker processes for sweeps and searches.")] = 2,
 ) -> None:
     """Find, explain and fix a feasibility hole, end to end, on the embedded trace."""
-    from rich.console import Console
+    from ..render.console import console
 
     from .kernel_notice import announce_compile
     announce_compile()
-    run_demo(Console(), out, public=public, jobs=jobs)
+    run_demo(console(), out, public=public, jobs=jobs)
 
 
 def _section(console: Console, title: str) -> None:

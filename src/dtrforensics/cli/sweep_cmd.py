@@ -113,8 +113,8 @@ def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_jso
         from ..render.jsonout import dumps
         typer.echo(dumps(report.to_json(), indent=1))
     else:
-        from rich.console import Console
-        Console().print(*holes_view(report))
+        from ..render.console import console
+        console().print(*holes_view(report))
     bad = [p.policy for p in report.policies
            if p.disagreements or (p.exact is not None and p.exact.overlaps)]
     if bad:

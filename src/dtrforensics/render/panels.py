@@ -7,9 +7,9 @@ import json
 from collections.abc import Callable, Sequence
 
 from rich.panel import Panel
-from rich.table import Table
 
 from .labels import op_label
+from .tables import FitPanel, FitTable
 from .units import fmt_exact_bytes, fmt_overhead
 
 OUTCOME_STYLE = {"ok": "bold green", "oom": "bold red", "thrashed": "bold yellow",
@@ -77,9 +77,9 @@ def summary_panel(s: dict, op_name: Callable[[int], str], *, title: str,
     if iv.get("retain") or iv.get("forbid") or iv.get("force"):
         rows.append(("interventions", json.dumps(iv)))
     rows += list(extra)
-    grid = Table.grid(padding=(0, 2))
+    grid = FitTable.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     for key, value in rows:
         grid.add_row(key, value)
-    return Panel(grid, title=title, expand=False)
+    return FitPanel(grid, title=title, expand=False)

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
-from rich.panel import Panel
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from ..sweep.holes import ExactView, HolesReport, PolicyHoles
-from .tables import FitTable
+from .tables import FitPanel, FitTable
 from .units import fmt_exact_bytes, fmt_overhead, fmt_ratio
 
 MAX_ROWS = 40
@@ -29,7 +28,7 @@ def _ov(x: float | None) -> str:
     return fmt_overhead(x, 3)
 
 
-def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
+def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
     peak = report.trace.peak
     parts: list = []
     fs = p.first_success
@@ -90,7 +89,7 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
             parts.append(t)
         else:
             parts.append(f"[green]{p.reruns} reruns in fresh processes, all identical[/]")
-    return Panel(Group(*parts), title=f"{report.trace.name} · {p.policy}", expand=False)
+    return FitPanel(Group(*parts), title=f"{report.trace.name} · {p.policy}", expand=False)
 
 
 def _exact_parts(x: ExactView, peak: int, range_lo: int) -> list:
