@@ -10,7 +10,7 @@ from rich.panel import Panel
 
 from .labels import op_label
 from .tables import FitPanel, FitTable
-from .units import fmt_exact_bytes, fmt_overhead
+from .units import fmt_exact_bytes, fmt_overhead, ratio_format
 
 OUTCOME_STYLE = {"ok": "bold green", "oom": "bold red", "thrashed": "bold yellow",
                  "timeout": "bold magenta", "error": "bold red"}
@@ -26,8 +26,9 @@ def _interval(s: dict) -> str | None:
     lo, hi = s["budget_interval"]
     lo_r, hi_r = s.get("budget_interval_ratio") or (lo / s["peak"],
                                                     None if hi is None else hi / s["peak"])
+    fr = ratio_format([lo_r, hi_r])
     return (f"[{lo:,}, {'∞' if hi is None else f'{hi:,}'}] bytes = ratio "
-            f"[{lo_r:.6f}, {'∞' if hi_r is None else f'{hi_r:.6f}'}]")
+            f"[{fr(lo_r)}, {'∞' if hi_r is None else fr(hi_r)}]")
 
 
 def summary_panel(s: dict, op_name: Callable[[int], str], *, title: str,

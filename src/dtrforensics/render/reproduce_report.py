@@ -13,6 +13,7 @@ from ..fsutil import atomic_path
 from ..reproduce.protocol import Reproduction
 
 FIGURE_DPI = 110
+MIB = float(1 << 20)     # the one unit convention (render/units.py)
 
 
 def _figure(width: float = 11, height: float = 5.2):
@@ -60,16 +61,16 @@ def frontier_figure(oom):
     fig = _figure(11, 4.8)
     ax = fig.subplots()
     depths = [lv.depth for lv in oom.frontier]
-    ax.fill_between(depths, [lv.cumulative_bytes / 1e6 for lv in oom.frontier], step="post",
+    ax.fill_between(depths, [lv.cumulative_bytes / MIB for lv in oom.frontier], step="post",
                     alpha=0.35, color="#9467bd", label="locked by the chain (cumulative)")
-    ax.axhline(oom.pinned / 1e6, color="#9467bd", lw=1, ls=":",
+    ax.axhline(oom.pinned / MIB, color="#9467bd", lw=1, ls=":",
                label=f"pinned at the failure {oom.pinned:,} B (the chain and storages pinned for good)")
-    ax.axhline(oom.budget / 1e6, color="black", lw=1, label=f"budget {oom.budget:,} B")
-    ax.axhline((oom.memory + oom.request) / 1e6, color="#d62728", lw=1, ls="--",
+    ax.axhline(oom.budget / MIB, color="black", lw=1, label=f"budget {oom.budget:,} B")
+    ax.axhline((oom.memory + oom.request) / MIB, color="#d62728", lw=1, ls="--",
                label=f"memory + request {oom.memory + oom.request:,} B")
     ax.set_xlabel(f"level of the chain of materializations (1 = the top-level op's tensor, "
                   f"{oom.depth} = the failing allocation)")
-    ax.set_ylabel("MB")
+    ax.set_ylabel("MiB")
     ax.set_title(f"{oom.trace} at {oom.budget:,} B: the pinned frontier of the OOM at op "
                  f"{oom.paper_op} (paper numbering), depth {oom.depth}")
     ax.legend(loc="lower right", fontsize=8)
@@ -87,13 +88,13 @@ def retention_figure(material: dict, budget: int | None = None):
     for label, rows in material["timelines"].items():
         colour, ls, lw = styles[label]
         ops = [r["op_id"] + 1 for r in rows if r["pinned_max"] is not None]
-        pinned = [r["pinned_max"] / 1e6 for r in rows if r["pinned_max"] is not None]
+        pinned = [r["pinned_max"] / MIB for r in rows if r["pinned_max"] is not None]
         ax.plot(ops, pinned, ls=ls, lw=lw, color=colour, marker=".", ms=2,
                 label=f"{label} ({len(rows)} ops started)")
     if budget is not None:
-        ax.axhline(budget / 1e6, color="grey", lw=1, label="budget")
+        ax.axhline(budget / MIB, color="grey", lw=1, label="budget")
     ax.set_xlabel("operator (paper numbering)")
-    ax.set_ylabel("most pinned MB at an allocation check")
+    ax.set_ylabel("most pinned MiB at an allocation check")
     ax.set_title(f"Retaining storage {material['storage']}: the failure disappears; "
                  "the control retraces the failing run")
     ax.legend(fontsize=8)
