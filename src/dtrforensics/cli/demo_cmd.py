@@ -95,7 +95,7 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
     from ..render.sweep import holes_view
     from ..render.units import fmt_exact_bytes
     from ..sweep import holes as sweep_holes
-    from ..sweep import plot as sweep_plot
+    from ..render import sweep_plot
     from ..sweep.runner import run_sweep
     from ..sweep.store import SweepParams
     from ..trace import load_trace

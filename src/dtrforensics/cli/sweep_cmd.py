@@ -135,7 +135,7 @@ def plot_cmd(
     from ..sweep.holes import analyze, load_points
     from ..sweep.store import SweepStoreError
     try:
-        from ..sweep.plot import draw, save
+        from ..render.sweep_plot import draw, save
         report = analyze(sweep_dir, policies=[p for p in policy.split(",") if p] if policy else None)
         fig = draw(report, load_points(sweep_dir), failure_panel=failure_panel)
     except (SweepStoreError, ValueError, ImportError) as exc:

@@ -85,7 +85,7 @@ def comparison_json(c: PolicyComparison) -> dict:
 def figure(c: PolicyComparison):
     """Overhead against budget for every policy, failures marked (the sweep's
     figure), policies from files called by their short names."""
-    from ..sweep.plot import draw
+    from .sweep_plot import draw
     names = short_names(c.points.keys() | {p.policy for p in c.report.policies})
     report = replace(c.report, policies=[replace(p, policy=names[p.policy])
                                          for p in c.report.policies])

@@ -23,7 +23,7 @@ def _figure(width: float = 11, height: float = 5.2):
 
 def sweep_figure(report):
     from ..sweep.holes import load_points
-    from ..sweep.plot import draw
+    from .sweep_plot import draw
     return draw(report, load_points(report.path))
 
 
