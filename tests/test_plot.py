@@ -17,7 +17,7 @@ from dtrforensics.sweep import holes, runner
 from dtrforensics.sweep.store import SweepParams
 
 pytest.importorskip("matplotlib")
-from dtrforensics.sweep import plot  # noqa: E402
+from dtrforensics.render import sweep_plot as plot  # noqa: E402
 
 PEAK = 536
 
@@ -31,6 +31,8 @@ def sweeps(tmp_path_factory):
     runner.run_sweep(str(log), SweepParams(0.3, 1.0, 0.01), root / "grid", jobs=1)
     runner.run_sweep(str(log), SweepParams(0.3, 1.0, 0.02, policies=("dtr", "lru", "size"),
                                            exact=True), root / "multi", jobs=1)
+    runner.run_sweep(str(log), SweepParams(0.3, 1.0, exact=True, max_runs=3), root / "limited",
+                     jobs=1)
     return root
 
 
@@ -147,3 +149,64 @@ def test_several_policies_keep_their_marks_apart(sweeps):
                    if "holes too close to label:" in legend else None]
     assert "regime switch (overhead x1.25 or more)" in kinds and "sampled run" in kinds
     assert len(kinds) == len(set(kinds)) and not any(k.startswith(tuple(colour)) for k in kinds)
+
+
+def test_a_run_limited_map_hatches_and_names_what_it_has_not_certified(sweeps):
+    report, fig, ax = drawn(sweeps / "limited", threshold=0.01)
+    view = report.policy("dtr").exact
+    assert view.gaps and any(g.reason == "run-limit" for g in view.gaps)
+    assert "exact partition" not in ax.get_title() and "certified" in ax.get_title()
+    strip = fig.axes[1]
+    for where in (ax, strip):
+        bands = sorted(x_extent(a) for a in with_gid(where, "uncertified")
+                       if not hasattr(a, "get_xdata"))
+        want = sorted((g.lo / PEAK, (g.hi + 1) / PEAK) for g in view.gaps)
+        assert [x for b in bands for x in b] == pytest.approx([x for w in want for x in w])
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "dtr: uncertified (run-limit): outcome unknown" in legend
+    gaps = [(g.lo / PEAK, (g.hi + 1) / PEAK) for g in view.gaps]
+    for line in with_gid(ax, "switch"):       # never a switch drawn across uncertified budgets
+        x = line.get_xdata()[0]
+        assert not any(lo < x < hi for lo, hi in gaps)
+
+
+def test_failing_runs_sit_on_their_own_strip_never_on_the_overhead_axis(sweeps):
+    report, fig, ax = drawn(sweeps / "grid")
+    strip = fig.axes[1]
+    assert with_gid(ax, "fails") == []
+    (marks,) = with_gid(strip, "fails")
+    failing = [p["ratio"] for p in holes.load_points(sweeps / "grid")["dtr"]
+               if p["status"] == "fail"]
+    assert sorted(marks.get_xdata()) == sorted(failing) and set(marks.get_ydata()) == {0}
+    drawn_overheads = [y for a in ax.get_lines() for y in a.get_ydata()
+                       if a.get_gid() != "switch"]
+    completed = {p["overhead"] for p in holes.load_points(sweeps / "grid")["dtr"]
+                 if p["status"] == "ok"}
+    assert set(drawn_overheads) <= completed      # no made-up overhead for a failure
+
+
+def test_each_policy_keeps_its_regions_to_its_own_row(sweeps):
+    report, fig, ax = drawn(sweeps / "multi")
+    strip = fig.axes[1]
+    n = len(report.policies)
+    assert not [a for a in ax.patches if a.get_gid() in ("hole", "below-first-success")]
+    colours = {plot.POLICY_COLOURS[i]: i for i in range(n)}
+    from matplotlib.colors import to_hex
+    rows = [a for a in strip.patches if a.get_gid() in ("hole", "below-first-success")]
+    assert rows
+    for band in rows:
+        colour = band.get_edgecolor() if band.get_hatch() else band.get_facecolor()
+        i = colours[to_hex(colour[:3])]
+        y0, y1 = band.get_y(), band.get_y() + band.get_height()
+        top = 1 - i / n                       # row i, top to bottom, in axes fraction
+        assert (y0, y1) == pytest.approx((top - 1 / n, top))
+    markers = {line.get_marker() for line in ax.get_lines() if line.get_linestyle() == "None"}
+    assert len(markers) == n                   # one marker per policy
+
+
+def test_pinned_bytes_and_depth_at_an_oom_differ_in_marker_and_colour(sweeps):
+    _, fig, _ = drawn(sweeps / "grid")
+    (pinned,) = [a for ax in fig.axes for a in ax.get_lines() if a.get_gid() == "oom-pinned"]
+    (depth,) = [a for ax in fig.axes for a in ax.get_lines() if a.get_gid() == "oom-depth"]
+    assert pinned.get_marker() != depth.get_marker()
+    assert pinned.get_markeredgecolor() != depth.get_markeredgecolor()

@@ -11,8 +11,11 @@ the 50-byte run fall in windows [4, 5]: 1, [6, 7]: 2, [8, 9]: 1.
 - sustain 3: still [4, 5] (three blown windows to the end); sustain 4: none;
 - min_excess 2: onset [6, 7];
 - drivers from op 4: storages 1, 2, 3, 4 (one eviction each, none in the fast run);
+- the blown windows [4, 5] .. [8, 9] make one streak, the regime; its first op
+  where the slow run evicts at least once more than the fast run is op 5: the
+  onset op, 4 pressure evictions from it to the last op (8) against none;
 - the streams part at position 1 (pressure 1 at op 5 against dead 1 at op 8):
-  op 5, one op after the onset window starts.
+  op 5, the onset op itself.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 from logs import fan_log
+from public import program_or_skip
 
 from dtrforensics.analyses.regime import regime
 from dtrforensics.analyses.runs import open_together
@@ -70,7 +74,9 @@ def test_drivers_and_divergence(burst):
     assert [d.first_slow_op for d in report.drivers] == [5, 6, 8, 7]
     link = report.divergence
     assert (link.position, link.a_storage, link.b_storage, link.op_id) == (1, 1, 1, 5)
-    assert link.ops_before_onset == -1 and link.drivers_among_entries == (1, 1)
+    assert link.ops_before_onset == 0 and link.drivers_among_entries == (1, 1)
+    o = report.onset
+    assert (o.op, o.regime_last_op, o.regime_slow_evictions, o.regime_fast_evictions) == (5, 8, 4, 0)
 
 
 def test_identical_runs_have_no_regime(burst):
@@ -108,9 +114,67 @@ def test_regime_switch_of_the_embedded_trace_against_the_event_tables(tmp_path):
             assert rates.remat_compute == sum(e["cost"] for e in remats)
     assert sum(w.b.evictions for w in report.windows) == slow.summary["evictions"]
     assert report.onset is not None
-    blown = [w for w in report.windows
+    blown = [w.first_op for w in report.windows
              if w.b.evictions >= 2 * w.a.evictions and w.b.evictions - w.a.evictions >= 1]
-    assert report.onset.first_op == blown[0].first_op
+    streaks: list[list[int]] = []
+    for first in blown:
+        if streaks and streaks[-1][-1] + 3 == first:
+            streaks[-1].append(first)
+        else:
+            streaks.append([first])
+    excess = {w.first_op: w.b.evictions - w.a.evictions for w in report.windows}
+    heaviest = max(streaks, key=lambda st: sum(excess[f] for f in st))
+    assert report.onset.first_op == heaviest[0]
+    per_op = {side: {} for side in ("a", "b")}
+    for side, rec in (("a", fast), ("b", slow)):
+        for e in pq.read_table(rec.path / "events.parquet").to_pylist():
+            if e["kind"] == "evict":
+                per_op[side][e["op_id"]] = per_op[side].get(e["op_id"], 0) + 1
+    o = report.onset
+    assert per_op["b"].get(o.op, 0) >= 2 * per_op["a"].get(o.op, 0)
+    assert per_op["b"].get(o.op, 0) - per_op["a"].get(o.op, 0) >= 1
+    assert o.regime_slow_evictions == sum(n for op, n in per_op["b"].items()
+                                          if o.op <= op <= o.regime_last_op)
+    pytest.importorskip("matplotlib")
+    from dtrforensics.render.regime_plot import draw
+    fig = draw(report)
+    (line,) = [a for a in fig.axes[0].get_lines() if a.get_gid() == "onset"]
+    assert list(line.get_xdata()) == [o.op, o.op]
+    assert "the onset is its first op" in " ".join(fig.get_supxlabel().split())
+
+
+@pytest.mark.slow
+def test_the_lstm_onset_marks_where_the_slow_regimes_evictions_begin(tmp_path):
+    """lstm@0.264 (the slow run) makes 38,059 pressure evictions, 28,872 of them in
+    the last 63 ops (8000-8062); a blip at ops 7614-7694 (104 against 18) came
+    before and is not the regime. The onset must fall after the blip, no later
+    than op 8000, and leave nearly all of the slow run's excess after it."""
+    program = program_or_skip("lstm")
+    fast = open_recording(record_run(program, ratio=0.265, out_dir=tmp_path / "fast")[1])
+    slow = open_recording(record_run(program, ratio=0.264, out_dir=tmp_path / "slow")[1])
+    per_op = []
+    for rec in (fast, slow):
+        counts: dict[int, int] = {}
+        for e in pq.read_table(rec.path / "events.parquet", columns=["kind", "op_id"]).to_pylist():
+            if e["kind"] == "evict":
+                counts[e["op_id"]] = counts.get(e["op_id"], 0) + 1
+        per_op.append(counts)
+    fast_ops, slow_ops = per_op
+    assert sum(slow_ops.values()) == 38_059
+    assert sum(n for op, n in slow_ops.items() if op >= 8000) == 28_872
+    report = regime(fast, slow)
+    o = report.onset
+    assert report.slow == "b" and 7_694 < o.op <= 8_000
+    assert o.first_op <= o.op <= o.last_op
+    burst = slow_ops.get(o.op, 0) - fast_ops.get(o.op, 0)
+    assert burst >= report.rule.min_excess
+    assert not any(slow_ops.get(op, 0) - fast_ops.get(op, 0) >= report.rule.min_excess
+                   and slow_ops.get(op, 0) >= 2 * fast_ops.get(op, 0)
+                   for op in range(o.first_op, o.op))
+    total = sum(slow_ops.values()) - sum(fast_ops.values())
+    after = (sum(n for op, n in slow_ops.items() if op >= o.op)
+             - sum(n for op, n in fast_ops.items() if op >= o.op))
+    assert after >= 0.99 * total
 
 
 def test_dtrf_regime_command_on_byte_specs(tmp_path):

@@ -6,21 +6,27 @@ test)` compares them window by window and returns a `RegimeReport`:
 
 - the pressure evictions, rematerializations and rematerialization compute
   of both runs per window of ops (`queries/regime/eviction_rate`);
-- the slow run (more pressure evictions) and the onset of its regime: the
-  first window that starts `sustain` consecutive windows in which it evicts at
-  least `factor` times as often as the fast run and at least `min_excess`
-  more (`queries/regime/regime_onset`);
+- the slow run (more pressure evictions) and the onset of its regime
+  (`queries/regime/regime_onset`): a window is blown when the slow run evicts
+  there at least `factor` times as often as the fast run and at least
+  `min_excess` more; the regime is the streak of at least `sustain` consecutive
+  blown windows holding the most excess evictions (so a short early blip does
+  not pass for it), and its onset is the first op of that streak at which the
+  slow run itself evicts `factor` times as often and `min_excess` more: where
+  the slow regime's evictions begin;
 - the drivers: the storages the slow run evicts again and again from the
-  onset on, by excess over the fast run (`queries/regime/regime_drivers`);
+  onset op on, by excess over the fast run (`queries/regime/regime_drivers`);
 - the link to the first divergence of the two eviction streams
   (`queries/diff/first_divergence`): how many ops before the onset the runs
-  parted (negative: the divergence falls inside the onset window), and
+  parted (negative: the divergence falls after the onset op), and
   whether the first divergent entries are themselves drivers.
 
 On the LSTM (0.265 against 0.264, 100 windows of 81 ops) the streams part at
 op 720, where the slow run evicts storage 155, its second strongest driver;
-the rates stay equal until the backward pass, and the onset is the window of
-ops 7614-7694, after which the slow run evicts 36,350 times in the last 162 ops.
+the rates stay equal until the backward pass. A blip at ops 7614-7775 (104 and
+13 evictions against 18 and 3) is not the regime: it begins at op 7981, in the
+window 7938-8018, where the slow run evicts 3,773 times in one op, and it makes
+28,872 of its 38,059 evictions in the last 63 ops (8000-8062).
 
 It computes; rendering (tables, the evictions-per-window figure) is separate.
 """
@@ -81,10 +87,16 @@ class RegimeWindow:
 
 @dataclass(frozen=True)
 class Onset:
-    first_op: int
+    """The slow regime (see the module docstring): its first window, the op where
+    its evictions begin, and how many each run makes from that op to its end."""
+    first_op: int            # the regime's first window
     last_op: int
-    slow_evictions: int
+    slow_evictions: int      # in that window
     fast_evictions: int
+    op: int                  # where the regime's evictions begin
+    regime_last_op: int      # the last op of the regime's last window (or of the runs)
+    regime_slow_evictions: int   # from `op` to `regime_last_op`
+    regime_fast_evictions: int
 
 
 @dataclass(frozen=True)
@@ -150,7 +162,10 @@ def regime(control: Recording, test: Recording, *, window_ops: int | None = None
         slow = o["slow"]
         onset = None if o["onset_window"] is None else Onset(
             first_op=o["onset_first_op"], last_op=o["onset_last_op"],
-            slow_evictions=o["slow_evictions"], fast_evictions=o["fast_evictions"])
+            slow_evictions=o["slow_evictions"], fast_evictions=o["fast_evictions"],
+            op=int(o["onset_op"]), regime_last_op=int(o["regime_last_op"]),
+            regime_slow_evictions=int(o["regime_slow_evictions"]),
+            regime_fast_evictions=int(o["regime_fast_evictions"]))
         drivers: tuple[Driver, ...] = ()
         if slow is not None:
             ids = {"a": ida, "b": idb}
@@ -161,7 +176,7 @@ def regime(control: Recording, test: Recording, *, window_ops: int | None = None
                 first_slow_op=r["first_slow_op"], bytes=r["bytes"], tensor=r["tensor"],
                 op_id=r["op_id"], paper_op=r["paper_op"], op_name=r["op_name"])
                 for r in fetch_dicts(con, "SELECT * FROM regime_drivers(?, ?, ?, ?)",
-                                     [ids[slow], ids[fast], onset.first_op if onset else 0, top]))
+                                     [ids[slow], ids[fast], onset.op if onset else 0, top]))
         divergence = _divergence(con, ida, idb, onset, {d.storage for d in drivers})
     finally:
         con.close()
@@ -201,5 +216,5 @@ def _divergence(con, ida: str, idb: str, onset: Onset | None,
     return DivergenceLink(
         position=int(rows["a"]["position"]), a_storage=rows["a"]["storage_id"],
         b_storage=rows["b"]["storage_id"], op_id=int(lead["op_id"]),
-        ops_before_onset=None if onset is None else onset.first_op - int(lead["op_id"]),
+        ops_before_onset=None if onset is None else onset.op - int(lead["op_id"]),
         drivers_among_entries=tuple(s for s in entries if s in drivers))

@@ -75,5 +75,5 @@ def compare_policies_command(
 
 def _figure(result, stem: Path) -> list[Path]:
     from ..render.policy_comparison import figure
-    from ..sweep.plot import save
+    from ..render.sweep_plot import save
     return save(figure(result), stem)

@@ -32,11 +32,11 @@ def demo_command(
     jobs: Annotated[int, typer.Option(help="Worker processes for sweeps and searches.")] = 2,
 ) -> None:
     """Find, explain and fix a feasibility hole, end to end, on the embedded trace."""
-    from rich.console import Console
+    from ..render.console import console
 
     from .kernel_notice import announce_compile
     announce_compile()
-    run_demo(Console(), out, public=public, jobs=jobs)
+    run_demo(console(), out, public=public, jobs=jobs)
 
 
 def _section(console: Console, title: str) -> None:
@@ -116,7 +116,7 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
     from ..render.sweep import holes_view
     from ..render.units import fmt_exact_bytes
     from ..sweep import holes as sweep_holes
-    from ..sweep import plot as sweep_plot
+    from ..render import sweep_plot
     from ..sweep.runner import run_sweep
     from ..sweep.store import SweepParams
     from ..trace import load_trace

@@ -82,10 +82,9 @@ def run(
 
 
 def _print_summary(program, summary: dict, where, control_matches: bool | None) -> None:
-    from rich.console import Console
-
+    from ..render.console import console as make_console
     from ..render.panels import summary_panel
-    console = Console()
+    console = make_console()
     extra = [("recording", str(where))] if where is not None else []
     console.print(summary_panel(summary, program.op_name, extra=extra,
                                 title=f"{summary['trace']} · {summary['policy']}"))

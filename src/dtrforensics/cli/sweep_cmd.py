@@ -113,8 +113,8 @@ def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_jso
         from ..render.jsonout import dumps
         typer.echo(dumps(report.to_json(), indent=1))
     else:
-        from rich.console import Console
-        Console().print(*holes_view(report))
+        from ..render.console import console
+        console().print(*holes_view(report))
     bad = [p.policy for p in report.policies
            if p.disagreements or (p.exact is not None and p.exact.overlaps)]
     if bad:
@@ -135,7 +135,7 @@ def plot_cmd(
     from ..sweep.holes import analyze, load_points
     from ..sweep.store import SweepStoreError
     try:
-        from ..sweep.plot import draw, save
+        from ..render.sweep_plot import draw, save
         report = analyze(sweep_dir, policies=[p for p in policy.split(",") if p] if policy else None)
         fig = draw(report, load_points(sweep_dir), failure_panel=failure_panel)
     except (SweepStoreError, ValueError, ImportError) as exc:

@@ -63,7 +63,7 @@ def _missing_hint(missing: list[str]) -> str:
 @traces_app.command("list")
 def list_traces(as_json: JsonOption = False) -> None:
     """Every trace found, with its size, unconstrained peak and single-op bottleneck."""
-    from rich.console import Console
+    from ..render.console import console as Console
     from ..render.tables import FitTable
 
     from ..analyses.traces import summarize
@@ -121,7 +121,7 @@ def info(
     as_json: JsonOption = False,
 ) -> None:
     """Details of one trace: op counts, backward ops, constants, hashes, cache status."""
-    from rich.console import Console
+    from ..render.console import console as Console
     from ..render.tables import FitTable
 
     from ..analyses.traces import describe
@@ -189,7 +189,7 @@ def fetch(
     = registry.FETCH_TIMEOUT,
 ) -> None:
     """Download the public DTR traces (logs.zip of uwsampl/dtr-prototype), verify, install."""
-    from rich.console import Console
+    from ..render.console import console as Console
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                                TimeRemainingColumn, TransferSpeedColumn)
 
@@ -220,7 +220,7 @@ def import_cmd(
     path: Annotated[Path, typer.Argument(help="A folder (searched recursively) or a zip of logs.")],
 ) -> None:
     """Copy traces into the user trace directory, verifying the published ones."""
-    from rich.console import Console
+    from ..render.console import console as Console
     err = Console(stderr=True)
     try:
         result = registry.import_traces(path)

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from ..analyses.diff import DiffReport, Divergence, Failure, Rank, Side
 from .labels import op_label, run_label
-from .tables import FitTable
+from .tables import FitPanel, FitTable
 from .units import fmt_bytes, fmt_exact_bytes, fmt_score
 
 
@@ -115,7 +115,7 @@ def _divergence_panel(title: str, d: Divergence, r: DiffReport,
     cause = Text(f"cause: {d.explanation}", style="yellow")
     if also is not None and also.explanation != d.explanation:
         cause.append(f"\nas a choice: {also.explanation}")
-    return Panel(Group(head, t, cause), title=title, title_align="left", expand=False)
+    return FitPanel(Group(head, t, cause), title=title, title_align="left", expand=False)
 
 
 def _opt(x) -> str:
@@ -217,5 +217,5 @@ def _failure_panel(f: Failure, r: DiffReport) -> Panel:
             more = len(f.kept_by_other) - 8
             lines.append(Text(f"Also kept by run {other}: {rest}"
                               + (f" and {more} more" if more > 0 else "")))
-    return Panel(Group(*lines), title=f"Failure of run {f.run}", title_align="left",
+    return FitPanel(Group(*lines), title=f"Failure of run {f.run}", title_align="left",
                  expand=False)

@@ -10,13 +10,13 @@ from collections import Counter
 from dataclasses import dataclass
 
 from rich.console import Group
-from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
 from ..analyses.oom import Level, OomReport
 from .labels import op_label
+from .tables import FitPanel
 from .units import fmt_bytes, fmt_exact_bytes
 
 HEAD = 3            # outer levels always shown
@@ -128,4 +128,4 @@ def oom_view(r: OomReport, full: bool = False) -> Group:
         rows.append(("warning", "the events rebuild a different chain than run.json"))
     for k, v in rows:
         facts.add_row(k, v)
-    return Group(tree, Panel(facts, title=f"{r.run_id}", title_align="left", expand=False))
+    return Group(tree, FitPanel(facts, title=f"{r.run_id}", title_align="left", expand=False))

@@ -7,10 +7,10 @@ import json
 from collections.abc import Callable, Sequence
 
 from rich.panel import Panel
-from rich.table import Table
 
 from .labels import op_label
-from .units import fmt_exact_bytes, fmt_overhead
+from .tables import FitPanel, FitTable
+from .units import fmt_exact_bytes, fmt_overhead, ratio_format
 
 OUTCOME_STYLE = {"ok": "bold green", "oom": "bold red", "thrashed": "bold yellow",
                  "timeout": "bold magenta", "error": "bold red"}
@@ -26,8 +26,9 @@ def _interval(s: dict) -> str | None:
     lo, hi = s["budget_interval"]
     lo_r, hi_r = s.get("budget_interval_ratio") or (lo / s["peak"],
                                                     None if hi is None else hi / s["peak"])
+    fr = ratio_format([lo_r, hi_r])
     return (f"[{lo:,}, {'∞' if hi is None else f'{hi:,}'}] bytes = ratio "
-            f"[{lo_r:.6f}, {'∞' if hi_r is None else f'{hi_r:.6f}'}]")
+            f"[{fr(lo_r)}, {'∞' if hi_r is None else fr(hi_r)}]")
 
 
 def summary_panel(s: dict, op_name: Callable[[int], str], *, title: str,
@@ -77,9 +78,9 @@ def summary_panel(s: dict, op_name: Callable[[int], str], *, title: str,
     if iv.get("retain") or iv.get("forbid") or iv.get("force"):
         rows.append(("interventions", json.dumps(iv)))
     rows += list(extra)
-    grid = Table.grid(padding=(0, 2))
+    grid = FitTable.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     for key, value in rows:
         grid.add_row(key, value)
-    return Panel(grid, title=title, expand=False)
+    return FitPanel(grid, title=title, expand=False)

@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.text import Text
 
 from ..analyses.policy_comparison import DominanceSpan, PolicyComparison, PolicyStanding
-from .units import fmt_count
+from .units import RatioFormat, fmt_count, ratio_format
 
 
 def short_names(policies) -> dict[str, str]:
@@ -30,9 +30,9 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}x"
 
 
-def _standing_lines(s: PolicyStanding) -> list[Text]:
+def _standing_lines(s: PolicyStanding, fr: RatioFormat) -> list[Text]:
     first = ("nothing completes" if s.first_success is None else
-             f"first success {s.first_success_ratio:.6f} ({s.first_success:,} B)")
+             f"first success {fr(s.first_success_ratio)} ({s.first_success:,} B)")
     certified = "certified to the byte" if s.holes_exact else "between failing samples"
     holes = ("no hole" if s.holes == 0 else
              f"{fmt_count(s.holes, 'hole')}, {s.hole_bytes:,} B in all ({certified})")
@@ -45,8 +45,8 @@ def _standing_lines(s: PolicyStanding) -> list[Text]:
                  style="dim")]
 
 
-def _span_line(d: DominanceSpan, names: dict[str, str]) -> Text:
-    where = f"{d.lo_ratio:.6f}-{d.hi_ratio:.6f} ({d.lo:,}-{d.hi:,} B)"
+def _span_line(d: DominanceSpan, names: dict[str, str], fr: RatioFormat) -> Text:
+    where = f"{fr(d.lo_ratio)}-{fr(d.hi_ratio)} ({d.lo:,}-{d.hi:,} B)"
     if not d.best:
         return Text(f"  {where}: no policy completes", style="red")
     overhead = (_x(d.overhead_min) if d.overhead_min == d.overhead_max
@@ -57,16 +57,19 @@ def _span_line(d: DominanceSpan, names: dict[str, str]) -> Text:
 def comparison_view(c: PolicyComparison) -> Group:
     lo, hi = c.range_bytes
     how = "exact (certified intervals)" if c.exact else "sampled"
-    parts = [Text(f"{c.trace}: {len(c.policies)} policies over {lo / c.peak:.6f}-"
-                  f"{hi / c.peak:.6f} ({lo:,}-{hi:,} B), {how}; sweep {c.sweep}",
+    fr = ratio_format([lo / c.peak, hi / c.peak]
+                      + [s.first_success_ratio for s in c.policies]
+                      + [r for d in c.dominance for r in (d.lo_ratio, d.hi_ratio)])
+    parts = [Text(f"{c.trace}: {len(c.policies)} policies over {fr(lo / c.peak)}-"
+                  f"{fr(hi / c.peak)} ({lo:,}-{hi:,} B), {how}; sweep {c.sweep}",
                   style="bold")]
     names = short_names(s.policy for s in c.policies)
     for s in c.policies:
-        parts += _standing_lines(s)
+        parts += _standing_lines(s, fr)
         if names[s.policy] != s.policy:
             parts[-4].append(f"  (called {names[s.policy]} below and in the figure)", style="dim")
     parts.append(Text("best policy by budget (completes, then least overhead)", style="bold"))
-    parts += [_span_line(d, names) for d in c.dominance]
+    parts += [_span_line(d, names, fr) for d in c.dominance]
     if not c.dominance:
         parts.append(Text("  no budget where every policy has an answer"))
     return Group(*parts)
@@ -82,7 +85,7 @@ def comparison_json(c: PolicyComparison) -> dict:
 def figure(c: PolicyComparison):
     """Overhead against budget for every policy, failures marked (the sweep's
     figure), policies from files called by their short names."""
-    from ..sweep.plot import draw
+    from .sweep_plot import draw
     names = short_names(c.points.keys() | {p.policy for p in c.report.policies})
     report = replace(c.report, policies=[replace(p, policy=names[p.policy])
                                          for p in c.report.policies])

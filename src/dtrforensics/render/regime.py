@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from ..analyses.regime import RegimeReport, RegimeRun
+from ..analyses.regime import OnsetRule, RegimeReport, RegimeRun
 
 
 def _run_line(run: RegimeRun, slow: str | None) -> Text:
@@ -20,12 +20,20 @@ def _run_line(run: RegimeRun, slow: str | None) -> Text:
                 f"pressure evictions, {run.remats:,} rematerializations{tag}")
 
 
+def onset_rule(rule: OnsetRule) -> str:
+    """The onset's definition in words (the text and the figure's caption)."""
+    return (f"Onset rule: a window of {rule.window_ops:,} ops is blown when the slow run makes "
+            f">= {rule.factor:g}x the fast run's pressure evictions there and >= "
+            f"{rule.min_excess:,} more; the regime is the streak of >= {rule.sustain} blown "
+            f"window(s) with the most excess evictions; the onset is its first op where the "
+            f"slow run makes >= {rule.factor:g}x the fast run's evictions and "
+            f">= {max(rule.min_excess, 1):,} more.")
+
+
 def regime_view(r: RegimeReport, *, windows: bool = False) -> Group:
     rule = r.rule
     parts: list[Text] = [Text("Runs", style="bold"), _run_line(r.a, r.slow), _run_line(r.b, r.slow)]
-    parts.append(Text(f"Onset rule: windows of {rule.window_ops:,} ops; the slow run makes at "
-                      f">= {rule.factor:g}x the fast run's pressure evictions and >= "
-                      f"{rule.min_excess:,} more, {rule.sustain} window(s) in a row", style="dim"))
+    parts.append(Text(onset_rule(rule), style="dim"))
     if r.slow is None:
         parts.append(Text("Both runs make as many pressure evictions: no slow regime.", style="bold"))
     elif r.onset is None:
@@ -33,16 +41,17 @@ def regime_view(r: RegimeReport, *, windows: bool = False) -> Group:
                           style="bold"))
     else:
         o = r.onset
-        parts.append(Text(f"Onset: ops {o.first_op:,}-{o.last_op:,} (paper {o.first_op + 1:,}-"
-                          f"{o.last_op + 1:,}): {o.slow_evictions:,} pressure evictions in the "
-                          f"slow run against {o.fast_evictions:,}", style="bold"))
+        parts.append(Text(f"Onset: op {o.op:,} (paper {o.op + 1:,}), in the window of ops "
+                          f"{o.first_op:,}-{o.last_op:,}: from it to op {o.regime_last_op:,} the "
+                          f"slow run makes {o.regime_slow_evictions:,} pressure evictions against "
+                          f"{o.regime_fast_evictions:,}", style="bold"))
     d = r.divergence
     if d is None:
         parts.append(Text("The eviction streams are identical."))
     else:
         when = ("" if d.ops_before_onset is None else
-                f", {d.ops_before_onset:,} ops before the onset window" if d.ops_before_onset >= 0
-                else ", inside the onset window")
+                f", {d.ops_before_onset:,} ops before the onset" if d.ops_before_onset >= 0
+                else f", {-d.ops_before_onset:,} ops after the onset")
         drivers = (f"; entry {', '.join(map(str, d.drivers_among_entries))} is a driver"
                    if d.drivers_among_entries else "")
         parts.append(Text(f"First divergence: stream position {d.position:,} at op {d.op_id:,}"

@@ -13,6 +13,7 @@ from ..fsutil import atomic_path
 from ..reproduce.protocol import Reproduction
 
 FIGURE_DPI = 110
+MIB = float(1 << 20)     # the one unit convention (render/units.py)
 
 
 def _figure(width: float = 11, height: float = 5.2):
@@ -22,36 +23,54 @@ def _figure(width: float = 11, height: float = 5.2):
 
 def sweep_figure(report):
     from ..sweep.holes import load_points
-    from ..sweep.plot import draw
+    from .sweep_plot import draw
     return draw(report, load_points(report.path))
 
 
 def overhead_figure(report, title: str):
     """Overhead against budget ratio for every policy of a grid sweep: each sample a
     marker joined by steps (no line zigzags between regimes), on a log axis so two
-    regimes 6x apart both read; failures marked at the bottom."""
+    regimes 6x apart both read; failures on a strip of their own below, a row per
+    policy, so no failure is given an overhead."""
+    from .sweep_plot import POLICY_COLOURS, POLICY_MARKERS
     from ..sweep.holes import load_points
-    fig = _figure(11, 5.2)
-    ax = fig.subplots()
-    colours = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-    for i, (policy, points) in enumerate(load_points(report.path).items()):
-        ok = [p for p in points if p["outcome"] == "ok" and p["overhead"]]
-        colour = colours[i % len(colours)]
-        ax.plot([p["ratio"] for p in ok], [p["overhead"] for p in ok], color=colour,
-                drawstyle="steps-mid", lw=0.8, alpha=0.6)
-        ax.plot([p["ratio"] for p in ok], [p["overhead"] for p in ok], "o", color=colour,
-                ms=4, label=policy)
-        failed = [p["ratio"] for p in points if p["outcome"] != "ok"]
-        if failed:
-            ax.plot(failed, [0.02] * len(failed), "x", color=colour,
-                    transform=ax.get_xaxis_transform(), label=f"{policy}: fails")
+    points = load_points(report.path)
+    fig = _figure(11, 5.2 + 0.3 * len(points))
+    ax, strip = fig.subplots(2, 1, sharex=True, height_ratios=(3, 0.35 + 0.25 * len(points)))
+    for i, (policy, pts) in enumerate(points.items()):
+        ok = [p for p in pts if p["outcome"] == "ok" and p["overhead"]]
+        colour = POLICY_COLOURS[i % len(POLICY_COLOURS)]
+        for run in _between_failures(pts):
+            ax.plot([p["ratio"] for p in run], [p["overhead"] for p in run], color=colour,
+                    drawstyle="steps-mid", lw=0.8, alpha=0.6)
+        ax.plot([p["ratio"] for p in ok], [p["overhead"] for p in ok],
+                POLICY_MARKERS[i % len(POLICY_MARKERS)], color=colour, ms=4,
+                mfc=colour if i == 0 else "none", label=policy)
+        failed = [p["ratio"] for p in pts if p["outcome"] != "ok"]
+        strip.plot(failed, [i] * len(failed), "x", color=colour, ls="none", gid="fails")
     ax.set_yscale("log")
-    ax.set_xlabel(f"budget ratio (x peak {report.trace.peak:,} bytes)")
-    ax.set_ylabel("overhead (x model compute, log scale)")
+    strip.set_yticks(range(len(points)), list(points), fontsize=7)
+    strip.set_ylim(len(points) - 0.5, -0.5)
+    strip.set_ylabel("fails", rotation=0, ha="right", va="center")
+    strip.grid(True, axis="x", alpha=0.3)
+    strip.set_xlabel(f"budget ratio (x peak {report.trace.peak:,} bytes)")
+    ax.set_ylabel("overhead (x model compute, log scale)\ncompleting runs only")
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper right")
     return fig
+
+
+def _between_failures(pts: list[dict]) -> list[list[dict]]:
+    """The completing samples in budget order, split wherever a sample fails (a
+    line never bridges a failure)."""
+    runs: list[list[dict]] = [[]]
+    for p in sorted(pts, key=lambda p: p["budget"]):
+        if p["outcome"] == "ok" and p["overhead"]:
+            runs[-1].append(p)
+        elif runs[-1]:
+            runs.append([])
+    return [r for r in runs if r]
 
 
 def frontier_figure(oom):
@@ -60,16 +79,16 @@ def frontier_figure(oom):
     fig = _figure(11, 4.8)
     ax = fig.subplots()
     depths = [lv.depth for lv in oom.frontier]
-    ax.fill_between(depths, [lv.cumulative_bytes / 1e6 for lv in oom.frontier], step="post",
+    ax.fill_between(depths, [lv.cumulative_bytes / MIB for lv in oom.frontier], step="post",
                     alpha=0.35, color="#9467bd", label="locked by the chain (cumulative)")
-    ax.axhline(oom.pinned / 1e6, color="#9467bd", lw=1, ls=":",
+    ax.axhline(oom.pinned / MIB, color="#9467bd", lw=1, ls=":",
                label=f"pinned at the failure {oom.pinned:,} B (the chain and storages pinned for good)")
-    ax.axhline(oom.budget / 1e6, color="black", lw=1, label=f"budget {oom.budget:,} B")
-    ax.axhline((oom.memory + oom.request) / 1e6, color="#d62728", lw=1, ls="--",
+    ax.axhline(oom.budget / MIB, color="black", lw=1, label=f"budget {oom.budget:,} B")
+    ax.axhline((oom.memory + oom.request) / MIB, color="#d62728", lw=1, ls="--",
                label=f"memory + request {oom.memory + oom.request:,} B")
     ax.set_xlabel(f"level of the chain of materializations (1 = the top-level op's tensor, "
                   f"{oom.depth} = the failing allocation)")
-    ax.set_ylabel("MB")
+    ax.set_ylabel("MiB")
     ax.set_title(f"{oom.trace} at {oom.budget:,} B: the pinned frontier of the OOM at op "
                  f"{oom.paper_op} (paper numbering), depth {oom.depth}")
     ax.legend(loc="lower right", fontsize=8)
@@ -87,13 +106,13 @@ def retention_figure(material: dict, budget: int | None = None):
     for label, rows in material["timelines"].items():
         colour, ls, lw = styles[label]
         ops = [r["op_id"] + 1 for r in rows if r["pinned_max"] is not None]
-        pinned = [r["pinned_max"] / 1e6 for r in rows if r["pinned_max"] is not None]
+        pinned = [r["pinned_max"] / MIB for r in rows if r["pinned_max"] is not None]
         ax.plot(ops, pinned, ls=ls, lw=lw, color=colour, marker=".", ms=2,
                 label=f"{label} ({len(rows)} ops started)")
     if budget is not None:
-        ax.axhline(budget / 1e6, color="grey", lw=1, label="budget")
+        ax.axhline(budget / MIB, color="grey", lw=1, label="budget")
     ax.set_xlabel("operator (paper numbering)")
-    ax.set_ylabel("most pinned MB at an allocation check")
+    ax.set_ylabel("most pinned MiB at an allocation check")
     ax.set_title(f"Retaining storage {material['storage']}: the failure disappears; "
                  "the control retraces the failing run")
     ax.legend(fontsize=8)

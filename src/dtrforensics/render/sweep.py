@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
-from rich.panel import Panel
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from ..sweep.holes import ExactView, HolesReport, PolicyHoles
-from .tables import FitTable
-from .units import fmt_exact_bytes, fmt_overhead, fmt_ratio
+from .tables import FitPanel, FitTable
+from .units import RatioFormat, fmt_exact_bytes, fmt_overhead, ratio_format
 
 MAX_ROWS = 40
 
@@ -29,16 +28,27 @@ def _ov(x: float | None) -> str:
     return fmt_overhead(x, 3)
 
 
-def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
+def _shown_ratios(p: PolicyHoles) -> RatioFormat:
+    """One format for every sampled ratio a policy's panel shows, so neighbours read apart."""
+    shown = [p.first_success.sample, *p.failures_above, *p.unresolved]
+    shown += [s for r in p.failure_regions for s in (r.lo, r.hi, r.below, r.above)]
+    shown += [s for e in p.edge_brackets for s in (e.ok, e.fail)]
+    shown += [s for w in p.regime_switches for s in (w.lo, w.hi)]
+    return ratio_format([s.ratio for s in shown if s is not None]
+                        + [d.ratio for d in p.disagreements])
+
+
+def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
     peak = report.trace.peak
     parts: list = []
+    fmt_ratio = _shown_ratios(p)
     fs = p.first_success
     first = (f"ratio {fmt_ratio(fs.sample.ratio)} ({fs.sample.budget:,} B, overhead {_ov(fs.sample.overhead)})"
              if fs.sample else "[red]none: no sample completes[/]")
     sampled = "first sampled success" if p.exact is not None else "first success"
     parts.append(f"samples {fs.samples}; {sampled} {first}; {fs.failing_below} failing below it")
     if p.failures_above:
-        shown = ", ".join(fmt_ratio(s.ratio) for s in p.failures_above[:12])
+        shown = ", ".join(fmt_ratio(s.ratio, s.budget) for s in p.failures_above[:12])
         more = f" (+{len(p.failures_above) - 12})" if len(p.failures_above) > 12 else ""
         parts.append(f"[red]{len(p.failures_above)} failing samples above the first success:[/] "
                      f"{shown}{more}")
@@ -48,10 +58,10 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
                   "last ok below", "first ok above", "timeouts"):
             t.add_column(c)
         for i, r in enumerate(p.failure_regions, 1):
-            t.add_row(str(i), f"{fmt_ratio(r.lo.ratio)} - {fmt_ratio(r.hi.ratio)}",
+            t.add_row(str(i), f"{fmt_ratio(r.lo.ratio, r.lo.budget)} - {fmt_ratio(r.hi.ratio, r.hi.budget)}",
                       f"{r.lo.budget:,} - {r.hi.budget:,}", str(r.failing), r.outcomes,
-                      f"{fmt_ratio(r.below.ratio)} ({_ov(r.below.overhead)})",
-                      f"{fmt_ratio(r.above.ratio)} ({_ov(r.above.overhead)})", str(r.timeouts_inside))
+                      f"{fmt_ratio(r.below.ratio, r.below.budget)} ({_ov(r.below.overhead)})",
+                      f"{fmt_ratio(r.above.ratio, r.above.budget)} ({_ov(r.above.overhead)})", str(r.timeouts_inside))
         parts.append(t)
     else:
         parts.append("[green]no sample-supported failure region[/]")
@@ -70,12 +80,12 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
         for c in ("from ratio", "to ratio", "overheads", "factor"):
             t.add_column(c)
         for s in p.regime_switches[:MAX_ROWS]:
-            t.add_row(fmt_ratio(s.lo.ratio), fmt_ratio(s.hi.ratio),
+            t.add_row(fmt_ratio(s.lo.ratio, s.lo.budget), fmt_ratio(s.hi.ratio, s.hi.budget),
                       f"{_ov(s.lo.overhead)} -> {_ov(s.hi.overhead)}", f"{s.factor:.2f} {s.direction}")
         parts.append(t)
     if p.unresolved:
         parts.append("[magenta]unresolved (timeout): "
-                     + ", ".join(f"{fmt_ratio(u.ratio)}" + (f" rep {u.rep}" if u.rep else "")
+                     + ", ".join(f"{fmt_ratio(u.ratio, u.budget)}" + (f" rep {u.rep}" if u.rep else "")
                                  for u in p.unresolved[:20]) + "[/]")
     if p.exact is not None:
         parts += _exact_parts(p.exact, peak, report.range_bytes[0])
@@ -90,16 +100,18 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
             parts.append(t)
         else:
             parts.append(f"[green]{p.reruns} reruns in fresh processes, all identical[/]")
-    return Panel(Group(*parts), title=f"{report.trace.name} · {p.policy}", expand=False)
+    return FitPanel(Group(*parts), title=f"{report.trace.name} · {p.policy}", expand=False)
 
 
 def _exact_parts(x: ExactView, peak: int, range_lo: int) -> list:
     first = x.first_success(range_lo)
+    fmt_ratio = ratio_format([e / peak for r in x.failure_regions for e in (r.lo, r.hi)]
+                             + ([first / peak] if first is not None else []))
     parts: list = [f"exact: {x.coverage:.4%} of the range certified "
                    f"({x.certified_bytes:,} of {x.range_bytes:,} bytes), "
                    f"{len(x.partition)} distinct executions, {len(x.merged)} runs of equal outcome",
                    "first certified success: " + ("none yet" if first is None else
-                                                  f"{first:,} B (ratio {first / peak:.6f})")]
+                                                  f"{first:,} B (ratio {fmt_ratio(first / peak)})")]
     if x.failure_regions:
         t = FitTable(title="failing budgets (exact)", title_justify="left")
         for c in ("first byte", "last byte", "width", "ratios", "executions", "edges", "kind"):
@@ -110,7 +122,7 @@ def _exact_parts(x: ExactView, peak: int, range_lo: int) -> list:
             kind = "hole" if r.hole else ("below first success" if r.below_status is None
                                           else "top of range" if r.above_status is None else "-")
             t.add_row(f"{r.lo:,}", f"{r.hi:,}", f"{r.hi - r.lo + 1:,}",
-                      f"{r.lo / peak:.6f} - {r.hi / peak:.6f}", str(r.intervals), edges, kind)
+                      f"{fmt_ratio(r.lo / peak)} - {fmt_ratio(r.hi / peak)}", str(r.intervals), edges, kind)
         parts.append(t)
     t = FitTable(title="partition (adjacent equal outcomes merged)", title_justify="left")
     for c in ("from byte", "to byte", "width", "outcome", "executions", "min overhead"):

@@ -4,7 +4,9 @@ A `FitTable` is drawn as a table when it fits the console, and otherwise as
 plain `key: value` lines, one block per row, so no byte count, run id or ratio
 is ever folded, cut or elided with "…". Its columns never wrap, except the
 ones added with `overflow="fold"` (prose, paths): those are *elastic* and
-absorb a narrow console down to `ELASTIC_MIN` columns each.
+absorb a narrow console down to `ELASTIC_MIN` columns each, or down to their
+longest unbreakable word (`wrapping.py`). A `FitPanel` likewise drops its border
+when what it holds would be cut by it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.panel import Panel
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -44,8 +48,9 @@ class FitTable(Table):
         wide = options.update_width(UNBOUNDED)
         needed = self._extra_width
         for column in self.columns:
-            natural = self._measure_column(console, wide, column).maximum
-            needed += min(natural, ELASTIC_MIN) if not column.no_wrap else natural
+            width = self._measure_column(console, wide, column)
+            needed += (max(min(width.maximum, ELASTIC_MIN), width.minimum) if not column.no_wrap
+                       else width.maximum)
         return needed <= options.max_width
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -120,3 +125,19 @@ def _one_line(text: Text) -> Text:
     """A multi-line cell on one line, its lines joined by ' · '."""
     parts = [p for p in text.split("\n") if p.plain.strip()]
     return Text(" · ").join(parts) if len(parts) > 1 else text
+
+
+class FitPanel(Panel):
+    """A `rich.panel.Panel` drawn without its border (its title as a bold line
+    above its content) when a line of its content would be wider than the inside
+    of the border: a word that cannot be broken is never cut by the frame."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        inner = options.update_width(max(1, options.max_width - 4))
+        lines = Segment.split_lines(console.render(self.renderable, inner))
+        if all(Segment.get_line_length(line) <= inner.max_width for line in lines):
+            yield from super().__rich_console__(console, options)
+            return
+        if self.title:
+            yield _text(console, self.title, style="bold")
+        yield self.renderable

@@ -1,6 +1,13 @@
-"""Numbers as people read them: bytes, nanoseconds, scores, overheads, ratios."""
+"""Numbers as people read them: bytes, nanoseconds, scores, overheads, ratios.
+
+One unit convention everywhere: KiB = 2^10, MiB = 2^20 and GiB = 2^30 bytes,
+written with two decimals beside the exact byte count where it matters.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -38,8 +45,45 @@ def fmt_score(x: float | None) -> str:
 
 
 def fmt_ratio(x: float | None) -> str:
-    """A budget ratio (fraction of peak memory), six significant digits."""
+    """A budget ratio (fraction of peak memory) on its own, six significant digits;
+    ratios shown together go through `ratio_format`."""
     return "-" if x is None else f"{x:.6g}"
+
+
+RATIO_MIN_DIGITS = 6
+RATIO_MAX_DIGITS = 9
+
+
+@dataclass(frozen=True)
+class RatioFormat:
+    """Ratios written with `digits` decimals; a text shared by different ratios
+    (`alike`) gets its budget in bytes beside it."""
+    digits: int
+    alike: frozenset[str] = frozenset()
+
+    def __call__(self, ratio: float | None, budget: int | None = None) -> str:
+        if ratio is None:
+            return "-"
+        text = f"{ratio:.{self.digits}f}"
+        if budget is not None and text in self.alike:
+            text += f" ({budget:,} B)"
+        return text
+
+
+def ratio_format(ratios: Iterable[float | None], *, least: int = RATIO_MIN_DIGITS,
+                 most: int = RATIO_MAX_DIGITS) -> RatioFormat:
+    """The format for ratios shown together: the fewest decimals (at least
+    `least`) that tell every distinct ratio from the others; where `most`
+    decimals still do not, the texts two ratios share are marked for bytes."""
+    distinct = {r for r in ratios if r is not None}
+    for digits in range(least, most + 1):
+        if len({f"{r:.{digits}f}" for r in distinct}) == len(distinct):
+            return RatioFormat(digits)
+    seen: dict[str, int] = {}
+    for r in distinct:
+        key = f"{r:.{most}f}"
+        seen[key] = seen.get(key, 0) + 1
+    return RatioFormat(most, frozenset(k for k, n in seen.items() if n > 1))
 
 
 def fmt_overhead(x: float | None, digits: int = 4) -> str:

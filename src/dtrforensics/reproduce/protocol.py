@@ -166,10 +166,12 @@ def resnet32(lab: Lab, *, exact_map: bool) -> list[C.Claim]:
     out += [
         C.claim("resnet32.oom_0.104.pinned", study, "ResNet-32 OOM at 0.104: pinned bytes",
                 "889.8 MB", C.megabytes(oom.pinned) if oom else "no OOM",
-                note=f"{oom.pinned:,} B" if oom else ""),
+                note=(f"{oom.pinned:,} B = {oom.pinned / (1 << 20):.2f} MiB (the study writes "
+                      "decimal MB)") if oom else ""),
         C.claim("resnet32.oom_0.104.request", study, "ResNet-32 OOM at 0.104: the request",
                 "179.8 MB", C.megabytes(oom.request) if oom else "no OOM",
-                note=f"{oom.request:,} B" if oom else ""),
+                note=(f"{oom.request:,} B = {oom.request / (1 << 20):.2f} MiB (the study writes "
+                      "decimal MB)") if oom else ""),
         C.claim("resnet32.oom_0.104.depth", study, "ResNet-32 OOM at 0.104: nesting depth",
                 "118", str(oom.depth) if oom else "no OOM"),
         C.claim("resnet32.depth_at_peak_pinned", study,

@@ -1,20 +1,31 @@
 """Figure of a sweep: overhead against budget ratio, failing budgets as bands (matplotlib).
 
-Rendering only: the numbers come from `holes.analyze` and `holes.load_points`.
-Needs the `plot` extra (matplotlib). Uses the object API (`Figure`), never
-pyplot, so nothing global changes and no display is needed.
+Rendering only: the numbers come from `holes.analyze` and `holes.load_points`;
+what is certified comes from the sweep's exact partition (`sweep/exact.py`,
+read through `holes.ExactView`). Uses the object API (`Figure`), never pyplot,
+so nothing global changes and no display is needed.
 
-What a reader sees: each completing run as a marker at its budget and, where
-the run certifies a budget interval, a step over that interval (adjacent
-certified intervals join, a failure or an uncertified gap breaks the line, so
-nothing zigzags across a regime switch); holes as red bands, budgets below the
-first success as grey hatching (not a hole: the budget is simply too small);
-regime switches as dotted lines at the first byte of the new regime (exact) or
-as a hatched bracket between the two samples. Hole labels never overlap: the
-widest holes are labelled on the plot, the rest are listed in the legend.
-Artists carry gids ("overhead-step", "hole", "below-first-success", "switch",
-"hole-label")
-so tests can find them.
+What a reader sees, top to bottom:
+- the overhead panel: each completing run as a marker at its budget and, where
+  the run certifies a budget interval, a step over that interval (adjacent
+  certified intervals join, a failure or an uncertified gap breaks the line, so
+  nothing zigzags across a regime switch); regime switches as dotted lines at
+  the first byte of the new regime (exact) or as a hatched bracket between two
+  samples. Only completing runs have a place on this axis. With one policy its
+  failing and uncertified budgets shade the panel too; with several they do not
+  (one policy's band would cover another's successes).
+- the failure strip: one row per policy holding its own failing runs (x) and
+  budgets: holes red, budgets below the first success grey hatched (not a hole:
+  the budget is simply too small), failures up to the top of the range pale,
+  and uncertified budgets (the run limit, a timeout, the resolution) hatched
+  "xx" and labelled as such, never left blank. The title says "exact partition"
+  only when every budget of the range is certified.
+- (optional) at each OOM, the pinned bytes (filled circles) and the nesting
+  depth (hollow triangles, right axis), told apart by marker and colour.
+Hole labels never overlap: the widest holes are labelled on the plot, the rest
+are listed in the legend. Artists carry gids ("overhead-step", "hole",
+"below-first-success", "fails-to-top", "fails-open", "uncertified", "fails",
+"switch", "hole-label", "oom-pinned", "oom-depth") so tests can find them.
 """
 
 from __future__ import annotations
@@ -24,14 +35,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..recorder.record import policy_label
-from .holes import HolesReport, PolicyHoles
+from ..sweep.holes import HolesReport, PolicyHoles
 
 POLICY_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
                   "#bcbd22", "#7f7f7f")
+POLICY_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+POLICY_DASHES = ("-", "--", "-.", ":")      # equal overheads of two policies stay visible
 FAIL_COLOUR = "#d62728"
 BELOW_COLOUR = "#7f7f7f"
 SWITCH_COLOUR = "#444444"
 UNRESOLVED_COLOUR = "#ff7f0e"
+UNCERTIFIED_COLOUR = "#b8860b"
+DEPTH_COLOUR = "#ff7f0e"
 GIB = float(1 << 30)
 DPI = 130
 LABEL_ROWS = 3                  # rows of hole labels under the top of the panel
@@ -63,49 +78,70 @@ def _figure_class():
 
 
 def draw(report: HolesReport, points: dict[str, list[dict]], *, failure_panel: bool = True):
-    """The figure: panel 1 overhead vs ratio per policy with failing budgets,
-    regime switches and labelled holes; panel 2 (optional) pinned bytes and
-    depth at each OOM."""
+    """The figure: the overhead panel per policy with regime switches and
+    labelled holes, the failure strip (a row per policy), and (optional) pinned
+    bytes and depth at each OOM."""
     Figure = _figure_class()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    n = len(report.policies)
     has_oom = any(p["oom_pinned"] is not None for pts in points.values() for p in pts)
     two = failure_panel and has_oom
-    fig = Figure(figsize=(11, 7.5 if two else 5.2), dpi=DPI, layout="constrained")
+    rows = [3.0, 0.35 + 0.25 * n] + ([2.0] if two else [])
+    fig = Figure(figsize=(11, (7.5 if two else 5.2) + 0.3 * n), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2)) if two else [fig.subplots()]
-    ax = axes[0]
+    axes = fig.subplots(len(rows), 1, sharex=True, height_ratios=rows)
+    ax, strip = axes[0], axes[1]
     peak = report.trace.peak
-    single = len(report.policies) == 1
+    single = n == 1
     marks: list[HoleMark] = []
     for i, pol in enumerate(report.policies):
         colour = POLICY_COLOURS[i % len(POLICY_COLOURS)]
         bad = FAIL_COLOUR if single else colour      # one policy: red; several: their colours
         pts = points.get(pol.policy, [])
-        _draw_overhead(ax, pol.policy, pts, report, colour)
+        _draw_overhead(ax, pol.policy, pts, report, colour, i)
         fail = [p for p in pts if p["status"] == "fail"]
         if fail:
-            ax.plot([p["ratio"] for p in fail], [0.02 + 0.03 * i] * len(fail), "x",
-                    color=bad, ms=4, transform=ax.get_xaxis_transform(),
-                    label=f"{pol.policy}: fails")
-        _draw_failing_budgets(ax, pol, pts, report, bad, BELOW_COLOUR if single else colour)
+            strip.plot([p["ratio"] for p in fail], [i] * len(fail), "x", color=bad, ms=5,
+                       ls="none", gid="fails", label=f"{pol.policy}: failing run")
+        row = Row(strip, i, n, ax if single else None)
+        _draw_failing_budgets(row, pol, pts, report, bad, BELOW_COLOUR if single else colour)
+        _draw_uncertified(row, pol, report)
         _draw_switches(ax, pol, pts, report, SWITCH_COLOUR if single else colour)
         for u in pol.unresolved:
-            ax.axvline(u.ratio, color=UNRESOLVED_COLOUR, lw=1, ls="--")
+            for where in (ax, strip):
+                where.axvline(u.ratio, color=UNRESOLVED_COLOUR, lw=1, ls="--")
         marks += [m if single else replace(m, label=f"{pol.policy}: {m.label}")
                   for m in _hole_marks(pol, pts, report, bad)]
     if any(p.unresolved for p in report.policies):
         ax.plot([], [], "--", color=UNRESOLVED_COLOUR, label="unresolved (timeout)")
-    ax.set_ylabel("overhead (x model compute)")
+    ax.set_ylabel("overhead (x model compute)\ncompleting runs only")
     ax.set_xlim(report.params.ratio_from, report.params.ratio_to)
-    _leave_headroom(ax, len(report.policies))
+    _leave_headroom(ax)
     ax.grid(True, alpha=0.3)
-    mode = "exact partition" if report.params.exact else "samples"
-    ax.set_title(f"{report.trace.name}: overhead against budget ratio ({mode})")
+    strip.set_yticks(range(n), [policy_label(p.policy) for p in report.policies], fontsize=7)
+    strip.set_ylim(n - 0.5, -0.5)
+    strip.set_ylabel("fails", rotation=0, ha="right", va="center")
+    strip.grid(True, axis="x", alpha=0.3)
+    ax.set_title(f"{report.trace.name}: overhead against budget ratio\n{_mode(report)}",
+                 fontsize=10)
     if two:
-        _failure_panel(axes[1], report, points)
+        _failure_panel(axes[2], report, points)
     axes[-1].set_xlabel(f"budget ratio (x peak {peak:,} bytes)")
-    _place_hole_labels(fig, ax, marks, report)
+    _place_hole_labels(fig, ax, marks, report, strip)
     return fig
+
+
+def _mode(report: HolesReport) -> str:
+    """'exact partition' only when every budget of the range is certified for every policy."""
+    views = [p.exact for p in report.policies if p.exact is not None]
+    if not report.params.exact or not views:
+        return "samples"
+    if all(not v.gaps for v in views):
+        return "exact partition"
+    worst = min(views, key=lambda v: v.coverage)
+    reasons = sorted({g.reason for v in views for g in v.gaps})
+    return (f"exact, {worst.coverage:.2%} of the range certified; uncertified budgets "
+            f"hatched ({', '.join(reasons)})")
 
 
 # --- overhead -------------------------------------------------------------------------
@@ -133,68 +169,113 @@ def _certified_steps(pts: list[dict], report: HolesReport) -> list[tuple[list, l
     return lines
 
 
-def _draw_overhead(ax, policy: str, pts: list[dict], report: HolesReport, colour: str) -> None:
+def _draw_overhead(ax, policy: str, pts: list[dict], report: HolesReport, colour: str,
+                   i: int) -> None:
+    """Policy `i`'s completing runs: its colour, marker and dash (two policies of
+    equal overhead still read as two)."""
+    dash = POLICY_DASHES[i % len(POLICY_DASHES)]
     for k, (xs, ys) in enumerate(_certified_steps(pts, report)):
-        ax.plot(xs, ys, "-", color=colour, lw=1.2, gid="overhead-step",
+        ax.plot(xs, ys, ls=dash, color=colour, lw=1.2 + 0.6 * (i == 0), gid="overhead-step",
                 label=f"{policy}: overhead (certified interval)" if k == 0 else None)
     ok = [p for p in pts if p["status"] == "ok"]
-    ax.plot([p["ratio"] for p in ok], [p["overhead"] for p in ok], "o", color=colour, ms=2.5,
-            ls="none", label=f"{policy}: sampled run" if ok else None)
+    ax.plot([p["ratio"] for p in ok], [p["overhead"] for p in ok],
+            POLICY_MARKERS[i % len(POLICY_MARKERS)], color=colour, ms=2.5 + 1.5 * (i > 0),
+            mfc=colour if i == 0 else "none", ls="none",
+            label=f"{policy}: sampled run" if ok else None)
 
 
-def _leave_headroom(ax, policies: int) -> None:
-    """Room above the data for the hole labels, and below it for the failure
-    marks (a row per policy, 0.02 + 0.03 i of the height)."""
+def _leave_headroom(ax) -> None:
+    """Room above the data for the hole labels."""
     lo, hi = ax.get_ylim()
     span = hi - lo if hi > lo else max(abs(hi), 1.0) * 0.1
-    below = 0.05 + 0.03 * policies                    # fraction of the final height
-    total = span * (1 + HEADROOM) / (1 - below)
-    ax.set_ylim(lo - below * total, hi + span * HEADROOM)
+    ax.set_ylim(lo - 0.04 * span, hi + span * HEADROOM)
 
 
 # --- failing budgets and switches -----------------------------------------------------
 
-def _band(ax, lo: float, hi: float, x_span: float, gid: str, **style) -> None:
-    ax.axvspan(lo, hi, lw=0, gid=gid, **style)
-    if hi - lo < THIN * x_span:            # too thin to see as a band
-        ax.axvline((lo + hi) / 2, lw=0.8, color=style.get("color", style.get("ec")), gid=gid)
+@dataclass(frozen=True)
+class Row:
+    """Where one policy's budget bands go: its row `index` of the failure strip
+    (of `rows`), and the whole overhead panel too when it is the only policy."""
+    strip: object
+    index: int
+    rows: int
+    panel: object | None
 
 
-def _draw_failing_budgets(ax, pol: PolicyHoles, pts: list[dict], report: HolesReport,
-                          bad: str, below: str) -> None:
-    """Holes red; failing budgets with no success below them grey hatched;
-    failing budgets up to the top of the range with no success above, pale."""
-    peak = report.trace.peak
-    span = report.params.ratio_to - report.params.ratio_from
-    labelled = set()
+def _band(row: Row, lo: float, hi: float, x_span: float, gid: str, label: str | None,
+          **style) -> None:
+    top = 1 - row.index / row.rows
+    targets = [(row.strip, {"ymin": top - 1 / row.rows, "ymax": top})]
+    if row.panel is not None:
+        targets.insert(0, (row.panel, {}))
+    for k, (ax, extent) in enumerate(targets):
+        ax.axvspan(lo, hi, lw=0, gid=gid, label=label if k == 0 else None, **extent, **style)
+        if hi - lo < THIN * x_span:            # too thin to see as a band
+            ax.axvline((lo + hi) / 2, lw=0.8, color=style.get("color", style.get("ec")), gid=gid,
+                       **extent)
+
+
+def _labeller(pol: PolicyHoles):
+    labelled: set[str] = set()
 
     def once(key: str, text: str) -> str | None:
         if key in labelled:
             return None
         labelled.add(key)
         return f"{pol.policy}: {text}"
+    return once
 
+
+def _draw_failing_budgets(row: Row, pol: PolicyHoles, pts: list[dict], report: HolesReport,
+                          bad: str, below: str) -> None:
+    """Holes red; failing budgets with no success below them grey hatched;
+    failing budgets up to the top of the range pale; failing budgets beside
+    uncertified ones lighter still."""
+    peak = report.trace.peak
+    span = report.params.ratio_to - report.params.ratio_from
+    once = _labeller(pol)
     below_style = {"fc": "none", "ec": below, "hatch": "///", "alpha": 0.6}
     for lo, hi, kind in _failing_ranges(pol, pts, report):
         lo_r, hi_r = (lo / peak, (hi + 1) / peak) if pol.exact is not None else (lo, hi)
         if kind == "hole":
-            _band(ax, lo_r, hi_r, span, "hole", color=bad, alpha=0.22,
-                  label=once("hole", "hole (fails, completes below and above)"))
+            _band(row, lo_r, hi_r, span, "hole", once("hole", "hole (fails, completes below "
+                                                      "and above)"), color=bad, alpha=0.22)
         elif kind == "below":
-            _band(ax, lo_r, hi_r, span, "below-first-success", **below_style,
-                  label=once("below", "fails below the first success"))
+            _band(row, lo_r, hi_r, span, "below-first-success",
+                  once("below", "fails below the first success"), **below_style)
+        elif kind == "top":
+            _band(row, lo_r, hi_r, span, "fails-to-top",
+                  once("top", "fails, no success above in range"), color=bad, alpha=0.08)
         else:
-            _band(ax, lo_r, hi_r, span, "fails-to-top", color=bad, alpha=0.08,
-                  label=once("top", "fails, no success above in range"))
+            _band(row, lo_r, hi_r, span, "fails-open",
+                  once("open", "fails (certified), beside uncertified budgets"),
+                  color=bad, alpha=0.12)
+
+
+def _draw_uncertified(row: Row, pol: PolicyHoles, report: HolesReport) -> None:
+    """Budgets the exact walk has not certified, hatched and named by why."""
+    if pol.exact is None:
+        return
+    peak = report.trace.peak
+    span = report.params.ratio_to - report.params.ratio_from
+    once = _labeller(pol)
+    for g in pol.exact.gaps:
+        _band(row, g.lo / peak, (g.hi + 1) / peak, span, "uncertified",
+              once(g.reason, f"uncertified ({g.reason}): outcome unknown"),
+              fc="none", ec=UNCERTIFIED_COLOUR, hatch="xx", alpha=0.7)
 
 
 def _failing_ranges(pol: PolicyHoles, pts: list[dict],
                     report: HolesReport) -> list[tuple[float, float, str]]:
     """(lo, hi, kind) of failing budgets: bytes in exact mode, else ratios (the
     failing samples widened to their certificates); kind 'hole', 'below' (below
-    the first success) or 'top'."""
+    the first success), 'top' (up to the top of the range) or 'open' (above the
+    first success with uncertified budgets beside it)."""
     if pol.exact is not None:
-        return [(r.lo, r.hi, "hole" if r.hole else "below" if r.below_status is None else "top")
+        first = pol.exact.first_success(report.range_bytes[0])
+        return [(r.lo, r.hi, "hole" if r.hole else "below" if first is None or r.hi < first
+                 else "top" if r.hi >= report.range_bytes[1] else "open")
                 for r in pol.exact.failure_regions]
     out: list[tuple[float, float, str]] = []
     fs = pol.first_success.sample
@@ -241,11 +322,17 @@ def switch_positions(pol: PolicyHoles, pts: list[dict], peak: int) -> list[tuple
 
 def _draw_switches(ax, pol: PolicyHoles, pts: list[dict], report: HolesReport,
                    colour: str) -> None:
+    """Exact: a dotted line where two certified intervals touch (none across
+    uncertified budgets); samples: a hatched bracket between the two samples."""
     label = f"{pol.policy}: regime switch (overhead x{1 + report.threshold:g} or more)"
     span = report.params.ratio_to - report.params.ratio_from
-    for k, (lo, hi) in enumerate(switch_positions(pol, pts, report.trace.peak)):
-        style = {"label": label if k == 0 else None, "gid": "switch"}
-        if hi - lo < THIN * span:          # exact, or within a few uncertified bytes
+    drawn = 0
+    for lo, hi in switch_positions(pol, pts, report.trace.peak):
+        if pol.exact is not None and hi > lo:
+            continue                       # uncertified budgets between: drawn as such
+        style = {"label": label if not drawn else None, "gid": "switch"}
+        drawn += 1
+        if hi - lo < THIN * span:          # exact
             ax.axvline(lo, color=colour, lw=1, ls=":", **style)
         else:
             ax.axvspan(lo, hi, fc="none", ec=colour, hatch="..", lw=0.5, **style)
@@ -293,7 +380,7 @@ def _overlaps(a, b) -> bool:
     return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 
 
-def _place_hole_labels(fig, ax, marks: list[HoleMark], report: HolesReport) -> None:
+def _place_hole_labels(fig, ax, marks: list[HoleMark], report: HolesReport, strip) -> None:
     """Label the widest holes where their labels fit (no overlap, inside the
     panel); list the others in the legend. Placing depends on the layout, the
     layout on the legend: repeat until the listed set stops growing."""
@@ -301,7 +388,7 @@ def _place_hole_labels(fig, ax, marks: list[HoleMark], report: HolesReport) -> N
     listed: list[HoleMark] = []
     placed: list = []
     while True:
-        _legend(ax, listed, report)
+        _legend(ax, strip, listed, report)
         fig.draw_without_rendering()
         for ann in placed:
             ann.remove()
@@ -336,9 +423,16 @@ def _try_labels(fig, ax, marks: list[HoleMark]) -> tuple[list, list[HoleMark]]:
     return placed, missed
 
 
-def _legend(ax, listed: list[HoleMark], report: HolesReport) -> None:
+def _legend(ax, strip, listed: list[HoleMark], report: HolesReport) -> None:
+    """One legend beside the overhead panel for it and the failure strip."""
     from matplotlib.patches import Patch
     handles, labels = ax.get_legend_handles_labels()
+    seen = set(labels)
+    for h, lab in zip(*strip.get_legend_handles_labels()):
+        if lab not in seen:
+            handles.append(h)
+            labels.append(lab)
+            seen.add(lab)
     if len(report.policies) > 1:
         handles, labels = _by_policy_then_kind(handles, labels, report)
     if listed:
@@ -358,7 +452,10 @@ def _by_policy_then_kind(handles: list, labels: list[str], report: HolesReport):
     kind of mark, instead of every policy's every kind ("POLICY: kind" labels)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    out_h = [Line2D([], [], color=POLICY_COLOURS[i % len(POLICY_COLOURS)], lw=2)
+    out_h = [Line2D([], [], color=POLICY_COLOURS[i % len(POLICY_COLOURS)], lw=2,
+                    ls=POLICY_DASHES[i % len(POLICY_DASHES)],
+                    marker=POLICY_MARKERS[i % len(POLICY_MARKERS)],
+                    mfc=POLICY_COLOURS[i % len(POLICY_COLOURS)] if i == 0 else "none")
              for i, _ in enumerate(report.policies)]
     out_l = [policy_label(pol.policy) for pol in report.policies]
     kinds: dict[str, object] = {}
@@ -387,22 +484,37 @@ def _byte_unit(n: float) -> tuple[float, str]:
 
 
 def _failure_panel(ax, report: HolesReport, points: dict[str, list[dict]]) -> None:
+    """Pinned bytes at each OOM (filled circles, left axis) and nesting depth
+    there (hollow triangles, right axis): one policy draws them in two colours,
+    several in their colours, the markers telling the series apart."""
     from matplotlib.ticker import MaxNLocator
     depth_ax = ax.twinx()
     scale, unit = _byte_unit(max((p["oom_pinned"] for pts in points.values() for p in pts
                                   if p["oom_pinned"] is not None), default=0))
+    single = len(report.policies) == 1
     for i, pol in enumerate(report.policies):
         colour = POLICY_COLOURS[i % len(POLICY_COLOURS)]
         oom = [p for p in points.get(pol.policy, []) if p["oom_pinned"] is not None]
         if not oom:
             continue
         ax.plot([p["ratio"] for p in oom], [p["oom_pinned"] / scale for p in oom], "o",
-                color=colour, ms=3, label=f"{pol.policy}: pinned at OOM")
+                color=colour, ms=3.5, ls="none", gid="oom-pinned",
+                label=f"{pol.policy}: pinned at OOM ({unit}, left)")
+        depth_colour = DEPTH_COLOUR if single else colour
         depth_ax.plot([p["ratio"] for p in oom], [p["oom_depth"] for p in oom], "^",
-                      color=colour, ms=3, alpha=0.5, label=f"{pol.policy}: depth at OOM")
-    ax.set_ylabel(f"pinned at failure ({unit})")
-    depth_ax.set_ylabel("nesting depth at failure")
+                      mfc="none", mec=depth_colour, mew=1.0, ms=5, ls="none", gid="oom-depth",
+                      label=f"{pol.policy}: depth at OOM (right)")
+    ax.set_ylabel(f"pinned at failure ({unit})", color=POLICY_COLOURS[0] if single else "black")
+    depth_ax.set_ylabel("nesting depth at failure", color=DEPTH_COLOUR if single else "black")
     depth_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    # both axes from 0, the depths drawn lower than the pinned bytes, so the two
+    # series of one failing run never sit on one spot
+    top = max((p["oom_pinned"] for pts in points.values() for p in pts
+               if p["oom_pinned"] is not None), default=0) / scale
+    deepest = max((p["oom_depth"] for pts in points.values() for p in pts
+                   if p["oom_depth"] is not None), default=0)
+    ax.set_ylim(0, top * 1.25 or 1)
+    depth_ax.set_ylim(0, deepest * 2.2 or 1)
     ax.grid(True, alpha=0.3)
     handles = ax.get_legend_handles_labels()
     extra = depth_ax.get_legend_handles_labels()

@@ -1,0 +1,126 @@
+"""Wrapping never breaks a number, digest, path or number-unit pair (render/wrapping.py).
+
+Every command that has `--json` runs on the embedded trace (hole-rnn-seed16,
+peak 27,446,976 B, an exact hole 25,177,836 - 25,233,075 B) at 200 columns, where
+nothing needs to wrap, and at 60, 80 and 120. What its JSON holds (byte counts
+as the text writes them, digests, paths, run ids) and what its wide text shows
+as a number with its unit must then appear whole at every width: on one line,
+with no digit glued on either side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+
+import pytest
+from rich.text import Text
+from typer.testing import CliRunner
+
+from dtrforensics.cli.main import app
+from dtrforensics.render.console import console
+from dtrforensics.render.wrapping import divide
+
+WIDTHS = (60, 80, 120)
+WIDE = 200
+HOLE = "hole@25200000B"         # inside the hole: OOM
+OK = "hole@25177835B"           # one byte below it: completes
+PAIR = re.compile(r"(?<![\w.,-])(?:Σ )?-?\d[\d,]*(?:\.\d+)? (?:B|KiB|MiB|GiB|ns|us|ms|s)(?!\w)")
+
+COMMANDS = {
+    "run": ["run", "hole", "--budget", "25200000"],
+    "show": ["show", "rec"],
+    "diff": ["diff", OK, HOLE],
+    "oom": ["oom", HOLE],
+    "replay": ["replay", HOLE],
+    "regime": ["regime", "hole@25288252B", "hole@25288251B", "--window", "2"],
+    "reevict": ["reevict", OK, HOLE],
+    "intervene": ["intervene", "hole", "--budget", "25200000", "--retain", "3"],
+    "explain": ["explain", "hole", "--budget", "25200000"],
+    "holes": ["holes", "sweep"],
+    "edges": ["edges", "sweep"],
+    "compare-policies": ["compare-policies", "hole", "--from", "0.9172", "--to", "0.9215",
+                         "--exact", "--policy", "dtr,lru", "--jobs", "1", "-o", "cmp",
+                         "--no-progress"],
+    "traces list": ["traces", "list"],
+    "traces info": ["traces", "info", "hole"],
+    "synth": ["synth", "rnn", "-o", "synth.log"],
+}
+
+
+def cli(cwd, width: int, args: list[str]):
+    with contextlib.chdir(cwd):
+        res = CliRunner().invoke(app, args, env={"COLUMNS": str(width)})
+    assert res.exit_code == 0, res.output
+    return res.stdout
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A sweep across the hole and a recording inside it."""
+    root = tmp_path_factory.mktemp("wrap")
+    cli(root, WIDE, ["sweep", "hole", "--from", "0.9172", "--to", "0.9215", "--exact",
+                     "--jobs", "1", "-o", "sweep", "--no-progress"])
+    cli(root, WIDE, ["run", "hole", "--budget", "25200000", "--record", "rec"])
+    return root
+
+
+def leaves(doc) -> list:
+    if isinstance(doc, dict):
+        return [x for v in doc.values() for x in leaves(v)]
+    if isinstance(doc, list):
+        return [x for v in doc for x in leaves(v)]
+    return [doc]
+
+
+def candidates(doc) -> set[str]:
+    """What a text may show of a JSON document: integers of four digits and more
+    (grouped by commas, as the text writes bytes, and bare), digests, paths and
+    run ids (strings with no space of at least 12 characters)."""
+    out: set[str] = set()
+    for v in leaves(doc):
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1000:
+            out |= {f"{v:,}", str(v)}
+        elif isinstance(v, str) and len(v) >= 12 and " " not in v:
+            out.add(v)
+    return out
+
+
+def whole(token: str, text: str) -> bool:
+    return re.search(rf"(?<![\w.,/-]){re.escape(token)}(?![\w/]|[.,]\d)", text) is not None
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_number_digest_and_path_is_whole_at_any_width(folder, name):
+    args = COMMANDS[name]
+    doc = json.loads(cli(folder, WIDE, [*args, "--json"]))
+    wide = cli(folder, WIDE, args)
+    shown = {c for c in candidates(doc) if whole(c, wide)}
+    again = cli(folder, WIDE, args)       # what changes between runs (wall times) is left out
+    shown |= set(PAIR.findall(wide)) & set(PAIR.findall(again))
+    assert shown, f"{name}: the text shows nothing of its JSON\n{wide}"
+    for width in WIDTHS:
+        text = cli(folder, width, args)
+        assert "…" not in text
+        cut = sorted(t for t in shown if not whole(t, text))
+        assert not cut, f"{name} at {width} columns cuts {cut}\n{text}"
+
+
+def test_continued_indented_lines_stay_indented():
+    line = "  ↳ evict 291 x8198 (85.75 MiB) score 2.75357e-09 runner-up 3.1e-09 x8199"
+    offsets = divide(line, 40, hang=4)
+    parts = [line[a:b] for a, b in zip([0, *offsets], [*offsets, len(line)])]
+    assert "".join(parts) == line and len(parts) > 1
+    assert "(85.75 MiB)" in "".join(p for p in parts if "85.75" in p)
+    out = console(width=40, record=True, file=open("/dev/null", "w"), color_system=None)
+    out.print(Text(line))
+    lines = out.export_text().splitlines()
+    assert lines[0].startswith("  ↳ evict") and all(x.startswith("    ") for x in lines[1:])
+
+
+def test_a_word_wider_than_the_terminal_is_printed_whole():
+    digest = "946d63b6607c1acbc131541db7fc9d359515dd9f895dcbb0cb662fa591f95172"
+    out = console(width=40, record=True, file=open("/dev/null", "w"), color_system=None)
+    out.print(f"victims sha256: {digest}")
+    assert digest in out.export_text().splitlines()
