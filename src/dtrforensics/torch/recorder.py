@@ -30,10 +30,10 @@ from .costs import flop_cost, is_repeatable, timed_call
 from .log import LogWriter
 
 IDENTITY_OPS = ("detach", "alias", "lift_fresh")
-REJECTED_TAGS = {
-    torch.Tag.dynamic_output_shape: "its output shape depends on tensor data",
-    torch.Tag.data_dependent_output: "its result depends on tensor data",
-}
+# A tensor literal (`torch.tensor([...])`) enters the step as a real tensor the
+# op lifts; in real mode the lifted tensor is that tensor, under fake mode a new
+# fake one. Either way it is one CONSTANT, so fake logs equal real ones.
+LIFTS = ("lift_fresh", "lift_fresh_copy")
 REJECTED_OPS = {"set_": "it rebinds a tensor to another storage"}
 # Ops that write arguments their schema does not mark as written (batch norm
 # updates its running statistics in place in training mode).
@@ -62,8 +62,9 @@ def _allowed_type(t: torch.Tensor) -> bool:
 class StepRecorder(TorchDispatchMode):
     """The dispatch mode that writes the log; `where()` names the code running now."""
 
-    def __init__(self, log: LogWriter, cost: str, where: Callable[[], str]):
+    def __init__(self, log: LogWriter, cost: str, where: Callable[[], str], fake: bool = False):
         super().__init__()
+        self.fake = fake
         self.log = log
         self.cost = cost
         self.where = where
@@ -143,9 +144,6 @@ class StepRecorder(TorchDispatchMode):
                               "(sizes of sparse storages are not fixed by shapes)")
 
     def _check_op(self, func, op: str) -> None:
-        for tag, why in REJECTED_TAGS.items():
-            if tag in func.tags:
-                raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {why}")
         why = REJECTED_OPS.get(func.overloadpacket.__name__)
         if why:
             raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {why}")
@@ -155,10 +153,13 @@ class StepRecorder(TorchDispatchMode):
         op = f"op {func.overloadpacket.__name__} ({func})"
         self._check_op(func, op)
         inputs, mutated = _schema_tensors(func, args, kwargs)
+        if func.overloadpacket.__name__ in LIFTS and inputs and self.fake \
+                and type(inputs[0]) in PLAIN_TYPES:
+            return self._lift(func, args, kwargs, op)
         self._busy = True
         try:
             arg_names = [self.name_of(t, op) for t in inputs]
-            call = lambda: func(*args, **kwargs)  # noqa: E731
+            call = lambda: self._call(func, args, kwargs, op)  # noqa: E731
             if self.cost == "measured":
                 out, cost = timed_call(call, is_repeatable(func, bool(mutated)))
             else:
@@ -173,6 +174,26 @@ class StepRecorder(TorchDispatchMode):
             for name in pending:
                 self.log.release(name)
         return out
+
+    def _lift(self, func, args, kwargs, op: str):
+        out = self._call(func, args, kwargs, op)
+        self._busy = True
+        try:
+            self.name_of(out, op)
+        finally:
+            self._busy = False
+        return out
+
+    def _call(self, func, args, kwargs, op: str):
+        from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+        from .concrete import FakeValueError
+        try:
+            return func(*args, **kwargs)
+        except (FakeValueError, DataDependentOutputException, DynamicOutputShapeException) as exc:
+            raise RecordError(f"{op} {self.where()}: in fake mode {_first_line(exc)}; record this "
+                              "model in real mode (a small size gives the same log), or compute "
+                              "that value from Python constants or arange") from None
 
     def _write(self, func, args, kwargs, out, inputs: list, arg_names: list[str],
                mutated: list[int], outputs: list, cost: int) -> None:
@@ -219,6 +240,11 @@ class StepRecorder(TorchDispatchMode):
             name = self._new_name()
             self.log.call("alias", [source], [(name, t.untyped_storage().nbytes(), 0)], 1)
             self._register(t, name, owner=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..engine.baseline import baseline
 from ..trace.parser import parse_file
+from .concrete import ConcreteValues, real_paths
 from .costs import COST_MODELS
 from .log import LogWriter
 from .recorder import RecordError, StepRecorder, constants_of
@@ -131,7 +132,7 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
 
     log = LogWriter()
     modules = ModuleLocator(model)
-    recorder = StepRecorder(log, cost, modules.where)
+    recorder = StepRecorder(log, cost, modules.where, fake)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     loss_value = None
@@ -139,6 +140,8 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
         with contextlib.ExitStack() as stack:
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
+                stack.enter_context(ConcreteValues(fake_mode))
+                stack.enter_context(real_paths())
             stack.enter_context(recorder)
             for t in existing:
                 recorder.name_of(t)
