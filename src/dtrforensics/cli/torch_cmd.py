@@ -82,10 +82,17 @@ def record_cmd(
                              optimizer=optimizer, autocast=autocast)
     except RecordError as exc:
         raise CommandError(f"{spec}: {exc}") from None
+    from ..analyses.floor import floor
+    from ..render.floor import floor_lines
+    from ..trace.parser import parse_file
+    bounds = floor(parse_file(summary.path)).to_json()
     if as_json:
         print(json.dumps({"path": str(summary.path), "peak_bytes": summary.peak, "ops": summary.ops,
-                          "cost": summary.cost, "fake": summary.fake, "loss": summary.loss}, indent=2))
+                          "cost": summary.cost, "fake": summary.fake, "loss": summary.loss,
+                          "floor": bounds}, indent=2))
         return
     print(f"peak memory {fmt_bytes(summary.peak)} ({summary.peak:,} bytes), {summary.ops:,} ops "
           f"({summary.cost} costs{', fake tensors' if summary.fake else ''})")
+    for line in floor_lines(bounds):
+        print(line)
     print(f"wrote {summary.path}")

@@ -19,6 +19,7 @@ keeps its input object alive where a real one does not.)
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -110,6 +111,38 @@ class StepRecorder(TorchDispatchMode):
         else:
             self.log.release(name)
 
+    @contextlib.contextmanager
+    def simultaneous_releases(self):
+        """Frees inside this block happen at one moment (a cache cleared at once, in
+        an order that depends on addresses): released in creation order."""
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
+            pending, self._pending = self._pending, []
+            for name in sorted(pending, key=lambda n: int(n[1:])):
+                self.log.release(name)
+
+    def release_dead_views(self) -> None:
+        """Release the names of views whose tensors have died, in creation order.
+
+        A view's name otherwise lives as long as its storage. That is harmless
+        until the storage is written in place: the simulator rebinds only the
+        written name and keeps the old version alive for the other names, so
+        each parameter the optimizer updates, with a forward view (`t`) still
+        named, would count twice for the rest of the step. Called once the
+        backward pass is over and collected, when no transient view is alive in
+        real or fake mode."""
+        alive = set(self._names.values())
+        dead = []
+        for names in self._storage_names.values():
+            keep = [names[0]] + [n for n in names[1:] if n in alive]
+            dead += [n for n in names[1:] if n not in alive]
+            names[:] = keep
+        for name in sorted(dead, key=lambda n: int(n[1:])):
+            self._release(name)
+
     def close(self) -> None:
         """Stop writing; tensors that outlive the step end the log still referenced."""
         self._open = False
@@ -185,7 +218,10 @@ class StepRecorder(TorchDispatchMode):
         return out
 
     def _call(self, func, args, kwargs, op: str):
-        from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+        from torch._subclasses.fake_tensor import (
+            DataDependentOutputException,
+            DynamicOutputShapeException,
+        )
 
         from .concrete import FakeValueError
         try:

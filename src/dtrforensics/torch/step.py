@@ -154,11 +154,18 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             stack.enter_context(recorder)
             for t in existing:
                 recorder.name_of(t)
-            with autocast_context(autocast):
+            cast = autocast_context(autocast)
+            cast.__enter__()
+            try:
                 loss = _run_forward(model, inputs, targets, loss_fn, state, modules)
+            finally:
+                with recorder.simultaneous_releases():   # autocast frees its cast cache
+                    cast.__exit__(None, None, None)
             log.annotate("BACKWARD")
             _run_backward(loss)
             if opt is not None:
+                gc.collect()
+                recorder.release_dead_views()
                 _run_optimizer(opt)
             if not fake:
                 with _disable_current_modes():
