@@ -78,19 +78,40 @@ class Probe(nn.Module):
         return self.body(self.inner(x))
 
 
-def _raises(tmp_path, body, loss_fn=lambda out, _: out.sum(), inputs=None, match=""):
+def _raises(tmp_path, body, loss_fn=lambda out, _: out.sum(), inputs=None, match="", fake=False):
     model = Probe(body)
     inputs = torch.ones(2, 4) if inputs is None else inputs
     with pytest.raises(RecordError, match=match) as info:
-        record(model, (inputs, None), loss_fn, tmp_path / "bad.log")
+        record(model, (inputs, None), loss_fn, tmp_path / "bad.log", fake=fake)
     assert list(tmp_path.iterdir()) == [], "no partial log, no temporary file"
     assert "\n" not in str(info.value)
     return str(info.value)
 
 
-def test_data_dependent_shapes_are_refused_naming_op_and_module(tmp_path):
-    message = _raises(tmp_path, lambda y: y[y.nonzero(as_tuple=True)], match="nonzero")
-    assert "in module <lambda>" not in message and "Probe" in message
+def positives(y):
+    """Data-dependent in every way: a shape from `nonzero`, a scalar read, a list read."""
+    picked = y[(y > 0).nonzero(as_tuple=True)]
+    scale = float(picked.numel()) + (y.sum() > 0).item() + sum(y[0, :2].tolist())
+    return picked * scale
+
+
+def test_real_mode_records_data_dependent_ops_as_they_ran(tmp_path):
+    torch.manual_seed(0)
+    model = Probe(positives)
+    inputs = torch.randn(3, 4)
+    expected = (model.inner(inputs) > 0).sum().item()
+    summary = record(model, (inputs, None), lambda out, _: out.sum(), tmp_path / "dd.log")
+    program = parse_file(tmp_path / "dd.log")
+    names = [program.op_name(i) for i in range(program.n_ops)]
+    assert "nonzero" in names and "_local_scalar_dense" not in names   # a read makes no tensor
+    selected = names.index("index")
+    assert int(program.op_total_size[selected]) == expected * 4   # this batch's selection (float32)
+    assert summary.loss is not None
+
+
+def test_fake_mode_refuses_values_it_does_not_have_naming_op_and_module(tmp_path):
+    message = _raises(tmp_path, lambda y: y[y.nonzero(as_tuple=True)], match="nonzero", fake=True)
+    assert "in module <lambda>" not in message and "Probe" in message and "real mode" in message
 
 
 def test_sparse_tensors_are_refused(tmp_path):

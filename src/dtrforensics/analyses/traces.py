@@ -1,5 +1,5 @@
 """What the tool says about a trace before replaying it: size, unconstrained peak,
-model compute, the single-op bottleneck, op counts, hashes and cache status."""
+model compute, the single-op bottleneck, the floor, op counts, hashes and cache status."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.baseline import baseline
+from .floor import floor
 from ..trace import registry
 from ..trace.cache import cache_path
 from ..trace.program import Program
@@ -52,5 +53,6 @@ def describe(program: Program, path: Path, cache_status: str) -> dict[str, Any]:
         "distinct_op_names": len(counts),
         "top_ops": [{"name": n, "count": c} for n, c in counts.most_common(10)],
         "cache": {"status": cache_status, "path": str(cache_path(program.sha256))},
+        "floor": floor(program).to_json(),
     })
     return info

@@ -23,19 +23,30 @@ def register(app: typer.Typer) -> None:
     app.add_typer(torch_app, name="torch")
 
 
-def _sizes(pairs: list[str]) -> dict[str, int]:
-    sizes = {}
+def _value(text: str):
+    """An integer, a float, true/false, or the text itself."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _settings(pairs: list[str]) -> dict[str, object]:
+    settings = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key or not value.lstrip("-").isdigit():
-            raise CommandError(f"--set takes KEY=INTEGER (e.g. layers=4), got {pair!r}")
-        sizes[key] = int(value)
-    return sizes
+        if not sep or not key or not value:
+            raise CommandError(f"--set takes KEY=VALUE (e.g. layers=4), got {pair!r}")
+        settings[key] = _value(value)
+    return settings
 
 
 @torch_app.command("record")
 def record_cmd(
-    spec: Annotated[str, typer.Argument(help="zoo:NAME (gpt, gpt-1b, resnet, lstm, unet, mlp) or "
+    spec: Annotated[str, typer.Argument(help="zoo:NAME (gpt, gpt-1b, resnet, lstm, unet, mlp, encoder, moe), "
+                                             "hf:ARCH (e.g. hf:llama), timm:NAME, torchvision:NAME, or "
                                              "package.module:factory returning (model, batch, loss_fn).",
                                         show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", "--out", help="Log file to write (atomically).",
@@ -44,8 +55,11 @@ def record_cmd(
     fake: Annotated[bool, typer.Option("--fake", help="Fake tensors: exact sizes, no memory, flops costs.")] = False,
     batch: Annotated[Optional[int], typer.Option(help="Batch size (passed to the factory as batch=).")] = None,
     seq: Annotated[Optional[int], typer.Option(help="Sequence length (passed as seq=).")] = None,
+    image_size: Annotated[Optional[int], typer.Option("--image-size", help="Image side in pixels (passed as image_size=).")] = None,
     dtype: Annotated[Optional[str], typer.Option(help="float32, float64, float16 or bfloat16 (passed as dtype=).")] = None,
-    sizes: Annotated[Optional[list[str]], typer.Option("--set", help="Another factory keyword, KEY=INTEGER (e.g. layers=4); repeatable.")] = None,
+    sizes: Annotated[Optional[list[str]], typer.Option("--set", help="Another factory keyword or hf: config key, KEY=VALUE (e.g. layers=4); repeatable.")] = None,
+    optimizer: Annotated[Optional[str], typer.Option(help="Add optimizer.step() in its steady state: sgd, adam or adamw.")] = None,
+    autocast: Annotated[Optional[str], typer.Option(help="Mixed precision for forward and loss: bf16 or fp16.")] = None,
     seed: Annotated[int, typer.Option(help="torch.manual_seed before building the model.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -57,20 +71,28 @@ def record_cmd(
         from ..torch.spec import build, parse_dtype
     except ImportError as exc:
         raise CommandError(f"dtrf torch needs PyTorch ({exc}): pip install 'dtrforensics[torch]'") from None
-    options = {"batch": batch, "seq": seq, **_sizes(sizes or [])}
+    options = {"batch": batch, "seq": seq, "image_size": image_size, **_settings(sizes or [])}
     try:
         if dtype is not None:
             options["dtype"] = parse_dtype(dtype)
         torch.manual_seed(seed)
         model, data, loss_fn = build(spec, fake=fake, **options)
         with reporting_replaced(output):
-            summary = record(model, data, loss_fn, output, cost=cost, fake=fake)
+            summary = record(model, data, loss_fn, output, cost=cost, fake=fake,
+                             optimizer=optimizer, autocast=autocast)
     except RecordError as exc:
         raise CommandError(f"{spec}: {exc}") from None
+    from ..analyses.floor import floor
+    from ..render.floor import floor_lines
+    from ..trace.parser import parse_file
+    bounds = floor(parse_file(summary.path)).to_json()
     if as_json:
         print(json.dumps({"path": str(summary.path), "peak_bytes": summary.peak, "ops": summary.ops,
-                          "cost": summary.cost, "fake": summary.fake, "loss": summary.loss}, indent=2))
+                          "cost": summary.cost, "fake": summary.fake, "loss": summary.loss,
+                          "floor": bounds}, indent=2))
         return
     print(f"peak memory {fmt_bytes(summary.peak)} ({summary.peak:,} bytes), {summary.ops:,} ops "
           f"({summary.cost} costs{', fake tensors' if summary.fake else ''})")
+    for line in floor_lines(bounds):
+        print(line)
     print(f"wrote {summary.path}")

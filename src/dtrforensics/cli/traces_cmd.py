@@ -125,6 +125,7 @@ def info(
     from ..render.tables import FitTable
 
     from ..analyses.traces import describe
+    from ..render.floor import floor_lines
     from ..render.units import fmt_bytes, fmt_ns
     from ..trace.cache import CACHE_HIT, CACHE_MISS, CACHE_REBUILT
     path = _resolve(name)
@@ -158,6 +159,7 @@ def info(
         ("single-op bottleneck", f"{fmt_bytes(data['bottleneck_bytes'])} "
                                  f"({data['bottleneck_bytes']:,} B) at op {bott['id']} "
                                  f"(paper #{bott['paper_id']}) {bott['name']}"),
+        ("floor", "\n".join(floor_lines(data["floor"]))),
         ("cache", f"{cache_words}: {data['cache']['path']}"),
     ):
         table.add_row(field, value)

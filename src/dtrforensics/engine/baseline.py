@@ -51,6 +51,15 @@ def baseline(program: Program) -> Baseline:
             if refs[s] == 0 and material[s]:
                 material[s] = False
                 memory -= size[s]
+    need = op_need(program)
+    bottleneck_op = int(np.argmax(need))
+    return Baseline(peak=peak, model_compute=int(program.op_cost.sum()), peak_op_id=peak_op,
+                    bottleneck_bytes=int(need[bottleneck_op]), bottleneck_op_id=bottleneck_op)
+
+
+def op_need(program: Program) -> np.ndarray:
+    """Per op, the bytes it needs at once besides constants: its outputs plus its
+    non-constant arguments (0 for constants). Its maximum is the bottleneck."""
     need = np.asarray(program.op_total_size, dtype=np.int64).copy()
     const = np.array([program.is_constant(o) for o in range(program.n_ops)])
     arg_ops = program.tensor_op[program.op_args]
@@ -58,9 +67,7 @@ def baseline(program: Program) -> Baseline:
     owner = np.repeat(np.arange(program.n_ops), np.diff(program.op_arg_ptr))
     np.add.at(need, owner, arg_sizes)
     need[const] = 0
-    bottleneck_op = int(np.argmax(need))
-    return Baseline(peak=peak, model_compute=int(program.op_cost.sum()), peak_op_id=peak_op,
-                    bottleneck_bytes=int(need[bottleneck_op]), bottleneck_op_id=bottleneck_op)
+    return need
 
 
 def budget_for_ratio(ratio: float, peak: int) -> int:

@@ -19,6 +19,7 @@ keeps its input object alive where a real one does not.)
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -30,10 +31,10 @@ from .costs import flop_cost, is_repeatable, timed_call
 from .log import LogWriter
 
 IDENTITY_OPS = ("detach", "alias", "lift_fresh")
-REJECTED_TAGS = {
-    torch.Tag.dynamic_output_shape: "its output shape depends on tensor data",
-    torch.Tag.data_dependent_output: "its result depends on tensor data",
-}
+# A tensor literal (`torch.tensor([...])`) enters the step as a real tensor the
+# op lifts; in real mode the lifted tensor is that tensor, under fake mode a new
+# fake one. Either way it is one CONSTANT, so fake logs equal real ones.
+LIFTS = ("lift_fresh", "lift_fresh_copy")
 REJECTED_OPS = {"set_": "it rebinds a tensor to another storage"}
 # Ops that write arguments their schema does not mark as written (batch norm
 # updates its running statistics in place in training mode).
@@ -62,8 +63,9 @@ def _allowed_type(t: torch.Tensor) -> bool:
 class StepRecorder(TorchDispatchMode):
     """The dispatch mode that writes the log; `where()` names the code running now."""
 
-    def __init__(self, log: LogWriter, cost: str, where: Callable[[], str]):
+    def __init__(self, log: LogWriter, cost: str, where: Callable[[], str], fake: bool = False):
         super().__init__()
+        self.fake = fake
         self.log = log
         self.cost = cost
         self.where = where
@@ -109,6 +111,38 @@ class StepRecorder(TorchDispatchMode):
         else:
             self.log.release(name)
 
+    @contextlib.contextmanager
+    def simultaneous_releases(self):
+        """Frees inside this block happen at one moment (a cache cleared at once, in
+        an order that depends on addresses): released in creation order."""
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
+            pending, self._pending = self._pending, []
+            for name in sorted(pending, key=lambda n: int(n[1:])):
+                self.log.release(name)
+
+    def release_dead_views(self) -> None:
+        """Release the names of views whose tensors have died, in creation order.
+
+        A view's name otherwise lives as long as its storage. That is harmless
+        until the storage is written in place: the simulator rebinds only the
+        written name and keeps the old version alive for the other names, so
+        each parameter the optimizer updates, with a forward view (`t`) still
+        named, would count twice for the rest of the step. Called once the
+        backward pass is over and collected, when no transient view is alive in
+        real or fake mode."""
+        alive = set(self._names.values())
+        dead = []
+        for names in self._storage_names.values():
+            keep = [names[0]] + [n for n in names[1:] if n in alive]
+            dead += [n for n in names[1:] if n not in alive]
+            names[:] = keep
+        for name in sorted(dead, key=lambda n: int(n[1:])):
+            self._release(name)
+
     def close(self) -> None:
         """Stop writing; tensors that outlive the step end the log still referenced."""
         self._open = False
@@ -143,9 +177,6 @@ class StepRecorder(TorchDispatchMode):
                               "(sizes of sparse storages are not fixed by shapes)")
 
     def _check_op(self, func, op: str) -> None:
-        for tag, why in REJECTED_TAGS.items():
-            if tag in func.tags:
-                raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {why}")
         why = REJECTED_OPS.get(func.overloadpacket.__name__)
         if why:
             raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {why}")
@@ -155,10 +186,13 @@ class StepRecorder(TorchDispatchMode):
         op = f"op {func.overloadpacket.__name__} ({func})"
         self._check_op(func, op)
         inputs, mutated = _schema_tensors(func, args, kwargs)
+        if func.overloadpacket.__name__ in LIFTS and inputs and self.fake \
+                and type(inputs[0]) in PLAIN_TYPES:
+            return self._lift(func, args, kwargs, op)
         self._busy = True
         try:
             arg_names = [self.name_of(t, op) for t in inputs]
-            call = lambda: func(*args, **kwargs)  # noqa: E731
+            call = lambda: self._call(func, args, kwargs, op)  # noqa: E731
             if self.cost == "measured":
                 out, cost = timed_call(call, is_repeatable(func, bool(mutated)))
             else:
@@ -173,6 +207,29 @@ class StepRecorder(TorchDispatchMode):
             for name in pending:
                 self.log.release(name)
         return out
+
+    def _lift(self, func, args, kwargs, op: str):
+        out = self._call(func, args, kwargs, op)
+        self._busy = True
+        try:
+            self.name_of(out, op)
+        finally:
+            self._busy = False
+        return out
+
+    def _call(self, func, args, kwargs, op: str):
+        from torch._subclasses.fake_tensor import (
+            DataDependentOutputException,
+            DynamicOutputShapeException,
+        )
+
+        from .concrete import FakeValueError
+        try:
+            return func(*args, **kwargs)
+        except (FakeValueError, DataDependentOutputException, DynamicOutputShapeException) as exc:
+            raise RecordError(f"{op} {self.where()}: in fake mode {_first_line(exc)}; record this "
+                              "model in real mode (a small size gives the same log), or compute "
+                              "that value from Python constants or arange") from None
 
     def _write(self, func, args, kwargs, out, inputs: list, arg_names: list[str],
                mutated: list[int], outputs: list, cost: int) -> None:
@@ -219,6 +276,11 @@ class StepRecorder(TorchDispatchMode):
             name = self._new_name()
             self.log.call("alias", [source], [(name, t.untyped_storage().nbytes(), 0)], 1)
             self._register(t, name, owner=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -1,4 +1,5 @@
-"""Model specs: `zoo:NAME` (built in) or `package.module:factory` (a callable
+"""Model specs: `zoo:NAME` (built in), `hf:ARCH`, `timm:NAME`, `torchvision:NAME`
+(named by their library, `named.py`) or `package.module:factory` (a callable
 returning `(model, batch, loss_fn)`), built real or under a FakeTensorMode."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 
 import torch
 
-from . import zoo
+from . import named, zoo
 from .recorder import RecordError
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
@@ -32,9 +33,12 @@ def resolve(spec: str):
         if name not in zoo.ZOO:
             raise RecordError(f"unknown zoo model {name!r}; known: {', '.join(zoo.ZOO)}")
         return zoo.ZOO[name]
+    if spec.partition(":")[0] in named.PREFIXES:
+        return named.resolve(spec)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise RecordError(f"model spec {spec!r} is neither zoo:NAME nor package.module:factory")
+        raise RecordError(f"model spec {spec!r} is none of zoo:NAME, hf:ARCH, timm:NAME, "
+                          "torchvision:NAME or package.module:factory")
     if os.getcwd() not in sys.path:  # `mymodule:factory` means the current folder's, as `python -m`
         sys.path.insert(0, os.getcwd())
     try:
@@ -45,6 +49,41 @@ def resolve(spec: str):
     if not callable(factory):
         raise RecordError(f"{spec}: module {module_name!r} has no callable {attr!r}")
     return factory
+
+
+@contextlib.contextmanager
+def fake_context():
+    """A `FakeTensorMode` with concrete values for what Python constants compute, so
+    a factory runs as its library wrote it (initialisers, `linspace(...).item()`)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .concrete import ConcreteValues, real_paths
+    mode = FakeTensorMode()
+    with mode, ConcreteValues(mode), real_paths(), _FakeDeepcopy():
+        yield mode
+
+
+class _FakeDeepcopy(torch.overrides.TorchFunctionMode):
+    """`copy.deepcopy` of a fake tensor as a clone in its own fake mode.
+
+    PyTorch deep-copies a tensor through its storage, which for a fake tensor
+    yields a tensor of a new `FakeTensorMode`; a module cloned that way
+    (`nn.TransformerEncoder` clones its layer) then fails with `Mixing fake
+    modes NYI` on its first op. A clone is what the real deep copy makes: new
+    storage, same values, strides, `requires_grad` and parameter-ness."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        from torch._subclasses.fake_tensor import FakeTensor
+        if func is torch.Tensor.__deepcopy__ and isinstance(args[0], FakeTensor):
+            tensor, memo = args
+            if id(tensor) not in memo:
+                with torch.no_grad():
+                    copied = tensor.clone(memory_format=torch.preserve_format)
+                if isinstance(tensor, torch.nn.Parameter):
+                    copied = torch.nn.Parameter(copied, requires_grad=tensor.requires_grad)
+                memo[id(tensor)] = copied
+            return memo[id(tensor)]
+        return func(*args, **(kwargs or {}))
 
 
 def build(spec: str, fake: bool = False, **options):
@@ -58,13 +97,11 @@ def build(spec: str, fake: bool = False, **options):
     if unknown:
         raise RecordError(f"{spec} does not take {', '.join(unknown)} "
                           f"(it takes: {', '.join(accepted) or 'nothing'})")
-    context = contextlib.nullcontext()
-    if fake:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        context = FakeTensorMode()
     try:
-        with context:
+        with fake_context() if fake else contextlib.nullcontext():
             built = factory(**given)
+    except RecordError:
+        raise
     except Exception as exc:
         raise RecordError(f"the factory {spec} raised {type(exc).__name__}: {exc}") from None
     if not (isinstance(built, tuple) and len(built) == 3 and isinstance(built[0], torch.nn.Module)

@@ -25,8 +25,10 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..engine.baseline import baseline
 from ..trace.parser import parse_file
+from .concrete import ConcreteValues, real_paths
 from .costs import COST_MODELS
 from .log import LogWriter
+from .optim import autocast_context, state_tensors, steady_optimizer
 from .recorder import RecordError, StepRecorder, constants_of
 
 
@@ -108,13 +110,18 @@ def _forward(model, inputs, state):
 
 
 def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str = "flops",
-           fake: bool = False) -> RecordSummary:
+           fake: bool = False, optimizer: str | None = None,
+           autocast: str | None = None) -> RecordSummary:
     """Record one training step of `model` on `batch` as a DTR log at `path`.
 
     `fake=True` runs the step on fake tensors (exact sizes, no memory, no values):
     a real model is copied to fake parameters first; a model built under a
     `FakeTensorMode` is used as it is. Raises `RecordError` for a step that
-    cannot be recorded faithfully; no file is left behind then."""
+    cannot be recorded faithfully; no file is left behind then.
+
+    `optimizer` (`sgd`, `adam`, `adamw`) adds `optimizer.step()` to the step, its
+    states existing from the start (`optim.py`); `autocast` (`bf16`, `fp16`) runs
+    forward and loss under `torch.autocast`."""
     if cost not in COST_MODELS:
         raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
@@ -127,11 +134,11 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
     fake = fake_mode is not None
     if fake and cost == "measured":
         raise RecordError("measured costs need real tensors: use --cost flops with --fake")
-    existing = constants_of(model, [inputs, targets], state)
+    autocast_context(autocast)   # a bad name fails before any work
 
     log = LogWriter()
     modules = ModuleLocator(model)
-    recorder = StepRecorder(log, cost, modules.where)
+    recorder = StepRecorder(log, cost, modules.where, fake)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     loss_value = None
@@ -139,12 +146,27 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
         with contextlib.ExitStack() as stack:
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
+                stack.enter_context(ConcreteValues(fake_mode))
+                stack.enter_context(real_paths())
+            params = list(state.values()) if state is not None else list(model.parameters())
+            opt = steady_optimizer(optimizer, params)
+            existing = constants_of(model, [inputs, targets], state) + state_tensors(opt)
             stack.enter_context(recorder)
             for t in existing:
                 recorder.name_of(t)
-            loss = _run_forward(model, inputs, targets, loss_fn, state, modules)
+            cast = autocast_context(autocast)
+            cast.__enter__()
+            try:
+                loss = _run_forward(model, inputs, targets, loss_fn, state, modules)
+            finally:
+                with recorder.simultaneous_releases():   # autocast frees its cast cache
+                    cast.__exit__(None, None, None)
             log.annotate("BACKWARD")
             _run_backward(loss)
+            if opt is not None:
+                gc.collect()
+                recorder.release_dead_views()
+                _run_optimizer(opt)
             if not fake:
                 with _disable_current_modes():
                     loss_value = float(loss.detach())
@@ -175,6 +197,15 @@ def _run_forward(model, inputs, targets, loss_fn, state, modules):
     if not loss.requires_grad:
         raise RecordError("the loss does not require grad: no parameter reaches it")
     return loss
+
+
+def _run_optimizer(opt):
+    try:
+        opt.step()
+    except RecordError:
+        raise
+    except Exception as exc:
+        raise RecordError(f"optimizer.step() raised {type(exc).__name__}: {exc}") from exc
 
 
 def _run_backward(loss):

@@ -249,8 +249,84 @@ def mlp(batch: int = 8, features: int = 32, width: int = 64, layers: int = 3, cl
     return model, (x, torch.randint(classes, (batch,))), F.cross_entropy
 
 
+def encoder(batch: int = 2, seq: int = 16, layers: int = 2, width: int = 64, heads: int = 4,
+            classes: int = 10, dtype: torch.dtype = torch.float32):
+    """PyTorch's own `nn.TransformerEncoder` (dropout 0.1, batch first), mean-pooled
+    into a linear classifier."""
+    with _default_dtype(dtype):
+        layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.1, batch_first=True)
+        model = nn.Sequential(nn.TransformerEncoder(layer, layers, enable_nested_tensor=False),
+                              _MeanOverSequence(), nn.Linear(width, classes))
+    x = torch.randn(batch, seq, width, dtype=dtype)
+    return model, (x, torch.randint(classes, (batch,))), F.cross_entropy
+
+
+class _MeanOverSequence(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=1)
+
+
+class SparseMoE(nn.Module):
+    """A Mixtral-style sparse mixture of experts: a router picks the top 2 of
+    `experts` SwiGLU experts per token; each expert runs on the tokens routed to
+    it (`nonzero`, `index_select`, `index_add_`: shapes that depend on the data)."""
+
+    def __init__(self, width: int, hidden: int, experts: int, top: int):
+        super().__init__()
+        self.top = top
+        self.router = nn.Linear(width, experts, bias=False)
+        self.gate = nn.ModuleList(nn.Linear(width, hidden, bias=False) for _ in range(experts))
+        self.up = nn.ModuleList(nn.Linear(width, hidden, bias=False) for _ in range(experts))
+        self.down = nn.ModuleList(nn.Linear(hidden, width, bias=False) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        tokens = x.reshape(b * t, c)
+        weights, chosen = self.router(tokens).softmax(dim=-1).topk(self.top, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(tokens)
+        for e in range(len(self.gate)):
+            token, slot = (chosen == e).nonzero(as_tuple=True)
+            if token.numel() == 0:
+                continue
+            routed = tokens.index_select(0, token)
+            y = self.down[e](F.silu(self.gate[e](routed)) * self.up[e](routed))
+            out = out.index_add(0, token, y * weights[token, slot].unsqueeze(-1))
+        return out.reshape(b, t, c)
+
+
+class MoEDecoder(nn.Module):
+    """Token embedding, `layers` pre-norm blocks of causal attention and a top-2 MoE, LM head."""
+
+    def __init__(self, layers: int, width: int, heads: int, seq: int, vocab: int, experts: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(nn.ModuleList([nn.LayerNorm(width),
+                                                   CausalSelfAttention(width, heads, seq),
+                                                   nn.LayerNorm(width),
+                                                   SparseMoE(width, 2 * width, experts, 2)])
+                                    for _ in range(layers))
+        self.head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        for norm1, attention, norm2, moe in self.blocks:
+            x = x + attention(norm1(x))
+            x = x + moe(norm2(x))
+        return self.head(x)
+
+
+def moe(batch: int = 2, seq: int = 16, layers: int = 1, width: int = 64, heads: int = 4,
+        vocab: int = 128, experts: int = 4, dtype: torch.dtype = torch.float32):
+    with _default_dtype(dtype):
+        model = MoEDecoder(layers, width, heads, seq, vocab, experts)
+    idx = torch.randint(vocab, (batch, seq))
+    return model, (idx, torch.roll(idx, -1, dims=1)), _lm_loss
+
+
 ZOO: dict[str, Callable] = {
     "gpt": gpt, "gpt-1b": gpt_1b, "resnet": resnet, "lstm": lstm, "unet": unet, "mlp": mlp,
+    "encoder": encoder, "moe": moe,
 }
 
 

@@ -1,0 +1,173 @@
+"""Models named by their library: `hf:ARCH`, `timm:NAME`, `torchvision:NAME`.
+
+Each is built from its library's own constructor with no weights (nothing is
+downloaded) and comes with a standard loss and a synthetic batch, as a factory
+would return it: `(model, (inputs, targets), loss_fn)`, the model in training
+mode.
+
+- `hf:ARCH`: a transformers model type (`llama`, `gpt2`, `bert`), config class
+  (`LlamaConfig`) or model class (`BertForSequenceClassification`). A type or
+  config picks the causal LM head, else the masked LM head, else image or
+  sequence classification. The config starts from `HF_SMALL` (the keys it
+  has), then the `--set` overrides; a key the config does not have is an
+  error. The loss is the model's own (`labels=` in the batch): the causal LM
+  loss on `input_ids` shifted, the masked LM loss on every token, or
+  cross-entropy on random labels.
+- `timm:NAME`, `torchvision:NAME`: the library's factory with `--set`
+  keywords passed through, cross-entropy on random labels of its classes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from .recorder import RecordError
+from .zoo import _default_dtype
+
+PREFIXES = ("hf", "timm", "torchvision")
+# Small shapes every `hf:` model starts from (those of its config's keys it has):
+# two layers 256 wide, GQA where the config knows key-value heads, and no KV
+# cache (a training step has no use for one).
+HF_SMALL = {"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024,
+            "max_position_embeddings": 512, "use_cache": False}
+HF_TASKS = (("ForCausalLM", "causal"), ("LMHeadModel", "causal"), ("ForMaskedLM", "masked"),
+            ("ForSequenceClassification", "sequence"), ("ForImageClassification", "image"))
+HF_HEADS = (("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal"),
+            ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked"),
+            ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "image"),
+            ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "sequence"))
+DEFAULT_IMAGE = 224
+
+
+def resolve(spec: str):
+    """The factory for a named spec (`prefix:name`), its name bound."""
+    prefix, _, name = spec.partition(":")
+    if not name:
+        raise RecordError(f"model spec {spec!r} names no model after {prefix}:")
+    factory = {"hf": hf, "timm": timm_model, "torchvision": torchvision_model}[prefix]
+    return functools.update_wrapper(functools.partial(factory, name), factory)
+
+
+def _unknown(kind: str, name: str, known) -> RecordError:
+    close = difflib.get_close_matches(name, list(known), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return RecordError(f"unknown {kind} {name!r}{hint}")
+
+
+def _classification_batch(num_classes: int, batch: int, image_size: int, dtype):
+    images = torch.randn(batch, 3, image_size, image_size, dtype=dtype)
+    return images, torch.randint(num_classes, (batch,))
+
+
+def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float(), labels)
+
+
+def _model_loss(output, _targets) -> torch.Tensor:
+    """The loss a transformers model computed from the `labels` of its batch."""
+    return output.loss
+
+
+# --- transformers -------------------------------------------------------------------
+
+def _hf_classes(arch: str):
+    """(config class, model class) for a model type, config class or model class name."""
+    import transformers
+    from transformers import CONFIG_MAPPING, PreTrainedConfig
+    from transformers.models.auto import modeling_auto
+
+    found = getattr(transformers, arch, None) if arch[:1].isupper() else None
+    if isinstance(found, type) and issubclass(found, transformers.PreTrainedModel):
+        return found.config_class, found
+    if isinstance(found, type) and issubclass(found, PreTrainedConfig):
+        model_type = found.model_type
+    elif arch in CONFIG_MAPPING:
+        model_type = arch
+    else:
+        raise _unknown("transformers model type, config or model class", arch,
+                       [*CONFIG_MAPPING.keys()])
+    config_class = CONFIG_MAPPING[model_type]
+    for mapping, _ in HF_HEADS:
+        head = getattr(modeling_auto, mapping).get(model_type)
+        if head:
+            return config_class, getattr(transformers, head)
+    raise RecordError(f"hf:{arch}: transformers has no causal LM, masked LM or classification "
+                      "model for it; write a factory returning (model, batch, loss_fn)")
+
+
+def _hf_task(model_class) -> str:
+    for suffix, task in HF_TASKS:
+        if model_class.__name__.endswith(suffix):
+            return task
+    raise RecordError(f"{model_class.__name__} has no standard loss here (causal LM, masked LM "
+                      "or classification); write a factory returning (model, batch, loss_fn)")
+
+
+def hf_config(arch: str, **overrides):
+    """The config an `hf:` spec builds: small shapes, then the overrides."""
+    config_class, model_class = _hf_classes(arch)
+    default = config_class()
+    unknown = [k for k in overrides if not hasattr(default, k)]
+    if unknown:
+        raise RecordError(f"{config_class.__name__} has no key {', '.join(unknown)}")
+    canonical = getattr(default, "attribute_map", {})
+    keys = {canonical.get(k, k): v for k, v in HF_SMALL.items() if hasattr(default, k)}
+    keys.update({canonical.get(k, k): v for k, v in overrides.items()})
+    return config_class(**keys), model_class
+
+
+def hf(arch: str, batch: int = 2, seq: int = 32, dtype: torch.dtype | None = None, **overrides):
+    """A transformers model from its config (never downloaded), with its own loss."""
+    config, model_class = hf_config(arch, **overrides)
+    task = _hf_task(model_class)
+    with _default_dtype(dtype or torch.get_default_dtype()):
+        model = model_class(config)
+    model.train()
+    if task == "image":
+        size = getattr(config, "image_size", DEFAULT_IMAGE)
+        images, labels = _classification_batch(config.num_labels, batch, size, dtype)
+        return model, ({"pixel_values": images, "labels": labels}, None), _model_loss
+    input_ids = torch.randint(config.vocab_size, (batch, seq))
+    labels = torch.randint(config.num_labels, (batch,)) if task == "sequence" else input_ids
+    return model, ({"input_ids": input_ids, "labels": labels}, None), _model_loss
+
+
+# --- timm and torchvision ---------------------------------------------------------
+
+def timm_model(name: str, batch: int = 2, image_size: int | None = None,
+               dtype: torch.dtype | None = None, **kwargs):
+    """A timm model (`pretrained=False`), cross-entropy on random labels."""
+    import timm
+    if not timm.is_model(name):
+        raise _unknown("timm model", name, timm.list_models())
+    if image_size is not None and "img_size" not in kwargs:
+        kwargs["img_size"] = image_size
+    with _default_dtype(dtype or torch.get_default_dtype()):
+        try:
+            model = timm.create_model(name, pretrained=False, **kwargs)
+        except TypeError as exc:
+            if "img_size" not in str(exc) or image_size is None:
+                raise
+            kwargs.pop("img_size")       # a network that takes any image size
+            model = timm.create_model(name, pretrained=False, **kwargs)
+    model.train()
+    size = image_size or model.pretrained_cfg.get("input_size", (3, DEFAULT_IMAGE))[-1]
+    return model, _classification_batch(model.num_classes, batch, size, dtype), _cross_entropy
+
+
+def torchvision_model(name: str, batch: int = 2, image_size: int = DEFAULT_IMAGE,
+                      dtype: torch.dtype | None = None, **kwargs):
+    """A torchvision model (`weights=None`), cross-entropy on random labels."""
+    import torchvision
+    if name not in torchvision.models.list_models():
+        raise _unknown("torchvision model", name, torchvision.models.list_models())
+    with _default_dtype(dtype or torch.get_default_dtype()):
+        model = torchvision.models.get_model(name, weights=None, **kwargs)
+    model.train()
+    classes = kwargs.get("num_classes", 1000)
+    return model, _classification_batch(classes, batch, image_size, dtype), _cross_entropy

@@ -1,0 +1,155 @@
+"""The whole training step: optimizer states from the start and `optimizer.step()`
+recorded, autocast, activation checkpointing recorded as it recomputes; and the
+floor that `traces info` and `torch record` print."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_torch_memory import LiveBytesTracker
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from typer.testing import CliRunner
+
+from dtrforensics.analyses.floor import floor
+from dtrforensics.cli.main import app
+from dtrforensics.torch import RecordError, record
+from dtrforensics.torch.recorder import constants_of
+from dtrforensics.torch.spec import build
+from dtrforensics.trace.parser import parse_file
+
+
+def gpt(fake=False):
+    torch.manual_seed(0)
+    return build("zoo:gpt", fake=fake)
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def after_backward(records):
+    start = next(i for i, r in enumerate(records) if r.get("ANNOTATION") == "BACKWARD")
+    return records[start:]
+
+
+@pytest.mark.parametrize("name,states", [("sgd", 1), ("adam", 3), ("adamw", 3)])
+def test_optimizer_states_exist_from_the_start_and_its_step_is_recorded(name, states, tmp_path):
+    model, batch, loss_fn = gpt()
+    params = list(model.parameters())
+    before = [p.detach().clone() for p in params]
+    record(model, batch, loss_fn, tmp_path / "o.log", optimizer=name)
+    plain = record(*gpt(), tmp_path / "p.log")
+    records = lines(tmp_path / "o.log")
+    constants = sum(r["INSTRUCTION"] == "CONSTANT" for r in records)
+    base = sum(r["INSTRUCTION"] == "CONSTANT" for r in lines(tmp_path / "p.log"))
+    assert constants == base + states * len(params)      # momentum / step, exp_avg, exp_avg_sq
+    assert base == len(params) + len(list(model.buffers())) + 1   # the batch: views of one storage
+    mutated = {r["ARGS"][r["MUTATE"][0]] for r in after_backward(records)
+               if r["INSTRUCTION"] == "MUTATE"}
+    param_names = {f"x{i}" for i in range(len(params))}   # parameters are named first
+    assert param_names <= mutated
+    assert all(not torch.equal(p, q) for p, q in zip(params, before))   # the step ran
+    assert all(p.grad is not None for p in params)
+    assert plain.ops < parse_file(tmp_path / "o.log").n_ops
+
+
+def test_optimizer_step_memory_and_fake_mode(tmp_path):
+    """The log's peak exceeds live storage bytes by at most the largest storage a
+    MUTATE writes (the simulator counts a written storage twice during the
+    write); fake mode gives the same log."""
+    model, batch, loss_fn = gpt()
+    with LiveBytesTracker(constants_of(model, batch)) as tracker:
+        real = record(model, batch, loss_fn, tmp_path / "r.log", optimizer="adamw")
+    largest = max(p.numel() * p.element_size() for p in model.parameters())
+    assert tracker.peak <= real.peak <= tracker.peak + largest
+    record(*gpt(fake=True), tmp_path / "f.log", fake=True, optimizer="adamw")
+    assert (tmp_path / "f.log").read_bytes() == (tmp_path / "r.log").read_bytes()
+
+
+def test_autocast_bf16_casts_in_the_log_and_fake_equals_real(tmp_path):
+    full = record(*gpt(), tmp_path / "full.log")
+    mixed = record(*gpt(), tmp_path / "bf16.log", autocast="bf16")
+    names = [r.get("NAME") for r in lines(tmp_path / "bf16.log") if r["INSTRUCTION"] == "CALL"]
+    assert "_to_copy" in names and mixed.loss != full.loss
+    record(*gpt(fake=True), tmp_path / "fake.log", fake=True, autocast="bf16")
+    assert (tmp_path / "fake.log").read_bytes() == (tmp_path / "bf16.log").read_bytes()
+    with pytest.raises(RecordError, match="unknown autocast"):
+        record(*gpt(), tmp_path / "x.log", autocast="fp8")
+
+
+class Checkpointed(nn.Module):
+    def __init__(self, use_checkpoint):
+        super().__init__()
+        self.use_checkpoint = use_checkpoint
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
+                                    for _ in range(4))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + (checkpoint(block, x, use_reentrant=False) if self.use_checkpoint else block(x))
+        return x
+
+
+def test_activation_checkpointing_is_recorded_as_it_recomputes(tmp_path):
+    runs = {}
+    for flag in (False, True):
+        torch.manual_seed(0)
+        model = Checkpointed(flag)
+        x = torch.randn(16, 32)
+        summary = record(model, (x, None), lambda out, _: out.square().mean(), tmp_path / f"{flag}.log")
+        calls = [r["NAME"] for r in after_backward(lines(tmp_path / f"{flag}.log"))
+                 if r["INSTRUCTION"] == "CALL"]
+        runs[flag] = summary, calls.count("gelu"), [p.grad for p in model.parameters()]
+    (plain, plain_gelus, plain_grads), (ckpt, ckpt_gelus, ckpt_grads) = runs[False], runs[True]
+    assert (plain_gelus, ckpt_gelus) == (0, 4)          # each block's forward runs again in backward
+    assert ckpt.peak < plain.peak and ckpt.loss == plain.loss
+    assert all(torch.allclose(a, b) for a, b in zip(plain_grads, ckpt_grads))
+
+
+def _call(op, args, out, size, released=()):
+    return [{"INSTRUCTION": "CALL", "NAME": op, "ARGS": args, "RESULT": [out], "TIME": "1"},
+            {"INSTRUCTION": "MEMORY", "NAME": out, "MEMORY": str(size)},
+            {"INSTRUCTION": "ALIAS", "NAME": out, "ALIAS": "-1"},
+            *({"INSTRUCTION": "RELEASE", "NAME": name} for name in released)]
+
+
+FLOOR_LOG = [
+    {"INSTRUCTION": "CONSTANT", "NAME": "w"}, {"INSTRUCTION": "MEMORY", "NAME": "w", "MEMORY": "100"},
+    {"INSTRUCTION": "CONSTANT", "NAME": "b"}, {"INSTRUCTION": "MEMORY", "NAME": "b", "MEMORY": "50"},
+    *_call("f", ["w", "b"], "x", 200),
+    *_call("k", ["w"], "q", 400, ["b"]),
+    *_call("g", ["x"], "y", 300, ["x", "q"]),
+    *_call("h", ["y", "w"], "z", 10, ["y"]),
+]
+
+
+def test_floor_is_constants_alive_plus_the_working_set_or_what_the_end_keeps(tmp_path):
+    path = tmp_path / "floor.log"
+    path.write_text("\n".join(json.dumps(r) for r in FLOOR_LOG) + "\n")
+    # By hand: the peak is w + x + q + y = 1000 after g; at g only w (100) of the
+    # constants is alive (b went after k) and g needs x + y = 500; the end keeps w + z.
+    result = floor(parse_file(path))
+    assert (result.peak, result.floor, result.floor_op_id) == (1000, 600, 4)
+    assert (result.constants_at_floor, result.working_set, result.final_bytes) == (100, 500, 110)
+    assert result.bottleneck_bytes == 500 and result.constant_bytes == 150
+    assert result.evictable_share == pytest.approx(0.4) and not result.state_bound
+    info = CliRunner().invoke(app, ["traces", "info", str(path), "--json"])
+    assert json.loads(info.stdout)["floor"]["floor_bytes"] == 600
+    text = CliRunner().invoke(app, ["traces", "info", str(path)]).stdout
+    assert "600 B" in text and "40.0%" in text
+
+
+def test_torch_record_says_when_the_state_is_nearly_all_of_the_peak(tmp_path):
+    """One sample through eight layers: parameters, gradients and momentum are the step."""
+    args = ["torch", "record", "zoo:mlp", "-o", str(tmp_path / "mlp.log"), "--batch", "1",
+            "--set", "layers=8", "--optimizer", "sgd"]
+    bounds = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["floor"]
+    assert bounds["state_bound"] and bounds["floor_op_id"] == -1
+    text = CliRunner().invoke(app, args).stdout
+    assert "parameters, gradients and optimizer states are" in text
+    assert "no budget below" in text
