@@ -83,6 +83,7 @@ class ExecuteResult:
     over_budget_checks: int
     peak_live_bytes: int
     ghosts: int
+    random_rebuilds: int
     wall_seconds: float            # the real constrained step
     plain_wall_seconds: float      # the plain unconstrained step
     loss: float | None
@@ -114,6 +115,7 @@ class ExecuteResult:
                 "peak_live_bytes": self.peak_live_bytes, "alloc_checks": self.alloc_checks,
                 "memory_mismatches": self.memory_mismatches, "first_mismatch": self.first_mismatch,
                 "over_budget_checks": self.over_budget_checks, "ghosts": self.ghosts,
+                "random_rebuilds": self.random_rebuilds,
                 "wall_seconds": self.wall_seconds, "plain_wall_seconds": self.plain_wall_seconds,
                 "slowdown": self.wall_seconds / self.plain_wall_seconds if self.plain_wall_seconds else None,
                 "loss": self.loss, "plain_loss": self.plain_loss,
@@ -253,7 +255,7 @@ def _real_step(model, batch, loss_fn, program, lines: list[str], schedule: Plan,
 
 def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None,
             ratio: float | None = None, policy="dtr", cost: str = "flops",
-            log_path: str | Path | None = None) -> ExecuteResult:
+            log_path: str | Path | None = None, record_dir: str | Path | None = None) -> ExecuteResult:
     """Run one training step of `model` for real under DTR at `budget` bytes (or
     `ratio` of the step's unconstrained peak), decisions from `policy`.
 
@@ -313,7 +315,7 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         model_compute=int(sim.model_compute), remat_compute=st.remat_compute, oom=oom,
         alloc_checks=st.alloc_checks, memory_mismatches=st.mismatches,
         first_mismatch=st.first_mismatch, over_budget_checks=st.over_budget,
-        peak_live_bytes=st.peak_live, ghosts=st.ghosts, wall_seconds=wall,
+        peak_live_bytes=st.peak_live, ghosts=st.ghosts, random_rebuilds=st.random_rebuilds, wall_seconds=wall,
         plain_wall_seconds=plain_wall, loss=loss_value, plain_loss=plain_loss,
         loss_bitwise_equal=loss_equal, grads_bitwise_equal=grads_equal,
         grads_compared=sum(g is not None for g in plain_grads))

@@ -151,6 +151,7 @@ class Stats:
     model_compute: int = 0
     remat_compute: int = 0
     ghosts: int = 0
+    random_rebuilds: int = 0     # rebuilds of ops that draw random numbers
 
 
 class Executor(StepRecorder):
@@ -332,6 +333,7 @@ class Executor(StepRecorder):
             args, kwargs = _fill((rec.args, rec.kwargs), tensors)
             saved = None
             if rec.rng is not None:
+                self.stats.random_rebuilds += 1
                 saved = torch.get_rng_state()
                 torch.set_rng_state(rec.rng)
             try:
