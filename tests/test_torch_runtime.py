@@ -271,3 +271,27 @@ def test_a_step_that_changes_python_state_is_refused_in_one_line(factory, words)
     assert done.err.count("\n") == 1 and words in done.error_lines[0]
     with pytest.raises(ScheduleError):
         execute(*globals()[factory](), ratio=1.0)
+
+
+def test_a_real_recording_diffs_against_its_simulation(tmp_path):
+    """`--record` writes a recording `dtrf diff` reads: the real step's decisions
+    agree with the replay of the log it recorded, and its memory column is
+    PyTorch's live bytes."""
+    log, real, sim = tmp_path / "step.log", tmp_path / "real", tmp_path / "sim"
+    budget = lowest_completing(lambda: zoo("unet"), tmp_path)
+    done = runner.invoke(app, ["torch", "run", "zoo:unet", "--budget", str(budget),
+                               "--record", str(real), "--log", str(log), "--json"])
+    assert done.exit_code == 0, done.output
+    assert runner.invoke(app, ["run", str(log), "--budget", str(budget), "--record", str(sim)]).exit_code == 0
+    diff = json.loads(runner.invoke(app, ["diff", str(sim), str(real), "--json"]).stdout)
+    assert diff["first_divergence"] is None and diff["a"]["evictions"] == diff["b"]["evictions"] > 0
+    run = json.loads((real / "run.json").read_text())
+    assert run["summary"]["wall_seconds"] == json.loads(done.stdout)["real"]["wall_seconds"]
+    sql = ("select count(*) filter (where e.memory = r.memory) as same, count(*) as checks "
+           "from events e join events r on e.seq = r.seq and r.run_id = 'sim' "
+           "where e.run_id = 'real' and e.kind = 'alloc_check'")
+    rows = runner.invoke(app, ["sql", sql, str(real), str(sim), "--json"])
+    assert rows.exit_code == 0, rows.output
+    counts = json.loads(rows.stdout)
+    row = counts[0] if isinstance(counts, list) else counts["rows"][0]
+    assert row["same"] == row["checks"] > 0

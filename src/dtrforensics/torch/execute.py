@@ -11,6 +11,7 @@ it was before.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import tempfile
@@ -125,6 +126,20 @@ class ExecuteResult:
             "simulated": sim.to_json(),
             "matches_simulation": self.matches_simulation(),
         })
+
+    def real_summary(self) -> RunSummary:
+        """The real step as a run summary: its own counts, PyTorch's peak, its wall time."""
+        sim = self.simulated
+        oom = sim.oom
+        if oom is not None and self.oom is not None:
+            oom = dataclasses.replace(oom, memory=self.oom.live_bytes)
+        return dataclasses.replace(
+            sim, outcome=self.outcome, clock=self.clock, remat_compute=self.remat_compute,
+            overhead=self.overhead if self.outcome == "ok" else None,
+            evictions=len(self.victims), dead_frees=self.dead_frees,
+            distinct_evicted=len(set(self.victims)), remats=self.remats,
+            collateral_remats=self.collateral_remats, victims_sha256=self.victims_sha256,
+            peak_memory=self.peak_live_bytes, oom=oom, wall_seconds=self.wall_seconds)
 
     def matches_simulation(self) -> bool:
         """Outcome, victims, rematerializations and clock as the engine's run."""
@@ -259,6 +274,7 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
     """Run one training step of `model` for real under DTR at `budget` bytes (or
     `ratio` of the step's unconstrained peak), decisions from `policy`.
 
+    `record_dir` writes the real step as a recording (`real_recording`).
     Raises `BudgetError` for a budget below the step's floor and `RecordError`
     (a `ScheduleError`) for a step that cannot be recorded or recomputed
     faithfully; an out-of-memory is a result (`outcome == "oom"`)."""
@@ -266,6 +282,9 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         raise ValueError("give exactly one of budget (bytes) or ratio")
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
         raise RecordError("batch must be a pair (inputs, targets)")
+    if record_dir is not None:
+        from ..recorder.writer import Recorder
+        Recorder(record_dir).check_target()
     state = _State(model)
     plain_loss, plain_grads, plain_wall = _plain_step(model, batch, loss_fn)
     _check_python_state(state.python, model)
@@ -306,8 +325,7 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
     else:
         state.restore()
     st = ex.stats
-    del ex
-    return ExecuteResult(
+    result = ExecuteResult(
         simulated=sim, frontier=schedule.frontier.to_json() if schedule.frontier else None,
         budget=budget, peak=peak, floor=least, cost=cost, outcome=outcome,
         victims=tuple(st.victims), dead_frees=st.dead_frees, remats=st.remats,
@@ -319,3 +337,7 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         plain_wall_seconds=plain_wall, loss=loss_value, plain_loss=plain_loss,
         loss_bitwise_equal=loss_equal, grads_bitwise_equal=grads_equal,
         grads_compared=sum(g is not None for g in plain_grads))
+    if record_dir is not None:
+        from .real_recording import write_real_recording
+        write_real_recording(record_dir, program, schedule, ex, result.real_summary(), ratio)
+    return result

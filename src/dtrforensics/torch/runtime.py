@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import weakref
 from dataclasses import dataclass, field
 
@@ -173,6 +174,8 @@ class Executor(StepRecorder):
         self._binds: list[tuple[torch.Tensor, str, bool]] = []
         self.stats = Stats()
         self.current_op = -1
+        self.measured_memory: dict[int, int] = {}   # event index -> live bytes at that check
+        self.measured_ns: dict[int, int] = {}       # compute event index -> wall ns of the real op
 
     def _op_lines(self) -> dict[int, int]:
         found, op = {}, 0
@@ -202,6 +205,7 @@ class Executor(StepRecorder):
 
     def _check(self, memory: int, pending: int, where: str) -> None:
         live = self.live_bytes()
+        self.measured_memory[self.pos - 1] = live + pending
         st = self.stats
         st.alloc_checks += 1
         st.peak_live = max(st.peak_live, live)
@@ -273,13 +277,17 @@ class Executor(StepRecorder):
                     self._resident.add(int(prog.tensor_storage[t]))
                     self.stats.collateral += bool(flag & FLAG_REMAT)
                 elif flag & FLAG_REMAT:
+                    index = self.pos - 1
+                    start = time.perf_counter_ns()
                     self._rebuild(op)
+                    self.measured_ns[index] = time.perf_counter_ns() - start
                 else:
                     if op != stop_op:
                         raise ScheduleError(f"the schedule computes {self._op_text(op)} where the "
                                             f"step runs {self._op_text(stop_op)}")
                     self._resident.add(int(prog.tensor_storage[t]))
                     self.stats.model_compute += int(prog.op_cost[op])
+                    self.top_compute = self.pos - 1
                     self._collaterals(op)
                     return
             elif kind == EV_ALLOC_CHECK:
@@ -434,7 +442,10 @@ class Executor(StepRecorder):
                 for k, _ in planned:
                     self._ops[k].rng = rng
             self._binds.clear()
+            start = time.perf_counter_ns()
             out = func(*args, **kwargs)
+            if planned:
+                self.measured_ns[self.top_compute] = time.perf_counter_ns() - start
             outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             for t in outputs:
                 self._check_tensor(t, op)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.frontier import Frontier
-from ..engine.hooks import EventBatch, Observer
+from ..engine.hooks import N_EVENT_COLUMNS, N_EVENT_FLOAT_COLUMNS, EventBatch, Observer
 from ..engine.replay import RunResult, replay
 from ..trace.program import CMD_COMPUTE, CMD_PIN, Program
 
@@ -23,10 +23,12 @@ from ..trace.program import CMD_COMPUTE, CMD_PIN, Program
 class _Collector(Observer):
     def __init__(self):
         self.chunks: list[np.ndarray] = []
+        self.float_chunks: list[np.ndarray] = []
         self.frontier: Frontier | None = None
 
     def on_events(self, batch: EventBatch) -> None:
         self.chunks.append(batch.ints.copy())
+        self.float_chunks.append(batch.floats.copy())
 
     def on_oom(self, frontier) -> None:
         self.frontier = frontier
@@ -38,16 +40,18 @@ class Plan:
 
     result: RunResult
     events: np.ndarray            # (n, N_EVENT_COLUMNS) int64, seq order
+    scores: np.ndarray            # (n, N_EVENT_FLOAT_COLUMNS) float64
     frontier: Frontier | None
 
 
 def plan(program: Program, budget: int, policy="dtr") -> Plan:
     collector = _Collector()
     result = replay(program, budget=budget, policy=policy, observers=[collector])
-    from ..engine.hooks import N_EVENT_COLUMNS
     events = (np.concatenate(collector.chunks) if collector.chunks
               else np.zeros((0, N_EVENT_COLUMNS), dtype=np.int64))
-    return Plan(result=result, events=events, frontier=collector.frontier)
+    scores = (np.concatenate(collector.float_chunks) if collector.float_chunks
+              else np.zeros((0, N_EVENT_FLOAT_COLUMNS), dtype=np.float64))
+    return Plan(result=result, events=events, scores=scores, frontier=collector.frontier)
 
 
 def floor(program: Program) -> int:
