@@ -8,21 +8,23 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch import nn  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from hostile import dtrf
+from torch import nn
+from typer.testing import CliRunner
 
-from hostile import dtrf  # noqa: E402
-
-from dtrforensics.cli.main import app  # noqa: E402
-from dtrforensics.engine.baseline import baseline  # noqa: E402
-from dtrforensics.engine.replay import replay  # noqa: E402
-from dtrforensics.torch import record  # noqa: E402
-from dtrforensics.torch import runtime  # noqa: E402
-from dtrforensics.torch.execute import BudgetError, execute  # noqa: E402
-from dtrforensics.torch.runtime import ScheduleError  # noqa: E402
-from dtrforensics.torch.schedule import floor  # noqa: E402
-from dtrforensics.torch.zoo import ZOO  # noqa: E402
-from dtrforensics.trace.parser import parse_file  # noqa: E402
+from dtrforensics.cli.main import app
+from dtrforensics.engine.baseline import baseline
+from dtrforensics.engine.replay import replay
+from dtrforensics.torch import (
+    RecordError,
+    record,
+    runtime,
+)
+from dtrforensics.torch.execute import BudgetError, execute
+from dtrforensics.torch.runtime import ScheduleError
+from dtrforensics.torch.schedule import floor
+from dtrforensics.torch.zoo import ZOO
+from dtrforensics.trace.parser import parse_file
 
 runner = CliRunner()
 
@@ -295,3 +297,16 @@ def test_a_real_recording_diffs_against_its_simulation(tmp_path):
     counts = json.loads(rows.stdout)
     row = counts[0] if isinstance(counts, list) else counts["rows"][0]
     assert row["same"] == row["checks"] > 0
+
+
+def test_tensors_off_the_cpu_are_refused():
+    model, batch, loss_fn = zoo("mlp")
+    with pytest.raises(RecordError, match="runs on CPU only"):
+        execute(model.to("meta"), batch, loss_fn, ratio=1.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_a_cuda_model_is_refused_in_one_line():
+    model, batch, loss_fn = zoo("mlp")
+    with pytest.raises(RecordError, match="runs on CPU only"):
+        execute(model.cuda(), batch, loss_fn, ratio=1.0)

@@ -6,7 +6,7 @@ Registered into the `dtrf torch` group; PyTorch is imported only when it runs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -35,15 +35,15 @@ def _sizes(pairs: list[str]) -> dict[str, int]:
 def run_cmd(
     spec: Annotated[str, typer.Argument(help="zoo:NAME or package.module:factory returning (model, batch, loss_fn).",
                                         show_default=False)],
-    budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
-    ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of the step's peak: floor(ratio x peak) bytes.")] = None,
+    budget: Annotated[int | None, typer.Option(help="Budget in bytes.")] = None,
+    ratio: Annotated[float | None, typer.Option(help="Budget as a fraction of the step's peak: floor(ratio x peak) bytes.")] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     cost: Annotated[str, typer.Option(help="Cost model of the recorded log: flops (deterministic) or measured.")] = "flops",
-    record: Annotated[Optional[Path], typer.Option(help="Write the real run as a recording (Parquet tables) in this folder.", show_default=False)] = None,
-    log: Annotated[Optional[Path], typer.Option(help="Also keep the step's DTR log at this path.", show_default=False)] = None,
-    batch: Annotated[Optional[int], typer.Option(help="Batch size (passed to the factory as batch=).")] = None,
-    seq: Annotated[Optional[int], typer.Option(help="Sequence length (passed as seq=).")] = None,
-    sizes: Annotated[Optional[list[str]], typer.Option("--set", help="Another factory keyword, KEY=INTEGER; repeatable.")] = None,
+    record: Annotated[Path | None, typer.Option(help="Write the real run as a recording (Parquet tables) in this folder.", show_default=False)] = None,
+    log: Annotated[Path | None, typer.Option(help="Also keep the step's DTR log at this path.", show_default=False)] = None,
+    batch: Annotated[int | None, typer.Option(help="Batch size (passed to the factory as batch=).")] = None,
+    seq: Annotated[int | None, typer.Option(help="Sequence length (passed as seq=).")] = None,
+    sizes: Annotated[list[str] | None, typer.Option("--set", help="Another factory keyword, KEY=INTEGER; repeatable.")] = None,
     seed: Annotated[int, typer.Option(help="torch.manual_seed before building the model.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
 ) -> None:

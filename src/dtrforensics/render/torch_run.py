@@ -10,16 +10,16 @@ def run_lines(doc: dict) -> list[str]:
     real, sim = doc["real"], doc["simulated"]
     same = "same as" if doc["matches_simulation"] else "DIFFERENT from"
     lines = [
-        f"real step at budget {fmt_exact_bytes(doc['budget'])} (peak {fmt_exact_bytes(doc['peak'])}, "
-        f"floor {fmt_exact_bytes(doc['floor'])}), policy {doc['policy']}: {doc['outcome']}",
-        f"evictions {doc['evictions']:,}, rematerializations {doc['remats']:,}, clock {doc['clock']:,}, "
-        f"overhead {fmt_overhead(doc['overhead'])}; victims sha256 {doc['victims_sha256']}",
-        f"{same} the simulation: {sim['outcome']}, evictions {sim['evictions']:,}, "
-        f"rematerializations {sim['remats']:,}, clock {sim['clock']:,}",
-        f"memory: {real['alloc_checks']:,} allocation checks, live storage bytes equal to the "
+        (f"real step at budget {fmt_exact_bytes(doc['budget'])} (peak {fmt_exact_bytes(doc['peak'])}, "
+        f"floor {fmt_exact_bytes(doc['floor'])}), policy {doc['policy']}: {doc['outcome']}"),
+        (f"evictions {doc['evictions']:,}, rematerializations {doc['remats']:,}, clock {doc['clock']:,}, "
+        f"overhead {fmt_overhead(doc['overhead'])}; victims sha256 {doc['victims_sha256']}"),
+        (f"{same} the simulation: {sim['outcome']}, evictions {sim['evictions']:,}, "
+        f"rematerializations {sim['remats']:,}, clock {sim['clock']:,}"),
+        (f"memory: {real['alloc_checks']:,} allocation checks, live storage bytes equal to the "
         f"engine's at {real['alloc_checks'] - real['memory_mismatches']:,}, over budget at "
         f"{real['over_budget_checks']:,}; peak live {fmt_bytes(real['peak_live_bytes'])} "
-        f"({real['peak_live_bytes']:,} bytes)",
+        f"({real['peak_live_bytes']:,} bytes)"),
     ]
     if real["first_mismatch"]:
         lines.append(f"first mismatch: {real['first_mismatch']}")

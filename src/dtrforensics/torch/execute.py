@@ -27,7 +27,13 @@ from ..engine.summary import RunSummary, victims_sha256
 from ..jsonsafe import json_safe
 from ..trace.parser import parse_file
 from .recorder import RecordError, constants_of
-from .runtime import Executor, FollowingLog, RealOutOfMemory, ScheduleEnded, ScheduleError
+from .runtime import (
+    Executor,
+    FollowingLog,
+    RealOutOfMemory,
+    ScheduleEnded,
+    ScheduleError,
+)
 from .schedule import Plan, floor, plan
 from .step import ModuleLocator, _forward, _run_backward, _run_forward, record
 
@@ -196,6 +202,15 @@ def _check_python_state(before: dict, model: torch.nn.Module) -> None:
                                 "cannot be recomputed faithfully")
 
 
+def _check_device(model: torch.nn.Module, batch) -> None:
+    """The executor replays the CPU generator's random state only: CPU tensors only."""
+    from torch.utils._pytree import tree_flatten
+    for t in [*model.parameters(), *model.buffers(), *tree_flatten(list(batch))[0]]:
+        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+            raise RecordError(f"the real step runs on CPU only, got a tensor on {t.device} "
+                              "(random states of other devices are not replayed)")
+
+
 def _bits(t: torch.Tensor) -> bytes:
     with _disable_current_modes():
         return t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
@@ -282,6 +297,7 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         raise ValueError("give exactly one of budget (bytes) or ratio")
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
         raise RecordError("batch must be a pair (inputs, targets)")
+    _check_device(model, batch)
     if record_dir is not None:
         from ..recorder.writer import Recorder
         Recorder(record_dir).check_target()

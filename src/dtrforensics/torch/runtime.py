@@ -39,8 +39,21 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..engine.hooks import (
-    E_BYTES, E_DEPTH, E_FLAG, E_KIND, E_MEMORY, E_OP, E_STORAGE, E_TENSOR, EV_ALLOC_CHECK,
-    EV_COMPUTE, EV_EVICT, EV_FREE_DEAD, EV_OOM, FLAG_COLLATERAL, FLAG_REMAT,
+    E_BYTES,
+    E_DEPTH,
+    E_FLAG,
+    E_KIND,
+    E_MEMORY,
+    E_OP,
+    E_STORAGE,
+    E_TENSOR,
+    EV_ALLOC_CHECK,
+    EV_COMPUTE,
+    EV_EVICT,
+    EV_FREE_DEAD,
+    EV_OOM,
+    FLAG_COLLATERAL,
+    FLAG_REMAT,
 )
 from ..trace.program import Program
 from .log import LogWriter
@@ -123,7 +136,7 @@ def _template(func, args: tuple, kwargs: dict):
     """args and kwargs with every tensor replaced by its slot, numbered in the
     order `_schema_tensors` lists them."""
     counter = iter(range(1 << 62))
-    slot = lambda t: _Slot(next(counter)) if isinstance(t, torch.Tensor) else t  # noqa: E731
+    slot = lambda t: _Slot(next(counter)) if isinstance(t, torch.Tensor) else t
     new_args = tuple(tree_map(slot, a) for a in args)
     new_kwargs = dict(kwargs)
     for arg in func._schema.arguments[len(args):]:
