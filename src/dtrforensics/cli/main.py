@@ -24,7 +24,8 @@ HELP = ("Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay tra
         "exactly as the reference simulator, record every decision, diff executions, "
         "explain OOMs and sweep budgets.")
 
-# name -> (module under cli/, one-line help shown by `dtrf --help`), in --help order.
+# name -> (module under cli/, one-line help shown by `dtrf --help`), in --help order;
+# a group spread over several modules names them joined by "+".
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo_cmd", "Find, explain and fix a feasibility hole, end to end, on the embedded trace."),
     "run": ("run_cmd", "Replay TRACE under a memory budget exactly as the reference DTR simulator."),
@@ -44,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("sweep_cmd", "Overhead against budget ratio per policy, failing budgets and holes marked."),
     "export": ("export_cmd", "Export SOURCE for another tool."),
     "traces": ("traces_cmd", "List, inspect, fetch and import DTR traces."),
-    "torch": ("torch_cmd", "Record DTR logs from your own PyTorch models."),
+    "torch": ("torch_cmd+torch_run_cmd", "Record DTR logs from your own PyTorch models."),
     "synth": ("synth_cmd", "Write a seeded synthetic DTR log (the public logs' exact format) and print a one-line summary: ops, tensors, unconstrained peak and model compute."),
     "reproduce": ("reproduce_cmd", "Both DTR studies' published numbers beside ours, with a verdict each, and their figures in a report."),
 }
@@ -52,9 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def load_command(name: str) -> Any:
     """The real click command behind `name`: its module registers on a scratch app."""
-    module, _ = COMMANDS[name]
+    modules, _ = COMMANDS[name]
     scratch = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    importlib.import_module(f"{__package__}.{module}").register(scratch)
+    for module in modules.split("+"):
+        importlib.import_module(f"{__package__}.{module}").register(scratch)
     command = typer.main.get_command(scratch)
     if isinstance(command, TyperGroup) and name in command.commands:
         command = command.commands[name]

@@ -1,0 +1,77 @@
+"""`dtrf torch run SPEC`: one real training step of SPEC under DTR, beside its simulation.
+
+Registered into the `dtrf torch` group; PyTorch is imported only when it runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import CommandError
+from .options import POLICY_HELP, check_policy
+
+
+def register(app: typer.Typer) -> None:
+    group = next((g.typer_instance for g in app.registered_groups if g.name == "torch"), None)
+    if group is None:
+        group = typer.Typer(help="Record DTR logs from your own PyTorch models.", no_args_is_help=True)
+        app.add_typer(group, name="torch")
+    group.command("run")(run_cmd)
+
+
+def _sizes(pairs: list[str]) -> dict[str, int]:
+    sizes = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value.lstrip("-").isdigit():
+            raise CommandError(f"--set takes KEY=INTEGER (e.g. layers=4), got {pair!r}")
+        sizes[key] = int(value)
+    return sizes
+
+
+def run_cmd(
+    spec: Annotated[str, typer.Argument(help="zoo:NAME or package.module:factory returning (model, batch, loss_fn).",
+                                        show_default=False)],
+    budget: Annotated[int | None, typer.Option(help="Budget in bytes.")] = None,
+    ratio: Annotated[float | None, typer.Option(help="Budget as a fraction of the step's peak: floor(ratio x peak) bytes.")] = None,
+    policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
+    cost: Annotated[str, typer.Option(help="Cost model of the recorded log: flops (deterministic) or measured.")] = "flops",
+    record: Annotated[Path | None, typer.Option(help="Write the real run as a recording (Parquet tables) in this folder.", show_default=False)] = None,
+    log: Annotated[Path | None, typer.Option(help="Also keep the step's DTR log at this path.", show_default=False)] = None,
+    batch: Annotated[int | None, typer.Option(help="Batch size (passed to the factory as batch=).")] = None,
+    seq: Annotated[int | None, typer.Option(help="Sequence length (passed as seq=).")] = None,
+    sizes: Annotated[list[str] | None, typer.Option("--set", help="Another factory keyword, KEY=INTEGER; repeatable.")] = None,
+    seed: Annotated[int, typer.Option(help="torch.manual_seed before building the model.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
+) -> None:
+    """Run one training step of SPEC for real under DTR (evicting and recomputing real tensors) and compare it with the simulation."""
+    if (ratio is None) == (budget is None):
+        raise CommandError("give exactly one of --ratio or --budget")
+    try:
+        import torch
+
+        from ..torch import RecordError
+        from ..torch.execute import execute
+        from ..torch.spec import build
+    except ImportError as exc:
+        raise CommandError(f"dtrf torch needs PyTorch ({exc}): pip install 'dtrforensics[torch]'") from None
+    from ..errors import OptionError
+    from ..render.jsonout import dumps
+    from ..render.torch_run import run_lines
+    options = {"batch": batch, "seq": seq, **_sizes(sizes or [])}
+    try:
+        torch.manual_seed(seed)
+        model, data, loss_fn = build(spec, **options)
+        result = execute(model, data, loss_fn, budget=budget, ratio=ratio, policy=policy,
+                         cost=cost, log_path=log, record_dir=record)
+    except (RecordError, OptionError, ValueError) as exc:
+        raise CommandError(f"{spec}: {exc}") from None
+    doc = result.to_json()
+    if as_json:
+        typer.echo(dumps(doc, indent=2))
+    else:
+        for line in run_lines(doc):
+            typer.echo(line)

@@ -1,0 +1,41 @@
+"""`dtrf torch run` as text: the real step's outcome beside its simulation."""
+
+from __future__ import annotations
+
+from .units import fmt_bytes, fmt_exact_bytes, fmt_overhead
+
+
+def run_lines(doc: dict) -> list[str]:
+    """Lines for an `ExecuteResult.to_json()` document."""
+    real, sim = doc["real"], doc["simulated"]
+    same = "same as" if doc["matches_simulation"] else "DIFFERENT from"
+    lines = [
+        (f"real step at budget {fmt_exact_bytes(doc['budget'])} (peak {fmt_exact_bytes(doc['peak'])}, "
+        f"floor {fmt_exact_bytes(doc['floor'])}), policy {doc['policy']}: {doc['outcome']}"),
+        (f"evictions {doc['evictions']:,}, rematerializations {doc['remats']:,}, clock {doc['clock']:,}, "
+        f"overhead {fmt_overhead(doc['overhead'])}; victims sha256 {doc['victims_sha256']}"),
+        (f"{same} the simulation: {sim['outcome']}, evictions {sim['evictions']:,}, "
+        f"rematerializations {sim['remats']:,}, clock {sim['clock']:,}"),
+        (f"memory: {real['alloc_checks']:,} allocation checks, live storage bytes equal to the "
+        f"engine's at {real['alloc_checks'] - real['memory_mismatches']:,}, over budget at "
+        f"{real['over_budget_checks']:,}; peak live {fmt_bytes(real['peak_live_bytes'])} "
+        f"({real['peak_live_bytes']:,} bytes)"),
+    ]
+    if real["first_mismatch"]:
+        lines.append(f"first mismatch: {real['first_mismatch']}")
+    if doc["oom"]:
+        oom = doc["oom"]
+        lines.append(f"out of memory at op {oom['op_id']} (paper #{oom['op_id'] + 1}) {oom['op_name']} "
+                     f"({oom['tensor']}): request {oom['request']:,} bytes, live {oom['live_bytes']:,}, "
+                     f"shortfall {oom['shortfall']:,} bytes; the model was left as before the step")
+        front = doc["frontier"]
+        if front:
+            lines.append(f"pinned frontier: {front['pinned']:,} bytes pinned, depth {front['depth']}, "
+                         f"engine shortfall {front['shortfall']:,} bytes")
+    else:
+        lines.append(f"values: loss bitwise equal {real['loss_bitwise_equal']}, "
+                     f"{real['grads_compared']} gradients bitwise equal {real['grads_bitwise_equal']}")
+    slowdown = real["slowdown"]
+    lines.append(f"wall time {real['wall_seconds']:.4f} s against {real['plain_wall_seconds']:.4f} s "
+                 f"for the plain step" + (f" ({slowdown:.2f}x)" if slowdown is not None else ""))
+    return lines

@@ -1,0 +1,519 @@
+"""The real step under DTR: a dispatch mode that follows the engine's schedule.
+
+`Executor` runs the same training step the recorder recorded, as the same
+recorder (so it names every tensor exactly as the log does and writes the log
+again, line by line, checked against the recording), and before each op it
+applies the engine's events up to that op's compute: rebuilds
+(rematerializations) by rerunning the recorded op on its resident inputs,
+pressure evictions, dead frees, allocation checks. An engine storage is a real
+`UntypedStorage`:
+
+- evicting one PyTorch still holds resizes it to 0 bytes (every view sees it);
+  rebuilding it reruns its op and swaps the new data pointer in
+  (`_swap_data_ptr_`, no copy);
+- a storage PyTorch let die (a released tensor) that the engine rebuilds as a
+  parent lives on as a *ghost* the executor holds until the engine evicts it;
+- a mutation makes a new version (semantics.md §9.2): the old version's bytes
+  are copied to a new storage (held by the executor) before the op writes the
+  original, which becomes the new version.
+
+Random ops keep the CPU generator's state from before their first run and
+rerun under it, as `torch.utils.checkpoint`'s `preserve_rng_state` does.
+
+The memory truth is PyTorch's: at every allocation check the executor sums
+`nbytes()` of every storage of the step that is still alive (weak references:
+a storage PyTorch freed is gone, an evicted one counts 0) and compares it with
+the engine's memory at that check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..engine.hooks import (
+    E_BYTES,
+    E_DEPTH,
+    E_FLAG,
+    E_KIND,
+    E_MEMORY,
+    E_OP,
+    E_STORAGE,
+    E_TENSOR,
+    EV_ALLOC_CHECK,
+    EV_COMPUTE,
+    EV_EVICT,
+    EV_FREE_DEAD,
+    EV_OOM,
+    FLAG_COLLATERAL,
+    FLAG_REMAT,
+)
+from ..trace.program import Program
+from .log import LogWriter
+from .recorder import RecordError, StepRecorder, _schema_tensors
+
+_TIME = re.compile(r'"TIME":"\d+"')
+
+
+class ScheduleError(RecordError):
+    """The real step cannot follow its schedule faithfully: which op and why."""
+
+
+class RealOutOfMemory(Exception):
+    """The engine's schedule ends in an OOM here: the real step stops at the same check."""
+
+    def __init__(self, op_id: int, tensor_id: int, request: int, live: int, memory: int):
+        super().__init__(f"out of memory at op {op_id}: request {request}")
+        self.op_id, self.tensor_id, self.request, self.live, self.memory = (
+            op_id, tensor_id, request, live, memory)
+
+
+class ScheduleEnded(Exception):
+    """The engine's run stopped (thrashed, timeout, error) before the real step did."""
+
+
+def _normal(line: str) -> str:
+    """A log line without its cost: the executor does not recompute costs."""
+    return _TIME.sub('"TIME":""', line)
+
+
+class FollowingLog(LogWriter):
+    """A log writer that checks every line against the recording as it is written.
+    A mismatch is kept (finalizers cannot raise) and raised at the next op."""
+
+    def __init__(self, expected: list[str]):
+        self.expected = [_normal(line) for line in expected]
+        self.diverged: int | None = None
+        self.ops = 0
+        super().__init__()
+
+    def _emit(self, **record) -> None:
+        super()._emit(**record)
+        index = len(self.lines) - 1
+        if record["INSTRUCTION"] in ("CONSTANT", "CALL", "MUTATE"):
+            self.ops += 1
+        if self.diverged is None and (index >= len(self.expected)
+                                      or _normal(self.lines[index]) != self.expected[index]):
+            self.diverged = index
+
+    def divergence(self) -> str:
+        i = self.diverged
+        want = self.expected[i] if i < len(self.expected) else "the end of the log"
+        return (f"the step ran differently from its recording at log line {i + 1}: "
+                f"recorded {want}, ran {self.lines[i]}")
+
+
+@dataclass
+class OpRecord:
+    """What rerunning one log op needs: the aten op, its non-tensor arguments, and
+    per tensor argument the engine storage and view it read."""
+
+    func: object
+    args: tuple
+    kwargs: dict
+    slots: list[tuple[int, torch.dtype, tuple, tuple, int]]  # storage id, dtype, size, stride, offset
+    writes: tuple[int, ...]          # argument slots the aten op writes
+    outputs: list[tuple[int, int]]   # (index among produced tensors, owning tensor id)
+    mutation: bool                   # a MUTATE op: produced tensors are the written slots
+    rng: torch.Tensor | None
+
+
+class _Slot:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _template(func, args: tuple, kwargs: dict):
+    """args and kwargs with every tensor replaced by its slot, numbered in the
+    order `_schema_tensors` lists them."""
+    counter = iter(range(1 << 62))
+    slot = lambda t: _Slot(next(counter)) if isinstance(t, torch.Tensor) else t
+    new_args = tuple(tree_map(slot, a) for a in args)
+    new_kwargs = dict(kwargs)
+    for arg in func._schema.arguments[len(args):]:
+        if arg.name in kwargs:
+            new_kwargs[arg.name] = tree_map(slot, kwargs[arg.name])
+    return new_args, new_kwargs
+
+
+def _fill(template, tensors: list):
+    return tree_map(lambda x: tensors[x.index] if isinstance(x, _Slot) else x, template)
+
+
+@dataclass
+class Stats:
+    """What the real step did, counted from its own actions."""
+
+    alloc_checks: int = 0
+    mismatches: int = 0
+    first_mismatch: str | None = None
+    over_budget: int = 0
+    peak_live: int = 0
+    victims: list[int] = field(default_factory=list)
+    dead_frees: int = 0
+    remats: int = 0
+    collateral: int = 0
+    model_compute: int = 0
+    remat_compute: int = 0
+    ghosts: int = 0
+    random_rebuilds: int = 0     # rebuilds of ops that draw random numbers
+
+
+class Executor(StepRecorder):
+    """The dispatch mode of the real step (see the module docstring)."""
+
+    def __init__(self, log: FollowingLog, program: Program, events, budget: int, where):
+        super().__init__(log, "none", where)
+        self.program = program
+        self.events = events
+        self.budget = budget
+        self.pos = 0
+        self.expected = [json.loads(line) for line in log.expected]
+        self._line_op = self._op_lines()
+        self._tracked: dict[int, weakref.ref] = {}
+        self._weak: dict[int, weakref.ref] = {}
+        self._strong: dict[int, torch.UntypedStorage] = {}
+        self._resident: set[int] = set()
+        self._ops: dict[int, OpRecord] = {}
+        self._binds: list[tuple[torch.Tensor, str, bool]] = []
+        self.stats = Stats()
+        self.current_op = -1
+        self.measured_memory: dict[int, int] = {}   # event index -> live bytes at that check
+        self.measured_ns: dict[int, int] = {}       # compute event index -> wall ns of the real op
+
+    def _op_lines(self) -> dict[int, int]:
+        found, op = {}, 0
+        for i, rec in enumerate(self.expected):
+            if rec["INSTRUCTION"] in ("CONSTANT", "CALL", "MUTATE"):
+                found[i] = op
+                op += 1
+        return found
+
+    # --- the memory truth ------------------------------------------------------------
+
+    def _track(self, storage: torch.UntypedStorage) -> None:
+        self._tracked[storage._cdata] = weakref.ref(storage)
+
+    def live_bytes(self) -> int:
+        """Bytes of the step's storages PyTorch holds alive now."""
+        total, dead = 0, []
+        for key, ref in self._tracked.items():
+            s = ref()
+            if s is None:
+                dead.append(key)
+            else:
+                total += s.nbytes()
+        for key in dead:
+            del self._tracked[key]
+        return total
+
+    def _check(self, memory: int, pending: int, where: str) -> None:
+        live = self.live_bytes()
+        self.measured_memory[self.pos - 1] = live + pending
+        st = self.stats
+        st.alloc_checks += 1
+        st.peak_live = max(st.peak_live, live)
+        if live + pending != memory:
+            st.mismatches += 1
+            if st.first_mismatch is None:
+                st.first_mismatch = (f"{where}: live storages {live + pending} bytes, "
+                                     f"engine memory {memory}")
+        if live > self.budget:
+            st.over_budget += 1
+
+    # --- storages ----------------------------------------------------------------------
+
+    def _storage(self, sid: int) -> torch.UntypedStorage | None:
+        s = self._strong.get(sid)
+        if s is not None:
+            return s
+        ref = self._weak.get(sid)
+        return ref() if ref is not None else None
+
+    def _evict(self, sid: int, pressure: bool) -> bool:
+        """Release a storage's memory; False when it does not exist yet."""
+        if sid not in self._strong and sid not in self._weak:
+            return False
+        self._resident.discard(sid)
+        if pressure:
+            self.stats.victims.append(sid)
+        else:
+            self.stats.dead_frees += 1
+        if self._strong.pop(sid, None) is not None:
+            return True
+        s = self._weak[sid]()
+        if s is not None and pressure:
+            try:
+                s.resize_(0)
+            except RuntimeError as exc:
+                raise ScheduleError(f"storage {sid} of {self._op_text(self.current_op)} cannot "
+                                    f"be evicted: {exc}") from None
+        return True
+
+    def _install(self, sid: int, new: torch.UntypedStorage) -> None:
+        """Make storage `sid` resident with the bytes of `new`."""
+        current = self._storage(sid)
+        if current is None:
+            self._strong[sid] = new
+            self._track(new)
+            self.stats.ghosts += 1
+        else:
+            current._swap_data_ptr_(new)
+        self._resident.add(sid)
+
+    # --- following the schedule -----------------------------------------------------
+
+    def _op_text(self, op: int) -> str:
+        return f"op {op} ({self.program.op_name(op)})" if op >= 0 else "the step"
+
+    def advance(self, stop_op: int | None, pending: int = 0, deferred: list | None = None) -> None:
+        """Apply the engine's events up to the top-level compute of `stop_op`
+        (None: to the end of the run)."""
+        ev, prog = self.events, self.program
+        while self.pos < len(ev):
+            e = ev[self.pos]
+            self.pos += 1
+            kind = int(e[E_KIND])
+            if kind == EV_COMPUTE:
+                t, flag = int(e[E_TENSOR]), int(e[E_FLAG])
+                op = int(prog.tensor_op[t])
+                if flag & FLAG_COLLATERAL:
+                    self._resident.add(int(prog.tensor_storage[t]))
+                    self.stats.collateral += bool(flag & FLAG_REMAT)
+                elif flag & FLAG_REMAT:
+                    index = self.pos - 1
+                    start = time.perf_counter_ns()
+                    self._rebuild(op)
+                    self.measured_ns[index] = time.perf_counter_ns() - start
+                else:
+                    if op != stop_op:
+                        raise ScheduleError(f"the schedule computes {self._op_text(op)} where the "
+                                            f"step runs {self._op_text(stop_op)}")
+                    self._resident.add(int(prog.tensor_storage[t]))
+                    self.stats.model_compute += int(prog.op_cost[op])
+                    self.top_compute = self.pos - 1
+                    self._collaterals(op)
+                    return
+            elif kind == EV_ALLOC_CHECK:
+                self._check(int(e[E_MEMORY]), pending,
+                            f"allocation check of {self._op_text(int(e[E_OP]))} "
+                            f"(depth {int(e[E_DEPTH])})")
+            elif kind == EV_EVICT:
+                if not self._evict(int(e[E_STORAGE]), pressure=True):
+                    if deferred is None:
+                        raise ScheduleError(f"the schedule evicts storage {int(e[E_STORAGE])}, "
+                                            "which the step has not made")
+                    deferred.append(int(e[E_STORAGE]))
+            elif kind == EV_FREE_DEAD:
+                self._evict(int(e[E_STORAGE]), pressure=False)
+            elif kind == EV_OOM:
+                self.pos -= 1
+                raise RealOutOfMemory(int(e[E_OP]), int(e[E_TENSOR]), int(e[E_BYTES]),
+                                      self.live_bytes(), int(e[E_MEMORY]))
+        if stop_op is not None:
+            raise ScheduleEnded(f"the engine's run ended before {self._op_text(stop_op)}")
+
+    def _collaterals(self, op: int) -> None:
+        ev = self.events
+        while self.pos < len(ev) and int(ev[self.pos][E_KIND]) == EV_COMPUTE and \
+                int(ev[self.pos][E_FLAG]) & FLAG_COLLATERAL:
+            self._resident.add(int(self.program.tensor_storage[int(ev[self.pos][E_TENSOR])]))
+            self.pos += 1
+
+    def _rebuild(self, op: int) -> None:
+        """Rerun log op `op` on its resident inputs; install its non-resident outputs."""
+        prog = self.program
+        self.stats.remats += 1
+        self.stats.remat_compute += int(prog.op_cost[op])
+        rec = self._ops.get(op)
+        if rec is None:
+            raise ScheduleError(f"the schedule rebuilds {self._op_text(op)}, which the step "
+                                "never ran")
+        targets = [(i, tid) for i, tid in rec.outputs if tid not in self._resident]
+        if not targets:
+            return  # views only: their storage is rebuilt by its own op
+        with _disable_current_modes(), torch.no_grad():
+            tensors = []
+            for index, (sid, dtype, size, stride, offset) in enumerate(rec.slots):
+                s = self._storage(sid)
+                if s is None or sid not in self._resident:
+                    raise ScheduleError(f"rebuilding {self._op_text(op)}: its input storage {sid} "
+                                        "is not resident")
+                if index in rec.writes:
+                    s = s.clone()
+                tensors.append(torch.empty(0, dtype=dtype, device=s.device).set_(s, offset, size, stride))
+            args, kwargs = _fill((rec.args, rec.kwargs), tensors)
+            saved = None
+            if rec.rng is not None:
+                self.stats.random_rebuilds += 1
+                saved = torch.get_rng_state()
+                torch.set_rng_state(rec.rng)
+            try:
+                out = rec.func(*args, **kwargs)
+            finally:
+                if saved is not None:
+                    torch.set_rng_state(saved)
+            produced = ([tensors[i] for i in rec.writes] if rec.mutation
+                        else [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)])
+            for index, tid in targets:
+                self._install(tid, produced[index].untyped_storage())
+            del out, produced, tensors, args, kwargs
+
+    # --- naming and binding ----------------------------------------------------------
+
+    def name_of(self, t: torch.Tensor, op: str = "the step") -> str:
+        before = self.log.ops
+        name = super().name_of(t, op)
+        if self.log.ops > before:  # a CONSTANT: op `before` of the log
+            self._binds.clear()
+            self.current_op = before
+            self.advance(before)
+            tid = self.program.tensor_by_name(name)
+            self._weak[tid] = weakref.ref(t.untyped_storage())
+            self._track(t.untyped_storage())
+        return name
+
+    def _register(self, t: torch.Tensor, name: str, owner: bool) -> None:
+        super()._register(t, name, owner)
+        self._binds.append((t, name, owner))
+
+    def _planned(self, func, arg_names: list[str]) -> list[tuple[int, str]]:
+        """The log ops this call writes, read from the recording at the current line."""
+        exp, i = self.expected, len(self.log.lines)
+        name = func.overloadpacket.__name__
+        planned: list[tuple[int, str]] = []
+
+        def at(j):
+            return exp[j] if j < len(exp) else {}
+
+        r = at(i)
+        if r.get("INSTRUCTION") == "CALL" and r["NAME"] == name and r["ARGS"][:len(arg_names)] == arg_names:
+            planned.append((self._line_op[i], "call"))
+            results = set(r["RESULT"])
+            i += 1 + 2 * len(r["RESULT"])
+            r = at(i)
+            if r.get("INSTRUCTION") == "MUTATE" and r["NAME"] == name:
+                planned.append((self._line_op[i], "mutate"))
+                i += 1
+                r = at(i)
+            while r.get("INSTRUCTION") == "CALL" and r["NAME"] == "alias" and r["ARGS"][0] in results:
+                planned.append((self._line_op[i], "view"))
+                i += 3
+                r = at(i)
+        elif r.get("INSTRUCTION") == "MUTATE" and r["NAME"] == name and r["ARGS"] == arg_names:
+            planned.append((self._line_op[i], "mutate"))
+        return planned
+
+    def _slots(self, op: int, inputs: list) -> list:
+        prog, slots = self.program, []
+        arg_ids = prog.op_args_of(op).tolist()
+        for t, tid in zip(inputs, arg_ids):
+            sid = int(prog.tensor_storage[tid])
+            real = self._storage(sid)
+            if real is None or real._cdata != t.untyped_storage()._cdata:
+                raise ScheduleError(
+                    f"{self._op_text(op)} {self.where()}: reads a tensor whose storage an in-place "
+                    "op changed after the tensor was made (the DTR model gives it the old "
+                    "value): cannot be recomputed faithfully")
+            slots.append((sid, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset()))
+        return slots
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        op = f"op {func.overloadpacket.__name__} ({func})"
+        self._check_op(func, op)
+        if self.log.diverged is not None:
+            raise ScheduleError(self.log.divergence())
+        inputs, mutated = _schema_tensors(func, args, kwargs)
+        self._busy = True
+        try:
+            arg_names = [self.name_of(t, op) for t in inputs]
+            planned = self._planned(func, arg_names)
+            deferred: list[int] = []
+            pending = 0
+            for k, kind in planned:
+                self.current_op = k
+                slots = self._slots(k, inputs)
+                self.advance(k, pending, deferred)
+                if kind == "mutate":
+                    self._new_versions(k, inputs, mutated)
+                else:
+                    pending += int(self.program.op_total_size[k])
+                self._ops[k] = OpRecord(func, *_template(func, args, kwargs), slots, tuple(mutated),
+                                        [], kind == "mutate", None)
+            if planned and torch.Tag.nondeterministic_seeded in func.tags:
+                rng = torch.get_rng_state()
+                for k, _ in planned:
+                    self._ops[k].rng = rng
+            self._binds.clear()
+            start = time.perf_counter_ns()
+            out = func(*args, **kwargs)
+            if planned:
+                self.measured_ns[self.top_compute] = time.perf_counter_ns() - start
+            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            for t in outputs:
+                self._check_tensor(t, op)
+            self._write(func, args, kwargs, out, inputs, arg_names, mutated, outputs, 0)
+            if self.log.diverged is not None:
+                raise ScheduleError(self.log.divergence())
+            self._bind(planned, outputs)
+            for sid in deferred:
+                self._evict(sid, pressure=True)
+        finally:
+            self._busy = False
+            pending_names, self._pending = self._pending, []
+            for name in pending_names:
+                self.log.release(name)
+        return out
+
+    def _new_versions(self, op: int, inputs: list, mutated: list[int]) -> None:
+        """Before a mutation writes its arguments: the old versions move to copies."""
+        prog = self.program
+        args = prog.op_args_of(op).tolist()
+        with _disable_current_modes():
+            for out_tid, m in zip(prog.op_outputs_of(op), mutated):
+                old = int(prog.tensor_storage[args[m]])
+                real = inputs[m].untyped_storage()
+                copy = real.clone()
+                self._strong[old] = copy
+                self._weak.pop(old, None)
+                self._track(copy)
+                self._weak[out_tid] = weakref.ref(real)
+                self._resident.add(out_tid)
+
+    def _bind(self, planned: list[tuple[int, str]], outputs: list) -> None:
+        prog = self.program
+        position = {id(t): i for i, t in reversed(list(enumerate(outputs)))}
+        for t, name, owner in self._binds:
+            try:
+                tid = prog.tensor_by_name(name)
+            except KeyError:
+                continue  # a COPY: a new name for a tensor the log already has
+            op = int(prog.tensor_op[tid])
+            if owner:
+                self._weak[tid] = weakref.ref(t.untyped_storage())
+                self._track(t.untyped_storage())
+                if op in self._ops and id(t) in position:
+                    self._ops[op].outputs.append((position[id(t)], tid))
+        self._binds.clear()
+        for k, kind in planned:
+            if kind == "mutate":
+                self._ops[k].outputs = list(enumerate(prog.op_outputs_of(k)))
+
+    def finish(self) -> None:
+        """After the step: the rest of the schedule (dead frees, final pins)."""
+        self.current_op = self.program.n_ops - 1
+        self.advance(None)
+        if self.log.diverged is None and len(self.log.lines) != len(self.log.expected):
+            self.log.diverged = len(self.log.lines)
+        if self.log.diverged is not None:
+            raise ScheduleError(self.log.divergence())

@@ -1,0 +1,78 @@
+"""The engine's decisions for a recorded step: the event stream the real step follows.
+
+`plan` replays a step's DTR log under a budget with an observer that keeps
+every event (materializations, allocation checks, evictions, dead frees,
+computes, pins, the OOM), in `seq` order. `floor` is the budget below which
+no policy can run the log at all: at some op, the constants made so far (pinned
+for good), the op's distinct argument storages and its request must all be
+resident at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine.frontier import Frontier
+from ..engine.hooks import N_EVENT_COLUMNS, N_EVENT_FLOAT_COLUMNS, EventBatch, Observer
+from ..engine.replay import RunResult, replay
+from ..trace.program import CMD_COMPUTE, CMD_PIN, Program
+
+
+class _Collector(Observer):
+    def __init__(self):
+        self.chunks: list[np.ndarray] = []
+        self.float_chunks: list[np.ndarray] = []
+        self.frontier: Frontier | None = None
+
+    def on_events(self, batch: EventBatch) -> None:
+        self.chunks.append(batch.ints.copy())
+        self.float_chunks.append(batch.floats.copy())
+
+    def on_oom(self, frontier) -> None:
+        self.frontier = frontier
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The engine's run of the log: its result and every event it emitted."""
+
+    result: RunResult
+    events: np.ndarray            # (n, N_EVENT_COLUMNS) int64, seq order
+    scores: np.ndarray            # (n, N_EVENT_FLOAT_COLUMNS) float64
+    frontier: Frontier | None
+
+
+def plan(program: Program, budget: int, policy="dtr") -> Plan:
+    collector = _Collector()
+    result = replay(program, budget=budget, policy=policy, observers=[collector])
+    events = (np.concatenate(collector.chunks) if collector.chunks
+              else np.zeros((0, N_EVENT_COLUMNS), dtype=np.int64))
+    scores = (np.concatenate(collector.float_chunks) if collector.float_chunks
+              else np.zeros((0, N_EVENT_FLOAT_COLUMNS), dtype=np.float64))
+    return Plan(result=result, events=events, scores=scores, frontier=collector.frontier)
+
+
+def floor(program: Program) -> int:
+    """The smallest budget any policy could complete the log under (a lower bound:
+    every run below it is out of memory)."""
+    storage = program.tensor_storage
+    size = program.tensor_size
+    pinned = 0
+    pinned_set: set[int] = set()
+    best = 0
+    op = 0
+    for kind, arg in zip(program.sched_kind.tolist(), program.sched_arg.tolist()):
+        if kind == CMD_COMPUTE:
+            op = arg
+            args = {int(storage[t]) for t in program.op_args_of(op).tolist()} - pinned_set
+            need = pinned + sum(int(size[s]) for s in args) + int(program.op_total_size[op])
+            best = max(best, need)
+        elif kind == CMD_PIN:
+            s = int(storage[arg])
+            if s not in pinned_set:
+                pinned_set.add(s)
+                pinned += int(size[s])
+                best = max(best, pinned)
+    return best
