@@ -6,14 +6,14 @@ and work without the `torch` extra.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .common import reporting_replaced
+from .common import print_json, reporting_replaced
 from .errors import CommandError
+from .options import output_file
 from ..render.units import fmt_bytes
 
 torch_app = typer.Typer(help="Record DTR logs from your own PyTorch models.", no_args_is_help=True)
@@ -23,12 +23,19 @@ def register(app: typer.Typer) -> None:
     app.add_typer(torch_app, name="torch")
 
 
-def _sizes(pairs: list[str]) -> dict[str, int]:
-    sizes = {}
+def _sizes(pairs: list[str], given: dict[str, object]) -> dict[str, int]:
+    """--set KEY=INTEGER pairs; a key set twice, or also given by its own option
+    (--batch, --seq, --dtype), is refused rather than one silently winning."""
+    sizes: dict[str, int] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not value.lstrip("-").isdigit():
             raise CommandError(f"--set takes KEY=INTEGER (e.g. layers=4), got {pair!r}")
+        if key in sizes:
+            raise CommandError(f"--set {key} is given twice ({key}={sizes[key]} and {pair}): "
+                               "give it once")
+        if given.get(key) is not None:
+            raise CommandError(f"--set {pair} and --{key} {given[key]} both set {key}: give one")
         sizes[key] = int(value)
     return sizes
 
@@ -38,7 +45,7 @@ def record_cmd(
     spec: Annotated[str, typer.Argument(help="zoo:NAME (gpt, gpt-1b, resnet, lstm, unet, mlp) or "
                                              "package.module:factory returning (model, batch, loss_fn).",
                                         show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", "--out", help="Log file to write (atomically).",
+    output: Annotated[Path, typer.Option("--output", "-o", "--out", callback=output_file, help="Log file to write (atomically).",
                                          show_default=False)],
     cost: Annotated[str, typer.Option(help="Cost model: flops (deterministic) or measured (wall time).")] = "flops",
     fake: Annotated[bool, typer.Option("--fake", help="Fake tensors: exact sizes, no memory, flops costs.")] = False,
@@ -50,6 +57,8 @@ def record_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Record one training step (forward, loss, backward) of SPEC as a DTR log."""
+    options = {"batch": batch, "seq": seq,
+               **_sizes(sizes or [], {"batch": batch, "seq": seq, "dtype": dtype})}
     try:
         import torch
 
@@ -57,7 +66,6 @@ def record_cmd(
         from ..torch.spec import build, parse_dtype
     except ImportError as exc:
         raise CommandError(f"dtrf torch needs PyTorch ({exc}): pip install 'dtrforensics[torch]'") from None
-    options = {"batch": batch, "seq": seq, **_sizes(sizes or [])}
     try:
         if dtype is not None:
             options["dtype"] = parse_dtype(dtype)
@@ -67,9 +75,12 @@ def record_cmd(
             summary = record(model, data, loss_fn, output, cost=cost, fake=fake)
     except RecordError as exc:
         raise CommandError(f"{spec}: {exc}") from None
+    except SystemExit as exc:
+        raise CommandError(f"{spec}: the model's code called sys.exit({exc.code!r}) while it was "
+                           f"being built or recorded: nothing was written to {output}") from None
     if as_json:
-        print(json.dumps({"path": str(summary.path), "peak_bytes": summary.peak, "ops": summary.ops,
-                          "cost": summary.cost, "fake": summary.fake, "loss": summary.loss}, indent=2))
+        print_json({"path": str(summary.path), "peak_bytes": summary.peak, "ops": summary.ops,
+                    "cost": summary.cost, "fake": summary.fake, "loss": summary.loss})
         return
     print(f"peak memory {fmt_bytes(summary.peak)} ({summary.peak:,} bytes), {summary.ops:,} ops "
           f"({summary.cost} costs{', fake tensors' if summary.fake else ''})")
