@@ -606,3 +606,217 @@ def test_a_sweep_description_without_parameters_is_one_error_line(tmp_path):
     (out / "sweep.json").write_text(_json.dumps(doc))
     result = dtrf("holes", str(out), cwd=tmp_path)
     assert result.code == EXIT_USER and result.traceback is None
+
+
+# --- issue 31: one rule for "inside a recording", every writer ------------------------------
+
+# Every command that writes, aimed at the recording REC or inside it: refused, REC unchanged.
+WRITES_INTO_REC = [
+    ("torch", "record", "zoo:mlp", "-o", "REC/x.log"),
+    ("torch", "record", "zoo:mlp", "-o", "REC/events.parquet"),
+    ("synth", "chain", "-o", "REC/ops.parquet"),
+    ("synth", "chain", "-o", "REC/sub/x.log"),
+    ("explain", TRACE, "--ratio", "0.6", "--record-root", "REC"),
+    ("explain", TRACE, "--ratio", "0.6", "--record-root", "REC/runs"),
+    ("intervene", TRACE, "--ratio", "0.6", "--retain", "3", "--record-root", "REC"),
+    ("run", TRACE, "--ratio", "0.6", "--record", "REC/sub"),
+    ("sweep", TRACE, "--from", "0.5", "--to", "0.6", "--step", "0.1", "--out", "REC/sw"),
+    ("compare-policies", TRACE, "--policy", "dtr,lru", "--step", "0.1", "--out", "REC"),
+    ("compare-policies", TRACE, "--policy", "dtr,lru", "--step", "0.1", "--out", "SWEEP",
+     "--figure", "REC/fig"),
+    ("plot", "SWEEP", "-o", "REC/plot"),
+    ("regime", f"{TRACE}@0.6", f"{TRACE}@0.9", "--plot", "REC/x.png"),
+    ("reproduce", "--quick", "-o", "REC"),
+    ("reproduce", "--findings", "-o", "REC/f"),
+    ("demo", "-o", "REC/demo"),
+    ("export", "SWEEP", "-f", "csv", "-o", "REC/x.csv"),
+    ("sql", "SELECT 1 AS x", "REC", "--parquet", "REC/x.parquet"),
+]
+
+
+@pytest.mark.parametrize("args", WRITES_INTO_REC, ids=" ".join)
+def test_no_command_writes_into_a_recording(ws, args):
+    check(ws, args, EXIT_USER, "the recording")
+
+
+@pytest.fixture
+def stray(tmp_path) -> Path:
+    """tmp_path holding REC (a recording) and saved/ whose run.json is a saved
+    `dtrf run --json`: an ordinary file, not a manifest."""
+    assert dtrf("run", TRACE, "--ratio", "0.6", "--record", tmp_path / "REC").code == 0
+    saved = dtrf("run", TRACE, "--ratio", "0.6", "--json")
+    assert saved.code == 0, saved.err
+    (tmp_path / "saved" / "sub").mkdir(parents=True)
+    (tmp_path / "saved" / "run.json").write_text(saved.out)
+    return tmp_path
+
+
+def test_show_says_a_stray_run_json_is_not_a_recording(stray):
+    check(stray, ("show", "saved"), EXIT_USER, "not a recording")
+    assert "run.json" in dtrf("show", "saved", cwd=stray).error_lines[0]
+
+
+@pytest.mark.parametrize("args,written", [
+    (("export", "REC", "-f", "perfetto", "-o", "saved/x.json"), "saved/x.json"),
+    (("sql", "SELECT 1 AS x", "REC", "--parquet", "saved/sub/x.parquet"), "saved/sub/x.parquet"),
+    (("regime", f"{TRACE}@0.6", f"{TRACE}@0.9", "--plot", "saved/sub/x.png"), "saved/sub/x.png"),
+    (("synth", "chain", "-o", "saved/x.log"), "saved/x.log"),
+    (("run", TRACE, "--ratio", "0.6", "--record", "saved/rec"), "saved/rec/run.json"),
+])
+def test_a_folder_with_a_stray_run_json_is_an_ordinary_folder(stray, args, written):
+    result = dtrf(*args, cwd=stray)
+    assert result.traceback is None, result.traceback
+    assert result.code == 0, result.err
+    assert (stray / written).exists()
+
+
+def test_a_recording_is_a_folder_whose_run_json_is_a_manifest(ws, tmp_path):
+    from dtrforensics.recorder.reader import enclosing_recording, is_recording
+    assert is_recording(ws / "REC") and enclosing_recording(ws / "REC" / "a" / "b") == ws / "REC"
+    for text in ('{"format_version": "1.1", "tables": []}', '{"trace": "hole"}', "[1]",
+                 "{ not json", '{"format_version": 3, "tables": []}'):
+        folder = tmp_path / f"f{abs(hash(text))}"
+        folder.mkdir()
+        (folder / "run.json").write_text(text)
+        assert not is_recording(folder) and enclosing_recording(folder / "x") is None, text
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / "run.json").write_text('{"format_version": "9.0"}')
+    assert is_recording(newer)     # a newer format is refused by version, not written into
+
+
+def test_reproduce_writes_only_into_a_folder_it_owns(tmp_path):
+    from dtrforensics.fsutil import OWN_MARK
+    root_mark = Path("/work") / OWN_MARK
+    had_mark = root_mark.exists()
+    check(tmp_path, ("reproduce", "--quick", "-o", "/"), EXIT_USER, "root")
+    assert root_mark.exists() == had_mark
+    (tmp_path / "out" / "work").mkdir(parents=True)
+    (tmp_path / "out" / "work" / "thesis.tex").write_text("mine")
+    check(tmp_path, ("reproduce", "--quick", "-o", "out"), EXIT_USER, "not made by")
+    check(tmp_path, ("reproduce", "--findings", "-o", "out"), EXIT_USER, "not made by")
+
+
+def test_an_owned_folder_is_made_marked_reused_or_refused(tmp_path):
+    from dtrforensics.errors import RefusedError
+    from dtrforensics.fsutil import OWN_MARK, claim_folder
+    made = claim_folder(tmp_path / "a" / "work", owner="x")
+    assert (made / OWN_MARK).is_file()
+    (made / "anything").mkdir()
+    assert claim_folder(made, owner="x") == made            # marked: ours, whatever it holds
+    old = tmp_path / "old"
+    (old / "runs").mkdir(parents=True)
+    claim_folder(old, owner="x", may_hold=frozenset({"runs"}))   # from before the mark
+    assert (old / OWN_MARK).is_file()
+    foreign = tmp_path / "foreign"
+    (foreign / "runs").mkdir(parents=True)
+    (foreign / "notes").write_text("x")
+    with pytest.raises(RefusedError, match="notes"):
+        claim_folder(foreign, owner="x", may_hold=frozenset({"runs"}))
+    assert not (foreign / OWN_MARK).exists()
+    unchecked = tmp_path / "later"
+    claim_folder(unchecked, owner="x", create=False)
+    assert not unchecked.exists()
+
+
+# --- issue 31: no traceback from ordinary use ------------------------------------------------
+
+def _no_matplotlib(monkeypatch):
+    import sys
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.pyplot"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.parametrize("args,untouched", [
+    (("compare-policies", TRACE, "--policy", "dtr,lru", "--from", "0.5", "--to", "0.9",
+      "--step", "0.1", "--out", "cp", "--json", "--no-progress"), "cp"),
+    (("reproduce", "--quick", "-o", "rep", "--json"), "rep"),
+    (("regime", f"{TRACE}@0.6", f"{TRACE}@0.9", "--plot", "r.png"), "recordings"),
+])
+def test_a_missing_figure_dependency_is_one_line_before_the_work(monkeypatch, tmp_path, args,
+                                                                 untouched):
+    _no_matplotlib(monkeypatch)
+    check(tmp_path, args, EXIT_USER, "matplotlib")
+    assert not (tmp_path / untouched).exists()
+
+
+def test_json_has_no_nan_and_says_where_one_was():
+    import math
+
+    from dtrforensics.jsonsafe import json_safe
+    from dtrforensics.render.jsonout import dumps
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    doc = strict(dumps({"loss": math.nan, "runs": [{"x": 1.0}, {"x": math.nan}],
+                        "score": math.inf}))
+    assert doc["loss"] is None and doc["runs"][1]["x"] is None and doc["score"] == "inf"
+    assert any("loss" in n for n in doc["notes"]) and any("runs[1].x" in n for n in doc["notes"])
+    assert json_safe([math.nan, -math.inf]) == [None, "-inf"]
+    assert "notes" not in strict(dumps({"loss": 1.5}))
+
+
+def test_run_json_is_strict_json(ws):
+    text = (ws / "REC" / "run.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in run.json"))
+
+
+@pytest.fixture
+def factories(tmp_path, monkeypatch):
+    """A module of odd model factories on sys.path."""
+    (tmp_path / "odd_factories.py").write_text(
+        "import sys\n"
+        "import torch\n\n\n"
+        "def exits():\n"
+        "    sys.exit(0)\n\n\n"
+        "def nan_loss(batch: int = 2):\n"
+        "    model = torch.nn.Linear(3, 1)\n"
+        "    data = (torch.ones(batch, 3), torch.ones(batch, 1))\n"
+        "    return model, data, lambda out, target: (out * float('nan')).sum()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_torch_record_refuses_what_is_not_a_factory(tmp_path):
+    pytest.importorskip("torch")
+    check(tmp_path, ("torch", "record", "torch:zeros", "-o", "z.log"), EXIT_USER,
+          "not a model factory")
+
+
+def test_a_factory_calling_sys_exit_is_one_error_line(factories):
+    pytest.importorskip("torch")
+    check(factories, ("torch", "record", "odd_factories:exits", "-o", "x.log"), EXIT_USER,
+          "sys.exit(0)")
+    assert not (factories / "x.log").exists()
+
+
+def test_torch_record_json_of_a_nan_loss_is_strict(factories):
+    pytest.importorskip("torch")
+    result = dtrf("torch", "record", "odd_factories:nan_loss", "-o", "n.log", "--json",
+                  cwd=factories)
+    assert result.code == 0 and result.traceback is None, result.err
+    doc = json.loads(result.out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert doc["loss"] is None and any("loss" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (("torch", "record", "zoo:mlp", "-o", "-"), "not stdout"),
+    (("synth", "chain", "-o", "-"), "not stdout"),
+    (("sql", "SELECT 1 AS x", "REC", "--parquet", "-"), "not stdout"),
+    (("torch", "record", "zoo:mlp", "-o", "m.log", "--set", "batch=3", "--batch", "4"),
+     "both set batch"),
+    (("torch", "record", "zoo:mlp", "-o", "m.log", "--set", "layers=2", "--set", "layers=3"),
+     "given twice"),
+    (("sweep", TRACE, "--from", "0.5", "--to", "0.6", "--step", "0.1",
+      "--policy", "{pol}:p,{pold}:p", "--out", "sw"), "twice"),
+    (("compare-policies", TRACE, "--from", "0.5", "--to", "0.6", "--step", "0.1",
+      "--policy", "{pol}:p,{pold}:p", "--out", "cp"), "twice"),
+])
+def test_ambiguous_outputs_and_options_are_refused(ws, args, message):
+    pol = ws / "twice.py"
+    if not pol.exists():
+        pol.write_text("from dtrforensics.policy import policy, ratio\n\n\n"
+                       "@policy\ndef p(compute, size):\n    return ratio(compute, size)\n")
+    args = [a.format(pol="twice.py", pold="./twice.py") for a in args]
+    check(ws, args, EXIT_USER, message)
+    assert not (ws / "-").exists()

@@ -94,3 +94,35 @@ def pid_alive(pid: int) -> bool:
 
 def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+OWN_MARK = ".dtrforensics-own"
+
+
+def claim_folder(folder: str | os.PathLike, *, owner: str,
+                 may_hold: frozenset[str] = frozenset(), create: bool = True) -> Path:
+    """A working folder `owner` may fill: created (with a mark file naming the owner)
+    when missing, reused when it carries that mark, and adopted (marked) when it is
+    empty or holds only entries named in `may_hold` (what the owner itself creates
+    there, from before the mark). Anything else belongs to someone else: refused, so
+    a command's runs never land in a folder like `/work` that it did not make.
+    `create=False` only checks (before the work starts)."""
+    folder = Path(folder)
+    mark = folder / OWN_MARK
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise RefusedError(f"{folder} is not a folder {owner} made: refusing to write into it; "
+                           "choose another output folder")
+    if folder.is_dir():
+        if mark.is_file():
+            return folder
+        strangers = sorted(e.name for e in os.scandir(folder) if e.name not in may_hold)
+        if strangers:
+            shown = ", ".join(strangers[:3]) + (", ..." if len(strangers) > 3 else "")
+            raise RefusedError(f"{folder} exists and was not made by {owner} (it holds {shown}): "
+                               "refusing to write into it; choose a new or empty output folder")
+    if not create:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    mark.write_text(f"made by {owner}; its contents may be replaced by the next run\n",
+                    encoding="utf-8")
+    return folder

@@ -63,6 +63,17 @@ def reporting_replaced(*paths: str | Path) -> Iterator[None]:
         print(f"replaced {path}", file=sys.stderr)
 
 
+def require_figures(what: str) -> None:
+    """Check before the work that matplotlib imports, since `what` ends by drawing
+    figures: a missing optional dependency is one line up front, never a traceback
+    after a long sweep that loses the results it would have printed."""
+    try:
+        import matplotlib.figure  # noqa: F401
+    except ImportError as exc:
+        raise CommandError(f"{what} draws figures with matplotlib, which does not import "
+                           f"({exc}): pip install 'dtrforensics[plot]'") from None
+
+
 def print_json(data, *, indent: int | None = 2) -> None:
     """One strict JSON document on stdout."""
     from ..render.jsonout import dumps

@@ -7,10 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOption, print_json, sweeping
+from .common import JsonOption, print_json, require_figures, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, check_policies, check_timeout, split_policies
+from .options import (
+    POLICY_HELP, check_policies, check_timeout, output_file, output_folder, split_policies,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -27,8 +29,8 @@ def compare_policies_command(
     max_runs: Annotated[int, typer.Option(help="Exact mode: at most this many walk runs per policy.")] = 2000,
     timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per run (s); a timed-out point is unresolved.")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest with the same parameters, to resume).")] = None,
-    figure: Annotated[Optional[Path], typer.Option(help="Figure path without suffix (default SWEEP/compare-policies): .png and .svg.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_folder, help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest with the same parameters, to resume).")] = None,
+    figure: Annotated[Optional[Path], typer.Option(callback=output_file, help="Figure path without suffix (default SWEEP/compare-policies): .png and .svg.")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -49,6 +51,7 @@ def compare_policies_command(
     policies = split_policies(policy)
     if len(set(policies)) != len(policies):
         raise CommandError("--policy names a policy twice")
+    require_figures("dtrf compare-policies")
     program = load_trace(trace)
     announce_compile()
     params = SweepParams(ratio_from=ratio_from, ratio_to=ratio_to, step=step,

@@ -8,15 +8,15 @@ CSV or Parquet. This module parses options, calls the exporter and reports.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .common import reporting_replaced
+from .common import print_json, reporting_replaced
 from .errors import CommandError
+from .options import output_file_or_stdout
 
 RECORDING_FORMATS = ("perfetto", "memory-viz")
 TABLE_FORMATS = ("csv", "parquet")
@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
 def export(
     source: Annotated[Path, typer.Argument(help="A recording folder, or a sweep folder.", show_default=False)],
     fmt: Annotated[str, typer.Option("--format", "-f", help="perfetto or memory-viz (recordings); csv or parquet (sweeps).")],
-    output: Annotated[Optional[str], typer.Option("--output", "-o", "--out", help="Output file ('-' for stdout; default recordings/ and SOURCE's name plus a suffix).", show_default=False)] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", "--out", callback=output_file_or_stdout, help="Output file ('-' for stdout; default recordings/ and SOURCE's name plus a suffix).", show_default=False)] = None,
     max_nesting: Annotated[int, typer.Option(help="perfetto: levels of nested rematerializations shown (Perfetto keeps at most 512).")] = 500,
     max_frames: Annotated[int, typer.Option(help="memory-viz: innermost materialization levels kept in each stack.")] = 64,
     as_json: Annotated[bool, typer.Option("--json", help="Print what was written as one JSON object.")] = False,
@@ -90,7 +90,7 @@ def export(
     except IsADirectoryError:
         raise CommandError(f"{out} is a folder: give a file name with -o") from None
     if as_json:
-        print(json.dumps(result.to_json()))
+        print_json(result.to_json(), indent=None)
     else:
         print(_describe(result, source), file=sys.stderr)
 

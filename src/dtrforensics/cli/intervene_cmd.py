@@ -10,9 +10,9 @@ import typer
 
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, at_least, check_policy, check_timeout
+from .options import POLICY_HELP, at_least, check_policy, check_timeout, output_folder
 
-RecordRoot = Annotated[str, typer.Option(help="Where the runs are recorded (reused when present); '' to not record.")]
+RecordRoot = Annotated[str, typer.Option(callback=output_folder, help="Where the runs are recorded (reused when present); '' to not record.")]
 
 
 def register(app: typer.Typer) -> None:

@@ -3,6 +3,7 @@ and typer callbacks that check a value where it enters (`dtrforensics.validate`)
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import TYPE_CHECKING
 
@@ -111,13 +112,61 @@ def check_policy(param: typer.CallbackParam, value: str | None) -> str | None:
 
 
 def check_policies(param: typer.CallbackParam, value: str) -> str:
-    """Callback of a comma-separated --policy list."""
+    """Callback of a comma-separated --policy list: each policy loads, and none is
+    named twice (`a.py:x,./a.py:x` is one policy file's policy twice)."""
+    seen: dict[object, str] = {}
     for name in split_policies(value):
         check_policy(param, name)
+        key = policy_identity(name)
+        if key in seen:
+            raise validate.OptionError(f"{param.opts[0]} names one policy twice: {seen[key]!r} "
+                                       f"and {name!r}")
+        seen[key] = name
     if not split_policies(value):
         raise validate.OptionError(f"{param.opts[0]} names no policy")
     return value
 
 
+def policy_identity(name: str) -> object:
+    """What makes two policy names the same policy: a built-in's name, or a policy
+    file's real path (links and `./` resolved) and the policy's name in it."""
+    from ..engine.policies import POLICIES
+    if name in POLICIES:
+        return name
+    path, _, attr = name.rpartition(":")
+    return (os.path.realpath(path), attr)
+
+
 def split_policies(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _output(param: typer.CallbackParam, value, *, stdout: bool, what: str):
+    """The one check of every output path: `-` is stdout where the command offers it and
+    refused where it does not (`./-` names a file called `-`); a path that is or lies
+    inside a recording is refused (`recorder.reader.enclosing_recording`)."""
+    if value is None or str(value) == "":
+        return value
+    if str(value) == "-":
+        if stdout:
+            return value
+        raise validate.OptionError(f"{param.opts[0]} -: this command writes a file, not stdout; "
+                                   "give a file name (./- for a file named '-')")
+    from ..recorder.reader import refuse_inside_recording
+    refuse_inside_recording(value, what)
+    return value
+
+
+def output_file(param: typer.CallbackParam, value):
+    """Callback of an output file option that cannot be stdout."""
+    return _output(param, value, stdout=False, what="an output file")
+
+
+def output_file_or_stdout(param: typer.CallbackParam, value):
+    """Callback of an output file option where `-` is stdout."""
+    return _output(param, value, stdout=True, what="an output file")
+
+
+def output_folder(param: typer.CallbackParam, value):
+    """Callback of an output folder option (sweeps, runs, reports)."""
+    return _output(param, value, stdout=False, what="an output folder")

@@ -13,7 +13,7 @@ import typer
 
 from .common import reporting_replaced
 from .errors import CommandError
-from .options import at_least
+from .options import at_least, output_file
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -56,7 +56,7 @@ def sql(
                                               "and the shipped queries (e.g. failing_allocation).")],
     recordings: Annotated[list[str], typer.Argument(help="Recording folders, or folders holding recordings.")],
     as_csv: Annotated[bool, typer.Option("--csv", help="Write CSV to stdout.")] = False,
-    parquet: Annotated[Optional[Path], typer.Option("--parquet", help="Write the result to this Parquet file.")] = None,
+    parquet: Annotated[Optional[Path], typer.Option("--parquet", callback=output_file, help="Write the result to this Parquet file.")] = None,
     as_json: JsonOption = False,
     limit: Annotated[int, typer.Option(callback=at_least(0), help="Rows shown in the table (CSV, JSON and Parquet get all).")] = 100,
 ) -> None:
@@ -73,9 +73,6 @@ def sql(
 
     from .. import db
     from ..analyses.runs import open_together
-    from ..recorder.reader import refuse_inside_recording
-    if parquet is not None:
-        refuse_inside_recording(parquet)
     con, _ = open_together(_recordings(recordings))
     try:
         db.check_read_only(con, query)

@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from .common import (DEFAULT_CACHE, CacheOption, JsonOption, open_runs, print_json,
-                     reporting_replaced)
+                     reporting_replaced, require_figures)
 from .errors import CommandError
+from .options import output_file
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -27,7 +28,7 @@ def regime_command(
     sustain: Annotated[int, typer.Option(help="Onset rule: for this many windows in a row.")] = 1,
     top: Annotated[int, typer.Option(help="Drivers listed.")] = 10,
     windows: Annotated[bool, typer.Option("--windows", help="Also list every window's evictions and rematerializations.")] = False,
-    plot: Annotated[Optional[Path], typer.Option("--plot", "-o", "--out", help="Write the evictions-per-window figure here (.png or .svg).")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", "-o", "--out", callback=output_file, help="Write the evictions-per-window figure here (.png or .svg).")] = None,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
 ) -> None:
@@ -54,8 +55,7 @@ def regime_command(
     if plot is not None and not plot.parent.is_dir():
         raise CommandError(f"--plot: no such folder {plot.parent}")
     if plot is not None:
-        from ..recorder.reader import refuse_inside_recording
-        refuse_inside_recording(plot)
+        require_figures("dtrf regime --plot")
     a, b = open_runs([control, test], scores="victims", cache=cache)
     try:
         report = regime(a, b, window_ops=window, factor=factor, min_excess=min_excess,

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from .errors import CommandError
-from .options import POLICY_HELP, check_policy
+from .options import POLICY_HELP, check_policy, output_folder
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
 
 def reproduce_command(
     quick: Annotated[bool, typer.Option("--quick", help="Only the claims that need short runs (ResNet-32 and U-Net, about a minute).")] = False,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the report (report.md and its figures) and the runs behind it (work/, reused by the next reproduction).")] = Path("recordings") / "reproduce",
+    out: Annotated[Path, typer.Option("--out", "-o", callback=output_folder, help="Folder for the report (report.md and its figures) and the runs behind it (work/, reused by the next reproduction).")] = Path("recordings") / "reproduce",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: claims [{id, published, ours, verdict, ...}].")] = False,
     findings: Annotated[bool, typer.Option("--findings", help="Instead: answer the studies' open questions with exact maps into OUT/findings.md (maps kept in OUT/work/findings, resumed by the next run).")] = False,
     map_seconds: Annotated[float, typer.Option("--map-seconds", help="With --findings: wall-clock seconds each map may run in this invocation (a partial map is resumed next time).")] = 600.0,
@@ -48,15 +48,16 @@ def reproduce_command(
     from ..render.reproduce_report import write_report
     from ..reproduce.protocol import reproduce
     from ..trace.registry import resolve_trace
-    from .common import print_json
+    from .common import print_json, require_figures
 
+    _claim_work(out, create=False)
+    require_figures("dtrf reproduce")
     for trace in ("resnet32", "unet") + (() if quick else ("lstm", "inceptionv4")):
         try:
             resolve_trace(trace)
         except UserError as exc:
             raise CommandError(f"the reproduction needs the public trace {trace!r}: {exc}") from None
-    from ..recorder.reader import refuse_inside_recording
-    refuse_inside_recording(out / "report.md")
+    _claim_work(out)
     err = err_console()
     started = time.perf_counter()
     with err.status("reproducing") as status:
@@ -70,6 +71,19 @@ def reproduce_command(
         return
     print_reproduction(wide_console(), rep)
     print(f"report: {path}", file=sys.stderr)
+
+
+WORK_ENTRIES = frozenset({"recordings", "sweeps", "runs", "findings"})
+
+
+def _claim_work(out: Path, *, create: bool = True) -> None:
+    """OUT/work holds the reproduction's runs: it must be a folder the reproduction
+    made (or is making now), never a stranger's `work/` (`-o /` would fill `/work`)."""
+    from ..fsutil import claim_folder
+    if out.resolve() == Path(out.resolve().anchor):
+        raise CommandError(f"-o {out}: the file-system root is no output folder; give a folder "
+                           "of the reproduction's own (e.g. recordings/reproduce)")
+    claim_folder(out / "work", owner="dtrf reproduce", may_hold=WORK_ENTRIES, create=create)
 
 
 def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | None,
@@ -91,6 +105,7 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
     if total_seconds is not None:
         validate.positive(total_seconds, "--total-seconds")
     refuse_inside_recording(out / "findings.md")
+    _claim_work(out)
     err = err_console()
     work = out / "work" / "findings"
     print(f"findings: mapping into {work}"

@@ -15,7 +15,7 @@ import typer
 from .common import reporting_replaced, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, check_policies, split_policies
+from .options import POLICY_HELP, check_policies, output_file, output_folder, split_policies
 
 
 def register(app: typer.Typer) -> None:
@@ -45,7 +45,7 @@ def sweep(
     jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores; 1 runs in this process).")] = None,
     engine: Annotated[Optional[str], typer.Option(help="process (default), dask (with --scheduler) or inline.")] = None,
     scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address, e.g. tcp://host:8786.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_folder, help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
     max_points: Annotated[int, typer.Option(help="Refuse a sweep that could make more runs than this (grid, interior, refinement and exact runs, all policies).")] = 100_000,
     flush_rows: Annotated[int, typer.Option(help="Runs per Parquet part file (a kill loses at most one unflushed batch; batches are also flushed every 2 s).")] = 64,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
@@ -127,7 +127,7 @@ def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_jso
 
 def plot_cmd(
     sweep_dir: Annotated[Path, typer.Argument(metavar="SWEEP", help="A sweep folder (made by dtrf sweep).")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output path without suffix (default SWEEP/plot): writes .png and .svg.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_file, help="Output path without suffix (default SWEEP/plot): writes .png and .svg.")] = None,
     policy: Annotated[Optional[str], typer.Option(help="Only these policies (comma-separated).")] = None,
     failure_panel: Annotated[bool, typer.Option(help="Second panel: pinned bytes and depth at each OOM.")] = True,
 ) -> None:

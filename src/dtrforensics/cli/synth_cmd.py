@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ..synth.generator import KINDS, SynthSpec, generate, random_small_log
-from .common import reporting_replaced
+from .common import print_json, reporting_replaced
 from .errors import CommandError
-from .options import between, check_seed
+from .options import between, check_seed, output_file
 
 SMALL_KIND = "small"
 # Bounds on the generator's options: far above any useful trace, below what would
@@ -36,7 +35,7 @@ def synth(
              "random log mixing every instruction kind, as used by the property tests).",
         show_default=False)],
     output: Annotated[Path, typer.Option(
-        "--output", "-o", "--out", help="File to write the log to (parent folders are created).",
+        "--output", "-o", "--out", callback=output_file, help="File to write the log to (parent folders are created).",
         show_default=False)],
     seed: Annotated[int, typer.Option(
         "--seed", "-s", callback=check_seed, help="Random seed: the same seed and options give a byte-identical log.")] = 0,
@@ -122,7 +121,7 @@ def synth(
             "tensors": program.n_tensors, "peak_bytes": base.peak,
             "model_compute_ns": base.model_compute, "spec": spec_json}
     if as_json:
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return
     print(f"wrote {output}: {kind} seed {seed}, {program.n_ops:,} ops, "
           f"{program.n_tensors:,} tensors, peak {base.peak:,} B ({fmt_bytes(base.peak)}), "

@@ -6,14 +6,14 @@ and work without the `torch` extra.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .common import reporting_replaced
+from .common import print_json, reporting_replaced
 from .errors import CommandError
+from .options import output_file
 from ..render.units import fmt_bytes
 
 torch_app = typer.Typer(help="Record DTR logs from your own PyTorch models.", no_args_is_help=True)
@@ -33,12 +33,19 @@ def _value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
-def _settings(pairs: list[str]) -> dict[str, object]:
-    settings = {}
+def _settings(pairs: list[str], given: dict[str, object]) -> dict[str, object]:
+    """--set KEY=VALUE pairs; a key set twice, or also given by its own option
+    (--batch, --seq, --image-size, --dtype), is refused rather than one silently winning."""
+    settings: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not value:
             raise CommandError(f"--set takes KEY=VALUE (e.g. layers=4), got {pair!r}")
+        if key in settings:
+            raise CommandError(f"--set {key} is given twice ({key}={settings[key]} and {pair}): "
+                               "give it once")
+        if given.get(key) is not None:
+            raise CommandError(f"--set {pair} and --{key.replace('_', '-')} {given[key]} both set {key}: give one")
         settings[key] = _value(value)
     return settings
 
@@ -49,7 +56,7 @@ def record_cmd(
                                              "hf:ARCH (e.g. hf:llama), timm:NAME, torchvision:NAME, or "
                                              "package.module:factory returning (model, batch, loss_fn).",
                                         show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", "--out", help="Log file to write (atomically).",
+    output: Annotated[Path, typer.Option("--output", "-o", "--out", callback=output_file, help="Log file to write (atomically).",
                                          show_default=False)],
     cost: Annotated[str, typer.Option(help="Cost model: flops (deterministic) or measured (wall time).")] = "flops",
     fake: Annotated[bool, typer.Option("--fake", help="Fake tensors: exact sizes, no memory, flops costs.")] = False,
@@ -64,6 +71,8 @@ def record_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Record one training step (forward, loss, backward) of SPEC as a DTR log."""
+    given = {"batch": batch, "seq": seq, "image_size": image_size, "dtype": dtype}
+    options = {"batch": batch, "seq": seq, "image_size": image_size, **_settings(sizes or [], given)}
     try:
         import torch
 
@@ -71,7 +80,6 @@ def record_cmd(
         from ..torch.spec import build, parse_dtype
     except ImportError as exc:
         raise CommandError(f"dtrf torch needs PyTorch ({exc}): pip install 'dtrforensics[torch]'") from None
-    options = {"batch": batch, "seq": seq, "image_size": image_size, **_settings(sizes or [])}
     try:
         if dtype is not None:
             options["dtype"] = parse_dtype(dtype)
@@ -82,14 +90,17 @@ def record_cmd(
                              optimizer=optimizer, autocast=autocast)
     except RecordError as exc:
         raise CommandError(f"{spec}: {exc}") from None
+    except SystemExit as exc:
+        raise CommandError(f"{spec}: the model's code called sys.exit({exc.code!r}) while it was "
+                           f"being built or recorded: nothing was written to {output}") from None
     from ..analyses.floor import floor
     from ..render.floor import floor_lines
     from ..trace.parser import parse_file
     bounds = floor(parse_file(summary.path)).to_json()
     if as_json:
-        print(json.dumps({"path": str(summary.path), "peak_bytes": summary.peak, "ops": summary.ops,
+        print_json({"path": str(summary.path), "peak_bytes": summary.peak, "ops": summary.ops,
                           "cost": summary.cost, "fake": summary.fake, "loss": summary.loss,
-                          "floor": bounds}, indent=2))
+                          "floor": bounds})
         return
     print(f"peak memory {fmt_bytes(summary.peak)} ({summary.peak:,} bytes), {summary.ops:,} ops "
           f"({summary.cost} costs{', fake tensors' if summary.fake else ''})")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,7 +37,8 @@ def _resolve(spec: str) -> Path:
 
 
 def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))
+    from .common import print_json
+    print_json(data)
 
 
 def _short_path(path: str) -> str:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from ..errors import DataError
 from ..trace.parser import file_sha256
-from .schema import FILE_TABLES, RUN_FILE
+from .schema import FILE_TABLES, FORMAT_VERSION, RUN_FILE, RecordingFormatError, parse_version
 
 RECORDING_FILES = frozenset([RUN_FILE, *(t.file for t in FILE_TABLES)])
 REQUIRED_FILES = frozenset(t.file for t in FILE_TABLES if not t.optional)
@@ -34,6 +34,38 @@ _VERIFIED: set[tuple[str, int, int]] = set()
 
 class RecordingDamagedError(DataError):
     """A recording whose files do not match its manifest."""
+
+
+def is_manifest(run: object) -> bool:
+    """Whether parsed run.json content is a recording manifest: an object with a
+    format version and a `tables` list naming every table a recording must have and
+    only recording tables (a newer major format is a manifest whatever it lists: the
+    reader then refuses it by version). This alone makes a folder a recording: a
+    stray run.json (a saved `dtrf run --json`) is an ordinary file."""
+    if not isinstance(run, dict) or not isinstance(run.get("format_version"), str):
+        return False
+    try:
+        major, _ = parse_version(run["format_version"])
+    except RecordingFormatError:
+        return False
+    if major > parse_version(FORMAT_VERSION)[0]:
+        return True
+    tables = run.get("tables")
+    if not isinstance(tables, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("file"), str) for e in tables):
+        return False
+    listed = {e["file"] for e in tables}
+    return REQUIRED_FILES <= listed <= RECORDING_FILES - {RUN_FILE}
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """run.json of `folder` parsed, if it is a recording manifest; None otherwise
+    (no run.json, unreadable, not JSON, or JSON that is not a manifest)."""
+    try:
+        run = json.loads((Path(folder) / RUN_FILE).read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return run if is_manifest(run) else None
 
 
 def file_entry(path: Path) -> dict:
@@ -132,13 +164,7 @@ def replaceable(folder: Path) -> bool:
         return False
     if not any(folder.iterdir()):
         return True
-    try:
-        run = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    tables = run.get("tables") if isinstance(run, dict) else None
-    return (isinstance(tables, list) and "format_version" in run
-            and all(isinstance(e, dict) and e.get("file") in RECORDING_FILES for e in tables))
+    return read_manifest(folder) is not None
 
 
 def discard_damaged(folder: Path) -> None:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from ..errors import DataError, RefusedError
 from . import manifest
 from .schema import (
-    META_FORMAT, OLD_MARK, PARTIAL_MARK, RUN_FILE, TABLES, RecordingFormatError, check_version,
+    META_FORMAT, OLD_MARK, PARTIAL_MARK, RUN_FILE, TABLES, check_version,
 )
 
 
@@ -40,8 +40,10 @@ def is_partial(path: Path) -> bool:
 
 
 def is_recording(path: Path) -> bool:
+    """A finished recording: a folder whose run.json is a recording manifest
+    (`manifest.is_manifest`), damaged or not; nothing else is one."""
     path = Path(path)
-    return path.is_dir() and not is_partial(path) and (path / RUN_FILE).is_file()
+    return path.is_dir() and not is_partial(path) and manifest.read_manifest(path) is not None
 
 
 @dataclass
@@ -109,34 +111,46 @@ def open_recording(path: str | os.PathLike, *, verify: bool = True) -> Recording
     run_file = path / RUN_FILE
     if not run_file.is_file():
         raise NotARecordingError(f"{path} is not a recording (no {RUN_FILE})")
-    try:
-        with open(run_file, encoding="utf-8") as fh:
-            run = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RecordingFormatError(f"{run_file} is not valid JSON text: {exc}") from None
-    if not isinstance(run, dict) or "format_version" not in run:
-        raise RecordingFormatError(f"{run_file} has no format_version")
+    run = manifest.read_manifest(path)
+    if run is None:
+        raise NotARecordingError(f"{path} is not a recording: its {RUN_FILE} is not a "
+                                 f"recording manifest ({_why_not_manifest(run_file)})")
     check_version(run["format_version"], str(path))
     if verify:
         manifest.verify(path, run)
     return Recording(path, run)
 
 
+def _why_not_manifest(run_file: Path) -> str:
+    try:
+        run = json.loads(run_file.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    except ValueError:
+        return "not UTF-8 JSON text"
+    if not isinstance(run, dict) or "format_version" not in run:
+        return "no format_version; a saved `dtrf run --json` is not a recording"
+    return "no valid list of the recording's tables"
+
+
 def enclosing_recording(path: str | os.PathLike) -> Path | None:
-    """The recording (complete or unfinished) that `path` is or lies inside, if any."""
+    """The recording (finished, damaged or unfinished) that `path` is or lies inside,
+    if any: the one rule of "inside a recording" for every command that writes."""
     path = Path(path).absolute()
     for folder in (path, *path.parents):
-        if is_partial(folder) or (folder.is_dir() and (folder / RUN_FILE).is_file()):
+        if is_partial(folder) or is_recording(folder):
             return folder
     return None
 
 
-def refuse_inside_recording(path: str | os.PathLike) -> None:
-    """Raise RefusedError if an output file `path` would land inside a recording."""
+def refuse_inside_recording(path: str | os.PathLike, what: str = "an output file") -> None:
+    """Raise RefusedError if `path` (an output file or folder) is a recording or
+    lies inside one, links resolved."""
     folder = enclosing_recording(Path(path).resolve())
     if folder is not None:
-        raise RefusedError(f"{path} is inside the recording {folder}: a recording is never "
-                           "written to; choose an output file outside it")
+        where = "is the recording" if Path(path).resolve() == folder else "is inside the recording"
+        raise RefusedError(f"{path} {where} {folder}: a recording is never "
+                           f"written to; choose {what} outside it")
 
 
 def find_recordings(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Recording]:

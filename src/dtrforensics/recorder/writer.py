@@ -35,6 +35,7 @@ from ..engine.hooks import (
 )
 from ..errors import RefusedError
 from ..fsutil import exchange, pid_alive, utc_now
+from ..jsonsafe import json_safe
 from ..trace.program import CONSTANT_OP_NAME, Program
 from . import manifest
 from .schema import (
@@ -320,7 +321,10 @@ class Recorder(Observer):
     # -- lifecycle
 
     def check_target(self) -> None:
-        """Raise RecordingExistsError if the target folder may not be (re)written."""
+        """Raise RecordingExistsError if the target folder may not be (re)written, and
+        RefusedError if it would lie inside another recording."""
+        from .reader import refuse_inside_recording
+        refuse_inside_recording(self.path.parent, "a recording folder")
         if self.path.exists() or self.path.is_symlink():
             if not self.overwrite:
                 raise RecordingExistsError(
@@ -418,8 +422,9 @@ class Recorder(Observer):
             "frontier": self._frontier.to_json() if self._frontier is not None else None,
             "tables": tables,
         }
+        doc = json_safe(doc)
         doc[manifest.RUN_CHECKSUM] = manifest.run_checksum(doc)
-        text = json.dumps(doc, indent=2) + "\n"     # one write: json.dump writes per token
+        text = json.dumps(doc, indent=2, allow_nan=False) + "\n"     # one write: json.dump writes per token
         (self.partial / RUN_FILE).write_text(text, encoding="utf-8")
 
     def _publish(self) -> None:

@@ -91,7 +91,11 @@ def build(spec: str, fake: bool = False, **options):
     under a FakeTensorMode when `fake`. Returns `(model, batch, loss_fn)`."""
     factory = resolve(spec)
     given = {k: v for k, v in options.items() if v is not None}
-    accepted = inspect.signature(factory).parameters
+    try:
+        accepted = inspect.signature(factory).parameters
+    except (ValueError, TypeError):     # a builtin such as torch.zeros has no signature
+        raise RecordError(f"{spec} is not a model factory (a callable returning (model, "
+                          "batch, loss_fn) whose keywords can be read); it has no signature") from None
     takes_any = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
     unknown = [k for k in given if k not in accepted and not takes_any]
     if unknown:
