@@ -357,6 +357,7 @@ class SweepResult:
     coverage: dict[str, float] = field(default_factory=dict)
     gaps: dict[str, list[Gap]] = field(default_factory=dict)
     seconds: float = 0.0
+    stopped: str | None = None     # "deadline": stopped for time, resumable; None: ran to its end
 
     @property
     def ran(self) -> int:
@@ -367,13 +368,31 @@ class SweepResult:
         return sum(s.skipped for s in self.stages.values())
 
 
+class OutOfTime(Exception):
+    """The sweep's deadline passed: it stops submitting, keeps what finished."""
+
+
 class _Scheduler:
     def __init__(self, store: SweepStore, rows: list[dict], observer: SweepObserver,
-                 timeout: float | None):
+                 timeout: float | None, deadline: float | None = None):
         self.store, self.rows, self.observer, self.timeout = store, rows, observer, timeout
-        self.done = {(r["policy"], r["budget"], r["rep"]) for r in rows}
+        self.deadline = deadline
+        self.by_key = {(r["policy"], r["budget"], r["rep"]): r for r in rows}
         self.counts: dict[str, StageCount] = {}
         self.lanes = Lanes()
+
+    @property
+    def done(self):
+        return self.by_key.keys()
+
+    def _check_time(self) -> None:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise OutOfTime
+
+    def _wait_seconds(self) -> float:
+        if self.deadline is None:
+            return 0.25
+        return max(0.0, min(0.25, self.deadline - time.monotonic()))
 
     def split(self, stage: str, points: list[Point]) -> list[Point]:
         """The points not stored yet (counted as skipped otherwise)."""
@@ -387,23 +406,25 @@ class _Scheduler:
         inflight: dict = {}
         try:
             while True:
+                self._check_time()
                 room = backend.capacity * source.queue_per_worker - len(inflight)
                 if room > 0:
                     for point in source.take(room):
-                        if point.key in self.done:      # stored by an earlier run
-                            source.absorb(point, self._stored(point))
+                        if point.key in self.by_key:      # stored by an earlier run
+                            source.absorb(point, self.by_key[point.key])
                             continue
+                        self._check_time()
                         lane = self.lanes.choose(point, backend.capacity, source.queue_per_worker)
                         inflight[backend.submit(point, self.timeout, lane)] = point
                 if not inflight:
                     break
-                for fut in backend.wait(inflight, 0.25):
+                for fut in backend.wait(inflight, self._wait_seconds()):
                     point = inflight.pop(fut)
                     row = fut.result()
                     self.lanes.finished(point, row)
                     self.store.append(row)
                     self.rows.append(row)
-                    self.done.add(point.key)
+                    self.by_key[point.key] = row
                     count.ran += 1
                     source.absorb(point, row)
                     self.observer.finished(row)
@@ -414,23 +435,22 @@ class _Scheduler:
             self.lanes.inflight.clear()
             self.store.flush()
 
-    def _stored(self, point: Point) -> dict:
-        for r in self.rows:
-            if (r["policy"], r["budget"], r["rep"]) == point.key:
-                return r
-        raise KeyError(point.key)
-
 
 def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike, *,
               jobs: int | None = None, engine: str | None = None,
               scheduler: str | None = None, observer: SweepObserver | None = None,
               start_method: str = DEFAULT_START_METHOD, flush_rows: int = 64,
-              flush_seconds: float = 2.0, max_points: int = MAX_POINTS) -> SweepResult:
-    """Run (or resume) the sweep `params` of `trace` into the folder `out`.
+              flush_seconds: float = 2.0, max_points: int = MAX_POINTS,
+              deadline: float | None = None) -> SweepResult:
+    """Run (or resume, or extend) the sweep `params` of `trace` into the folder `out`.
 
     `trace`: a trace spec or path (see `load_trace`), or a Program read from a
     log file. `engine` defaults to `inline` for jobs=1, else `process`. A sweep
     that could make more than `max_points` runs is refused before it plans any.
+    `deadline`: a `time.monotonic()` instant at which the sweep stops submitting
+    runs, drops those in flight, stores what finished and returns with
+    `stopped == "deadline"` (status "stopped" in sweep.json; the same call
+    resumes it). A run already under way in this process (jobs=1) ends first.
     """
     started = time.perf_counter()
     params.validate()
@@ -453,33 +473,55 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     resumed = store.open_or_create(params, info, (lo, hi))
     store.acquire()
     result = SweepResult(store.path, info, resumed)
+    sched = None
     try:
         store.set_aside_corrupt()
-        rows = store.read_runs().to_pylist()
-        sched = _Scheduler(store, rows, observer, params.timeout)
-        backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
-                               scheduler=scheduler, start_method=start_method)
-        try:
-            _sample_stages(sched, backend, params, peak, observer)
-            if params.exact:
-                walks = _exact_stage(sched, backend, params, peak, (lo, hi), observer)
-                result.coverage = {p: w.coverage() for p, w in walks.items()}
-                result.gaps = {p: w.classified_gaps() for p, w in walks.items()}
-        except BaseException:
-            backend.close(abort=True)
-            raise
-        backend.close()
-        if params.repeats:
-            _repeat_stage(sched, program, params, jobs, observer)
-        store.set_status("complete", runs=len(sched.rows))
+        sched = _Scheduler(store, store.read_runs().to_pylist(), observer, params.timeout,
+                           deadline)
+        _run_stages(sched, program, params, peak, (lo, hi), result, engine=engine, jobs=jobs,
+                    scheduler=scheduler, start_method=start_method)
+    except OutOfTime:
+        result.stopped = "deadline"
     except BaseException:
-        store.set_status("interrupted", runs=len(store.read_runs()))
+        _leave(store, "interrupted", sched)
         raise
-    finally:
-        store.release()
+    _leave(store, "stopped" if result.stopped else "complete", sched)
     result.stages = sched.counts
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _leave(store: SweepStore, status: str, sched: "_Scheduler | None") -> None:
+    """Record how the sweep ended and release its folder. `runs` counts the rows
+    this call knows of (those stored before it and every one it flushed)."""
+    try:
+        store.set_status(status, **({"runs": len(sched.rows)} if sched is not None else {}))
+    finally:
+        store.release()
+
+
+def _run_stages(sched: _Scheduler, program: Program, params: SweepParams, peak: int,
+                rng: tuple[int, int], result: SweepResult, *, engine: str, jobs: int,
+                scheduler: str | None, start_method: str) -> None:
+    """Every stage in order on one backend (repeats on their own fresh pools)."""
+    backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
+                           scheduler=scheduler, start_method=start_method)
+    try:
+        _sample_stages(sched, backend, params, peak, sched.observer)
+        if params.exact:
+            walks = _exact_walks(sched, params, rng)
+            result.coverage = {p: w.coverage() for p, w in walks.items()}
+            try:
+                _exact_stage(sched, backend, peak, walks)
+            finally:
+                result.coverage = {p: w.coverage() for p, w in walks.items()}
+                result.gaps = {p: w.classified_gaps() for p, w in walks.items()}
+    except BaseException:
+        backend.close(abort=True)
+        raise
+    backend.close()
+    if params.repeats:
+        _repeat_stage(sched, program, params, jobs, sched.observer)
 
 
 def _sample_stages(sched: _Scheduler, backend, params: SweepParams, peak: int,
@@ -510,24 +552,27 @@ def _sample_stages(sched: _Scheduler, backend, params: SweepParams, peak: int,
         sched.run(backend, "refine", _Static(todo))
 
 
-def _exact_stage(sched: _Scheduler, backend, params: SweepParams, peak: int,
-                 rng: tuple[int, int], observer: SweepObserver) -> dict[str, ExactWalk]:
+def _exact_walks(sched: _Scheduler, params: SweepParams,
+                 rng: tuple[int, int]) -> dict[str, ExactWalk]:
+    """One walk per policy, fed every stored certificate that is not a walk run."""
     walks = {p: ExactWalk(*rng, max_runs=params.max_runs, resolution=params.resolution)
              for p in params.policies}
-    stored = {}
     for r in sched.rows:
-        if r["rep"] == 0 and r["policy"] in walks:
-            if r["stage"] == "exact":   # taken again as the walk's rounds reach it
-                stored[(r["policy"], r["budget"])] = r
-            else:
-                walks[r["policy"]].absorb(r["budget"], r["status"],
-                                          (r["interval_lo"], r["interval_hi"]), walk_run=False)
+        if r["rep"] == 0 and r["policy"] in walks and r["stage"] != "exact":
+            walks[r["policy"]].absorb(r["budget"], r["status"],
+                                      (r["interval_lo"], r["interval_hi"]), walk_run=False)
+    return walks
+
+
+def _exact_stage(sched: _Scheduler, backend, peak: int, walks: dict[str, ExactWalk]) -> None:
+    stored = {(r["policy"], r["budget"]): r for r in sched.rows
+              if r["rep"] == 0 and r["policy"] in walks and r["stage"] == "exact"}
     sched.counts.setdefault("exact", StageCount()).skipped += len(stored)
-    observer.stage("exact", 0, len(stored))
-    report = lambda: observer.coverage({p: w.coverage() for p, w in walks.items()})  # noqa: E731
+    sched.observer.stage("exact", 0, len(stored))
+    report = lambda: sched.observer.coverage(  # noqa: E731
+        {p: w.coverage() for p, w in walks.items()})
     report()
     sched.run(backend, "exact", WalkRounds(walks, peak, stored, report))
-    return walks
 
 
 def _repeat_stage(sched: _Scheduler, program: Program, params: SweepParams, jobs: int,
@@ -546,5 +591,7 @@ def _repeat_stage(sched: _Scheduler, program: Program, params: SweepParams, jobs
                                  REPEAT_START_METHOD)
         try:
             sched.run(backend, "repeat", _Static(todo))
-        finally:
-            backend.close()
+        except BaseException:
+            backend.close(abort=True)
+            raise
+        backend.close()

@@ -19,7 +19,9 @@ k-th confirmation rerun in a fresh process.
 
 Parameters that decide which points exist and what their results are
 (`SweepParams`) are stored with the results; resuming with different ones is
-refused (`ParamsMismatch`). How the sweep is executed (jobs, engine, scheduler)
+refused (`ParamsMismatch`), except the exact walk's run limit and resolution
+(any), the range (wider) and `exact` (a sampled sweep made exact): these
+extend the sweep, and sweep.json then holds the new ones. How the sweep is executed (jobs, engine, scheduler)
 is not a parameter: a sweep started on a pool may be resumed on a cluster.
 """
 
@@ -51,6 +53,9 @@ LOCK_FILE = "sweep.lock"
 CORRUPT_DIR = "corrupt"
 
 STATUS_OK, STATUS_FAIL, STATUS_UNRESOLVED = "ok", "fail", "unresolved"
+# Parameters a resumed sweep may change: the walk's run limit and resolution (any),
+# the range (wider) and exact (from a sampled sweep to an exact one).
+EXTENDABLE = ("max_runs", "resolution", "ratio_from", "ratio_to", "exact")
 STAGES = ("grid", "interior", "refine", "exact", "repeat")
 
 
@@ -144,9 +149,22 @@ class SweepParams:
             raise SweepStoreError(f"the sweep parameters are incomplete: {exc}") from None
 
     def differences(self, other: "SweepParams") -> list[str]:
-        """Human lines `name: stored X, given Y` for every differing parameter."""
+        """Human lines `name: stored X, given Y` for every differing parameter of
+        the sweep's identity: the walk's run limit and resolution, the range and
+        `exact` are not part of it (`extension_problems` says how they may change)."""
         a, b = self.to_json(), other.to_json()
-        return [f"{k}: stored {a[k]!r}, given {b[k]!r}" for k in a if a[k] != b[k]]
+        return [f"{k}: stored {a[k]!r}, given {b[k]!r}" for k in a
+                if a[k] != b[k] and k not in EXTENDABLE]
+
+    def extension_problems(self, other: "SweepParams") -> list[str]:
+        """Why `other` cannot resume or extend a sweep of these parameters (none: it can)."""
+        out = self.differences(other)
+        if self.exact and not other.exact:
+            out.append("exact: stored True, given False (an exact sweep stays exact: --exact)")
+        if other.ratio_from > self.ratio_from or other.ratio_to < self.ratio_to:
+            out.append(f"range: stored {self.ratio_from!r}-{self.ratio_to!r}, given "
+                       f"{other.ratio_from!r}-{other.ratio_to!r} (a range may only be widened)")
+        return out
 
 
 def _policy_sources(policies: tuple[str, ...]) -> dict[str, str]:
@@ -291,12 +309,16 @@ class SweepStore:
                     f"{self.path} holds a sweep of trace {stored['trace']['name']} "
                     f"(sha256 {stored['trace']['sha256'][:12]}...), not of {trace.name} "
                     f"({trace.sha256[:12]}...): use another --out directory")
-            diffs = self.params.differences(params) + self.changed_policy_files(params)
+            diffs = self.params.extension_problems(params) + self.changed_policy_files(params)
             if diffs:
                 raise ParamsMismatch(
                     f"{self.path} was swept with other parameters, refusing to resume:\n  "
                     + "\n  ".join(diffs)
-                    + "\nrerun with the stored parameters, or choose another --out directory")
+                    + "\nrerun with the stored parameters (a larger --max-runs or a wider "
+                    "range extends it), or choose another --out directory")
+            if params != self.params or list(range_bytes) != list(stored["range_bytes"]):
+                stored.update(params=params.to_json(), range_bytes=list(range_bytes))
+                self._write_doc()
             return True
         if self.path.exists() and not all(map(self._leftover, self.path.iterdir())):
             raise SweepStoreError(f"{self.path} exists, is not empty and holds no {PARAMS_FILE}")
