@@ -101,7 +101,7 @@ def holes_cmd(
 
 
 def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_json: bool) -> None:
-    from ..render.sweep import holes_view
+    from ..render.sweep import print_holes
     from ..sweep.holes import analyze
     from ..sweep.store import SweepStoreError
     policies = [p for p in policy.split(",") if p] if policy else None
@@ -114,7 +114,7 @@ def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_jso
         typer.echo(dumps(report.to_json(), indent=1))
     else:
         from rich.console import Console
-        Console().print(*holes_view(report))
+        print_holes(Console(), report)
     bad = [p.policy for p in report.policies
            if p.disagreements or (p.exact is not None and p.exact.overlaps)]
     if bad:

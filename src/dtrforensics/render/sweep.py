@@ -26,13 +26,19 @@ def holes_view(report: HolesReport) -> list:
     head = (f"[bold]{trace.name}[/] peak {fmt_exact_bytes(trace.peak)}; range ratio "
             f"{report.params.ratio_from:g}-{report.params.ratio_to:g} = bytes {lo:,}-{hi:,}; "
             f"sweep {report.status}")
-    return ([head] + [_policy_panel(report, p) for p in report.policies]
-            + [command_text(line) for line in finish_lines(report)])
+    return [head] + [_policy_panel(report, p) for p in report.policies]
 
 
-def command_text(line: str) -> Text:
-    """A line ending in a command to copy: never wrapped inside it."""
-    return Text(line, no_wrap=True, overflow="ignore")
+def print_holes(console: Console, report: HolesReport) -> None:
+    """The report, then what to run to finish it: each command on one line,
+    never wrapped (a terminal folds it; a copy is whole)."""
+    console.print(*holes_view(report))
+    print_commands(console, finish_lines(report))
+
+
+def print_commands(console: Console, lines: list[str]) -> None:
+    for line in lines:
+        console.print(Text(line), soft_wrap=True)
 
 
 def _ov(x: float | None) -> str:
@@ -62,8 +68,10 @@ def first_success_line(c: Certainty, peak: int) -> str:
             f"{f.uncertified_below_bytes:,} B below it uncertified")
 
 
-def holes_line(c: Certainty, holes: int) -> str:
-    """How many holes, and whether uncertified budgets could hold more."""
+def holes_line(c: Certainty) -> str:
+    """How many holes the certificates show, and whether uncertified budgets could
+    hold more."""
+    holes = c.holes
     if c.first_success.budget is None:
         return "holes: none can be told (no certified success)"
     found = "no hole" if holes == 0 else fmt_count(holes, "hole")
@@ -182,8 +190,7 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> Panel:
         parts += _exact_parts(p.exact, peak)
     if p.certain is not None:
         parts.append(Text(first_success_line(p.certain, peak)))
-        if p.exact is not None:
-            parts.append(Text(holes_line(p.certain, len(p.exact.holes))))
+        parts.append(Text(holes_line(p.certain)))
     if p.reruns or p.disagreements:
         if p.disagreements:
             t = FitTable(title="[red]reruns that disagree[/]", title_justify="left")

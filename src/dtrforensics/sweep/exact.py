@@ -7,11 +7,12 @@ uncertified gap, learns [lo, hi], continues at lo - 1, and so on; any finished
 run (a grid sample, a refinement point) certifies its whole interval too, so
 the walk only fills what the samples left uncertified.
 
-The walk goes down from the top of the range, highest gaps first: the question
-a sweep asks first is where the lowest success is and which failures lie above
-it, and that is answered (every budget above the lowest certified success is
-certified) before runs go to the failures below it, often the most numerous
-intervals (an OOM at every op of a long prefix).
+The walk goes down from the top of the range, the gaps above the lowest
+certified success first: the question a sweep asks first is where the lowest
+success is and which failures lie above it, and that is answered (every budget
+above the lowest certified success is certified) before runs go to the
+failures below it, often the most numerous intervals (an OOM at every op of a
+long prefix).
 
 Parallel workers walk different parts of the range at once: a free worker takes
 the top of an unclaimed gap, or else splits the widest gap ahead of (below) a
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 
 from typing import Callable
 
-from .store import STATUS_UNRESOLVED, Point
+from .store import STATUS_OK, STATUS_UNRESOLVED, Point
 
 WALK_ROUND = 4  # budgets per policy and round; fixed, so the probes do not depend on jobs
 
@@ -75,6 +76,7 @@ class ExactWalk:
         self._inflight: set[int] = set()
         self._timeouts: set[int] = set()
         self._widths: list[int] = []         # certified interval widths (for the split rule)
+        self._first_ok: int | None = None    # lowest budget certified to complete
 
     # --- feeding results ---------------------------------------------------------
     def absorb(self, budget: int, status: str, interval: tuple[int | None, int | None],
@@ -92,6 +94,8 @@ class ExactWalk:
         lo, hi = max(lo, self.lo), min(hi, self.hi)
         if lo <= hi:
             self._cover(lo, hi)
+            if status == STATUS_OK and (self._first_ok is None or lo < self._first_ok):
+                self._first_ok = lo
 
     def _cover(self, lo: int, hi: int) -> None:
         cov = self._covered
@@ -148,15 +152,30 @@ class ExactWalk:
         return out
 
     def _next(self) -> int | None:
-        """The highest budgets first: a free walker starts at the top of the highest
-        unclaimed gap and walks down, so the lowest certified success moves down
-        with everything above it certified (the holes above it found) before a run
-        goes to certifying the failures below it."""
+        """Budgets above the lowest certified success first, then those below it;
+        in each, the highest first: a free walker starts at the top of the highest
+        unclaimed gap and walks down, and only when every top is claimed does a
+        split go into the widest segment below a walker. So the holes above the
+        first success are certified, and the first success moves down, before a
+        run goes to certifying the failures below it."""
         if self.runs + len(self._inflight) >= self.max_runs:
             return None
         markers = sorted(self._inflight | self._timeouts)
+        first = self._first_ok
+        gaps = self.gaps()[::-1]
+        above = [g for g in gaps if first is None or g[0] > first]
+        below = [g for g in gaps if first is not None and g[0] < first]
+        for part in (above, below):
+            budget = self._pick(part, markers)
+            if budget is not None:
+                return budget
+        return None
+
+    def _pick(self, gaps: list[tuple[int, int]], markers: list[int]) -> int | None:
+        """The top of the first unclaimed gap of `gaps`, else the midpoint of the
+        widest segment below a walker (or a timed-out budget)."""
         best, best_width = None, 0
-        for g0, g1 in reversed(self.gaps()):
+        for g0, g1 in gaps:
             if g1 - g0 + 1 < self.resolution:
                 continue
             inside = markers[bisect.bisect_left(markers, g0):bisect.bisect_right(markers, g1)]
@@ -164,7 +183,6 @@ class ExactWalk:
             if g1 - free_start + 1 >= self.resolution:
                 # unclaimed top: walk it (below a certified interval, step by the resolution)
                 return max(g1 - self.resolution + 1, free_start) if g1 < self.hi else g1
-            # every top is claimed: remember the widest segment below a walker to split
             for below, m in zip([g0 - 1] + inside[:-1], inside):
                 width = m - below - 1
                 if width > best_width:

@@ -201,6 +201,7 @@ class Certainty:
     uncertified_bytes: int                  # in the whole range
     uncertified_above_bytes: int            # above the lowest certified success (holes hide there)
     gaps: list[ExactGap]
+    holes: int = 0                          # failure regions between certified successes
 
     @property
     def complete(self) -> bool:
@@ -211,26 +212,27 @@ class Certainty:
         return {"first_success": self.first_success.to_json(),
                 "uncertified_bytes": self.uncertified_bytes,
                 "uncertified_above_first_success_bytes": self.uncertified_above_bytes,
-                "complete": self.complete}
+                "holes": self.holes, "complete": self.complete}
 
 
 def certainty(partition: list["ExactInterval"], gaps: list[ExactGap],
-              rng: tuple[int, int], peak: int) -> Certainty:
-    """The certified claims of a partition (clipped intervals) and its gaps."""
+              rng: tuple[int, int], peak: int, holes: int = 0) -> Certainty:
+    """The certified claims of a partition (clipped intervals), its gaps and the
+    number of holes its failure regions show."""
     lo, _ = rng
     done = sorted((i for i in partition if i.outcome == "ok"), key=lambda i: i.lo)
     total = sum(g.width for g in gaps)
     if not done:
         first = FirstSuccessClaim(None, None, None, total == 0, total,
                                   gaps[0].lo if gaps else None, False)
-        return Certainty(first, total, 0, gaps)
+        return Certainty(first, total, 0, gaps, holes)
     f = done[0]
     below = sum(max(0, min(g.hi, f.lo - 1) - g.lo + 1) for g in gaps)
     at_start = f.lo == lo
     lowest = next((g.lo for g in gaps if g.lo < f.lo), f.lo)
     first = FirstSuccessClaim(f.lo, f.lo / peak, f.overhead, below == 0 and not at_start,
                               below, lowest, at_start)
-    return Certainty(first, total, total - below, gaps)
+    return Certainty(first, total, total - below, gaps, holes)
 
 
 @dataclass(frozen=True)
@@ -448,7 +450,8 @@ def _policy(res, policy: str, params: SweepParams, rng: tuple[int, int],
     x = _exact(q, rng) if fs_rows else _empty_exact(rng)
     return PolicyHoles(policy, first, above, regions, edges, unresolved, switches,
                        checked[0]["reruns"] if checked else 0, disagreements,
-                       x if params.exact else None, certainty(x.partition, x.gaps, rng, peak))
+                       x if params.exact else None,
+                       certainty(x.partition, x.gaps, rng, peak, len(x.holes)))
 
 
 def _exact(q, rng: tuple[int, int]) -> ExactView:

@@ -34,7 +34,7 @@ from pathlib import Path
 from .. import validate
 from ..engine.prefixes import PrefixCache
 from ..engine.replay import prepared, replay
-from ..errors import OptionError
+from ..errors import OptionError, UserError
 from ..trace.program import Program
 from . import grid
 from .exact import ExactWalk, Gap, WalkRounds
@@ -159,13 +159,31 @@ class ProcessBackend:
         if start_method == "fork":
             _install(program, thrash_factor)     # inherited by every worker
         context = multiprocessing.get_context(start_method)
+        self._workers: dict[int, list] = {}      # lane -> its pool's processes (to name them)
         self.pools = [cf.ProcessPoolExecutor(
             max_workers=1, mp_context=context, initializer=_init_process_worker,
             initargs=(str(program.source), program.sha256, thrash_factor, os.getpid()))
             for _ in range(jobs)]
 
     def submit(self, point: Point, timeout: float | None, lane: int = 0) -> cf.Future:
-        return self.pools[lane % len(self.pools)].submit(run_point, self.sha256, point, timeout)
+        pool = self.pools[lane % len(self.pools)]
+        fut = pool.submit(run_point, self.sha256, point, timeout)
+        self._workers[lane % len(self.pools)] = list((getattr(pool, "_processes", None)
+                                                      or {}).values()) or \
+            self._workers.get(lane % len(self.pools), [])
+        return fut
+
+    def worker_name(self, lane: int) -> str:
+        """'worker 2 of 2 (pid 4242, killed by signal 9)': who ran `lane`'s points."""
+        lane %= len(self.pools)
+        what = []
+        for process in self._workers.get(lane, []):
+            process.join(timeout=1)
+            code = process.exitcode
+            end = ("" if code is None else f", killed by signal {-code}" if code < 0
+                   else f", exit code {code}")
+            what.append(f"pid {process.pid}{end}")
+        return f"worker {lane + 1} of {len(self.pools)}" + (f" ({'; '.join(what)})" if what else "")
 
     def wait(self, futures, timeout: float) -> list:
         done, _ = cf.wait(list(futures), timeout=timeout, return_when=cf.FIRST_COMPLETED)
@@ -321,6 +339,8 @@ class Lanes:
     def __init__(self):
         self._below: dict[str, list[tuple[int, int]]] = {}   # policy -> sorted (budget, lane)
         self.inflight: dict[tuple, int] = {}                  # point key -> lane
+        self.order: dict[tuple, int] = {}                     # point key -> submission number
+        self.submitted = 0
 
     def choose(self, point: Point, lanes: int, per_lane: int) -> int:
         busy = [0] * lanes
@@ -332,10 +352,13 @@ class Lanes:
         if lane < 0 or busy[lane] >= per_lane:
             lane = min(range(lanes), key=busy.__getitem__)
         self.inflight[point.key] = lane
+        self.submitted += 1
+        self.order[point.key] = self.submitted
         return lane
 
     def finished(self, point: Point, row: dict) -> None:
         lane = self.inflight.pop(point.key, None)
+        self.order.pop(point.key, None)
         if lane is not None:
             bisect.insort(self._below.setdefault(point.policy, []), (point.budget, lane))
 
@@ -372,6 +395,11 @@ class OutOfTime(Exception):
     """The sweep's deadline passed: it stops submitting, keeps what finished."""
 
 
+class WorkerDiedError(UserError):
+    """A worker process of a sweep died (killed, out of memory) while running a
+    point; the runs finished before it are stored, and the sweep resumes."""
+
+
 class _Scheduler:
     def __init__(self, store: SweepStore, rows: list[dict], observer: SweepObserver,
                  timeout: float | None, deadline: float | None = None):
@@ -388,6 +416,19 @@ class _Scheduler:
     def _check_time(self) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise OutOfTime
+
+    def _died(self, backend, point: Point, others) -> WorkerDiedError:
+        """The error naming the worker that died and the point it was running: of
+        the points queued on its lane, the one submitted first (a worker runs its
+        queue in order; the others failed with it, unrun)."""
+        lane = self.lanes.inflight.get(point.key, 0)
+        queued = [p for p in (point, *others) if self.lanes.inflight.get(p.key) == lane]
+        point = min(queued, key=lambda p: self.lanes.order[p.key])
+        who = backend.worker_name(lane) if hasattr(backend, "worker_name") else "a worker"
+        return WorkerDiedError(
+            f"{who} died while running {point.policy} at {point.budget:,} B (ratio "
+            f"{point.ratio:.6g}, {point.stage} stage); the runs finished before it are kept "
+            f"in {self.store.path}: rerun the same command to resume")
 
     def _wait_seconds(self) -> float:
         if self.deadline is None:
@@ -420,7 +461,10 @@ class _Scheduler:
                     break
                 for fut in backend.wait(inflight, self._wait_seconds()):
                     point = inflight.pop(fut)
-                    row = fut.result()
+                    try:
+                        row = fut.result()
+                    except cf.process.BrokenProcessPool:
+                        raise self._died(backend, point, inflight.values()) from None
                     self.lanes.finished(point, row)
                     self.store.append(row)
                     self.rows.append(row)
@@ -433,6 +477,7 @@ class _Scheduler:
             for fut in inflight:
                 fut.cancel()
             self.lanes.inflight.clear()
+            self.lanes.order.clear()
             self.store.flush()
 
 
