@@ -578,7 +578,7 @@ def test_a_sweep_description_without_parameters_is_one_error_line(tmp_path):
 
 # --- sweep parts from strangers, dying workers (issue 31 #1, #3) ------------------------
 
-def _sweep_args(trace: str, out: Path) -> list[str]:
+def _grid_sweep_args(trace: str, out: Path) -> list[str]:
     return ["sweep", trace, "--from", "0.5", "--to", "0.9", "--step", "0.1", "--jobs", "1",
             "--no-progress", "--out", str(out)]
 
@@ -593,8 +593,8 @@ def test_a_part_from_another_sweep_is_set_aside_and_its_points_rerun(tmp_path):
                    .call("b", "g", ["a", "w"], 20, 256).release("a")
                    .call("c", "h", ["b"], 5, 64).text())
     mine, other = tmp_path / "mine", tmp_path / "other"
-    assert dtrf(*_sweep_args(TRACE, mine), cwd=tmp_path).code == 0
-    assert dtrf(*_sweep_args(str(log), other), cwd=tmp_path).code == 0
+    assert dtrf(*_grid_sweep_args(TRACE, mine), cwd=tmp_path).code == 0
+    assert dtrf(*_grid_sweep_args(str(log), other), cwd=tmp_path).code == 0
     before = json.loads(dtrf("holes", str(mine), "--json", cwd=tmp_path).out)
     own = sorted(p.name for p in (mine / "runs").glob("part-*.parquet"))
     stranger = next((other / "runs").glob("part-*.parquet"))
@@ -603,7 +603,7 @@ def test_a_part_from_another_sweep_is_set_aside_and_its_points_rerun(tmp_path):
     assert read.code == 0 and read.traceback is None
     assert "another trace" in read.err
     assert json.loads(read.out)["policies"] == before["policies"]
-    resumed = dtrf(*_sweep_args(TRACE, mine), "--json", cwd=tmp_path)
+    resumed = dtrf(*_grid_sweep_args(TRACE, mine), "--json", cwd=tmp_path)
     assert resumed.code == 0 and resumed.traceback is None and "set aside" in resumed.err
     assert sorted(p.name for p in (mine / "runs").glob("part-*.parquet")) == own
     assert [p.name for p in (mine / "runs" / "corrupt").iterdir()] == [
@@ -611,7 +611,7 @@ def test_a_part_from_another_sweep_is_set_aside_and_its_points_rerun(tmp_path):
     assert json.loads(resumed.out)["policies"] == before["policies"]
     # a part of this trace's sweep under other parameters is a stranger too
     timed = tmp_path / "timed"
-    assert dtrf(*_sweep_args(TRACE, timed), "--timeout", "100", cwd=tmp_path).code == 0
+    assert dtrf(*_grid_sweep_args(TRACE, timed), "--timeout", "100", cwd=tmp_path).code == 0
     shutil.copy(next((timed / "runs").glob("part-*.parquet")),
                 mine / "runs" / "part-99999999999999999999-2-00001.parquet")
     read = dtrf("holes", str(mine), "--json", cwd=tmp_path)
@@ -622,9 +622,9 @@ def test_a_part_from_another_sweep_is_set_aside_and_its_points_rerun(tmp_path):
 KILLING_SWEEP = """
 import os, signal, sys
 from dtrforensics.cli.main import main
-from dtrforensics.sweep import runner
+from dtrforensics.sweep import backends
 
-real = runner.run_point
+real = backends.run_point
 
 
 def run_point(sha256, point, timeout):
@@ -633,7 +633,7 @@ def run_point(sha256, point, timeout):
     return real(sha256, point, timeout)
 
 
-runner.run_point = run_point
+backends.run_point = run_point
 sys.argv = ["dtrf", *sys.argv[1:]]
 main()
 """

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from dtrforensics.engine.replay import replay
 from dtrforensics.render.sweep import holes_view
-from dtrforensics.sweep import grid, holes, runner
+from dtrforensics.sweep import backends, grid, holes, runner
 from dtrforensics.sweep.exact import ExactWalk
 from dtrforensics.sweep.store import (EXECUTION_COLUMNS, ParamsMismatch, SweepParams,
                                       SweepStore)
@@ -420,7 +420,7 @@ def test_default_folder_is_reused_with_the_same_parameters(logs, tmp_path, monke
 # --- timeouts, repeats, engines ---------------------------------------------------------
 
 def test_timed_out_points_are_unresolved(logs, tmp_path, monkeypatch):
-    real = runner.replay
+    real = backends.replay
 
     def slow_at_some_budgets(program, *, budget, **kw):       # the engine's timeout, simulated
         result = real(program, budget=budget, **kw)
@@ -428,7 +428,7 @@ def test_timed_out_points_are_unresolved(logs, tmp_path, monkeypatch):
             result.summary = replace(result.summary, outcome="timeout")
         return result
 
-    monkeypatch.setattr(runner, "replay", slow_at_some_budgets)
+    monkeypatch.setattr(backends, "replay", slow_at_some_budgets)
     runner.run_sweep(logs["hole"], SweepParams(0.7, 1.0, 0.01, exact=True, timeout=5.0),
                      tmp_path / "s", jobs=1)
     rep = holes.analyze(tmp_path / "s").policy("dtr")

@@ -9,7 +9,7 @@ import json
 import pytest
 from test_sweep import chain_log, hole_log, table
 
-from dtrforensics.sweep import holes, runner
+from dtrforensics.sweep import holes, runner, scheduler
 from dtrforensics.sweep.store import ParamsMismatch, SweepParams, SweepStore
 
 
@@ -43,7 +43,7 @@ def test_a_deadline_stops_the_sweep_resumably(logs, tmp_path, monkeypatch):
     runner.run_sweep(logs["chain"], params, tmp_path / "ref", jobs=1)
     reference = table(tmp_path / "ref")
     clock = Clock()
-    monkeypatch.setattr(runner.time, "monotonic", clock)
+    monkeypatch.setattr(scheduler.time, "monotonic", clock)
     stopped = runner.run_sweep(logs["chain"], params, tmp_path / "s", jobs=1, observer=clock,
                                deadline=5.0)
     monkeypatch.undo()

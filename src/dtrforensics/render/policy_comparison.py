@@ -98,11 +98,11 @@ def finish_lines(c: PolicyComparison) -> list[str]:
 
 def finish_command(c: PolicyComparison) -> str:
     """The command that extends the comparison's sweep to settle what is open."""
-    from .sweep import sweep_command
+    from .sweep import next_max_runs, sweep_command
     params = c.report.params
     return sweep_command(c.report.trace.source, params, c.sweep,
-                         max_runs=2 * params.max_runs if params.exact else None, exact=True,
-                         command="compare-policies")
+                         max_runs=next_max_runs(c.report) if params.exact else None,
+                         exact=True, command="compare-policies")
 
 
 def comparison_json(c: PolicyComparison) -> dict:

@@ -109,6 +109,14 @@ def sweep_command(source: str, params: SweepParams, path, *, max_runs: int | Non
     return " ".join(shlex.quote(a) for a in args)
 
 
+def next_max_runs(report: HolesReport) -> int:
+    """The run limit to finish with: twice the last when the walk ran to its limit
+    (how many more it needs is not known before they run), the same when the
+    sweep was cut short (stopped for time, interrupted, killed)."""
+    limit = report.params.max_runs
+    return 2 * limit if report.status == "complete" else limit
+
+
 def finish_lines(report: HolesReport, command: str = "sweep") -> list[str]:
     """What to run to settle what the certificates leave open (nothing if complete)."""
     open_ = [p for p in report.policies if p.certain is not None and not p.certain.complete]
@@ -121,10 +129,10 @@ def finish_lines(report: HolesReport, command: str = "sweep") -> list[str]:
     reasons = {g.reason for p in open_ for g in p.certain.gaps}
     lines = []
     if "run-limit" in reasons:
-        lines.append(f"to finish (stopped at --max-runs {params.max_runs:,} or for time; "
-                     "nothing is run again): " + sweep_command(
-                         source, params, report.path, max_runs=2 * params.max_runs,
-                         command=command))
+        why = (f"the walk stopped at --max-runs {params.max_runs:,}"
+               if report.status == "complete" else f"the sweep is {report.status}")
+        lines.append(f"to finish ({why}; nothing is run again): " + sweep_command(
+            source, params, report.path, max_runs=next_max_runs(report), command=command))
     if "timeout" in reasons:
         lines.append("gaps holding timed-out runs stay open: a longer --timeout is another "
                      "sweep (another --out)")
