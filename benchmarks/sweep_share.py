@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dtrforensics.engine.replay import prepared, replay  # noqa: E402
-from dtrforensics.sweep import runner  # noqa: E402
+from dtrforensics.sweep import backends, runner  # noqa: E402
 from dtrforensics.sweep.holes import analyze  # noqa: E402
 from dtrforensics.sweep.store import SweepParams, SweepStore  # noqa: E402
 from dtrforensics.trace import load_trace  # noqa: E402
@@ -61,15 +61,15 @@ def cpu_seconds() -> float:
 
 
 def timed_sweep(program, params: SweepParams, out: Path, jobs: int, share: bool):
-    saved = runner._PREFIXES
+    saved = backends._PREFIXES
     if not share:
-        runner._PREFIXES = None        # workers fork from here: every run starts at op 0
+        backends._PREFIXES = None        # workers fork from here: every run starts at op 0
     try:
         start, cpu = time.perf_counter(), cpu_seconds()
         result = runner.run_sweep(program, params, out, jobs=jobs)
         return result, time.perf_counter() - start, cpu_seconds() - cpu
     finally:
-        runner._PREFIXES = saved
+        backends._PREFIXES = saved
 
 
 def compare(program, lo: float, hi: float, jobs: int, n_runs: int, tmp: Path) -> None:

@@ -820,3 +820,93 @@ def test_ambiguous_outputs_and_options_are_refused(ws, args, message):
     args = [a.format(pol="twice.py", pold="./twice.py") for a in args]
     check(ws, args, EXIT_USER, message)
     assert not (ws / "-").exists()
+
+
+# --- sweep parts from strangers, dying workers (issue 31 #1, #3) ------------------------
+
+def _grid_sweep_args(trace: str, out: Path) -> list[str]:
+    return ["sweep", trace, "--from", "0.5", "--to", "0.9", "--step", "0.1", "--jobs", "1",
+            "--no-progress", "--out", str(out)]
+
+
+def test_a_part_from_another_sweep_is_set_aside_and_its_points_rerun(tmp_path):
+    """A valid part of another trace's sweep copied into SWEEP/runs/ was read as
+    this sweep's runs; now readers skip it with a warning, and resuming sets it
+    aside into runs/corrupt/ and keeps the sweep's own answer."""
+    from logdsl import Log
+    log = tmp_path / "other.log"
+    log.write_text(Log().const("w", 64).call("a", "f", ["w"], 10, 128)
+                   .call("b", "g", ["a", "w"], 20, 256).release("a")
+                   .call("c", "h", ["b"], 5, 64).text())
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    assert dtrf(*_grid_sweep_args(TRACE, mine), cwd=tmp_path).code == 0
+    assert dtrf(*_grid_sweep_args(str(log), other), cwd=tmp_path).code == 0
+    before = json.loads(dtrf("holes", str(mine), "--json", cwd=tmp_path).out)
+    own = sorted(p.name for p in (mine / "runs").glob("part-*.parquet"))
+    stranger = next((other / "runs").glob("part-*.parquet"))
+    shutil.copy(stranger, mine / "runs" / "part-99999999999999999999-1-00001.parquet")
+    read = dtrf("holes", str(mine), "--json", cwd=tmp_path)
+    assert read.code == 0 and read.traceback is None
+    assert "another trace" in read.err
+    assert json.loads(read.out)["policies"] == before["policies"]
+    resumed = dtrf(*_grid_sweep_args(TRACE, mine), "--json", cwd=tmp_path)
+    assert resumed.code == 0 and resumed.traceback is None and "set aside" in resumed.err
+    assert sorted(p.name for p in (mine / "runs").glob("part-*.parquet")) == own
+    assert [p.name for p in (mine / "runs" / "corrupt").iterdir()] == [
+        "part-99999999999999999999-1-00001.parquet"]
+    assert json.loads(resumed.out)["policies"] == before["policies"]
+    # a part of this trace's sweep under other parameters is a stranger too
+    timed = tmp_path / "timed"
+    assert dtrf(*_grid_sweep_args(TRACE, timed), "--timeout", "100", cwd=tmp_path).code == 0
+    shutil.copy(next((timed / "runs").glob("part-*.parquet")),
+                mine / "runs" / "part-99999999999999999999-2-00001.parquet")
+    read = dtrf("holes", str(mine), "--json", cwd=tmp_path)
+    assert "another sweep of this trace" in read.err
+    assert json.loads(read.out)["policies"] == before["policies"]
+
+
+KILLING_SWEEP = """
+import os, signal, sys
+from dtrforensics.cli.main import main
+from dtrforensics.sweep import backends
+
+real = backends.run_point
+
+
+def run_point(sha256, point, timeout):
+    if abs(point.ratio - 0.7) < 1e-9:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(sha256, point, timeout)
+
+
+backends.run_point = run_point
+sys.argv = ["dtrf", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_dying_sweep_worker_is_one_error_line_and_the_sweep_resumes(tmp_path):
+    import subprocess
+    import sys as _sys
+    out = tmp_path / "sw"
+    args = ["sweep", TRACE, "--from", "0.5", "--to", "0.9", "--step", "0.1", "--jobs", "2",
+            "--no-progress", "--flush-rows", "1", "--out", str(out)]
+    import dtrforensics
+    src = str(Path(dtrforensics.__file__).resolve().parents[1])
+    env = {**os.environ, "COLUMNS": "200",
+           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([_sys.executable, "-c", KILLING_SWEEP, *args], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=300)
+    assert res.returncode == EXIT_USER, res.stderr
+    assert "Traceback" not in res.stderr and "BrokenProcessPool" not in res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, res.stderr
+    assert "worker" in errors[0] and "killed by signal 9" in errors[0]
+    assert "ratio 0.7," in errors[0] and "rerun the same command" in errors[0]
+    kept = {r["budget"] for r in SweepStore(out).read_runs().to_pylist()}
+    assert SweepStore(out).status == "interrupted"
+    resumed = dtrf(*args, cwd=tmp_path)
+    assert resumed.code == 0, resumed.err
+    rows = SweepStore(out).read_runs().to_pylist()
+    assert len(rows) == 5 and kept <= {r["budget"] for r in rows}
+    assert sorted(round(r["ratio"], 6) for r in rows) == [0.5, 0.6, 0.7, 0.8, 0.9]

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from dtrforensics.engine.replay import replay
 from dtrforensics.render.sweep import holes_view
-from dtrforensics.sweep import grid, holes, runner
+from dtrforensics.sweep import backends, grid, holes, runner
 from dtrforensics.sweep.exact import ExactWalk
 from dtrforensics.sweep.store import (EXECUTION_COLUMNS, ParamsMismatch, SweepParams,
                                       SweepStore)
@@ -130,7 +130,7 @@ def test_grid_maps_the_hole(logs, tmp_path):
         ("fail->ok", 0.74, 0.73), ("ok->fail", 0.79, 0.8), ("fail->ok", 0.83, 0.82)]
     assert rep.unresolved == [] and rep.exact is None
     out = holes.analyze(tmp_path / "s").to_json()["policies"]["dtr"]
-    assert out["failure_regions"] == [[0.8, 0.82]] and out["first_success"]["ratio"] == 0.74
+    assert out["failure_regions"] == [[0.8, 0.82]] and out["first_sampled_success"]["ratio"] == 0.74
 
 
 def test_refinement_finds_a_hole_the_grid_misses(logs, tmp_path):
@@ -210,7 +210,8 @@ def test_exact_partition_covers_the_range_and_reproduces(logs, tmp_path):
     for part in holes_view(holes.analyze(tmp_path / "x")):
         console.print(part)
     text = console.export_text()
-    assert f"first certified success: {first:,} B" in text and "first sampled success" in text
+    assert f"first success: {first:,} B" in text and "first sampled success" in text
+    assert "exact (all budgets below it certified to fail)" in text
 
 
 def test_exact_uses_every_sample_certificate(logs, tmp_path):
@@ -419,7 +420,7 @@ def test_default_folder_is_reused_with_the_same_parameters(logs, tmp_path, monke
 # --- timeouts, repeats, engines ---------------------------------------------------------
 
 def test_timed_out_points_are_unresolved(logs, tmp_path, monkeypatch):
-    real = runner.replay
+    real = backends.replay
 
     def slow_at_some_budgets(program, *, budget, **kw):       # the engine's timeout, simulated
         result = real(program, budget=budget, **kw)
@@ -427,7 +428,7 @@ def test_timed_out_points_are_unresolved(logs, tmp_path, monkeypatch):
             result.summary = replace(result.summary, outcome="timeout")
         return result
 
-    monkeypatch.setattr(runner, "replay", slow_at_some_budgets)
+    monkeypatch.setattr(backends, "replay", slow_at_some_budgets)
     runner.run_sweep(logs["hole"], SweepParams(0.7, 1.0, 0.01, exact=True, timeout=5.0),
                      tmp_path / "s", jobs=1)
     rep = holes.analyze(tmp_path / "s").policy("dtr")

@@ -52,7 +52,7 @@ def test_grid_reproduces_the_reference(tmp_path):
         if "budget_interval" in line:
             assert [r["interval_lo"], r["interval_hi"]] == line["budget_interval"]
     pol = json.loads(res.stdout)["policies"]["dtr"]
-    assert pol["first_success"]["ratio"] == 0.098
+    assert pol["first_sampled_success"]["ratio"] == 0.098
     assert pol["failing_below_first_success"] == 3           # 0.095, 0.096, 0.097
     assert pol["failure_regions"] == [[0.102, 0.106]]
     assert [f["ratio"] for f in pol["failures_above_first_success"]] == [

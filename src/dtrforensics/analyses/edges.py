@@ -82,12 +82,31 @@ class EdgesReport:
     threshold: float
     edges: tuple[Edge, ...]
     found: int                       # edges found; the first `max_edges` are diffed
+    unlocated: int = 0               # certified neighbours across an uncertified gap that
+                                     # differ: an edge lies in the gap, not yet located
+    uncertified_bytes: int = 0       # of the range (exact sweeps; 0 when fully certified)
 
     def to_json(self) -> dict:
         out = json_safe(asdict(self))
         for e in out["edges"]:
             e["below_outcome"], e["above_outcome"] = e["below"]["outcome"], e["above"]["outcome"]
         return out
+
+
+def unlocated_edges(points: list[tuple[int, int, float, str, float | None]],
+                    threshold: float) -> int:
+    """Neighbouring certified intervals (in budget order) with uncertified budgets
+    between them that differ in outcome or regime: each hides at least one edge."""
+    return sum(a[1] + 1 != b[0] and _differ(a, b, threshold) is not None
+               for a, b in zip(points, points[1:]))
+
+
+def _differ(a: tuple, b: tuple, threshold: float) -> str | None:
+    if a[3] != b[3]:
+        return "outcome"
+    if completes(a[3]) and is_regime_switch(a[4], b[4], threshold):
+        return "regime"
+    return None
 
 
 def find_edges(points: list[tuple[int, int, float, str, float | None]], threshold: float,
@@ -99,10 +118,9 @@ def find_edges(points: list[tuple[int, int, float, str, float | None]], threshol
     for a, b in zip(points, points[1:]):
         if exact and a[1] + 1 != b[0]:
             continue
-        if a[3] != b[3]:
-            out.append(("outcome", a, b))
-        elif completes(a[3]) and is_regime_switch(a[4], b[4], threshold):
-            out.append(("regime", a, b))
+        kind = _differ(a, b, threshold)
+        if kind is not None:
+            out.append((kind, a, b))
     return out
 
 
@@ -152,6 +170,7 @@ def edges(sweep: str | os.PathLike, *, policy: str | None = None, threshold: flo
         pieces = [(p["budget"], p["budget"], p["ratio"], p["outcome"], p["overhead"])
                   for p in load_points(sweep).get(pol.policy, [])]
     found = find_edges(pieces, report.threshold, exact)
+    unlocated = unlocated_edges(pieces, report.threshold) if exact else 0
     source = str(report.trace.source)
     program = load_trace(source)
     out = []
@@ -170,7 +189,9 @@ def edges(sweep: str | os.PathLike, *, policy: str | None = None, threshold: flo
                         gap_bytes=b[0] - a[1] - 1, decisive=decisive,
                         first_divergent_victim=victim))
     return EdgesReport(sweep=str(sweep), trace=report.trace.name, policy=pol.policy,
-                       threshold=report.threshold, edges=tuple(out), found=len(found))
+                       threshold=report.threshold, edges=tuple(out), found=len(found),
+                       unlocated=unlocated,
+                       uncertified_bytes=pol.certain.uncertified_bytes if exact else 0)
 
 
 def _entry(side) -> str:

@@ -31,11 +31,17 @@ class PolicyStanding:
     completed: int
     failed: int
     unresolved: int
-    first_success: int | None       # bytes (exact: the lowest certified); None if nothing completed
+    first_success: int | None       # bytes: the lowest certified to complete; None: none is
     first_success_ratio: float | None
+    first_success_exact: bool       # every budget below it in the range certified to fail
+    uncertified_below_bytes: int    # uncertified budgets below it (all of them when None)
+    first_success_lowest_possible: int | None   # the first success lies in [this, first_success]
+    first_success_below_range: bool  # the range's lowest budget completes
     holes: int                      # failure regions above the first success
     hole_bytes: int                 # their total width (exact: certified bytes)
     holes_exact: bool               # widths certified to the byte, not sampled
+    holes_complete: bool            # every budget of the range certified: no other hole
+    uncertified_bytes: int          # in the whole range
     overhead_p50: float | None
     overhead_p90: float | None
     overhead_max: float | None
@@ -97,9 +103,11 @@ def comparison_of(sweep: str | os.PathLike) -> PolicyComparison:
 
 
 def _standing(p: PolicyHoles, pts: list[dict], report: HolesReport) -> PolicyStanding:
-    first = p.first_success.sample.budget if p.first_success.sample else None
+    """One policy's standing; its first success as far as its certificates (of
+    samples and walk alike) settle it, never a sample taken for it."""
+    claim = p.certain.first_success
+    first = claim.budget
     if p.exact is not None:
-        first = p.exact.first_success(report.range_bytes[0])
         regions = [r for r in p.exact.failure_regions if r.hole]
         hole_bytes = sum(r.hi - r.lo + 1 for r in regions)
         holes_exact = all(r.lo_exact and r.hi_exact for r in regions)
@@ -117,7 +125,11 @@ def _standing(p: PolicyHoles, pts: list[dict], report: HolesReport) -> PolicySta
         unresolved=sum(r["status"] == "unresolved" for r in pts),
         first_success=first,
         first_success_ratio=first / report.trace.peak if first is not None else None,
+        first_success_exact=claim.exact, uncertified_below_bytes=claim.uncertified_below_bytes,
+        first_success_lowest_possible=claim.lowest_possible,
+        first_success_below_range=claim.below_range,
         holes=len(regions), hole_bytes=hole_bytes, holes_exact=holes_exact,
+        holes_complete=p.certain.complete, uncertified_bytes=p.certain.uncertified_bytes,
         overhead_p50=q[0], overhead_p90=q[1], overhead_max=q[2],
         regime_switches=len(p.regime_switches))
 
@@ -129,9 +141,13 @@ def dominance(points: dict[str, list[dict]], policies: tuple[str, ...], peak: in
     any policy, each policy answering with the interval that certifies it."""
     range_lo, range_hi = range_bytes
     if exact:
-        starts = {r["interval_lo"] if r["interval_lo"] is not None else r["budget"]
-                  for pts in points.values() for r in pts}
-        budgets = sorted({max(b, range_lo) for b in starts if b <= range_hi})
+        # where any policy's answer may change: an interval's first byte, and the
+        # byte after its last (there the next interval, or an uncertified gap, begins)
+        starts = {r["interval_lo"] for pts in points.values() for r in pts
+                  if r["interval_lo"] is not None}
+        starts |= {r["interval_hi"] + 1 for pts in points.values() for r in pts
+                   if r["interval_lo"] is not None and r["interval_hi"] is not None}
+        budgets = sorted({max(b, range_lo) for b in starts if b <= range_hi} | {range_lo})
         answer = {p: _certified_lookup(points.get(p, [])) for p in policies}
     else:
         shared = set.intersection(*(set(r["budget"] for r in points.get(p, []))

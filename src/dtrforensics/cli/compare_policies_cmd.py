@@ -41,7 +41,8 @@ def compare_policies_command(
     a built-in name or a policy in a file (PATH.py:NAME, docs/policies.md)."""
     from ..analyses.policy_comparison import compare_policies
     from ..render.console import wide_console
-    from ..render.policy_comparison import comparison_json, comparison_view
+    from ..render.policy_comparison import comparison_json, comparison_view, finish_lines
+    from ..render.sweep import print_commands
     from ..sweep.resume import sweep_folder
     from ..sweep.store import SweepParams
     from ..trace import load_trace
@@ -72,6 +73,7 @@ def compare_policies_command(
         return
     console = wide_console()
     console.print(comparison_view(result))
+    print_commands(console, finish_lines(result))
     for path in figures:
         console.print(f"figure: {path}")
 

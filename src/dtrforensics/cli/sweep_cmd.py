@@ -48,6 +48,7 @@ def sweep(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_folder, help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
     max_points: Annotated[int, typer.Option(help="Refuse a sweep that could make more runs than this (grid, interior, refinement and exact runs, all policies).")] = 100_000,
     flush_rows: Annotated[int, typer.Option(help="Runs per Parquet part file (a kill loses at most one unflushed batch; batches are also flushed every 2 s).")] = 64,
+    max_seconds: Annotated[Optional[float], typer.Option(help="Stop cleanly after this many seconds (runs in flight are dropped); the same command continues the sweep.")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the holes report as JSON.")] = False,
 ) -> None:
@@ -67,6 +68,8 @@ def sweep(
         raise CommandError("--jobs must be >= 1")
     if flush_rows < 1:
         raise CommandError("--flush-rows must be >= 1")
+    if max_seconds is not None and not 0 < max_seconds < float("inf"):
+        raise CommandError("--max-seconds must be a positive number")
     params = SweepParams(ratio_from=ratio_from, ratio_to=ratio_to, step=step, policies=policies,
                          interior=interior, seed=seed, refine=refine, min_step=min_step,
                          overhead_jump=overhead_jump, exact=exact, max_runs=max_runs,
@@ -79,12 +82,17 @@ def sweep(
     program = load_trace(trace)
     announce_compile()
     out = out if out is not None else sweep_folder(program.name, program.sha256, params)
+    import time
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     with sweeping(out, f"sweep of {program.name} -> {out}",
                   progress=not no_progress) as observer:
         result = run_sweep(program, params, out, jobs=jobs, engine=engine, scheduler=scheduler,
-                           observer=observer, flush_rows=flush_rows, max_points=max_points)
+                           observer=observer, flush_rows=flush_rows, max_points=max_points,
+                           deadline=deadline)
     err_console().print(f"{result.ran} runs in {result.seconds:.1f} s"
-              + (f", {result.skipped} already stored (resumed)" if result.skipped else ""))
+              + (f", {result.skipped} already stored (resumed)" if result.skipped else "")
+              + ("; stopped at --max-seconds: the same command continues it"
+                 if result.stopped else ""))
     _report(out, None, None, as_json)
 
 
@@ -101,7 +109,7 @@ def holes_cmd(
 
 
 def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_json: bool) -> None:
-    from ..render.sweep import holes_view
+    from ..render.sweep import print_holes
     from ..sweep.holes import analyze
     from ..sweep.store import SweepStoreError
     policies = [p for p in policy.split(",") if p] if policy else None
@@ -114,7 +122,7 @@ def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_jso
         typer.echo(dumps(report.to_json(), indent=1))
     else:
         from ..render.console import console
-        console().print(*holes_view(report))
+        print_holes(console(), report)
     bad = [p.policy for p in report.policies
            if p.disagreements or (p.exact is not None and p.exact.overlaps)]
     if bad:

@@ -38,4 +38,10 @@ def edges_view(r: EdgesReport) -> Group:
     parts = [Text(head, style="bold")]
     for i, e in enumerate(r.edges, 1):
         parts += edge_lines(i, e)
+    if r.uncertified_bytes:
+        hidden = (f"{r.unlocated} more lie in uncertified budgets (between certified "
+                  "neighbours that differ)" if r.unlocated else "more may lie there")
+        parts.append(Text(f"{r.uncertified_bytes:,} B of the range are uncertified: {hidden}; "
+                          "extend the sweep (dtrf holes SWEEP says how) to locate them",
+                          style="yellow"))
     return Group(*parts)

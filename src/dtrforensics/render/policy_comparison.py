@@ -30,12 +30,29 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}x"
 
 
-def _standing_lines(s: PolicyStanding, fr: RatioFormat) -> list[Text]:
-    first = ("nothing completes" if s.first_success is None else
-             f"first success {fr(s.first_success_ratio)} ({s.first_success:,} B)")
+def first_success_text(s: PolicyStanding, peak: int, fr: RatioFormat) -> str:
+    """The first success as far as the policy's certificates settle it."""
+    if s.first_success is None:
+        if s.first_success_exact:
+            return "nothing completes (every budget certified to fail)"
+        return f"no success certified yet ({s.uncertified_below_bytes:,} B uncertified)"
+    at = f"{fr(s.first_success_ratio)} ({s.first_success:,} B)"
+    if s.first_success_below_range:
+        return f"completes at the range's lowest budget {at}: the first success is at or below it"
+    if s.first_success_exact:
+        return f"first success {at}, exact"
+    low = s.first_success_lowest_possible
+    return (f"first success between {fr(low / peak)} ({low:,} B) and {at}, "
+            f"{s.uncertified_below_bytes:,} B below it uncertified")
+
+
+def _standing_lines(s: PolicyStanding, peak: int, fr: RatioFormat) -> list[Text]:
+    first = first_success_text(s, peak, fr)
     certified = "certified to the byte" if s.holes_exact else "between failing samples"
-    holes = ("no hole" if s.holes == 0 else
-             f"{fmt_count(s.holes, 'hole')}, {s.hole_bytes:,} B in all ({certified})")
+    found = "no hole" if s.holes == 0 else (
+        f"{fmt_count(s.holes, 'hole')}, {s.hole_bytes:,} B in all ({certified})")
+    holes = found if s.holes_complete else (
+        f"{found} among the certified budgets, {s.uncertified_bytes:,} B uncertified")
     return [Text(s.policy, style="bold"),
             Text(f"  {first}; {holes}"),
             Text(f"  overhead p50 {_x(s.overhead_p50)}, p90 {_x(s.overhead_p90)}, max "
@@ -65,7 +82,7 @@ def comparison_view(c: PolicyComparison) -> Group:
                   style="bold")]
     names = short_names(s.policy for s in c.policies)
     for s in c.policies:
-        parts += _standing_lines(s, fr)
+        parts += _standing_lines(s, c.peak, fr)
         if names[s.policy] != s.policy:
             parts[-4].append(f"  (called {names[s.policy]} below and in the figure)", style="dim")
     parts.append(Text("best policy by budget (completes, then least overhead)", style="bold"))
@@ -75,9 +92,27 @@ def comparison_view(c: PolicyComparison) -> Group:
     return Group(*parts)
 
 
+def finish_lines(c: PolicyComparison) -> list[str]:
+    """What to run to settle what the certificates leave open (nothing if complete)."""
+    if all(s.holes_complete for s in c.policies):
+        return []
+    return ["to finish (nothing is run again): " + finish_command(c)]
+
+
+def finish_command(c: PolicyComparison) -> str:
+    """The command that extends the comparison's sweep to settle what is open."""
+    from .sweep import next_max_runs, sweep_command
+    params = c.report.params
+    return sweep_command(c.report.trace.source, params, c.sweep,
+                         max_runs=next_max_runs(c.report) if params.exact else None,
+                         exact=True, command="compare-policies")
+
+
 def comparison_json(c: PolicyComparison) -> dict:
+    complete = all(s.holes_complete for s in c.policies)
     return {"trace": c.trace, "peak": c.peak, "range_bytes": list(c.range_bytes),
-            "exact": c.exact, "sweep": str(c.sweep),
+            "exact": c.exact, "sweep": str(c.sweep), "complete": complete,
+            "finish": None if complete else finish_command(c),
             "policies": [asdict(s) for s in c.policies],
             "dominance": [asdict(d) for d in c.dominance]}
 

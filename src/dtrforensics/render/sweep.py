@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.text import Text
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from ..sweep.holes import ExactView, HolesReport, PolicyHoles
+import shlex
+
+from ..sweep.holes import Certainty, ExactRegion, ExactView, HolesReport, PolicyHoles
+from ..sweep.store import SweepParams
 from .tables import FitPanel, FitTable
-from .units import RatioFormat, fmt_exact_bytes, fmt_overhead, ratio_format
+from .units import RatioFormat, fmt_count, fmt_exact_bytes, fmt_overhead, fmt_ratio, ratio_format
 
 MAX_ROWS = 40
 
@@ -22,6 +26,18 @@ def holes_view(report: HolesReport) -> list:
             f"{report.params.ratio_from:g}-{report.params.ratio_to:g} = bytes {lo:,}-{hi:,}; "
             f"sweep {report.status}")
     return [head] + [_policy_panel(report, p) for p in report.policies]
+
+
+def print_holes(console: Console, report: HolesReport) -> None:
+    """The report, then what to run to finish it: each command on one line,
+    never wrapped (a terminal folds it; a copy is whole)."""
+    console.print(*holes_view(report))
+    print_commands(console, finish_lines(report))
+
+
+def print_commands(console: Console, lines: list[str]) -> None:
+    for line in lines:
+        console.print(Text(line), soft_wrap=True)
 
 
 def _ov(x: float | None) -> str:
@@ -38,6 +54,103 @@ def _shown_ratios(p: PolicyHoles) -> RatioFormat:
                         + [d.ratio for d in p.disagreements])
 
 
+def _at(budget: int, peak: int) -> str:
+    return f"{budget:,} B (ratio {fmt_ratio(budget / peak)})"
+
+
+def first_success_line(c: Certainty, peak: int) -> str:
+    """The first success as far as the certificates settle it, never more."""
+    f = c.first_success
+    if f.budget is None:
+        if f.exact:
+            return "first success: none, every budget of the range is certified to fail"
+        return (f"first success: none certified yet; {f.uncertified_below_bytes:,} B of the "
+                f"range uncertified (from {f.lowest_possible:,} B) may hold it")
+    if f.below_range:
+        return (f"first success: at or below the range's lowest budget {_at(f.budget, peak)}, "
+                "which completes (a lower --from finds it)")
+    if f.exact:
+        return (f"first success: {_at(f.budget, peak)}, exact (all budgets below it "
+                f"certified to fail), overhead {_ov(f.overhead)}")
+    return (f"first success: between {_at(f.lowest_possible, peak)} and {_at(f.budget, peak)} "
+            f"(certified to complete, overhead {_ov(f.overhead)}); "
+            f"{f.uncertified_below_bytes:,} B below it uncertified")
+
+
+def holes_line(c: Certainty) -> str:
+    """How many holes the certificates show, and whether uncertified budgets could
+    hold more."""
+    holes = c.holes
+    if c.first_success.budget is None:
+        return "holes: none can be told (no certified success)"
+    found = "no hole" if holes == 0 else fmt_count(holes, "hole")
+    if c.complete:
+        return f"{found}: every budget of the range certified"
+    if c.uncertified_above_bytes == 0:
+        return (f"{found} above the first certified success (every budget above it certified); "
+                f"{c.uncertified_bytes:,} B below it uncertified")
+    return (f"{found} among the certified budgets; {c.uncertified_above_bytes:,} B above the "
+            "first certified success are uncertified and may hold " + ("one" if not holes else "more"))
+
+
+def sweep_command(source: str, params: SweepParams, path, *, max_runs: int | None = None,
+                  exact: bool | None = None, command: str = "sweep") -> str:
+    """The `dtrf` command that resumes (extends) the sweep in `path` as given."""
+    p = params
+    exact = p.exact if exact is None else exact
+    args = ["dtrf", command, source, "--from", repr(p.ratio_from), "--to", repr(p.ratio_to)]
+    default = SweepParams(p.ratio_from, p.ratio_to)
+    if p.step is not None:
+        args += ["--step", repr(p.step)]
+    if p.policies != default.policies or command != "sweep":
+        args += ["--policy", ",".join(p.policies)]
+    for name in ("interior", "seed", "min_step", "overhead_jump", "resolution", "repeats",
+                 "timeout"):
+        value = getattr(p, name)
+        if value != getattr(default, name):
+            args += [f"--{name.replace('_', '-')}", repr(value)]
+    if p.refine:
+        args.append("--refine")
+    if exact:
+        args.append("--exact")
+        args += ["--max-runs", str(max_runs or p.max_runs)]
+    args += ["--out", str(path)]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def next_max_runs(report: HolesReport) -> int:
+    """The run limit to finish with: twice the last when the walk ran to its limit
+    (how many more it needs is not known before they run), the same when the
+    sweep was cut short (stopped for time, interrupted, killed)."""
+    limit = report.params.max_runs
+    return 2 * limit if report.status == "complete" else limit
+
+
+def finish_lines(report: HolesReport, command: str = "sweep") -> list[str]:
+    """What to run to settle what the certificates leave open (nothing if complete)."""
+    open_ = [p for p in report.policies if p.certain is not None and not p.certain.complete]
+    if not open_:
+        return []
+    source, params = report.trace.source, report.params
+    if not params.exact:
+        return ["to certify every budget (the samples are kept): "
+                + sweep_command(source, params, report.path, exact=True, command=command)]
+    reasons = {g.reason for p in open_ for g in p.certain.gaps}
+    lines = []
+    if "run-limit" in reasons:
+        why = (f"the walk stopped at --max-runs {params.max_runs:,}"
+               if report.status == "complete" else f"the sweep is {report.status}")
+        lines.append(f"to finish ({why}; nothing is run again): " + sweep_command(
+            source, params, report.path, max_runs=next_max_runs(report), command=command))
+    if "timeout" in reasons:
+        lines.append("gaps holding timed-out runs stay open: a longer --timeout is another "
+                     "sweep (another --out)")
+    if "below-resolution" in reasons:
+        lines.append(f"gaps narrower than --resolution {params.resolution:,} B stay open "
+                     "(--resolution 1 certifies them)")
+    return lines
+
+
 def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
     peak = report.trace.peak
     parts: list = []
@@ -45,8 +158,8 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
     fs = p.first_success
     first = (f"ratio {fmt_ratio(fs.sample.ratio)} ({fs.sample.budget:,} B, overhead {_ov(fs.sample.overhead)})"
              if fs.sample else "[red]none: no sample completes[/]")
-    sampled = "first sampled success" if p.exact is not None else "first success"
-    parts.append(f"samples {fs.samples}; {sampled} {first}; {fs.failing_below} failing below it")
+    parts.append(f"samples {fs.samples}; first sampled success {first}; "
+                 f"{fs.failing_below} failing below it")
     if p.failures_above:
         shown = ", ".join(fmt_ratio(s.ratio, s.budget) for s in p.failures_above[:12])
         more = f" (+{len(p.failures_above) - 12})" if len(p.failures_above) > 12 else ""
@@ -64,7 +177,10 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
                       f"{fmt_ratio(r.above.ratio, r.above.budget)} ({_ov(r.above.overhead)})", str(r.timeouts_inside))
         parts.append(t)
     else:
-        parts.append("[green]no sample-supported failure region[/]")
+        failing = fs.failing_below + len(p.failures_above)
+        parts.append("no failing sample" if not failing else
+                     f"{fmt_count(failing, 'failing sample')}, none with a completing sample "
+                     "on both sides (no hole among the samples)")
     if p.edge_brackets:
         t = FitTable(title="edge brackets", title_justify="left")
         for c in ("edge", "last ok / first ok", "failing sample", "bracket width"):
@@ -88,7 +204,10 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
                      + ", ".join(f"{fmt_ratio(u.ratio, u.budget)}" + (f" rep {u.rep}" if u.rep else "")
                                  for u in p.unresolved[:20]) + "[/]")
     if p.exact is not None:
-        parts += _exact_parts(p.exact, peak, report.range_bytes[0])
+        parts += _exact_parts(p.exact, peak)
+    if p.certain is not None:
+        parts.append(Text(first_success_line(p.certain, peak)))
+        parts.append(Text(holes_line(p.certain)))
     if p.reruns or p.disagreements:
         if p.disagreements:
             t = FitTable(title="[red]reruns that disagree[/]", title_justify="left")
@@ -103,33 +222,37 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
     return FitPanel(Group(*parts), title=f"{report.trace.name} · {p.policy}", expand=False)
 
 
-def _exact_parts(x: ExactView, peak: int, range_lo: int) -> list:
-    first = x.first_success(range_lo)
-    fmt_ratio = ratio_format([e / peak for r in x.failure_regions for e in (r.lo, r.hi)]
-                             + ([first / peak] if first is not None else []))
+def region_kind(r: ExactRegion) -> str:
+    if r.hole:
+        return "hole"
+    if r.below_status is None:
+        return "below first certified success"
+    return "top of range" if r.above_status is None else "-"
+
+
+def _exact_parts(x: ExactView, peak: int) -> list:
     parts: list = [f"exact: {x.coverage:.4%} of the range certified "
                    f"({x.certified_bytes:,} of {x.range_bytes:,} bytes), "
-                   f"{len(x.partition)} distinct executions, {len(x.merged)} runs of equal outcome",
-                   "first certified success: " + ("none yet" if first is None else
-                                                  f"{first:,} B (ratio {fmt_ratio(first / peak)})")]
+                   f"{len(x.partition)} distinct executions, {len(x.merged)} runs of equal outcome"]
+    fmt_ratio = ratio_format([e / peak for r in x.failure_regions for e in (r.lo, r.hi)])
     if x.failure_regions:
         t = FitTable(title="failing budgets (exact)", title_justify="left")
         for c in ("first byte", "last byte", "width", "ratios", "executions", "edges", "kind"):
             t.add_column(c)
         for r in x.failure_regions:
-            edges = ("exact" if r.lo_exact and r.hi_exact else
-                     f"{'exact' if r.lo_exact else 'open'}/{'exact' if r.hi_exact else 'open'}")
-            kind = "hole" if r.hole else ("below first success" if r.below_status is None
-                                          else "top of range" if r.above_status is None else "-")
+            edges = f"{r.lo_edge}/{r.hi_edge}"
+            if r.gap_bytes:
+                edges += f", {r.gap_bytes:,} B inside uncertified"
             t.add_row(f"{r.lo:,}", f"{r.hi:,}", f"{r.hi - r.lo + 1:,}",
-                      f"{fmt_ratio(r.lo / peak)} - {fmt_ratio(r.hi / peak)}", str(r.intervals), edges, kind)
+                      f"{fmt_ratio(r.lo / peak)} - {fmt_ratio(r.hi / peak)}", str(r.intervals),
+                      edges, region_kind(r))
         parts.append(t)
     t = FitTable(title="partition (adjacent equal outcomes merged)", title_justify="left")
     for c in ("from byte", "to byte", "width", "outcome", "executions", "min overhead"):
         t.add_column(c)
     for m in x.merged[:MAX_ROWS]:
         t.add_row(f"{m.lo:,}", f"{m.hi:,}", f"{m.hi - m.lo + 1:,}", m.outcome, str(m.intervals),
-                  _ov(m.overhead))
+                  _ov(m.overhead) if m.outcome == "ok" else "-")
     if len(x.merged) > MAX_ROWS:
         t.add_row("...", f"{len(x.merged) - MAX_ROWS} more (--json)", "", "", "", "")
     parts.append(t)

@@ -8,8 +8,11 @@ Pipeline, one module per step (imports go one way):
   adaptive refinement, confirmation repeats.
 * `exact`  -- the certificate walk: partition the budget axis into intervals of
   identical executions.
-* `runner` -- run points on a process pool or a Dask cluster, append results as
-  they finish, resume by skipping stored points.
+* `backends` -- where points run: in this process, a process pool, a Dask cluster.
+* `scheduler` -- points from a source onto a backend, results into the store,
+  stored points skipped, a deadline, a dying worker named.
+* `runner` -- the stage driver: grid, interior, refinement, the exact walk,
+  repeats (`run_sweep`).
 * `holes`  -- analysis by the SQL in `queries/sweep/` -> typed results.
 * `plot`   -- matplotlib figure of a `holes` report (rendering only).
 """

@@ -115,6 +115,24 @@ class ExactRegion:
     lo_exact: bool
     hi_exact: bool
     hole: bool
+    range_lo: int | None = None     # the swept range, to tell a range end from an open edge
+    range_hi: int | None = None
+
+    @property
+    def lo_edge(self) -> str:
+        """exact (lo - 1 certified to complete), range-start, or open (uncertified below)."""
+        return "exact" if self.lo_exact else "range-start" if self.lo == self.range_lo else "open"
+
+    @property
+    def hi_edge(self) -> str:
+        """exact (hi + 1 certified to complete), range-end, or open (uncertified above)."""
+        return "exact" if self.hi_exact else "range-end" if self.hi == self.range_hi else "open"
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out.update(lo_edge=self.lo_edge, hi_edge=self.hi_edge, lo_certified=self.lo_exact,
+                   hi_certified=self.hi_exact)
+        return out
 
 
 @dataclass(frozen=True)
@@ -152,6 +170,72 @@ class ExactView:
 
 
 @dataclass(frozen=True)
+class FirstSuccessClaim:
+    """What the certificates say of the lowest completing budget of the range.
+
+    `budget` is the lowest byte certified to complete (None: none is). It is the
+    first success (`exact`) only when every budget below it in the range is
+    certified to fail and it is not the range's own lowest budget; otherwise the
+    first success lies in [`lowest_possible`, budget], with
+    `uncertified_below_bytes` of it uncertified (`below_range`: the range's
+    lowest budget completes, so the first success may lie below the range).
+    With no certified success, `exact` says that nothing completes anywhere in
+    the range (every byte certified to fail).
+    """
+    budget: int | None
+    ratio: float | None
+    overhead: float | None
+    exact: bool
+    uncertified_below_bytes: int
+    lowest_possible: int | None
+    below_range: bool
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Certainty:
+    """How much of the range the certificates settle, for one policy."""
+    first_success: FirstSuccessClaim
+    uncertified_bytes: int                  # in the whole range
+    uncertified_above_bytes: int            # above the lowest certified success (holes hide there)
+    gaps: list[ExactGap]
+    holes: int = 0                          # failure regions between certified successes
+
+    @property
+    def complete(self) -> bool:
+        """Every byte of the range certified: the holes found are all there are."""
+        return self.uncertified_bytes == 0
+
+    def to_json(self) -> dict:
+        return {"first_success": self.first_success.to_json(),
+                "uncertified_bytes": self.uncertified_bytes,
+                "uncertified_above_first_success_bytes": self.uncertified_above_bytes,
+                "holes": self.holes, "complete": self.complete}
+
+
+def certainty(partition: list["ExactInterval"], gaps: list[ExactGap],
+              rng: tuple[int, int], peak: int, holes: int = 0) -> Certainty:
+    """The certified claims of a partition (clipped intervals), its gaps and the
+    number of holes its failure regions show."""
+    lo, _ = rng
+    done = sorted((i for i in partition if i.outcome == "ok"), key=lambda i: i.lo)
+    total = sum(g.width for g in gaps)
+    if not done:
+        first = FirstSuccessClaim(None, None, None, total == 0, total,
+                                  gaps[0].lo if gaps else None, False)
+        return Certainty(first, total, 0, gaps, holes)
+    f = done[0]
+    below = sum(max(0, min(g.hi, f.lo - 1) - g.lo + 1) for g in gaps)
+    at_start = f.lo == lo
+    lowest = next((g.lo for g in gaps if g.lo < f.lo), f.lo)
+    first = FirstSuccessClaim(f.lo, f.lo / peak, f.overhead, below == 0 and not at_start,
+                              below, lowest, at_start)
+    return Certainty(first, total, total - below, gaps, holes)
+
+
+@dataclass(frozen=True)
 class PolicyHoles:
     policy: str
     first_success: FirstSuccess
@@ -163,6 +247,7 @@ class PolicyHoles:
     reruns: int = 0
     disagreements: list[Disagreement] = field(default_factory=list)
     exact: ExactView | None = None
+    certain: Certainty | None = None
 
 
 @dataclass(frozen=True)
@@ -195,7 +280,9 @@ class HolesReport:
 def _policy_json(p: PolicyHoles) -> dict:
     fs = p.first_success
     out = {
-        "first_success": fs.sample.to_json() if fs.sample else None,
+        "first_success": p.certain.first_success.to_json() if p.certain else None,
+        "certainty": p.certain.to_json() if p.certain else None,
+        "first_sampled_success": fs.sample.to_json() if fs.sample else None,
         "samples": fs.samples,
         "failing_below_first_success": fs.failing_below,
         "failures_above_first_success": [s.to_json() for s in p.failures_above],
@@ -222,7 +309,7 @@ def _policy_json(p: PolicyHoles) -> dict:
             "range_bytes": x.range_bytes,
             "intervals": len(x.partition),
             "failure_regions_bytes": [[r.lo, r.hi] for r in x.holes],
-            "failure_regions_bytes_detail": [asdict(r) for r in x.failure_regions],
+            "failure_regions_bytes_detail": [r.to_json() for r in x.failure_regions],
             "partition_merged": [[m.lo, m.hi, m.outcome, m.intervals] for m in x.merged],
             "partition": [[i.lo, i.hi, i.outcome, i.overhead] for i in x.partition],
             "gaps": [[g.lo, g.hi, g.reason] for g in x.gaps],
@@ -284,7 +371,7 @@ def analyze(path: str | os.PathLike, *, threshold: float | None = None,
     lo, hi = store.range_bytes
     files = _files(store)
     res = _run_all(connect(store), files, (lo, hi), params, threshold) if files else None
-    results = [_policy(res, policy, params, (lo, hi)) for policy in wanted]
+    results = [_policy(res, policy, params, (lo, hi), store.trace.peak) for policy in wanted]
     return HolesReport(store.path, store.trace, params, (lo, hi), threshold,
                        store.status, results)
 
@@ -298,10 +385,11 @@ def _run_all(con, files: list[str], rng: tuple[int, int], params: SweepParams,
         "edge_brackets": [], "unresolved_points": [], "regime_switches": [threshold],
         "repeat_disagreements": [], "repeat_disagreements_checked": [],
     }
-    if params.exact:
-        calls.update({"exact_coverage": [lo, hi], "exact_partition": [lo, hi],
-                      "exact_merged": [lo, hi], "exact_failure_regions": [lo, hi],
-                      "exact_gaps": [lo, hi, params.resolution], "exact_overlaps": []})
+    # every run carries a certificate, sampled or walked: what they settle is
+    # asked of every sweep
+    calls.update({"exact_coverage": [lo, hi], "exact_partition": [lo, hi],
+                  "exact_merged": [lo, hi], "exact_failure_regions": [lo, hi],
+                  "exact_gaps": [lo, hi, params.resolution], "exact_overlaps": []})
     out: dict[str, dict[str, list[dict]]] = {}
     for name, extra in calls.items():
         marks = ", ".join("?" * (1 + len(extra)))
@@ -317,11 +405,14 @@ def _sample(r: dict, prefix: str = "") -> SampledBudget:
                   r.get(f"{prefix}overhead"))
 
 
-def _policy(res, policy: str, params: SweepParams, rng: tuple[int, int]) -> PolicyHoles:
+def _policy(res, policy: str, params: SweepParams, rng: tuple[int, int],
+            peak: int) -> PolicyHoles:
     if res is None:
         empty = FirstSuccess(None, 0, 0, 0)
+        x = _empty_exact(rng)
         return PolicyHoles(policy, empty, [], [], [], [], [],
-                           exact=_empty_exact(rng) if params.exact else None)
+                           exact=x if params.exact else None,
+                           certain=certainty(x.partition, x.gaps, rng, peak))
 
     def q(name):
         return res[name].get(policy, [])
@@ -356,11 +447,11 @@ def _policy(res, policy: str, params: SweepParams, rng: tuple[int, int]) -> Poli
     disagreements = [Disagreement(r["budget"], r["ratio"], r["rep"], tuple(r["differing"]),
                                   r["outcome_run"], r["outcome_rerun"])
                      for r in q("repeat_disagreements")]
-    exact = None
-    if params.exact:
-        exact = _exact(q, rng) if fs_rows else _empty_exact(rng)
+    x = _exact(q, rng) if fs_rows else _empty_exact(rng)
     return PolicyHoles(policy, first, above, regions, edges, unresolved, switches,
-                       checked[0]["reruns"] if checked else 0, disagreements, exact)
+                       checked[0]["reruns"] if checked else 0, disagreements,
+                       x if params.exact else None,
+                       certainty(x.partition, x.gaps, rng, peak, len(x.holes)))
 
 
 def _exact(q, rng: tuple[int, int]) -> ExactView:
@@ -371,7 +462,7 @@ def _exact(q, rng: tuple[int, int]) -> ExactView:
               for r in q("exact_merged")]
     regions = [ExactRegion(r["lo"], r["hi"], r["intervals"], r["outcomes"], int(r["gap_bytes"]),
                            r["below_status"], r["above_status"], r["lo_exact"], r["hi_exact"],
-                           r["hole"])
+                           r["hole"], *rng)
                for r in q("exact_failure_regions")]
     gaps = [ExactGap(r["lo"], r["hi"], r["timeouts"], r["reason"])
             for r in q("exact_gaps")]

@@ -13,12 +13,13 @@ SWEEPS_DIR = Path("recordings") / "sweeps"
 
 def resumable_folder(name: str, sha256: str, params: SweepParams,
                      root: Path = SWEEPS_DIR) -> Path | None:
-    """The newest `root/<name>-*` sweep of the trace with this SHA-256 and the same
-    parameters, or None. Unreadable folders are skipped."""
+    """The newest `root/<name>-*` sweep of the trace with this SHA-256 that these
+    parameters resume or extend (same identity, a range inside theirs), or None.
+    Unreadable folders are skipped."""
     for folder in sorted(Path(root).glob(f"{name}-*"), reverse=True):
         store = SweepStore(folder)
         try:
-            if (store.trace.sha256 == sha256 and not store.params.differences(params)
+            if (store.trace.sha256 == sha256 and not store.params.extension_problems(params)
                     and not store.changed_policy_files(params)):
                 return folder
         except (SweepStoreError, KeyError, TypeError):

@@ -76,6 +76,28 @@ def render_sweep_doc() -> str:
         "`dtrf export SWEEP -f csv|parquet` writes the runs table sorted by "
         "(policy, budget, rep).",
         "",
+        "## Identity, resuming and extending",
+        "",
+        f"`{SWEEP_FILE}` holds the sweep's `identity`: the SHA-256 of the trace's "
+        "SHA-256, the policies and their files' hashes, and every parameter a resume "
+        "may not change. Each part file carries it in its Parquet key-value metadata "
+        "(`dtrf.sweep.identity`, beside `dtrf.sweep.trace_sha256`); a part carrying "
+        "another (a stranger copied in), like an unreadable one, is skipped with a "
+        "warning by readers and moved into `runs/corrupt/` by a resumed sweep, which "
+        "reruns its points. A sweep made before parts carried an identity (no "
+        "`identity` in its description) reads its own unmarked parts.",
+        "",
+        "Rerunning `dtrf sweep` on the folder resumes it. A larger (or smaller) "
+        "`--max-runs`, another `--resolution`, a wider range (`--from` lower, `--to` "
+        "higher) or `--exact` on a sampled sweep extend it instead: every stored run "
+        "is kept, a walk probe inside a stored certificate takes it instead of running, "
+        f"and `{SWEEP_FILE}` then holds the new parameters. Any other change is refused.",
+        "",
+        f"`status` in `{SWEEP_FILE}`: `running` (`killed` when its writer is gone), "
+        "`complete` (the call ran to its end: every stage, the walk to its run limit), "
+        "`stopped` (stopped at a deadline: `run_sweep(deadline=...)`), `interrupted` "
+        "(an error or Ctrl-C). All but a live `running` sweep resume.",
+        "",
         *table_doc(RUNS, f"`{RUNS.file}`"),
     ])
 

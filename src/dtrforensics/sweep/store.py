@@ -10,16 +10,21 @@ Layout of a sweep directory:
 A part file is written under a temporary name and renamed into place, so a
 reader (or a resumed sweep) never sees half a file; a killed sweep loses at most
 the runs finished since the last flush. Parts carry Parquet page checksums and
-are checked when read: a part that is unreadable, altered or of another schema
-is skipped with a `CorruptPartWarning` by readers, and moved aside into
-`runs/corrupt/` by a resumed sweep, which then reruns its points. A run is
+the identity of the sweep that wrote them (`SweepStore.identity`: trace
+SHA-256, policies and their files' hashes, parameters) and are checked when
+read: a part that is unreadable, altered, of another schema or of another
+sweep (a stranger copied in) is skipped with a `CorruptPartWarning` by
+readers, and moved aside into `runs/corrupt/` by a resumed sweep, which then
+reruns its points. A run is
 identified by its key `(policy, budget, rep)`: a resumed sweep skips every key
 already stored, so no point is ever run twice. `rep` 0 is the point's own run; `rep` k >= 1 is its
 k-th confirmation rerun in a fresh process.
 
 Parameters that decide which points exist and what their results are
 (`SweepParams`) are stored with the results; resuming with different ones is
-refused (`ParamsMismatch`). How the sweep is executed (jobs, engine, scheduler)
+refused (`ParamsMismatch`), except the exact walk's run limit and resolution
+(any), the range (wider) and `exact` (a sampled sweep made exact): these
+extend the sweep, and sweep.json then holds the new ones. How the sweep is executed (jobs, engine, scheduler)
 is not a parameter: a sweep started on a pool may be resumed on a cluster.
 """
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
 import socket
@@ -50,7 +56,12 @@ PARAMS_FILE = "sweep.json"
 RUNS_DIR = "runs"
 LOCK_FILE = "sweep.lock"
 CORRUPT_DIR = "corrupt"
+# Parquet key-value metadata of a part: the identity of the sweep that wrote it.
+IDENTITY_KEY, TRACE_KEY = b"dtrf.sweep.identity", b"dtrf.sweep.trace_sha256"
 
+# Parameters a resumed sweep may change: the walk's run limit and resolution (any),
+# the range (wider) and exact (from a sampled sweep to an exact one).
+EXTENDABLE = ("max_runs", "resolution", "ratio_from", "ratio_to", "exact")
 STAGES = ("grid", "interior", "refine", "exact", "repeat")
 
 
@@ -144,9 +155,22 @@ class SweepParams:
             raise SweepStoreError(f"the sweep parameters are incomplete: {exc}") from None
 
     def differences(self, other: "SweepParams") -> list[str]:
-        """Human lines `name: stored X, given Y` for every differing parameter."""
+        """Human lines `name: stored X, given Y` for every differing parameter of
+        the sweep's identity: the walk's run limit and resolution, the range and
+        `exact` are not part of it (`extension_problems` says how they may change)."""
         a, b = self.to_json(), other.to_json()
-        return [f"{k}: stored {a[k]!r}, given {b[k]!r}" for k in a if a[k] != b[k]]
+        return [f"{k}: stored {a[k]!r}, given {b[k]!r}" for k in a
+                if a[k] != b[k] and k not in EXTENDABLE]
+
+    def extension_problems(self, other: "SweepParams") -> list[str]:
+        """Why `other` cannot resume or extend a sweep of these parameters (none: it can)."""
+        out = self.differences(other)
+        if self.exact and not other.exact:
+            out.append("exact: stored True, given False (an exact sweep stays exact: --exact)")
+        if other.ratio_from > self.ratio_from or other.ratio_to < self.ratio_to:
+            out.append(f"range: stored {self.ratio_from!r}-{self.ratio_to!r}, given "
+                       f"{other.ratio_from!r}-{other.ratio_to!r} (a range may only be widened)")
+        return out
 
 
 def _policy_sources(policies: tuple[str, ...]) -> dict[str, str]:
@@ -283,12 +307,16 @@ class SweepStore:
                     f"{self.path} holds a sweep of trace {stored['trace']['name']} "
                     f"(sha256 {stored['trace']['sha256'][:12]}...), not of {trace.name} "
                     f"({trace.sha256[:12]}...): use another --out directory")
-            diffs = self.params.differences(params) + self.changed_policy_files(params)
+            diffs = self.params.extension_problems(params) + self.changed_policy_files(params)
             if diffs:
                 raise ParamsMismatch(
                     f"{self.path} was swept with other parameters, refusing to resume:\n  "
                     + "\n  ".join(diffs)
-                    + "\nrerun with the stored parameters, or choose another --out directory")
+                    + "\nrerun with the stored parameters (a larger --max-runs or a wider "
+                    "range extends it), or choose another --out directory")
+            if params != self.params or list(range_bytes) != list(stored["range_bytes"]):
+                stored.update(params=params.to_json(), range_bytes=list(range_bytes))
+                self._write_doc()
             return True
         if self.path.exists() and not all(map(self._leftover, self.path.iterdir())):
             raise SweepStoreError(f"{self.path} exists, is not empty and holds no {PARAMS_FILE}")
@@ -297,9 +325,31 @@ class SweepStore:
                      "policy_sources": _policy_sources(params.policies),
                      "trace": asdict(trace), "range_bytes": list(range_bytes),
                      "created": now, "updated": now, "status": "running"}
+        self._doc["identity"] = self.identity()
         self._write_doc()          # first: a folder with sweep.json is resumable
         self.runs_dir.mkdir(exist_ok=True)
         return False
+
+    def identity(self) -> str:
+        """SHA-256 of what makes this sweep's runs its own: the trace's SHA-256, the
+        policies and their files' hashes, and every parameter a resume may not
+        change. Each part file carries it; a part carrying another is a stranger."""
+        doc = self.read_doc() if self._doc is None else self._doc
+        params = SweepParams.from_json(doc["params"]).to_json()
+        ident = {"trace_sha256": doc["trace"]["sha256"],
+                 "policy_sources": doc.get("policy_sources", {}),
+                 "params": {k: v for k, v in params.items() if k not in EXTENDABLE}}
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+    def _expected(self) -> tuple[str, str, bool] | None:
+        """(identity, trace SHA-256, strict) the parts are checked against; strict:
+        the sweep was made by a version whose parts all carry it (an older sweep's
+        parts without one are its own)."""
+        try:
+            doc = self.read_doc()
+            return self.identity(), doc["trace"]["sha256"], "identity" in doc
+        except (SweepStoreError, KeyError, TypeError):
+            return None
 
     def changed_policy_files(self, params: SweepParams) -> list[str]:
         """Lines naming the policy files whose content differs from the sweep's."""
@@ -399,7 +449,9 @@ class SweepStore:
         """Every part file with what is wrong with it (None: nothing)."""
         if not self.runs_dir.is_dir():
             return []
-        return [(p, _part_problem(p)) for p in sorted(self.runs_dir.glob("part-*.parquet"))]
+        expected = self._expected()
+        return [(p, _part_problem(p, expected))
+                for p in sorted(self.runs_dir.glob("part-*.parquet"))]
 
     def set_aside_corrupt(self) -> list[Path]:
         """Move unreadable parts into runs/corrupt/ (their points are then missing,
@@ -433,7 +485,9 @@ class SweepStore:
         self._last_flush = time.monotonic()
         if not self._buffer:
             return None
-        table = pa.Table.from_pylist(self._buffer, schema=RUN_SCHEMA)
+        table = pa.Table.from_pylist(self._buffer, schema=RUN_SCHEMA).replace_schema_metadata(
+            {IDENTITY_KEY: self.identity().encode(),
+             TRACE_KEY: self.read_doc()["trace"]["sha256"].encode()})
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._parts += 1
         name = f"part-{time.time_ns():020d}-{os.getpid()}-{self._parts:05d}.parquet"
@@ -448,22 +502,41 @@ def _read_part(path: Path) -> pa.Table:
     return pq.read_table(path, schema=RUN_SCHEMA, page_checksum_verification=True)
 
 
-# (path, size, mtime_ns) of parts read whole in this process: each is checked once.
-_CHECKED_PARTS: set[tuple[str, int, int]] = set()
+# (path, size, mtime_ns, expected identity) of parts read whole in this process:
+# each is checked once.
+_CHECKED_PARTS: set[tuple] = set()
 
 
-def _part_problem(path: Path) -> str | None:
-    """Why a part file cannot be used (unreadable, bad checksum, other schema), or None."""
+def _part_problem(path: Path, expected: tuple[str, str, bool] | None = None) -> str | None:
+    """Why a part file cannot be used (unreadable, bad checksum, other schema, or
+    written by another sweep than `expected`: identity, trace SHA-256, strict), or None."""
     try:
         st = path.stat()
-        key = (str(path), st.st_size, st.st_mtime_ns)
+        key = (str(path), st.st_size, st.st_mtime_ns, expected)
         if key in _CHECKED_PARTS:
             return None
         schema = pq.read_schema(path)
         if not schema.remove_metadata().equals(RUN_SCHEMA):
             return "not a runs table of this sweep format (other columns or types)"
+        if expected is not None:
+            stranger = _stranger(schema.metadata or {}, *expected)
+            if stranger:
+                return stranger
         _read_part(path)
     except (pa.ArrowException, OSError) as exc:
         return f"unreadable ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
     _CHECKED_PARTS.add(key)
     return None
+
+
+def _stranger(metadata: dict, identity: str, trace_sha256: str, strict: bool) -> str | None:
+    """Why a part's identity shows another sweep wrote it (None: this one did)."""
+    got = metadata.get(IDENTITY_KEY)
+    if got is None:
+        return "a part of no sweep of this version (it carries no sweep identity)" if strict else None
+    if got.decode(errors="replace") == identity:
+        return None
+    trace = metadata.get(TRACE_KEY, b"").decode(errors="replace")
+    if trace and trace != trace_sha256:
+        return f"a part of a sweep of another trace (sha256 {trace[:12]}..., not {trace_sha256[:12]}...)"
+    return "a part of another sweep of this trace (other policies, policy files or parameters)"

@@ -1,0 +1,269 @@
+"""Where sweep points run: one interface, three backends.
+
+Every backend runs `run_point` (a `replay` on a program loaded once per worker
+process) and hands back futures: `submit(point, timeout, lane)`, `wait(futures,
+seconds)` (those done), `close(abort)`, and `capacity` (runs at once).
+
+* `inline`  -- in this process, one run at a time (`jobs=1`).
+* `process` -- one `concurrent.futures.ProcessPoolExecutor` of one process per
+  worker (a point goes to the worker its lane names); each worker loads the
+  program and the compiled kernel once, in the pool's initializer.
+* `dask`    -- an existing Dask distributed cluster (`scheduler` address); a
+  worker plugin ships the compiled program to every worker once.
+
+Which point runs where is the scheduler's business (`sweep/scheduler.py`),
+never what a run yields.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import ctypes
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from ..engine.prefixes import PrefixCache
+from ..engine.replay import prepared, replay
+from ..trace.program import Program
+from .store import Point, row_from_summary
+
+ENGINES = ("process", "dask", "inline")
+PR_SET_PDEATHSIG = 1     # linux/prctl.h
+PARENT_WATCH_SECONDS = 0.5
+# fork: workers inherit the loaded program and the compiled kernel from this
+# process (ready in milliseconds); spawn re-imports and reloads both (~2 s).
+DEFAULT_START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+# Confirmation reruns want processes that share nothing with the sweep: spawn.
+REPEAT_START_METHOD = "spawn"
+
+
+# --- worker side ---------------------------------------------------------------------
+
+_PROGRAMS: dict[str, tuple[Program, float]] = {}
+_PREFIXES = PrefixCache()
+
+
+def _install(program: Program, thrash_factor: float) -> None:
+    """Keep the program in this process and load the compiled kernel now
+    (a budget-0 replay stops at the first allocation)."""
+    prepared(program)
+    replay(program, budget=0)
+    _PROGRAMS[program.sha256] = (program, thrash_factor)
+
+
+def die_with_parent(parent: int) -> None:
+    """Make this worker die when the process `parent` does, even by kill -9:
+    Linux's PR_SET_PDEATHSIG, plus a watch thread where that is unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(PARENT_WATCH_SECONDS)
+            os._exit(1)
+        threading.Thread(target=watch, name="dtrf-parent-watch", daemon=True).start()
+    if os.getppid() != parent:     # it died before the request took effect
+        os._exit(1)
+
+
+def _init_process_worker(path: str, sha256: str, thrash_factor: float, parent: int) -> None:
+    """ProcessPoolExecutor initializer: die with the sweep, then load the trace
+    once per worker (a forked worker already holds it, installed by its parent).
+    Ctrl-C is left to the coordinator, which stops submitting and flushes what
+    finished."""
+    die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sha256 in _PROGRAMS:
+        return
+    from ..trace.cache import load_program
+    program = load_program(path)
+    if program.sha256 != sha256:
+        raise RuntimeError(f"{path} changed since the sweep started (sha256 {program.sha256})")
+    _install(program, thrash_factor)
+
+
+def _install_from_ipc(sha256: str, payload: bytes, thrash_factor: float) -> None:
+    if sha256 in _PROGRAMS:
+        return
+    import pyarrow as pa
+
+    from ..trace.cache import program_from_table
+    table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+    _install(program_from_table(table), thrash_factor)
+
+
+def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
+    """Replay one point with the installed program; a runs-table row. Runs in
+    one process share prefixes (nearby budgets resume from earlier snapshots),
+    except confirmation repeats, which must not lean on other runs."""
+    program, thrash = _PROGRAMS[sha256]
+    result = replay(program, budget=point.budget, policy=point.policy, timeout=timeout,
+                    thrash_factor=thrash,
+                    prefixes=None if point.stage == "repeat" else _PREFIXES)
+    return row_from_summary(point, result.summary)
+
+
+# --- backends -------------------------------------------------------------------------
+
+class InlineBackend:
+    """Runs each point at submit time, in this process."""
+
+    def __init__(self, program: Program, thrash_factor: float):
+        _install(program, thrash_factor)
+        self.sha256 = program.sha256
+        self.capacity = 1
+
+    def submit(self, point: Point, timeout: float | None, lane: int = 0) -> cf.Future:
+        fut: cf.Future = cf.Future()
+        try:
+            fut.set_result(run_point(self.sha256, point, timeout))
+        except Exception as exc:  # noqa: BLE001 - re-raised by fut.result()
+            fut.set_exception(exc)
+        return fut
+
+    def wait(self, futures, timeout: float) -> list:
+        return [f for f in futures if f.done()]
+
+    def close(self, abort: bool = False) -> None:
+        pass
+
+
+class ProcessBackend:
+    """Worker processes that each load the program once (initializer), one pool of
+    one process per worker: a point goes to the worker its scheduler names (its
+    lane), so runs at neighbouring budgets meet the snapshots they resume from,
+    which live in one worker's memory."""
+
+    def __init__(self, program: Program, thrash_factor: float, jobs: int,
+                 start_method: str = DEFAULT_START_METHOD):
+        if not program.source or not Path(program.source).is_file():
+            raise ValueError(f"program {program.name} has no log file to load in workers")
+        self.sha256 = program.sha256
+        self.capacity = jobs
+        if start_method == "fork":
+            _install(program, thrash_factor)     # inherited by every worker
+        context = multiprocessing.get_context(start_method)
+        self._workers: dict[int, list] = {}      # lane -> its pool's processes (to name them)
+        self.pools = [cf.ProcessPoolExecutor(
+            max_workers=1, mp_context=context, initializer=_init_process_worker,
+            initargs=(str(program.source), program.sha256, thrash_factor, os.getpid()))
+            for _ in range(jobs)]
+
+    def submit(self, point: Point, timeout: float | None, lane: int = 0) -> cf.Future:
+        pool = self.pools[lane % len(self.pools)]
+        fut = pool.submit(run_point, self.sha256, point, timeout)
+        self._workers[lane % len(self.pools)] = list((getattr(pool, "_processes", None)
+                                                      or {}).values()) or \
+            self._workers.get(lane % len(self.pools), [])
+        return fut
+
+    def worker_name(self, lane: int) -> str:
+        """'worker 2 of 2 (pid 4242, killed by signal 9)': who ran `lane`'s points."""
+        lane %= len(self.pools)
+        what = []
+        for process in self._workers.get(lane, []):
+            process.join(timeout=1)
+            code = process.exitcode
+            end = ("" if code is None else f", killed by signal {-code}" if code < 0
+                   else f", exit code {code}")
+            what.append(f"pid {process.pid}{end}")
+        return f"worker {lane + 1} of {len(self.pools)}" + (f" ({'; '.join(what)})" if what else "")
+
+    def wait(self, futures, timeout: float) -> list:
+        done, _ = cf.wait(list(futures), timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        return list(done)
+
+    def close(self, abort: bool = False) -> None:
+        """Stop the workers; `abort` (an interrupted sweep) does not wait for the
+        runs in flight: the workers are terminated, their results dropped."""
+        if abort:   # the executors keep their processes private; only theirs are stopped
+            for pool in self.pools:
+                for process in list((getattr(pool, "_processes", None) or {}).values()):
+                    process.terminate()
+        for pool in self.pools:
+            pool.shutdown(wait=not abort, cancel_futures=True)
+
+
+class DaskBackend:
+    """Tasks on a Dask distributed cluster; a worker plugin installs the program."""
+
+    def __init__(self, program: Program, thrash_factor: float, scheduler: str,
+                 jobs: int | None = None):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ImportError("--engine dask needs the 'dask' extra: "
+                              "pip install 'dtrforensics[dask]'") from None
+        self.sha256 = program.sha256
+        self.client = Client(scheduler, timeout="30s")
+        self.client.register_plugin(_program_plugin(program, thrash_factor),
+                                    name=f"dtrf-program-{program.sha256[:16]}")
+        threads = sum(self.client.nthreads().values())
+        self.capacity = jobs or max(1, threads)
+
+    def submit(self, point: Point, timeout: float | None, lane: int = 0):
+        return self.client.submit(run_point, self.sha256, point, timeout, pure=False)
+
+    def wait(self, futures, timeout: float) -> list:
+        from distributed import wait
+        futures = list(futures)
+        try:
+            wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            pass
+        return [f for f in futures if f.done()]
+
+    def close(self, abort: bool = False) -> None:
+        self.client.close()
+
+
+def _program_plugin(program: Program, thrash_factor: float):
+    """A WorkerPlugin carrying the compiled program (Arrow IPC bytes): each
+    worker deserializes it and loads the kernel once, at setup."""
+    import pyarrow as pa
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    from ..trace.cache import program_to_table
+
+    sink = pa.BufferOutputStream()
+    table = program_to_table(program)
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    payload = sink.getvalue().to_pybytes()
+
+    class ProgramPlugin(WorkerPlugin):
+        idempotent = True
+
+        def __init__(self, sha256, payload, thrash_factor):
+            self.sha256, self.payload, self.thrash_factor = sha256, payload, thrash_factor
+
+        def setup(self, worker):
+            _install_from_ipc(self.sha256, self.payload, self.thrash_factor)
+
+    return ProgramPlugin(program.sha256, payload, thrash_factor)
+
+
+def make_backend(engine: str, program: Program, thrash_factor: float, *, jobs: int,
+                 scheduler: str | None = None, start_method: str = DEFAULT_START_METHOD):
+    if engine == "inline":
+        return InlineBackend(program, thrash_factor)
+    if engine == "process":
+        return ProcessBackend(program, thrash_factor, jobs, start_method)
+    if engine == "dask":
+        if not scheduler:
+            raise ValueError("--engine dask needs --scheduler ADDRESS")
+        return DaskBackend(program, thrash_factor, scheduler)
+    raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+
+
+def default_jobs() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1

@@ -1,0 +1,192 @@
+"""The sweep scheduler: points from a source onto a backend, results into the store.
+
+A point source (`take(n)`, `absorb(point, row)`, `queue_per_worker`) says what
+to run next: a fixed list (`Static`) or the exact walk's rounds
+(`exact.WalkRounds`). The scheduler keeps every worker busy, skips every point
+already stored (rows indexed by key), appends each finished run to the store
+(flushed in small batches), stops at a deadline, and turns a worker that died
+into one error naming it and the point it ran.
+"""
+
+from __future__ import annotations
+
+import bisect
+import concurrent.futures as cf
+import time
+from dataclasses import dataclass
+
+from ..errors import UserError
+from .store import Point, SweepStore
+
+
+# --- progress -------------------------------------------------------------------------
+
+class SweepObserver:
+    """What a sweep reports while it runs (the CLI draws it; tests may raise
+    from it to simulate a kill). Every method may be left as is."""
+
+    def stage(self, name: str, todo: int, skipped: int) -> None:
+        """A stage starts: `todo` points to run, `skipped` already stored."""
+
+    def grow(self, n: int) -> None:
+        """The current stage planned n more points (refinement rounds, the walk)."""
+
+    def finished(self, row: dict) -> None:
+        """One run finished and was appended to the store's buffer."""
+
+    def coverage(self, fractions: dict[str, float]) -> None:
+        """Exact walk: certified fraction of the range, per policy."""
+
+
+# --- point sources --------------------------------------------------------------------
+
+class Static:
+    """A fixed list of points (queued two per worker, so no worker waits)."""
+
+    queue_per_worker = 2
+
+    def __init__(self, points: list[Point]):
+        self.points = list(reversed(points))
+
+    def take(self, n: int) -> list[Point]:
+        out = []
+        while self.points and len(out) < n:
+            out.append(self.points.pop())
+        return out
+
+    def absorb(self, point: Point, row: dict) -> None:
+        pass
+
+
+# --- the scheduler --------------------------------------------------------------------
+
+class Lanes:
+    """Which worker runs a point: the one that ran the nearest finished run below
+    its budget (whose snapshots it resumes from), unless that worker already has
+    its share of the queue, then the least busy one. Only where work goes
+    depends on this, never what a run yields."""
+
+    def __init__(self):
+        self._below: dict[str, list[tuple[int, int]]] = {}   # policy -> sorted (budget, lane)
+        self.inflight: dict[tuple, int] = {}                  # point key -> lane
+        self.order: dict[tuple, int] = {}                     # point key -> submission number
+        self.submitted = 0
+
+    def choose(self, point: Point, lanes: int, per_lane: int) -> int:
+        busy = [0] * lanes
+        for lane in self.inflight.values():
+            busy[lane % lanes] += 1
+        runs = self._below.get(point.policy, [])
+        i = bisect.bisect_left(runs, (point.budget, -1)) - 1
+        lane = runs[i][1] % lanes if i >= 0 else -1
+        if lane < 0 or busy[lane] >= per_lane:
+            lane = min(range(lanes), key=busy.__getitem__)
+        self.inflight[point.key] = lane
+        self.submitted += 1
+        self.order[point.key] = self.submitted
+        return lane
+
+    def finished(self, point: Point, row: dict) -> None:
+        lane = self.inflight.pop(point.key, None)
+        self.order.pop(point.key, None)
+        if lane is not None:
+            bisect.insort(self._below.setdefault(point.policy, []), (point.budget, lane))
+
+
+@dataclass
+class StageCount:
+    ran: int = 0
+    skipped: int = 0
+
+
+class OutOfTime(Exception):
+    """The sweep's deadline passed: it stops submitting, keeps what finished."""
+
+
+class WorkerDiedError(UserError):
+    """A worker process of a sweep died (killed, out of memory) while running a
+    point; the runs finished before it are stored, and the sweep resumes."""
+
+
+class Scheduler:
+    """Runs the points of one sweep call. `by_key` holds every stored row by its
+    key (policy, budget, rep): a stored point is taken from it, never rerun."""
+
+    def __init__(self, store: SweepStore, rows: list[dict], observer: SweepObserver,
+                 timeout: float | None, deadline: float | None = None):
+        self.store, self.rows, self.observer, self.timeout = store, rows, observer, timeout
+        self.deadline = deadline
+        self.by_key = {(r["policy"], r["budget"], r["rep"]): r for r in rows}
+        self.counts: dict[str, StageCount] = {}
+        self.lanes = Lanes()
+
+    @property
+    def done(self):
+        return self.by_key.keys()
+
+    def _check_time(self) -> None:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise OutOfTime
+
+    def _died(self, backend, point: Point, others) -> WorkerDiedError:
+        """The error naming the worker that died and the point it was running: of
+        the points queued on its lane, the one submitted first (a worker runs its
+        queue in order; the others failed with it, unrun)."""
+        lane = self.lanes.inflight.get(point.key, 0)
+        queued = [p for p in (point, *others) if self.lanes.inflight.get(p.key) == lane]
+        point = min(queued, key=lambda p: self.lanes.order[p.key])
+        who = backend.worker_name(lane) if hasattr(backend, "worker_name") else "a worker"
+        return WorkerDiedError(
+            f"{who} died while running {point.policy} at {point.budget:,} B (ratio "
+            f"{point.ratio:.6g}, {point.stage} stage); the runs finished before it are kept "
+            f"in {self.store.path}: rerun the same command to resume")
+
+    def _wait_seconds(self) -> float:
+        if self.deadline is None:
+            return 0.25
+        return max(0.0, min(0.25, self.deadline - time.monotonic()))
+
+    def split(self, stage: str, points: list[Point]) -> list[Point]:
+        """The points not stored yet (counted as skipped otherwise)."""
+        count = self.counts.setdefault(stage, StageCount())
+        todo = [p for p in points if p.key not in self.done]
+        count.skipped += len(points) - len(todo)
+        return todo
+
+    def run(self, backend, stage: str, source) -> None:
+        count = self.counts.setdefault(stage, StageCount())
+        inflight: dict = {}
+        try:
+            while True:
+                self._check_time()
+                room = backend.capacity * source.queue_per_worker - len(inflight)
+                if room > 0:
+                    for point in source.take(room):
+                        if point.key in self.by_key:      # stored by an earlier run
+                            source.absorb(point, self.by_key[point.key])
+                            continue
+                        self._check_time()
+                        lane = self.lanes.choose(point, backend.capacity, source.queue_per_worker)
+                        inflight[backend.submit(point, self.timeout, lane)] = point
+                if not inflight:
+                    break
+                for fut in backend.wait(inflight, self._wait_seconds()):
+                    point = inflight.pop(fut)
+                    try:
+                        row = fut.result()
+                    except cf.process.BrokenProcessPool:
+                        raise self._died(backend, point, inflight.values()) from None
+                    self.lanes.finished(point, row)
+                    self.store.append(row)
+                    self.rows.append(row)
+                    self.by_key[point.key] = row
+                    count.ran += 1
+                    source.absorb(point, row)
+                    self.observer.finished(row)
+                self.store.maybe_flush()
+        finally:
+            for fut in inflight:
+                fut.cancel()
+            self.lanes.inflight.clear()
+            self.lanes.order.clear()
+            self.store.flush()
