@@ -392,8 +392,12 @@ def test_disagreeing_reruns_exit_with_the_not_deterministic_code(ws, tmp_path):
     rerun.update(rep=1, stage="repeat", clock=rerun["clock"] + 1, evictions=rerun["evictions"] + 1)
     doc = json.loads((out / "sweep.json").read_text())
     doc["params"]["repeats"] = 1
+    # A sweep of a version before part identities, so its unmarked parts are its own.
+    doc.pop("identity", None)
     (out / "sweep.json").write_text(json.dumps(doc))
-    pq.write_table(pa.Table.from_pylist([rerun], schema=table.schema),
+    schema = table.schema.remove_metadata()
+    pq.write_table(table.replace_schema_metadata(None), part)
+    pq.write_table(pa.Table.from_pylist([rerun], schema=schema),
                    out / "runs" / "part-99999999999999999999-1-00001.parquet")
     result = dtrf("holes", out, cwd=tmp_path)
     assert result.traceback is None
@@ -503,6 +507,12 @@ NOT_USER_ERRORS = {
     "dtrforensics.interop.plumbing.ExportError": "a recording that is not a run: a bug",
     "dtrforensics.interop.tables.TableExportError": "cli/export_cmd.py: a CommandError",
     "dtrforensics.torch.recorder.RecordError": "cli/torch_cmd.py: a CommandError",
+    "dtrforensics.sweep.scheduler.OutOfTime": "control flow: run_sweep returns stopped",
+    "dtrforensics.torch.concrete.FakeValueError": "a RecordError's cause: one error line",
+    "dtrforensics.torch.execute.BudgetError": "cli/torch_run_cmd.py: a CommandError",
+    "dtrforensics.torch.runtime.RealOutOfMemory": "the real step's OOM, reported as a result",
+    "dtrforensics.torch.runtime.ScheduleEnded": "control flow inside the executor",
+    "dtrforensics.torch.runtime.ScheduleError": "cli/torch_run_cmd.py: a CommandError",
 }
 
 

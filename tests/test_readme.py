@@ -114,7 +114,7 @@ def test_make_demo_installs_no_pytorch():
 
 
 def test_make_test_installs_the_model_libraries():
-    assert "pip install -q -e '.[test,torch]'" in _make_dry_run("test")
+    assert "pip install -q -e '.[test,torch,lint]'" in _make_dry_run("test")
     test_extra = " ".join(_pyproject()["project"]["optional-dependencies"]["test"])
     for package in ("pytest", "transformers", "timm", "torchvision"):
         assert package in test_extra
