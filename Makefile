@@ -27,10 +27,11 @@ demo: $(DEMO_STAMP)
 
 # Skipped tests are listed with their reasons (`-rs` in pyproject's addopts).
 test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks
 
 test-full: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''

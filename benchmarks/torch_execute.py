@@ -73,7 +73,9 @@ def bench(name: str, options: dict, repeat: int) -> list[dict]:
             if i:  # the first round warms up
                 plain.append((w, c))
                 real.append((w2, c2))
-        best = lambda xs, k: min(x[k] for x in xs)
+        def best(xs, k):
+            return min(x[k] for x in xs)
+
         rows.append({
             "model": name, **options, "budget": label, "budget_bytes": budget,
             "evictions": schedule.result.summary.evictions, "remats": schedule.result.summary.remats,

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dtrforensics.cli import kernel_notice
-from dtrforensics.engine import native
 from dtrforensics.cli.main import COMMANDS, app, load_command
+from dtrforensics.engine import native
 
 HEAVY = ("dtrforensics.analyses", "dtrforensics.engine", "dtrforensics.render", "numba",
          "duckdb", "pyarrow", "textual", "matplotlib", "rich")

@@ -26,10 +26,10 @@ from logs import shift_log
 
 from dtrforensics.analyses.edges import edges, find_edges
 from dtrforensics.analyses.runs import open_together
-from dtrforensics.rows import fetch_dicts
 from dtrforensics.engine.replay import prepared
 from dtrforensics.recorder.reader import open_recording
 from dtrforensics.recorder.record import record_run
+from dtrforensics.rows import fetch_dicts
 from dtrforensics.sweep.runner import run_sweep
 from dtrforensics.sweep.store import SweepParams
 from dtrforensics.trace import load_trace

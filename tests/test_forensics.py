@@ -19,10 +19,10 @@ from dtrforensics.analyses.reevict import reevict
 from dtrforensics.analyses.replay_view import ReplaySource, replay_window
 from dtrforensics.analyses.runs import RunSpec, RunSpecError, resolve_run
 from dtrforensics.cli.main import app
-from dtrforensics.render.oom import Collapsed, collapse
 from dtrforensics.engine.replay import prepared
 from dtrforensics.recorder.reader import NotARecordingError, open_recording
 from dtrforensics.recorder.record import record_run
+from dtrforensics.render.oom import Collapsed, collapse
 
 
 @pytest.fixture(scope="module")

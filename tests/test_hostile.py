@@ -471,7 +471,7 @@ def test_a_victim_pin_the_run_never_reaches_is_reported(ws):
 # --- the hierarchy and its exit codes --------------------------------------------------------
 
 def test_every_user_error_class_maps_to_its_exit_code(monkeypatch, ws):
-    import dtrforensics.trace as trace_package       # `dtrf run` imports load_trace when it runs
+    import dtrforensics.trace as trace_package  # `dtrf run` imports load_trace when it runs
     from dtrforensics.errors import DataError, NotDeterministicError, RefusedError
 
     cases = [(OptionError("bad --thing"), EXIT_USER), (DataError("bad file"), EXIT_USER),

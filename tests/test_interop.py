@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from logdsl import Log
-from public import program_or_skip
 from logs import tiny_program
+from public import program_or_skip
 from typer.testing import CliRunner
 
 from dtrforensics.cli import export_cmd

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from logdsl import Log
-from public import program_or_skip
 from logs import random_logs
+from public import program_or_skip
 
 from dtrforensics.analyses.interventions import intervene, same_execution
 from dtrforensics.engine.baseline import baseline

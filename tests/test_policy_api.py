@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hostile import dtrf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hostile import dtrf
 from logdsl import Log
 from logs import mixed_log, random_logs, tiny_program
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from public import program_or_skip
 from logs import tiny_log, tiny_program
+from public import program_or_skip
 
 from dtrforensics import db
 from dtrforensics.engine.replay import Interventions
@@ -23,11 +23,19 @@ from dtrforensics.engine.summary import victims_sha256
 from dtrforensics.recorder import record as record_mod
 from dtrforensics.recorder.manifest import run_checksum
 from dtrforensics.recorder.reader import (
-    NotARecordingError, PartialRecordingWarning, find_recordings, open_recording,
+    NotARecordingError,
+    PartialRecordingWarning,
+    find_recordings,
+    open_recording,
 )
 from dtrforensics.recorder.record import default_recording_dir, record_run, run_hash
 from dtrforensics.recorder.schema import (
-    DOC_PATH, FILE_TABLES, FORMAT_VERSION, META_FORMAT, RecordingFormatError, render_format_doc,
+    DOC_PATH,
+    FILE_TABLES,
+    FORMAT_VERSION,
+    META_FORMAT,
+    RecordingFormatError,
+    render_format_doc,
 )
 from dtrforensics.recorder.writer import Recorder, RecordingExistsError, candidate_ranks
 

@@ -14,7 +14,11 @@ import pytest
 
 from dtrforensics.trace import known, registry
 from dtrforensics.trace.registry import (
-    TraceNotFoundError, TraceStoreError, fetch, import_traces, resolve_trace,
+    TraceNotFoundError,
+    TraceStoreError,
+    fetch,
+    import_traces,
+    resolve_trace,
 )
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"

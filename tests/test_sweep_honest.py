@@ -156,7 +156,7 @@ def test_the_finish_command_finishes_the_sweep(log, truth, tmp_path):
     out = tmp_path / "s"
     runner.run_sweep(log, SweepParams(0.3, 1.0, exact=True, max_runs=2), out, jobs=1)
     for _ in range(5):
-        line = next((l for l in text_of(out, width=400).splitlines() if "to finish" in l), None)
+        line = next((ln for ln in text_of(out, width=400).splitlines() if "to finish" in ln), None)
         if line is None:
             break
         args = shlex.split(line[line.index("dtrf "):])[1:]

@@ -16,7 +16,13 @@ import pytest
 from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.replay import replay
 from dtrforensics.synth.generator import (
-    KINDS, SMALL_LOG_FEATURES, SynthSpec, _SmallLog, generate, random_small_log, write,
+    KINDS,
+    SMALL_LOG_FEATURES,
+    SynthSpec,
+    _SmallLog,
+    generate,
+    random_small_log,
+    write,
 )
 from dtrforensics.trace import parse_lines
 from dtrforensics.trace.parser import parse_file

@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("timm")
 pytest.importorskip("torchvision")
 
+from test_torch_memory import LiveBytesTracker  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from dtrforensics.cli.main import app  # noqa: E402
@@ -21,7 +22,6 @@ from dtrforensics.torch import RecordError, record  # noqa: E402
 from dtrforensics.torch.recorder import constants_of  # noqa: E402
 from dtrforensics.torch.spec import build  # noqa: E402
 from dtrforensics.torch.step import _forward  # noqa: E402
-from test_torch_memory import LiveBytesTracker  # noqa: E402
 
 # The table of issue 26, at small sizes: (spec, options).
 TABLE = {

@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
-
 from typer.testing import CliRunner  # noqa: E402
 
 from dtrforensics.cli.main import app  # noqa: E402

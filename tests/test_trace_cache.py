@@ -11,8 +11,17 @@ import pytest
 
 from dtrforensics.trace import cache, parser
 from dtrforensics.trace.cache import (
-    CACHE_HIT, CACHE_MISS, CACHE_OFF, CACHE_REBUILT, FORMAT_VERSION, CacheEntryError,
-    cache_dir, cache_path, load_program, load_program_with_status, program_from_table,
+    CACHE_HIT,
+    CACHE_MISS,
+    CACHE_OFF,
+    CACHE_REBUILT,
+    FORMAT_VERSION,
+    CacheEntryError,
+    cache_dir,
+    cache_path,
+    load_program,
+    load_program_with_status,
+    program_from_table,
     program_to_table,
 )
 from dtrforensics.trace.parser import parse_file

@@ -14,7 +14,6 @@ import pytest
 from dtrforensics.trace.parser import TraceError, parse_file
 from dtrforensics.trace.program import CMD_COMPUTE, CMD_GET, CMD_PIN, CMD_RELEASE
 
-
 # --- tiny log writers -------------------------------------------------------------
 
 def constant(name: str, size: int = 8) -> list[dict]:

@@ -16,7 +16,7 @@ The module itself is the decorator too, so `import dtrforensics` then
 import sys
 import types
 
-from .engine.features import FEATURES, FEATURE_NAMES
+from .engine.features import FEATURE_NAMES, FEATURES
 from .engine.user_policy import PolicyDefinition, policy, ratio
 
 __all__ = ["FEATURES", "FEATURE_NAMES", "PolicyDefinition", "policy", "ratio"]

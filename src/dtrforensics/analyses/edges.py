@@ -18,12 +18,11 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
-
 from ..concepts import completes, is_regime_switch
-from ..recorder.reader import Recording
-from .diff import diff
 from ..jsonsafe import json_safe
+from ..recorder.reader import Recording
 from ..rows import fetch_dicts
+from .diff import diff
 from .runs import DEFAULT_CACHE, RunSpec, open_together, record_spec
 
 MAX_EDGES = 20

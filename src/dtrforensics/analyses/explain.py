@@ -30,8 +30,14 @@ from typing import Callable
 
 from ..engine.replay import Interventions, replay, resolve_budget
 from ..trace.program import Program
-from .explain_candidates import (ForcedVictim, NearbyCompletion, RetentionCandidate,
-                                 forced_victims, frontier_candidates, nearby_completion)
+from .explain_candidates import (
+    ForcedVictim,
+    NearbyCompletion,
+    RetentionCandidate,
+    forced_victims,
+    frontier_candidates,
+    nearby_completion,
+)
 from .interventions import run_once, same_execution
 
 CAVEAT = ("A hindsight change is evidence about what caused the failure, not a policy: "

@@ -19,7 +19,6 @@ from ..recorder.record import default_recording_dir, record_run
 from ..trace.program import Program
 
 
-
 @dataclass(frozen=True)
 class ComparedRun:
     """One run of a comparison: its summary (the `dtrf run --json` object) and

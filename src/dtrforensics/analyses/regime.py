@@ -36,8 +36,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..recorder.reader import Recording
 from ..jsonsafe import json_safe
+from ..recorder.reader import Recording
 from ..rows import fetch_dicts
 from .runs import open_together, same_trace
 

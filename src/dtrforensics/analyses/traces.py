@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.baseline import baseline
-from .floor import floor
 from ..trace import registry
 from ..trace.cache import cache_path
 from ..trace.program import Program
+from .floor import floor
 
 
 def _op_ref(program: Program, op_id: int) -> dict[str, Any]:

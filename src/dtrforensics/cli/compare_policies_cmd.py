@@ -11,7 +11,12 @@ from .common import JsonOption, print_json, require_figures, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import (
-    POLICY_HELP, check_policies, check_timeout, output_file, output_folder, split_policies,
+    POLICY_HELP,
+    check_policies,
+    check_timeout,
+    output_file,
+    output_folder,
+    split_policies,
 )
 
 

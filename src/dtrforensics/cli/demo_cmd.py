@@ -35,7 +35,6 @@ def demo_command(
 ) -> None:
     """Find, explain and fix a feasibility hole, end to end, on the embedded trace."""
     from ..render.console import console
-
     from .kernel_notice import announce_compile
     announce_compile()
     run_demo(console(), out, public=public, jobs=jobs)
@@ -112,13 +111,13 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
     from ..analyses.explain import explain
     from ..analyses.oom import explain_oom
     from ..analyses.runs import RunSpec, record_spec
+    from ..render import sweep_plot
     from ..render.diff import print_diff
     from ..render.explain import attempts_table
     from ..render.oom import oom_view
     from ..render.sweep import holes_view
     from ..render.units import fmt_exact_bytes
     from ..sweep import holes as sweep_holes
-    from ..render import sweep_plot
     from ..sweep.runner import run_sweep
     from ..sweep.store import SweepParams
     from ..trace import load_trace

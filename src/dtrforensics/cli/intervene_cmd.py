@@ -112,8 +112,13 @@ def explain_command(
     completion: retaining a storage the failing frontier needed, or forcing
     another victim at the first divergent choice against a nearby completing
     budget or at one of the last decisions; singles first, then retained pairs."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     from ..analyses.explain import explain
     from ..render.console import err_console, wide_console

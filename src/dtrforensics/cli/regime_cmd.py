@@ -7,8 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import (DEFAULT_CACHE, CacheOption, JsonOption, open_runs, print_json,
-                     reporting_replaced, require_figures)
+from .common import (
+    DEFAULT_CACHE,
+    CacheOption,
+    JsonOption,
+    open_runs,
+    print_json,
+    reporting_replaced,
+    require_figures,
+)
 from .errors import CommandError
 from .options import output_file
 

@@ -10,6 +10,7 @@ from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import POLICY_HELP, check_policy, check_timeout
 
+
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
 

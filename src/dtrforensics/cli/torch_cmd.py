@@ -11,10 +11,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..render.units import fmt_bytes
 from .common import print_json, reporting_replaced
 from .errors import CommandError
 from .options import output_file
-from ..render.units import fmt_bytes
 
 torch_app = typer.Typer(help="Record DTR logs from your own PyTorch models.", no_args_is_help=True)
 

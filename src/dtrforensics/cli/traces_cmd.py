@@ -63,11 +63,10 @@ def _missing_hint(missing: list[str]) -> str:
 @traces_app.command("list")
 def list_traces(as_json: JsonOption = False) -> None:
     """Every trace found, with its size, unconstrained peak and single-op bottleneck."""
-    from ..render.console import console as Console
-    from ..render.tables import FitTable
-
     from ..analyses.traces import summarize
+    from ..render.console import console as Console
     from ..render.console import wide_console
+    from ..render.tables import FitTable
     from ..render.units import fmt_bytes, fmt_ns
     from ..trace.parser import TraceError
     rows: list[dict[str, Any]] = []
@@ -121,11 +120,10 @@ def info(
     as_json: JsonOption = False,
 ) -> None:
     """Details of one trace: op counts, backward ops, constants, hashes, cache status."""
-    from ..render.console import console as Console
-    from ..render.tables import FitTable
-
     from ..analyses.traces import describe
+    from ..render.console import console as Console
     from ..render.floor import floor_lines
+    from ..render.tables import FitTable
     from ..render.units import fmt_bytes, fmt_ns
     from ..trace.cache import CACHE_HIT, CACHE_MISS, CACHE_REBUILT
     path = _resolve(name)
@@ -191,9 +189,16 @@ def fetch(
     = registry.FETCH_TIMEOUT,
 ) -> None:
     """Download the public DTR traces (logs.zip of uwsampl/dtr-prototype), verify, install."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     from ..render.console import console as Console
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                               TimeRemainingColumn, TransferSpeedColumn)
 
     err = Console(stderr=True)
     dest = registry.user_trace_dir()

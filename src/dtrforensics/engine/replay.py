@@ -16,13 +16,18 @@ import numpy as np
 from .. import validate
 from ..errors import OptionError, PolicyError
 from ..trace.program import Program, op_label
-from . import compiled, layout as L
+from . import compiled
+from . import layout as L
 from .baseline import Baseline, baseline, budget_for_ratio
 from .features import N_FEATURES
 from .frontier import Frontier, build_frontier
 from .graph import KernelGraph, kernel_graph
 from .hooks import (
-    N_CANDIDATE_COLUMNS, N_EVENT_COLUMNS, N_EVENT_FLOAT_COLUMNS, CandidateBatch, EventBatch,
+    N_CANDIDATE_COLUMNS,
+    N_EVENT_COLUMNS,
+    N_EVENT_FLOAT_COLUMNS,
+    CandidateBatch,
+    EventBatch,
     Observer,
 )
 from .policies import Policy, get_policy
@@ -190,7 +195,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     n = program.n_tensors
     sharing = None
     if prefixes is not None and not observers:
-        from .prefixes import Sharing   # numba-compiled digests: only sweeps import them
+        from .prefixes import Sharing  # numba-compiled digests: only sweeps import them
         family = _family(program, policy, interventions, remat_limit)
         start = prefixes.best(family, budget)
         state = (MachineState.new(graph, budget, remat_limit) if start is None

@@ -8,12 +8,17 @@ from functools import cached_property
 
 import numpy as np
 
-from . import compiled, layout as L
+from . import compiled
+from . import layout as L
 from .graph import KernelGraph
 from .layout import (
-    FRAME_ROWS, N_SCRATCH_ROWS, R_LAST_ACCESS, R_POOL_NEXT, R_POOL_PREV, STATE_ROWS,
+    FRAME_ROWS,
+    N_SCRATCH_ROWS,
+    R_LAST_ACCESS,
+    R_POOL_NEXT,
+    R_POOL_PREV,
+    STATE_ROWS,
 )
-
 
 Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "compute",
                                  "fr_live", "bit_slot", "bits", "free_slots",

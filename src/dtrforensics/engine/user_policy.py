@@ -24,8 +24,8 @@ import importlib.util
 import inspect
 import math
 import re
-import textwrap
 import sys
+import textwrap
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path

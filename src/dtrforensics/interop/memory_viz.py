@@ -57,8 +57,15 @@ from typing import IO
 from ..recorder.reader import Recording
 from ..trace.program import op_label
 from .plumbing import (
-    BATCH_ROWS, ExportError, Static, as_recording, check_depth, iter_rows,
-    open_output, output_name, pop_frame,
+    BATCH_ROWS,
+    ExportError,
+    Static,
+    as_recording,
+    check_depth,
+    iter_rows,
+    open_output,
+    output_name,
+    pop_frame,
 )
 
 BASE_ADDRESS = 0x7F00_0000_0000

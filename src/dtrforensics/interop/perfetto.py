@@ -74,8 +74,15 @@ from typing import IO, Any, Iterator, NamedTuple
 from ..jsonsafe import finite, json_safe
 from ..recorder.reader import Recording
 from .plumbing import (
-    BATCH_ROWS, ExportError, Static, as_recording, check_depth, iter_rows, open_output,
-    output_name, pop_frame,
+    BATCH_ROWS,
+    ExportError,
+    Static,
+    as_recording,
+    check_depth,
+    iter_rows,
+    open_output,
+    output_name,
+    pop_frame,
 )
 
 PID = 1

@@ -22,7 +22,12 @@ import pyarrow.parquet as pq
 from ..errors import DataError, RefusedError
 from . import manifest
 from .schema import (
-    META_FORMAT, OLD_MARK, PARTIAL_MARK, RUN_FILE, TABLES, check_version,
+    META_FORMAT,
+    OLD_MARK,
+    PARTIAL_MARK,
+    RUN_FILE,
+    TABLES,
+    check_version,
 )
 
 

@@ -13,10 +13,14 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..engine.replay import (
-    DEFAULT_THRASH_FACTOR, Interventions, RunResult, replay, resolve_budget,
-)
 from ..engine.policies import POLICIES, get_policy
+from ..engine.replay import (
+    DEFAULT_THRASH_FACTOR,
+    Interventions,
+    RunResult,
+    replay,
+    resolve_budget,
+)
 from ..trace.program import Program
 from .writer import Recorder
 

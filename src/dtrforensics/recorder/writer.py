@@ -27,11 +27,42 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..engine.hooks import (
-    C_DECISION, C_POSITION, C_STORAGE, CANDIDATE_COLUMNS, E_BWD, E_BYTES, E_CLOCK, E_COMPUTE, E_COST,
-    E_DECISION, E_DEPTH, E_FLAG, E_FWD, E_KIND, E_MEMORY, E_OP, E_POOL_BYTES, E_POOL_SIZE,
-    E_REQUEST, E_RUNNER, E_STALENESS, E_STORAGE, E_TENSOR, EV_ALLOC_CHECK, EV_COMPUTE,
-    EV_EVICT, EV_MATERIALIZE, EV_OOM, EVENT_KINDS, F_RUNNER_SCORE, F_SCORE, FLAG_COLLATERAL,
-    FLAG_REMAT, CandidateBatch, EventBatch, Observer,
+    C_DECISION,
+    C_POSITION,
+    C_STORAGE,
+    CANDIDATE_COLUMNS,
+    E_BWD,
+    E_BYTES,
+    E_CLOCK,
+    E_COMPUTE,
+    E_COST,
+    E_DECISION,
+    E_DEPTH,
+    E_FLAG,
+    E_FWD,
+    E_KIND,
+    E_MEMORY,
+    E_OP,
+    E_POOL_BYTES,
+    E_POOL_SIZE,
+    E_REQUEST,
+    E_RUNNER,
+    E_STALENESS,
+    E_STORAGE,
+    E_TENSOR,
+    EV_ALLOC_CHECK,
+    EV_COMPUTE,
+    EV_EVICT,
+    EV_MATERIALIZE,
+    EV_OOM,
+    EVENT_KINDS,
+    F_RUNNER_SCORE,
+    F_SCORE,
+    FLAG_COLLATERAL,
+    FLAG_REMAT,
+    CandidateBatch,
+    EventBatch,
+    Observer,
 )
 from ..errors import RefusedError
 from ..fsutil import exchange, pid_alive, utc_now
@@ -39,8 +70,17 @@ from ..jsonsafe import json_safe
 from ..trace.program import CONSTANT_OP_NAME, Program
 from . import manifest
 from .schema import (
-    CANDIDATES, DECISIONS, EVENTS, FORMAT_VERSION, OLD_MARK, OPS, PARTIAL_MARK, RUN_FILE,
-    STORAGES, TENSORS, Table,
+    CANDIDATES,
+    DECISIONS,
+    EVENTS,
+    FORMAT_VERSION,
+    OLD_MARK,
+    OPS,
+    PARTIAL_MARK,
+    RUN_FILE,
+    STORAGES,
+    TENSORS,
+    Table,
 )
 
 ROW_GROUP_ROWS = 1 << 17

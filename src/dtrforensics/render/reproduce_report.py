@@ -32,8 +32,8 @@ def overhead_figure(report, title: str):
     marker joined by steps (no line zigzags between regimes), on a log axis so two
     regimes 6x apart both read; failures on a strip of their own below, a row per
     policy, so no failure is given an overhead."""
-    from .sweep_plot import POLICY_COLOURS, POLICY_MARKERS
     from ..sweep.holes import load_points
+    from .sweep_plot import POLICY_COLOURS, POLICY_MARKERS
     points = load_points(report.path)
     fig = _figure(11, 5.2 + 0.3 * len(points))
     ax, strip = fig.subplots(2, 1, sharex=True, height_ratios=(3, 0.35 + 0.25 * len(points)))

@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
-from rich.console import Console, Group
-from rich.text import Text
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
-
 import shlex
+
+from rich.console import Console, Group
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 from ..sweep.holes import Certainty, ExactRegion, ExactView, HolesReport, PolicyHoles
 from ..sweep.store import SweepParams

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-
 from typing import Callable
 
 from .store import STATUS_OK, STATUS_UNRESOLVED, Point

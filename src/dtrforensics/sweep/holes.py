@@ -13,8 +13,8 @@ from pathlib import Path
 
 import duckdb
 
-from ..rows import fetch_dicts
 from .. import validate
+from ..rows import fetch_dicts
 from .store import SweepParams, SweepStore, TraceInfo
 
 SWEEP_QUERIES = (

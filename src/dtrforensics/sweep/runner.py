@@ -24,11 +24,16 @@ from ..engine.replay import prepared
 from ..errors import OptionError
 from ..trace.program import Program
 from . import grid
-from .backends import (DEFAULT_START_METHOD, ENGINES, REPEAT_START_METHOD,  # noqa: F401
-                       ProcessBackend, default_jobs, make_backend)
+from .backends import (  # noqa: F401
+    DEFAULT_START_METHOD,
+    ENGINES,
+    REPEAT_START_METHOD,
+    ProcessBackend,
+    default_jobs,
+    make_backend,
+)
 from .exact import ExactWalk, Gap, WalkRounds
-from .scheduler import (OutOfTime, Scheduler, StageCount, Static, SweepObserver,  # noqa: F401
-                        WorkerDiedError)
+from .scheduler import OutOfTime, Scheduler, StageCount, Static, SweepObserver, WorkerDiedError  # noqa: F401
 from .store import Point, SweepParams, SweepStore, TraceInfo
 
 MAX_POINTS = 100_000     # runs a sweep may plan unless asked for more (--max-points)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from ..errors import UserError
 from .store import Point, SweepStore
 
-
 # --- progress -------------------------------------------------------------------------
 
 class SweepObserver:

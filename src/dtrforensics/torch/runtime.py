@@ -136,7 +136,9 @@ def _template(func, args: tuple, kwargs: dict):
     """args and kwargs with every tensor replaced by its slot, numbered in the
     order `_schema_tensors` lists them."""
     counter = iter(range(1 << 62))
-    slot = lambda t: _Slot(next(counter)) if isinstance(t, torch.Tensor) else t
+
+    def slot(t):
+        return _Slot(next(counter)) if isinstance(t, torch.Tensor) else t
     new_args = tuple(tree_map(slot, a) for a in args)
     new_kwargs = dict(kwargs)
     for arg in func._schema.arguments[len(args):]:

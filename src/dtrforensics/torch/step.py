@@ -19,9 +19,10 @@ from pathlib import Path
 
 import torch
 import torch._dynamo  # noqa: F401  (imported lazily by the first module call otherwise; the
+from torch.utils._python_dispatch import _disable_current_modes
+
 #                      import's tracebacks would keep that call's tensors alive until a GC)
 from torch.utils._pytree import tree_flatten
-from torch.utils._python_dispatch import _disable_current_modes
 
 from ..engine.baseline import baseline
 from ..trace.parser import parse_file

@@ -19,7 +19,12 @@ import numpy as np
 
 from ..errors import DataError
 from .program import (
-    CMD_COMPUTE, CMD_GET, CMD_PIN, CMD_RELEASE, CONSTANT_OP_NAME, Program,
+    CMD_COMPUTE,
+    CMD_GET,
+    CMD_PIN,
+    CMD_RELEASE,
+    CONSTANT_OP_NAME,
+    Program,
 )
 
 

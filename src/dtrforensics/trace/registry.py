@@ -328,7 +328,7 @@ Progress = Callable[[int, int | None], None]   # (bytes so far, total or None)
 
 
 def _download(url: str, out: BinaryIO, timeout: float, progress: Progress | None) -> None:
-    import urllib.request   # here, not at the top: every trace lookup imports this module
+    import urllib.request  # here, not at the top: every trace lookup imports this module
     request = urllib.request.Request(url, headers={"User-Agent": "dtrforensics"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         length = response.headers.get("Content-Length")
