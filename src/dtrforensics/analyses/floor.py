@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.baseline import baseline, op_need
+from ..engine.baseline import op_need
 from ..jsonsafe import json_safe
 from ..trace.program import CMD_COMPUTE, CMD_GET, CMD_RELEASE, Program
 
@@ -54,7 +54,8 @@ class Floor:
 
 
 def floor(program: Program) -> Floor:
-    """Walk the unconstrained schedule once, tracking the constants alive at each op."""
+    """Walk the unconstrained schedule once, tracking the constants alive at each op
+    (the walk of `baseline.baseline`, so its peak is the same)."""
     storage = program.tensor_storage.tolist()
     size = program.tensor_size.tolist()
     first = program.op_first_tensor.tolist()
@@ -65,7 +66,7 @@ def floor(program: Program) -> Floor:
     is_const_storage = [False] * program.n_tensors
     refs = [0] * program.n_tensors
     material = [False] * program.n_tensors
-    memory = constants = constant_bytes = 0
+    memory = peak = constants = constant_bytes = 0
     best, best_op, best_constants = -1, -1, 0
     for kind, arg in zip(program.sched_kind.tolist(), program.sched_arg.tolist()):
         if kind == CMD_COMPUTE:
@@ -75,6 +76,7 @@ def floor(program: Program) -> Floor:
             elif constants + need[arg] > best:
                 best, best_op, best_constants = constants + need[arg], arg, constants
             memory += total[arg]
+            peak = max(peak, memory)
             for tid in range(first[arg], first[arg] + n_out[arg]):
                 s = storage[tid]
                 refs[s] += 1
@@ -90,10 +92,9 @@ def floor(program: Program) -> Floor:
                 memory -= size[s]
                 if is_const_storage[s]:
                     constants -= size[s]
-    base = baseline(program)
     if memory > best:
         best, best_op, best_constants = memory, -1, constants
-    return Floor(peak=base.peak, floor=max(best, 0), floor_op_id=best_op,
+    return Floor(peak=peak, floor=max(best, 0), floor_op_id=best_op,
                  constant_bytes=constant_bytes, constants_at_floor=best_constants,
                  working_set=need[best_op] if best_op >= 0 else 0, final_bytes=memory,
-                 bottleneck_bytes=base.bottleneck_bytes)
+                 bottleneck_bytes=max(need, default=0))
