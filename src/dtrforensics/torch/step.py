@@ -201,18 +201,18 @@ def _run_forward(model, inputs, targets, loss_fn, state, modules):
 
 
 def _run_optimizer(opt):
-    try:
-        opt.step()
-    except RecordError:
-        raise
-    except Exception as exc:
-        raise RecordError(f"optimizer.step() raised {type(exc).__name__}: {exc}") from exc
+    _reporting("optimizer.step()", opt.step)
 
 
 def _run_backward(loss):
+    _reporting("backward", loss.backward)
+
+
+def _reporting(what: str, call) -> None:
+    """Run `call`; an exception of the model's code becomes a RecordError naming `what`."""
     try:
-        loss.backward()
+        call()
     except RecordError:
         raise
     except Exception as exc:
-        raise RecordError(f"backward raised {type(exc).__name__}: {exc}") from exc
+        raise RecordError(f"{what} raised {type(exc).__name__}: {exc}") from exc
