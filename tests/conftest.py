@@ -38,3 +38,14 @@ def forensic_recs(tmp_path_factory):
         record_run(program, out_dir=root / name, scores="all", **kw)
     record_run(fan, budget=50, out_dir=root / "fan50_victims", scores="victims")
     return root
+
+
+@pytest.fixture
+def one_thread():
+    """PyTorch on one intra-op thread: more threads may sum in a different order
+    from run to run, one does not (the torch tests compare values bitwise)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

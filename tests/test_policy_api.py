@@ -63,9 +63,14 @@ def twin_files(tmp_path_factory):
 @given(program=random_logs(), fraction=st.floats(0.05, 1.1),
        builtin=st.sampled_from(sorted(TWINS) + ["dtr-exact-nbhd"]))
 def test_api_twins_make_the_builtins_decisions(twin_files, program, fraction, builtin):
+    assert_same_as_builtin(program, fraction, builtin, twin_files[builtin])
+
+
+def assert_same_as_builtin(program, fraction: float, builtin: str, spec: str) -> None:
+    """The policy file `spec` replays `program` at `fraction` of its peak as `builtin` does."""
     budget = max(1, int(fraction * replay(program, budget=10**15).summary.peak))
     want = replay(program, budget=budget, policy=builtin).summary
-    got = replay(program, budget=budget, policy=twin_files[builtin]).summary
+    got = replay(program, budget=budget, policy=spec).summary
     assert same_execution(got, want)
 
 
@@ -329,10 +334,7 @@ def test_natural_spelling_makes_dtrs_decisions_on_the_embedded_trace(natural_fil
                                                                  HealthCheck.function_scoped_fixture])
 @given(program=random_logs(), fraction=st.floats(0.05, 1.1), builtin=st.sampled_from(sorted(NATURAL)))
 def test_natural_spelling_makes_the_builtins_decisions(natural_files, program, fraction, builtin):
-    budget = max(1, int(fraction * replay(program, budget=10**15).summary.peak))
-    want = replay(program, budget=budget, policy=builtin).summary
-    got = replay(program, budget=budget, policy=natural_files[builtin]).summary
-    assert same_execution(got, want)
+    assert_same_as_builtin(program, fraction, builtin, natural_files[builtin])
 
 
 def test_float_division_by_zero_says_what_to_write(tmp_path):

@@ -46,14 +46,6 @@ def built(key, fake=False):
     return build(spec, fake=fake, **options)
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("key", list(TABLE))
 def test_real_mode_records_with_memory_truth_and_changes_nothing(key, tmp_path, one_thread):
     model, batch, loss_fn = built(key)

@@ -33,15 +33,6 @@ def plain_step(model, batch, loss_fn):
     return loss.item()
 
 
-@pytest.fixture
-def one_thread():
-    """Intra-op threads may sum in a different order from run to run; one thread does not."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("name", ["gpt", "resnet"])
 def test_recording_changes_no_loss_gradient_or_buffer(name, tmp_path, one_thread):
     plain = fresh(name)
