@@ -1,4 +1,4 @@
-"""`dtrf sql` and `dtrf show`: query and look at recordings (`dtrf run --record`)."""
+"""`dtrf sql`: read-only SQL over recordings (`dtrf run --record`)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import reporting_replaced
+from .common import print_json, reporting_replaced
 from .errors import CommandError
 from .options import at_least, output_file
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the rows as a JSON list.")]
 
 
 def register(app: typer.Typer) -> None:
     app.command("sql")(sql)
-    app.command("show")(show)
 
 
 @contextmanager
@@ -47,8 +46,6 @@ def _recordings(paths: list[str]) -> list:
         raise CommandError(f"no recordings found in {', '.join(paths)}")
     return recs
 
-
-# --- dtrf sql ------------------------------------------------------------------------
 
 def sql(
     query: Annotated[str, typer.Argument(help="DuckDB SQL over the views runs, events, "
@@ -86,7 +83,6 @@ def sql(
         if as_csv:
             _write_csv(con, columns)
         elif as_json:
-            from .common import print_json
             print_json([dict(zip(columns, row)) for row in con.fetchall()])
         else:
             _print_table(con, limit)
@@ -130,42 +126,3 @@ def _print_table(con, limit: int) -> None:
     console.print(result_table(columns, rows[:limit]))
     if len(rows) > limit:
         console.print(f"[dim]first {limit} rows shown (--limit N, or --csv for all)[/dim]")
-
-
-# --- dtrf show -----------------------------------------------------------------------
-
-def show(
-    recording: Annotated[str, typer.Argument(help="A recording folder.")],
-    as_json: JsonOption = False,
-    width: Annotated[Optional[int], typer.Option(help="Timeline width in columns (default: the terminal's).")] = None,
-) -> None:
-    """A recording's run summary and a per-op timeline of memory, pinned bytes and depth."""
-    from ..analyses.timeline import op_timeline
-    from ..recorder.reader import open_recording
-    from ..recorder.schema import RecordingFormatError
-    try:
-        rec = open_recording(recording)
-    except RecordingFormatError as exc:
-        raise CommandError(str(exc)) from None
-    timeline = op_timeline(rec)
-    if as_json:
-        from .common import print_json
-        print_json({"recording": str(rec.path), "run": rec.run,
-                    "timeline": {k: v.tolist() for k, v in timeline.items()}})
-        return
-    from ..render.console import wide_console
-    from ..render.panels import summary_panel
-    from ..render.recording import LABEL_WIDTH, SCALE_WIDTH, timeline_panel
-
-    console = wide_console()
-    cols = (width or console.width) - LABEL_WIDTH - SCALE_WIDTH - 10
-    run = rec.run
-    names = rec.table("ops").column("name").to_pylist()
-    extra = [("trace", f"{run['trace']['name']}  sha256 {run['trace']['sha256']}"),
-             ("policy / scores", f"{run['policy']} / {run['scores']}"),
-             ("recorded", f"{run['started_at']} → {run['finished_at']}")]
-    console.print(summary_panel(rec.summary, lambda op: names[op] if op < len(names) else "?",
-                                title=rec.run_id, extra=extra))
-    oom = rec.summary.get("oom")
-    console.print(timeline_panel(timeline, run["budget"], oom["op_id"] if oom else None,
-                                 max(cols, 10)))
