@@ -29,7 +29,7 @@ HELP = ("Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay tra
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo_cmd", "Find, explain and fix a feasibility hole, end to end, on the embedded trace."),
     "run": ("run_cmd", "Replay TRACE under a memory budget exactly as the reference DTR simulator."),
-    "sql": ("sql_cmd", "Run SQL over one or several recordings (one `run_id` column tells them apart)."),
+    "sql": ("sql_cmd", "Run SQL over recordings (one `run_id` column tells them apart) or sweep folders (one `sweep_id` column)."),
     "show": ("show_cmd", "A recording's run summary and a per-op timeline of memory, pinned bytes and depth."),
     "diff": ("diff_cmd", "Compare two executions of one trace: first divergence of the eviction streams, first divergent choice, aftermath, and what a failing run lost."),
     "oom": ("oom_cmd", "Explain an OOM: the chain of in-progress materializations down to the failing allocation, the bytes each level holds locked, and proof the pool was empty."),

@@ -1,4 +1,5 @@
-"""`dtrf sql`: read-only SQL over recordings (`dtrf run --record`)."""
+"""`dtrf sql`: read-only SQL over recordings (`dtrf run --record`) or sweep
+folders (`dtrf sweep -o DIR`)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,26 @@ def _warnings_to_stderr():
                 print(f"warning: {w.message}", file=sys.stderr)
 
 
+def _connect(paths: list[str]):
+    """Sweep folders open as sweeps (views runs, sweeps), anything else as recordings
+    (every shipped query installed); the two do not mix in one connection."""
+    from ..sweep.store import SweepStoreError
+    from ..sweep.views import connect_sweeps, is_sweep
+    sweeps = [p for p in paths if is_sweep(p)]
+    if not sweeps:
+        from ..analyses.runs import open_together
+        return open_together(_recordings(paths))[0]
+    if len(sweeps) != len(paths):
+        other = next(p for p in paths if p not in sweeps)
+        raise CommandError(f"{sweeps[0]} is a sweep folder and {other} is not: give "
+                           "sweep folders or recordings, not both")
+    try:
+        with _warnings_to_stderr():
+            return connect_sweeps(sweeps)
+    except (SweepStoreError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+
+
 def _recordings(paths: list[str]) -> list:
     from ..recorder.reader import find_recordings
     from ..recorder.schema import RecordingFormatError
@@ -48,20 +69,24 @@ def _recordings(paths: list[str]) -> list:
 
 
 def sql(
-    query: Annotated[str, typer.Argument(help="DuckDB SQL over the views runs, events, "
+    query: Annotated[str, typer.Argument(help="DuckDB SQL. Recordings: the views runs, events, "
                                               "decisions, candidates, storages, tensors, ops "
-                                              "and the shipped queries (e.g. failing_allocation).")],
-    recordings: Annotated[list[str], typer.Argument(help="Recording folders, or folders holding recordings.")],
+                                              "and the shipped queries (e.g. failing_allocation). "
+                                              "Sweep folders: the views runs (every stored run, "
+                                              "with sweep_id) and sweeps (docs/sweep-format.md).")],
+    recordings: Annotated[list[str], typer.Argument(metavar="RECORDINGS_OR_SWEEPS...", help="Recording folders, or folders holding recordings; or sweep folders (dtrf sweep -o DIR).")],
     as_csv: Annotated[bool, typer.Option("--csv", help="Write CSV to stdout.")] = False,
     parquet: Annotated[Optional[Path], typer.Option("--parquet", callback=output_file, help="Write the result to this Parquet file.")] = None,
     as_json: JsonOption = False,
     limit: Annotated[int, typer.Option(callback=at_least(0), help="Rows shown in the table (CSV, JSON and Parquet get all).")] = 100,
 ) -> None:
-    """Run SQL over one or several recordings (one `run_id` column tells them apart).
+    """Run SQL over recordings (one `run_id` column tells them apart) or sweep folders (one `sweep_id` column).
 
-    SQL may read the views and the given recordings' own Parquet files, nothing
-    else; it cannot write: COPY, EXPORT, ATTACH, INSTALL, LOAD, PRAGMA and SET are
-    refused (save a result with --csv, --json or --parquet FILE, outside any recording)."""
+    A sweep folder opens as the views `runs` (its runs table, docs/sweep-format.md)
+    and `sweeps` (its sweep.json). SQL may read the views and the given folders'
+    own Parquet files, nothing else; it cannot write: COPY, EXPORT, ATTACH,
+    INSTALL, LOAD, PRAGMA and SET are refused (save a result with --csv, --json
+    or --parquet FILE, outside any recording)."""
     if sum([as_csv, parquet is not None, as_json]) > 1:
         raise CommandError("choose one of --csv, --parquet and --json")
     if not query.strip():
@@ -69,8 +94,7 @@ def sql(
     import duckdb
 
     from .. import db
-    from ..analyses.runs import open_together
-    con, _ = open_together(_recordings(recordings))
+    con = _connect(recordings)
     try:
         db.check_read_only(con, query)
         if parquet is not None:
