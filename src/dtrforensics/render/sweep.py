@@ -25,13 +25,30 @@ from .units import RatioFormat, fmt_count, fmt_exact_bytes, fmt_overhead, fmt_ra
 MAX_ROWS = 40
 
 
+def ended_text(report: HolesReport) -> str:
+    """What ended the sweep, in words (`HolesReport.ended`)."""
+    params = report.params
+    return {
+        "range-certified": "every budget of the range certified",
+        "run-limit": f"the walk stopped at its run limit, --max-runs {params.max_runs:,} "
+                     "per policy",
+        "time-limit": "stopped at its time limit (--max-seconds)",
+        "samples-run": "every sample run (budgets between samples are not certified)",
+        "gaps-open": "the walk ran to its end; the gaps left hold timed-out runs or are "
+                     f"narrower than --resolution {params.resolution:,} B",
+        "interrupted": "interrupted (an error or Ctrl-C)",
+        "killed": "killed (its process is gone)",
+        "running": "still running",
+    }[report.ended]
+
+
 def holes_view(report: HolesReport) -> list:
-    """A header line, then one panel per policy."""
+    """A header (the trace, the range, what ended the sweep), then one panel per policy."""
     trace = report.trace
     lo, hi = report.range_bytes
-    head = (f"[bold]{trace.name}[/] peak {fmt_exact_bytes(trace.peak)}; range ratio "
-            f"{report.params.ratio_from:g}-{report.params.ratio_to:g} = bytes {lo:,}-{hi:,}; "
-            f"sweep {report.status}")
+    head = Text.assemble((trace.name, "bold"), f": peak {fmt_exact_bytes(trace.peak)}; range "
+                         f"{report.params.ratio_from:g}-{report.params.ratio_to:g} of peak = "
+                         f"{lo:,}-{hi:,} B\nsweep ended: {ended_text(report)}")
     return [head] + [_policy_panel(report, p) for p in report.policies]
 
 
@@ -130,7 +147,7 @@ def next_max_runs(report: HolesReport) -> int:
     (how many more it needs is not known before they run), the same when the
     sweep was cut short (stopped for time, interrupted, killed)."""
     limit = report.params.max_runs
-    return 2 * limit if report.status == "complete" else limit
+    return 2 * limit if report.ended == "run-limit" else limit
 
 
 def finish_lines(report: HolesReport, command: str = "sweep") -> list[str]:
@@ -146,7 +163,7 @@ def finish_lines(report: HolesReport, command: str = "sweep") -> list[str]:
     lines = []
     if "run-limit" in reasons:
         why = (f"the walk stopped at --max-runs {params.max_runs:,}"
-               if report.status == "complete" else f"the sweep is {report.status}")
+               if report.ended == "run-limit" else ended_text(report))
         lines.append(f"to finish ({why}; nothing is run again): " + sweep_command(
             source, params, report.path, max_runs=next_max_runs(report), command=command))
     if "timeout" in reasons:

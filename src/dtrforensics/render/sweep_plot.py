@@ -138,10 +138,11 @@ def _mode(report: HolesReport) -> str:
         return "samples"
     if all(not v.gaps for v in views):
         return "exact partition"
+    from .sweep import ended_text
     worst = min(views, key=lambda v: v.coverage)
     reasons = sorted({g.reason for v in views for g in v.gaps})
     return (f"exact, {worst.coverage:.2%} of the range certified; uncertified budgets "
-            f"hatched ({', '.join(reasons)})")
+            f"hatched ({', '.join(reasons)})\nsweep ended: {ended_text(report)}")
 
 
 # --- overhead -------------------------------------------------------------------------
