@@ -241,3 +241,21 @@ def test_the_header_says_what_ended_the_sweep(log, truth, tmp_path):
                 "1.0", "--exact", "--max-runs", "3", "--jobs", "1", "-o", tmp_path / "c",
                 "--no-progress").out
     assert "sweep ended: the walk stopped at its run limit, --max-runs 3 per policy" in text
+
+
+def test_listed_samples_and_gaps_say_how_many_more(log, tmp_path):
+    """A list cut for length says how many it leaves out and where they all are;
+    gaps are counted in words that say why they are open."""
+    runner.run_sweep(log, SweepParams(0.79, 0.82, 0.001), tmp_path / "grid", jobs=1)
+    pol = holes.analyze(tmp_path / "grid").to_json()["policies"]["dtr"]
+    above = len(pol["failures_above_first_success"])
+    assert above > 12
+    text = " ".join(text_of(tmp_path / "grid").replace("│", " ").split())
+    assert f"{above} failing samples above the first success:" in text
+    assert f"and {above - 12} more (--json lists every one)" in text and "(+" not in text
+    runner.run_sweep(log, SweepParams(0.3, 1.0, exact=True, max_runs=2), tmp_path / "cut",
+                     jobs=1)
+    gaps = holes.analyze(tmp_path / "cut").policy("dtr").exact.gaps
+    text = " ".join(text_of(tmp_path / "cut").replace("│", " ").split())
+    noun = "gap" if len(gaps) == 1 else "gaps"
+    assert f"uncertified: {len(gaps)} {noun} the walk has not reached (" in text

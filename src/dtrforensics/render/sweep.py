@@ -23,6 +23,9 @@ from .tables import FitPanel, FitTable
 from .units import RatioFormat, fmt_count, fmt_exact_bytes, fmt_overhead, fmt_ratio, ratio_format
 
 MAX_ROWS = 40
+GAP_REASONS = {"run-limit": "the walk has not reached",
+               "timeout": "holding timed-out runs",
+               "below-resolution": "narrower than --resolution"}
 
 
 def ended_text(report: HolesReport) -> str:
@@ -182,12 +185,13 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
     fs = p.first_success
     first = (f"ratio {fmt_ratio(fs.sample.ratio)} ({fs.sample.budget:,} B, overhead {_ov(fs.sample.overhead)})"
              if fs.sample else "[red]none: no sample completes[/]")
-    parts.append(f"samples {fs.samples}; first sampled success {first}; "
-                 f"{fs.failing_below} failing below it")
+    parts.append(f"samples {fs.samples:,}; first sampled success {first}; "
+                 f"{fs.failing_below:,} failing below it")
     if p.failures_above:
         shown = ", ".join(fmt_ratio(s.ratio, s.budget) for s in p.failures_above[:12])
-        more = f" (+{len(p.failures_above) - 12})" if len(p.failures_above) > 12 else ""
-        parts.append(f"[red]{len(p.failures_above)} failing samples above the first success:[/] "
+        more = (f" and {len(p.failures_above) - 12:,} more (--json lists every one)"
+                if len(p.failures_above) > 12 else "")
+        parts.append(f"[red]{len(p.failures_above):,} failing samples above the first success:[/] "
                      f"{shown}{more}")
     if p.failure_regions:
         t = FitTable(title="failure regions (samples)", title_justify="left")
@@ -285,8 +289,8 @@ def _exact_parts(x: ExactView, peak: int) -> list:
         for g in x.gaps:
             by_reason.setdefault(g.reason, []).append(g)
         parts.append("[yellow]uncertified: " + "; ".join(
-            f"{len(gs)} gaps {reason} ({sum(g.width for g in gs):,} bytes)"
-            for reason, gs in by_reason.items()) + "[/]")
+            f"{fmt_count(len(gs), 'gap')} {GAP_REASONS.get(reason, reason)} "
+            f"({sum(g.width for g in gs):,} bytes)" for reason, gs in by_reason.items()) + "[/]")
     if x.overlaps:
         parts.append(f"[red]{len(x.overlaps)} overlapping certificates[/]")
     return parts
