@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from .errors import RefusedError
 from .recorder.reader import Recording, find_recordings
-from .recorder.schema import FILE_TABLES, RUNS
+from .recorder.schema import FILE_TABLES, RUNS, Table
 
 QUERY_PACKAGE = "dtrforensics"
 QUERY_DIR = "queries"
@@ -63,28 +63,40 @@ def _run_ids(recordings: list[Recording]) -> list[str]:
     return folder_ids([r.path for r in recordings])
 
 
-def _lookup(doc: dict, dotted: str):
+def _lookup(doc, dotted: str):
+    """A dotted path into a JSON document; a number indexes a list (`range_bytes.0`)."""
     value = doc
     for key in dotted.split("."):
-        if not isinstance(value, dict):
+        if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        elif isinstance(value, dict):
+            value = value.get(key)
+        else:
             return None
-        value = value.get(key)
     return value
+
+
+def folder_table(table: Table, ids: list[str], folders: list[Path], docs: list[dict]) -> pa.Table:
+    """One row per folder, columns as `table` declares them: its first column the
+    folder's id, `path` the folder, every other column read from the folder's
+    JSON document at the column's `source`."""
+    id_column = table.columns[0].name
+    columns = {}
+    for column in table.columns:
+        if column.name == id_column:
+            values = ids
+        elif column.name == "path":
+            values = [str(f.resolve()) for f in folders]
+        else:
+            values = [_lookup(doc, column.source) for doc in docs]
+        columns[column.name] = pa.array(values, column.type)
+    return pa.table(columns, schema=table.query_schema())
 
 
 def runs_table(recordings: list[Recording], run_ids: list[str] | None = None) -> pa.Table:
     """The `runs` view's rows: one per recording, columns as declared in schema.RUNS."""
-    run_ids = run_ids or _run_ids(recordings)
-    columns = {}
-    for column in RUNS.columns:
-        if column.name == "run_id":
-            values = run_ids
-        elif column.name == "path":
-            values = [str(r.path.resolve()) for r in recordings]
-        else:
-            values = [_lookup(r.run, column.source) for r in recordings]
-        columns[column.name] = pa.array(values, column.type)
-    return pa.table(columns, schema=RUNS.query_schema())
+    return folder_table(RUNS, run_ids or _run_ids(recordings), [r.path for r in recordings],
+                        [r.run for r in recordings])
 
 
 def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathLike = (),

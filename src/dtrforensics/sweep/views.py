@@ -21,31 +21,9 @@ def is_sweep(path: str | os.PathLike) -> bool:
     return (Path(path) / SWEEP_FILE).is_file()
 
 
-def _lookup(doc, dotted: str):
-    """A dotted path into sweep.json; a number indexes a list (`range_bytes.0`)."""
-    value = doc
-    for key in dotted.split("."):
-        if isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        elif isinstance(value, dict):
-            value = value.get(key)
-        else:
-            return None
-    return value
-
-
 def sweeps_table(stores: list[SweepStore], ids: list[str]) -> pa.Table:
     """The `sweeps` view's rows, columns as declared in schema.SWEEPS."""
-    columns = {}
-    for column in SWEEPS.columns:
-        if column.name == "sweep_id":
-            values = ids
-        elif column.name == "path":
-            values = [str(s.path.resolve()) for s in stores]
-        else:
-            values = [_lookup(s.read_doc(), column.source) for s in stores]
-        columns[column.name] = pa.array(values, column.type)
-    return pa.table(columns, schema=SWEEPS.query_schema())
+    return db.folder_table(SWEEPS, ids, [s.path for s in stores], [s.read_doc() for s in stores])
 
 
 def connect_sweeps(paths: list[str | os.PathLike], *,

@@ -15,6 +15,17 @@ from textual.strip import Strip
 from ...render.wrapping import KeptText
 
 
+def line_strip(widget: ScrollView, text: Text | None, width: int) -> Strip:
+    """One line of a lazily drawn scroll view: `text` in the widget's style,
+    scrolled sideways and cut to `width` (None: a blank line)."""
+    base = widget.rich_style
+    if text is None:
+        return Strip.blank(width, base)
+    scroll_x = widget.scroll_offset.x
+    segments = Segment.apply_style(text.render(widget.app.console), base)
+    return Strip(list(segments)).crop_extend(scroll_x, scroll_x + width, base)
+
+
 class WrappedLines(ScrollView, can_focus=False):
     """`show(items)` replaces the items; `page(+1 / -1)` scrolls a screenful;
     `reveal(i)` scrolls item i into view; `in_view()` says which items show."""
@@ -68,14 +79,9 @@ class WrappedLines(ScrollView, can_focus=False):
         """Called when the lines in view may have changed (titles follow)."""
 
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        index = scroll_y + y
-        width = self.scrollable_content_region.width
-        base = self.rich_style
-        if index >= len(self._lines):
-            return Strip.blank(width, base)
-        segments = Segment.apply_style(self._lines[index].render(self.app.console), base)
-        return Strip(list(segments)).crop_extend(scroll_x, scroll_x + width, base)
+        index = self.scroll_offset.y + y
+        return line_strip(self, self._lines[index] if index < len(self._lines) else None,
+                          self.scrollable_content_region.width)
 
     def in_view(self) -> range:
         """The items with a line on screen (empty when there are none)."""
