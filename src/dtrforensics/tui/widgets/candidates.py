@@ -33,7 +33,7 @@ class CandidatesTable(DataTable):
             return
         self.border_title = f"candidates of decision {decision:,}"
         self.border_subtitle = ("" if not candidates or candidates[0].source == "candidates"
-                                else "victim and runner-up: record --scores all for all")
+                                else "victim and runner-up only: --scores all records all")
         fmt_score = score_format(c.score for c in candidates)
         for c in candidates:
             self.add_row(str(c.rank), fmt_score(c.score), str(c.storage),
