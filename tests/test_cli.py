@@ -267,3 +267,23 @@ def test_torch_record_finds_a_factory_in_the_current_folder(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "mine.log").stat().st_size > 0
+
+
+def test_one_module_per_command():
+    """Each command lives in its own cli/*_cmd.py (a group such as `traces` is
+    one command), registers nothing else, and every command module is in the
+    lazy table."""
+    import typer
+
+    from dtrforensics.cli import main
+    modules = [m for spec, _ in COMMANDS.values() for m in spec.split("+")]
+    assert len(modules) == len(set(modules)), f"modules serving two commands: {modules}"
+    files = {p.stem for p in Path(main.__file__).parent.glob("*_cmd.py")}
+    assert files == set(modules)
+    for name, (spec, _) in COMMANDS.items():
+        for module in spec.split("+"):
+            scratch = typer.Typer()
+            __import__(f"dtrforensics.cli.{module}", fromlist=["register"]).register(scratch)
+            names = ([c.name for c in scratch.registered_commands]
+                     + [g.name for g in scratch.registered_groups])
+            assert names == [name], f"{module} registers {names}, not [{name!r}]"

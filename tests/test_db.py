@@ -173,3 +173,38 @@ def test_sql_command_warns_about_partial_recordings(two_runs, tmp_path):
     assert result.returncode == 0
     assert result.stdout.splitlines() == ["n", "1"]
     assert "warning: skipping unfinished recording" in result.stderr
+
+
+def test_sql_opens_sweep_folders(tmp_path):
+    """An exact sweep of hole_log over 0.3-1.0 (range 160-536 B) knows its one
+    hole, 424-439 B, and its first success, 392 B (tests/test_sweep_honest.py
+    finds both by a replay at every budget); SQL over the folder reads them
+    from the certificates, and the sweeps view its sweep.json."""
+    from test_sweep import hole_log
+
+    from dtrforensics.sweep import runner
+    from dtrforensics.sweep.store import SweepParams
+    log = tmp_path / "hole.log"
+    log.write_text(hole_log().text())
+    sweep = tmp_path / "hole-sweep"
+    runner.run_sweep(str(log), SweepParams(0.3, 1.0, exact=True), sweep, jobs=1)
+    fails = dtrf("sql", "SELECT interval_lo, interval_hi FROM runs WHERE status = 'fail' AND "
+                 "rep = 0 AND interval_lo > (SELECT min(budget) FROM runs WHERE status = 'ok') "
+                 "ORDER BY 1", sweep, "--json")
+    assert fails.returncode == 0, fails.stderr
+    assert json.loads(fails.stdout) == [{"interval_lo": 424, "interval_hi": 439}]
+    first = dtrf("sql", "SELECT min(greatest(interval_lo, range_lo)) AS first_success "
+                 "FROM runs JOIN sweeps USING (sweep_id) WHERE status = 'ok'", sweep, "--json")
+    assert json.loads(first.stdout) == [{"first_success": 392}]
+    row = json.loads(dtrf("sql", "SELECT * FROM sweeps", sweep, "--json").stdout)
+    assert [(r["sweep_id"], r["trace"], r["range_lo"], r["range_hi"], r["exact"],
+             r["policies"]) for r in row] == [("hole-sweep", "hole", 160, 536, True, ["dtr"])]
+    count = dtrf("sql", "SELECT count(*) AS n, count(DISTINCT sweep_id) AS s FROM runs",
+                 sweep, "--json")
+    from dtrforensics.sweep.store import SweepStore
+    assert json.loads(count.stdout) == [{"n": SweepStore(sweep).read_runs().num_rows, "s": 1}]
+    refused = dtrf("sql", "COPY runs TO 'out.csv'", sweep)
+    assert refused.returncode == 2 and "refused" in refused.stderr
+    mixed = dtrf("sql", "SELECT 1", sweep, tmp_path / "nothing")
+    assert mixed.returncode == 2 and "not both" in mixed.stderr
+    assert "sweep folders" in dtrf("sql", "--help").stdout

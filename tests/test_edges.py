@@ -115,6 +115,10 @@ def test_dtrf_edges_command(embedded_edges, tmp_path):
     doc = json.loads(proc.stdout)
     assert [(e["below"]["budget"], e["above"]["budget"]) for e in doc["edges"]] == [
         (e.below.budget, e.above.budget) for e in embedded_edges.edges]
+    text = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "edges", str(sweep),
+                           "--cache", str(sweep.parent / "cache")], capture_output=True,
+                          text=True, cwd=tmp_path).stdout
+    assert f"(dtr): {len(doc['edges'])} edges in" in text and "edge(s)" not in text
     bad = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "edges",
                           str(tmp_path / "missing")], capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode == 2 and "no such sweep folder" in bad.stderr

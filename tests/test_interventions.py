@@ -111,6 +111,8 @@ def test_cli_intervene_json(tmp_path):
     # then where the baseline (control) and the intervention part, and what b lost
     assert "Runs" in text and "First divergence of the eviction streams" in text
     assert "Failure of run a" in text
+    for role in ("baseline", "intervention", "control"):     # whole, never a prefix
+        assert f"victims sha256, {role}: {data[role]['victims_sha256']}" in text
     bad = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "intervene", str(log),
                           "--budget", str(BUDGET), "--retain", "999"], capture_output=True,
                          text=True)

@@ -210,3 +210,20 @@ def test_pinned_bytes_and_depth_at_an_oom_differ_in_marker_and_colour(sweeps):
     (depth,) = [a for ax in fig.axes for a in ax.get_lines() if a.get_gid() == "oom-depth"]
     assert pinned.get_marker() != depth.get_marker()
     assert pinned.get_markeredgecolor() != depth.get_markeredgecolor()
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_range_where_nothing_completes_is_not_called_below_a_first_success(tmp_path, exact):
+    """hole_log first completes at 392 B (0.731 of its peak): below 0.7 every
+    budget fails, and with no success there is no 'first success' to be below."""
+    log = tmp_path / "hole.log"
+    log.write_text(hole_log().text())
+    runner.run_sweep(str(log), SweepParams(0.3, 0.7, 0.05, exact=exact), tmp_path / "s", jobs=1)
+    report, fig, ax = drawn(tmp_path / "s")
+    assert report.policy("dtr").certain.first_success.budget is None
+    (band,) = with_gid(ax, "fails-everywhere")
+    assert x_extent(band) == pytest.approx((0.3, 0.7), abs=2 / PEAK)
+    assert not with_gid(ax, "below-first-success")
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "dtr: fails, no success in the range" in legend
+    assert not any("below the first success" in t for t in legend)

@@ -26,7 +26,8 @@ PUBLIC = ("resnet32", "lstm", "inceptionv4", "transformer", "unet", "treelstm", 
 # Commands (by their leading words) that take more than a few seconds, and those
 # that read a slow command's output.
 SLOW = ("dtrf diff inceptionv4", "dtrf run lstm", "dtrf reevict", "dtrf regime", "dtrf explain",
-        "dtrf sweep resnet32 --from 0.095", "dtrf holes", "dtrf plot", "dtrf reproduce",
+        "dtrf sweep resnet32 --from 0.095", "dtrf holes", 'dtrf sql "SELECT status',
+        "dtrf plot", "dtrf reproduce",
         "dtrf torch")
 TIMEOUT = 1800
 

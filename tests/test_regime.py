@@ -20,6 +20,8 @@ the 50-byte run fall in windows [4, 5]: 1, [6, 7]: 2, [8, 9]: 1.
 
 from __future__ import annotations
 
+import os
+
 import pyarrow.parquet as pq
 import pytest
 from logs import fan_log
@@ -191,6 +193,11 @@ def test_dtrf_regime_command_on_byte_specs(tmp_path):
     assert (doc["a"]["budget"], doc["b"]["budget"]) == (25_288_252, 25_288_251)
     assert doc["slow"] == "b" and doc["onset"]["first_op"] == 22
     assert (tmp_path / "regime.png").read_bytes()[:4] == b"\x89PNG"
+    text = subprocess.run(cmd[:-3], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "Onset: op 23 (paper #24)," in text              # both numberings, as everywhere
+    assert "made by linear op 4): 1 eviction against 0 (+1)" in text
+    assert "streak of >= 1 blown window with" in text and "window(s)" not in text
     bad = subprocess.run(cmd[:4] + ["hole-rnn-seed16@12.5B", "hole@1"], capture_output=True, text=True,
                          cwd=tmp_path)
     assert bad.returncode == 2 and "not a budget in bytes" in bad.stderr

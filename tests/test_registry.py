@@ -305,6 +305,9 @@ def test_cli_import_list_info(dirs):
     assert detail["top_ops"] == [{"name": "relu", "count": 1}]
     assert detail["cache"]["status"] in ("hit", "miss")
     assert detail["verified"] is None
+    text = run_dtrf(dirs, "traces", "info", str(dirs["user"] / "imported" / "mine-3.log"))
+    floor = detail["floor"]["floor_bytes"]
+    assert f"floor: {floor} B ({floor:,} B)" in text.stdout and "floor: floor" not in text.stdout
 
 
 def test_cli_import_refusal_exits_2(dirs):

@@ -202,3 +202,60 @@ def certified_policy(path, policy) -> dict[int, bool]:
         for b in range(max(r["interval_lo"], LO), hi + 1):
             out[b] = r["status"] == "ok"
     return out
+
+
+def test_the_header_says_what_ended_the_sweep(log, truth, tmp_path):
+    """"sweep complete" was said of a walk cut by its run limit: the header and
+    the JSON now name what ended it, and "every budget certified" only when the
+    certificates cover the range."""
+    import time
+
+    def ended(path) -> tuple[str, str]:
+        header = text_of(path).splitlines()[1]
+        return holes.analyze(path).to_json()["ended"], header
+
+    runner.run_sweep(log, SweepParams(0.3, 1.0, exact=True, max_runs=3), tmp_path / "cut", jobs=1)
+    assert certified(tmp_path / "cut").keys() != set(range(LO, HI + 1))
+    assert ended(tmp_path / "cut") == (
+        "run-limit", "sweep ended: the walk stopped at its run limit, --max-runs 3 per policy")
+    assert "sweep complete" not in text_of(tmp_path / "cut")
+
+    runner.run_sweep(log, SweepParams(0.3, 1.0, exact=True), tmp_path / "all", jobs=1)
+    assert certified(tmp_path / "all").keys() == set(range(LO, HI + 1))
+    assert ended(tmp_path / "all") == ("range-certified",
+                                       "sweep ended: every budget of the range certified")
+
+    runner.run_sweep(log, SweepParams(0.3, 1.0, 0.1), tmp_path / "grid", jobs=1)
+    assert ended(tmp_path / "grid")[0] == "samples-run"
+
+    runner.run_sweep(log, SweepParams(0.3, 1.0, exact=True), tmp_path / "late", jobs=1,
+                     deadline=time.monotonic())
+    assert ended(tmp_path / "late") == (
+        "time-limit", "sweep ended: stopped at its time limit (--max-seconds)")
+
+    res = dtrf("compare-policies", log, "--policy", "dtr,no-size", "--from", "0.3", "--to", "1.0",
+               "--exact", "--max-runs", "3", "--jobs", "1", "-o", tmp_path / "c", "--json",
+               "--no-progress")
+    assert json.loads(res.out)["ended"] == "run-limit"
+    text = dtrf("compare-policies", log, "--policy", "dtr,no-size", "--from", "0.3", "--to",
+                "1.0", "--exact", "--max-runs", "3", "--jobs", "1", "-o", tmp_path / "c",
+                "--no-progress").out
+    assert "sweep ended: the walk stopped at its run limit, --max-runs 3 per policy" in text
+
+
+def test_listed_samples_and_gaps_say_how_many_more(log, tmp_path):
+    """A list cut for length says how many it leaves out and where they all are;
+    gaps are counted in words that say why they are open."""
+    runner.run_sweep(log, SweepParams(0.79, 0.82, 0.001), tmp_path / "grid", jobs=1)
+    pol = holes.analyze(tmp_path / "grid").to_json()["policies"]["dtr"]
+    above = len(pol["failures_above_first_success"])
+    assert above > 12
+    text = " ".join(text_of(tmp_path / "grid").replace("│", " ").split())
+    assert f"{above} failing samples above the first success:" in text
+    assert f"and {above - 12} more (--json lists every one)" in text and "(+" not in text
+    runner.run_sweep(log, SweepParams(0.3, 1.0, exact=True, max_runs=2), tmp_path / "cut",
+                     jobs=1)
+    gaps = holes.analyze(tmp_path / "cut").policy("dtr").exact.gaps
+    text = " ".join(text_of(tmp_path / "cut").replace("│", " ").split())
+    noun = "gap" if len(gaps) == 1 else "gaps"
+    assert f"uncertified: {len(gaps)} {noun} the walk has not reached (" in text

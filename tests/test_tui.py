@@ -12,6 +12,7 @@ import asyncio
 import pytest
 from textual.widgets import Input
 
+from dtrforensics.analyses.replay_view import ReplaySource
 from dtrforensics.recorder.reader import open_recording
 from dtrforensics.tui.app import ReplayApp
 from dtrforensics.tui.jump import JumpTarget, parse_jump
@@ -254,3 +255,148 @@ def test_starts_on_a_large_recording_without_blocking(tmp_path, monkeypatch):
             top = steps.scroll_offset.y
             assert top <= checks - 1 < top + steps.scrollable_content_region.height
     asyncio.run(main())
+
+
+# --- every level, every digit, every key (80 and 160 columns) ----------------------------
+
+def deep_log(n: int = 40):
+    """A chain a0..a(n-1), a second chain that pushes every a out, one large
+    allocation that evicts several storages at once, then an op on a(n-1):
+    rebuilding it rebuilds the whole chain, each level inside the last."""
+    from logdsl import Log
+    log = Log().const("w", 10)
+    for chain in "ab":
+        prev = "w"
+        for i in range(n):
+            log.call(f"{chain}{i}", "f", [prev], 5, 10)
+            prev = f"{chain}{i}"
+    log.call("big", "h", ["w"], 5, 50).release("big")
+    return log.call("z", "g", [f"a{n - 1}", "w"], 5, 10)
+
+
+@pytest.fixture(scope="module")
+def deep_rec(tmp_path_factory):
+    from dtrforensics.recorder.record import record_run
+    _, path = record_run(deep_log().program("deep"), budget=80, scores="all",
+                         out_dir=tmp_path_factory.mktemp("deep") / "deep80")
+    return open_recording(path)
+
+
+def run_at(recording, size, script):
+    async def main():
+        app = ReplayApp(recording)
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            await script(app, pilot)
+    asyncio.run(main())
+
+
+async def go_to(app, pilot, index: int) -> None:
+    await jump(app, pilot, f"step {app.source.steps[index].step}")
+    assert app.index == index
+
+
+def strip_lines(widget, rows: int) -> list[str]:
+    """The text a widget draws on its first `rows` lines (border excluded)."""
+    return [widget.render_line(y).text for y in range(rows)]
+
+
+def test_the_stack_shows_every_level_and_scrolls(deep_rec):
+    source = ReplaySource(deep_rec)
+    deepest = max(range(len(source)), key=lambda i: source.steps[i].depth)
+
+    async def script(app, pilot):
+        await go_to(app, pilot, deepest)
+        stack = app.query_one(StackView)
+        depth = app.source.steps[deepest].depth
+        assert depth >= 30 and len(stack.levels) == depth == len(stack.items)
+        await pilot.press("s")                      # narrow: s opens the stack's page first
+        await pilot.pause()
+        assert app.shown_page == "details" and stack.display
+        seen = stack.in_view()
+        assert seen.start == 0 and 3 <= len(seen) < depth
+        assert str(stack.border_title) == f"stack d1-d{len(seen)} of {depth} (s/S scroll)"
+        lines = strip_lines(stack, len(seen))
+        assert lines[0].lstrip().startswith("d1 ") and f"d{len(seen)} " in lines[-1]
+        pages = 0
+        while stack.in_view().stop < depth:
+            before = stack.in_view()
+            await pilot.press("s")
+            await pilot.pause()
+            assert stack.in_view().start > before.start     # a page further, never stuck
+            pages += 1
+            assert pages < depth
+        height = stack.scrollable_content_region.height
+        assert f"d{depth} " in strip_lines(stack, height)[-1]       # the innermost level
+        assert str(stack.border_title).startswith(f"stack d{stack.levels[stack.in_view().start].depth}-d{depth} of")
+        await pilot.press("S")
+        await pilot.pause()
+        assert stack.in_view().stop < depth
+    run_at(deep_rec, (80, 24), script)
+
+
+def test_scores_keep_every_digit_at_80_columns(deep_rec):
+    """Each candidate's score is drawn whole on the check page and the details
+    page, and every column of the table fits the screen."""
+    from dtrforensics.render.units import score_format
+    source = ReplaySource(deep_rec)
+    evicting = next(i for i, s in enumerate(source.steps) if s.evictions and not s.oom)
+
+    async def script(app, pilot):
+        await go_to(app, pilot, evicting)
+        table = app.query_one(CandidatesTable)
+        assert table.row_count >= 2
+        fmt = score_format(c.score for c in table.shown)
+        for page in ("check", "details"):
+            assert app.shown_page == page
+            width = table.scrollable_content_region.width
+            assert sum(col.get_render_width(table) for col in table.columns.values()) <= width
+            rows = min(table.row_count, table.scrollable_content_region.height - 1)
+            assert rows >= 2
+            for c, line in zip(table.shown, strip_lines(table, rows + 1)[1:]):
+                assert f" {fmt(c.score)} " in line and f" {c.storage} " in line
+            await pilot.press("l", "l")
+            await pilot.pause()
+    run_at(deep_rec, (80, 24), script)
+
+
+def test_the_footer_names_jump_page_and_quit_at_80_columns(deep_rec):
+    from textual.widgets._footer import FooterKey
+
+    async def keys_on_screen(app, pilot, width):
+        await pilot.pause()
+        return {k.key: k.region for k in app.query(FooterKey)
+                if k.display and k.region.width and k.region.right <= width}
+
+    async def narrow(app, pilot):
+        shown = await keys_on_screen(app, pilot, 80)
+        assert {"j", "l", "q", "s", "c", "o", "e", "r"} <= set(shown)
+
+    async def wide(app, pilot):
+        shown = await keys_on_screen(app, pilot, 160)
+        assert {"j", "q", "s"} <= set(shown) and "l" not in shown     # no pages to turn
+    run_at(deep_rec, (80, 24), narrow)
+    run_at(deep_rec, (160, 48), wide)
+
+
+def test_the_current_decision_stays_in_view(deep_rec):
+    source = ReplaySource(deep_rec)
+    busiest = max(range(len(source)), key=lambda i: source.steps[i].evictions)
+    victims = source.steps[busiest].evictions
+
+    async def script(app, pilot):
+        await go_to(app, pilot, busiest)
+        panel_w = app.query_one(StepPanel)
+        assert victims >= 4 and len(panel_w.victims) == victims
+        first_victim = len(panel_w.items) - victims
+        assert len(panel_w.in_view()) < len(panel_w.items)          # it does not all fit
+        for k in range(victims):
+            assert f"decision {k + 1} of {victims}" in str(panel_w.border_title)
+            assert first_victim + k in panel_w.in_view()
+            assert panel_w.items[first_victim + k].plain.lstrip().startswith("▶")
+            table = app.query_one(CandidatesTable)
+            assert f"decision {panel_w.victims[k].decision:,}" in str(table.border_title)
+            await pilot.press("c")
+            await settle(app, pilot)
+            await pilot.pause()
+    run_at(deep_rec, (80, 24), script)

@@ -30,7 +30,7 @@ RunArg = Recording | str | os.PathLike
 
 
 def trace(spec: str | os.PathLike | Program) -> Program:
-    """A trace by short name or path, parsed (and cached by content)."""
+    """A trace by short name or path, parsed (and cached by content): a `Program`."""
     if isinstance(spec, Program):
         return spec
     from .trace import load_trace
@@ -48,7 +48,7 @@ def run(trace_spec: str | os.PathLike | Program, *, ratio: float | None = None,
 
 def recording(run_arg: RunArg, *, scores: str = "victims",
               cache: str | os.PathLike = DEFAULT_CACHE) -> Recording:
-    """A recording: opened, or recorded from a run spec (scores="all" also keeps every
+    """A `Recording`: opened, or recorded from a run spec (scores="all" also keeps every
     candidate's score)."""
     if isinstance(run_arg, Recording):
         return run_arg

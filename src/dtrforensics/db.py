@@ -28,60 +28,75 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from importlib import resources
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
 from .errors import RefusedError
 from .recorder.reader import Recording, find_recordings
-from .recorder.schema import FILE_TABLES, RUNS
+from .recorder.schema import FILE_TABLES, RUNS, Table
 
 QUERY_PACKAGE = "dtrforensics"
 QUERY_DIR = "queries"
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _ident(text: str) -> str:
+def ident(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-def _run_ids(recordings: list[Recording]) -> list[str]:
+def folder_ids(paths: list[Path], what: str = "recordings") -> list[str]:
     """Folder names; a name shared by several folders gets its parent's name prefixed."""
-    names = [r.run_id for r in recordings]
-    ids = []
-    for rec, name in zip(recordings, names):
-        ids.append(name if names.count(name) == 1 else f"{rec.path.parent.name}/{name}")
+    names = [p.name for p in paths]
+    ids = [name if names.count(name) == 1 else f"{p.parent.name}/{name}"
+           for p, name in zip(paths, names)]
     if len(set(ids)) != len(ids):
-        raise ValueError("two recordings share a run id: " + ", ".join(
-            str(r.path) for r in recordings))
+        raise ValueError(f"two {what} share an id: " + ", ".join(map(str, paths)))
     return ids
 
 
-def _lookup(doc: dict, dotted: str):
+def _run_ids(recordings: list[Recording]) -> list[str]:
+    return folder_ids([r.path for r in recordings])
+
+
+def _lookup(doc, dotted: str):
+    """A dotted path into a JSON document; a number indexes a list (`range_bytes.0`)."""
     value = doc
     for key in dotted.split("."):
-        if not isinstance(value, dict):
+        if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        elif isinstance(value, dict):
+            value = value.get(key)
+        else:
             return None
-        value = value.get(key)
     return value
+
+
+def folder_table(table: Table, ids: list[str], folders: list[Path], docs: list[dict]) -> pa.Table:
+    """One row per folder, columns as `table` declares them: its first column the
+    folder's id, `path` the folder, every other column read from the folder's
+    JSON document at the column's `source`."""
+    id_column = table.columns[0].name
+    columns = {}
+    for column in table.columns:
+        if column.name == id_column:
+            values = ids
+        elif column.name == "path":
+            values = [str(f.resolve()) for f in folders]
+        else:
+            values = [_lookup(doc, column.source) for doc in docs]
+        columns[column.name] = pa.array(values, column.type)
+    return pa.table(columns, schema=table.query_schema())
 
 
 def runs_table(recordings: list[Recording], run_ids: list[str] | None = None) -> pa.Table:
     """The `runs` view's rows: one per recording, columns as declared in schema.RUNS."""
-    run_ids = run_ids or _run_ids(recordings)
-    columns = {}
-    for column in RUNS.columns:
-        if column.name == "run_id":
-            values = run_ids
-        elif column.name == "path":
-            values = [str(r.path.resolve()) for r in recordings]
-        else:
-            values = [_lookup(r.run, column.source) for r in recordings]
-        columns[column.name] = pa.array(values, column.type)
-    return pa.table(columns, schema=RUNS.query_schema())
+    return folder_table(RUNS, run_ids or _run_ids(recordings), [r.path for r in recordings],
+                        [r.run for r in recordings])
 
 
 def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathLike = (),
@@ -100,23 +115,38 @@ def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathL
     con.register("_dtrf_runs", runs_table(recs, run_ids))
     con.execute("CREATE OR REPLACE VIEW runs AS SELECT * FROM _dtrf_runs")
     for table in FILE_TABLES:
-        empty = f"_dtrf_empty_{table.name}"
-        con.register(empty, table.query_schema().empty_table())
-        cols = ", ".join(_ident(c) for c in ("run_id", *table.column_names))
-        parts = [f"SELECT CAST(NULL AS VARCHAR) AS run_id, * FROM {empty}"]
+        parts = []
         for rec, run_id in zip(recs, run_ids):
             path = rec.table_path(table.name)
             if path is not None:
-                files.append(str(path.absolute()))
-                parts.append(f"SELECT {_quote(run_id)} AS run_id, * "
-                             f"FROM read_parquet({_quote(files[-1])})")
-        union = "\nUNION ALL BY NAME\n".join(parts)
-        con.execute(f"CREATE OR REPLACE VIEW {table.name} AS SELECT {cols} FROM ({union})")
+                parts.append((run_id, [str(path.absolute())]))
+                files.append(parts[-1][1][0])
+        union_view(con, table.name, table.query_schema(), "run_id", parts)
     if read_only:
-        con.execute(f"SET allowed_paths = [{', '.join(map(_quote, files))}]")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
+        lock_down(con, files)
     return con
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+    """From here on `con` may read `files` and nothing else (see above)."""
+    con.execute(f"SET allowed_paths = [{', '.join(map(quote, files))}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def union_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, id_column: str,
+               parts: list[tuple[str, list[str]]]) -> None:
+    """A view `name`: a leading `id_column`, then `schema`'s columns, over the
+    Parquet files of each (id, files) part; typed and empty when there are none."""
+    empty = f"_dtrf_empty_{name}"
+    con.register(empty, schema.empty_table())
+    cols = ", ".join(ident(c) for c in (id_column, *schema.names))
+    selects = [f"SELECT CAST(NULL AS VARCHAR) AS {ident(id_column)}, * FROM {empty}"]
+    selects += [f"SELECT {quote(part_id)} AS {ident(id_column)}, * "
+                f"FROM read_parquet([{', '.join(map(quote, files))}], union_by_name = true)"
+                for part_id, files in parts if files]
+    union = "\nUNION ALL BY NAME\n".join(selects)
+    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM ({union})")
 
 
 # Statements that only read, or define things in the in-memory database.

@@ -14,6 +14,7 @@ import typer
 
 from .errors import CommandError
 from .kernel_notice import announce_compile
+from .options import output_folder
 
 if TYPE_CHECKING:
     from ..recorder.reader import Recording
@@ -23,6 +24,8 @@ DEFAULT_CACHE = Path("recordings") / "cache"     # = analyses.runs.DEFAULT_CACHE
 CacheOption = Annotated[Path, typer.Option(
     help="Where run specs (TRACE@RATIO[:POLICY]) are recorded and reused.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+RecordRoot = Annotated[str, typer.Option(
+    callback=output_folder, help="Where the runs are recorded (reused when present); '' to not record.")]
 
 
 def _announce(spec, folder: Path) -> None:
@@ -51,6 +54,21 @@ def open_runs(texts: list[str], *, scores: str, cache: Path) -> list[Recording]:
     except (RunSpecError, NotARecordingError, RecordingFormatError) as exc:
         raise CommandError(str(exc)) from None
     return [open_run(text, scores=scores, cache=cache) for text in texts]
+
+
+def budget_args(ratio: float | None, budget: int | None) -> dict:
+    """`--ratio` or `--budget`, exactly one, as an analysis's keyword argument."""
+    if (ratio is None) == (budget is None):
+        raise CommandError("give exactly one of --ratio or --budget")
+    return {"ratio": ratio} if ratio is not None else {"budget": budget}
+
+
+def require_control(matches: bool | None) -> None:
+    """A control that does not reproduce the plain run makes every comparison void."""
+    if matches is False:
+        from ..errors import NotDeterministicError
+        raise NotDeterministicError("the control (the intervention code path with nothing "
+                                    "changed) did not reproduce the plain run")
 
 
 @contextmanager
@@ -100,3 +118,28 @@ def sweeping(out: Path, banner: str, *, progress: bool):
         err.print(f"[yellow]interrupted: finished runs are kept in {out}; rerun the same "
                   f"command (with --out {out}) to resume[/]")
         sys.exit(130)   # typer turns KeyboardInterrupt into a return value main() drops
+
+
+def report_sweep(sweep_dir: Path, policy: str | None, threshold: float | None, as_json: bool) -> None:
+    """A sweep folder's map (`dtrf holes`), as text or JSON; reruns or certificates
+    that disagree exit 3 after it is shown."""
+    from ..render.sweep import print_holes
+    from ..sweep.holes import analyze
+    from ..sweep.store import SweepStoreError
+    policies = [p for p in policy.split(",") if p] if policy else None
+    try:
+        report = analyze(sweep_dir, threshold=threshold, policies=policies)
+    except (SweepStoreError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+    if as_json:
+        from ..render.jsonout import dumps
+        typer.echo(dumps(report.to_json(), indent=1))
+    else:
+        from ..render.console import console
+        print_holes(console(), report)
+    bad = [p.policy for p in report.policies
+           if p.disagreements or (p.exact is not None and p.exact.overlaps)]
+    if bad:
+        from ..errors import NotDeterministicError
+        raise NotDeterministicError(f"reruns or certificates disagree for {', '.join(bad)}: "
+                                    "the replay is not deterministic")

@@ -1,8 +1,6 @@
-"""`dtrf sweep`, `dtrf holes`, `dtrf plot`: budget sweeps and their maps.
-
-`sweep` runs (or resumes) a sweep into a folder; `holes` and `plot` read that
-folder. Computing is in `dtrforensics.sweep`; this module parses options and
-renders (rich progress and tables, JSON).
+"""`dtrf sweep`: run (or resume, or extend) a budget sweep into a folder, then
+map it as `dtrf holes` does. Computing is in `dtrforensics.sweep`; this module
+parses options and renders (rich progress and tables, JSON).
 """
 
 from __future__ import annotations
@@ -12,19 +10,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import reporting_replaced, sweeping
+from .common import report_sweep, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, check_policies, output_file, output_folder, split_policies
+from .options import POLICY_HELP, check_policies, output_folder, split_policies
 
 
 def register(app: typer.Typer) -> None:
     app.command("sweep")(sweep)
-    app.command("holes")(holes_cmd)
-    app.command("plot")(plot_cmd)
 
-
-# --- dtrf sweep ------------------------------------------------------------------------
 
 def sweep(
     trace: Annotated[str, typer.Argument(help="Short name (resnet32, lstm, ...) or path to a DTR log.")],
@@ -93,63 +87,4 @@ def sweep(
               + (f", {result.skipped} already stored (resumed)" if result.skipped else "")
               + ("; stopped at --max-seconds: the same command continues it"
                  if result.stopped else ""))
-    _report(out, None, None, as_json)
-
-
-# --- dtrf holes ------------------------------------------------------------------------
-
-def holes_cmd(
-    sweep_dir: Annotated[Path, typer.Argument(metavar="SWEEP", help="A sweep folder (made by dtrf sweep).")],
-    policy: Annotated[Optional[str], typer.Option(help="Only these policies (comma-separated).")] = None,
-    threshold: Annotated[Optional[float], typer.Option(help="Overhead jump for a regime switch (default: the sweep's --overhead-jump).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-) -> None:
-    """Feasibility holes, edges, timeouts and regime switches of a sweep."""
-    _report(sweep_dir, policy, threshold, as_json)
-
-
-def _report(sweep_dir: Path, policy: str | None, threshold: float | None, as_json: bool) -> None:
-    from ..render.sweep import print_holes
-    from ..sweep.holes import analyze
-    from ..sweep.store import SweepStoreError
-    policies = [p for p in policy.split(",") if p] if policy else None
-    try:
-        report = analyze(sweep_dir, threshold=threshold, policies=policies)
-    except (SweepStoreError, ValueError) as exc:
-        raise CommandError(str(exc)) from None
-    if as_json:
-        from ..render.jsonout import dumps
-        typer.echo(dumps(report.to_json(), indent=1))
-    else:
-        from ..render.console import console
-        print_holes(console(), report)
-    bad = [p.policy for p in report.policies
-           if p.disagreements or (p.exact is not None and p.exact.overlaps)]
-    if bad:
-        from ..errors import NotDeterministicError
-        raise NotDeterministicError(f"reruns or certificates disagree for {', '.join(bad)}: "
-                                    "the replay is not deterministic")
-
-
-# --- dtrf plot -------------------------------------------------------------------------
-
-def plot_cmd(
-    sweep_dir: Annotated[Path, typer.Argument(metavar="SWEEP", help="A sweep folder (made by dtrf sweep).")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_file, help="Output path without suffix (default SWEEP/plot): writes .png and .svg.")] = None,
-    policy: Annotated[Optional[str], typer.Option(help="Only these policies (comma-separated).")] = None,
-    failure_panel: Annotated[bool, typer.Option(help="Second panel: pinned bytes and depth at each OOM.")] = True,
-) -> None:
-    """Overhead against budget ratio per policy, failing budgets and holes marked."""
-    from ..sweep.holes import analyze, load_points
-    from ..sweep.store import SweepStoreError
-    try:
-        from ..render.sweep_plot import draw, save
-        report = analyze(sweep_dir, policies=[p for p in policy.split(",") if p] if policy else None)
-        fig = draw(report, load_points(sweep_dir), failure_panel=failure_panel)
-    except (SweepStoreError, ValueError, ImportError) as exc:
-        raise CommandError(str(exc)) from None
-    base = out if out is not None else Path(sweep_dir) / "plot"
-    with reporting_replaced(base.with_name(base.name + ".png"), base.with_name(base.name + ".svg")):
-        paths = save(fig, base)
-    for path in paths:
-        print(path)
+    report_sweep(out, None, None, as_json)

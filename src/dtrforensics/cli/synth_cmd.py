@@ -88,26 +88,35 @@ def synth(
     """Write a seeded synthetic DTR log (the public logs' exact format) and print a
     one-line summary: ops, tensors, unconstrained peak and model compute."""
     if kind == SMALL_KIND:
-        spec_json = {"kind": SMALL_KIND, "seed": seed, "n_ops": ops}
-        if ops < 1:
-            raise CommandError(f"--ops must be >= 1, got {ops}")
-        text = random_small_log(seed, ops)
+        text, spec_json = random_small_log(seed, ops), {"kind": SMALL_KIND, "seed": seed,
+                                                         "n_ops": ops}
     else:
-        if kind not in KINDS:
-            raise CommandError(f"unknown kind {kind!r}: choose one of "
-                               f"{', '.join(KINDS + (SMALL_KIND,))}")
-        spec = SynthSpec(kind=kind, depth=depth, width=width, size_range=(size_min, size_max),
-                         param_size_range=(param_min, param_max), cost_range=(cost_min, cost_max),
-                         view_prob=view_prob, tuple_prob=tuple_prob, mutate_prob=mutate_prob,
-                         size_levels=size_levels, seed=seed, backward=backward)
-        try:
-            spec.validate()
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
-        spec_json = spec.to_json()
-        text = generate(spec)
+        spec = _checked(SynthSpec(
+            kind=kind, depth=depth, width=width, size_range=(size_min, size_max),
+            param_size_range=(param_min, param_max), cost_range=(cost_min, cost_max),
+            view_prob=view_prob, tuple_prob=tuple_prob, mutate_prob=mutate_prob,
+            size_levels=size_levels, seed=seed, backward=backward))
+        text, spec_json = generate(spec), spec.to_json()
+    data = _write_log(output, text, spec_json)
+    if as_json:
+        print_json(data)
+    else:
+        print(_summary_line(data, kind, seed))
+
+
+def _checked(spec: SynthSpec) -> SynthSpec:
+    if spec.kind not in KINDS:
+        raise CommandError(f"unknown kind {spec.kind!r}: choose one of "
+                           f"{', '.join(KINDS + (SMALL_KIND,))}")
+    try:
+        return spec.validate()
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _write_log(output: Path, text: str, spec_json: dict) -> dict:
+    """Write the log, parse it back and measure it: the summary `--json` prints."""
     from ..engine.baseline import baseline
-    from ..render.units import fmt_bytes, fmt_ns
     from ..trace.parser import parse_lines
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -117,12 +126,14 @@ def synth(
         raise CommandError(f"cannot write {output}: {exc.strerror}") from None
     program = parse_lines(text.splitlines(keepends=True), str(output))
     base = baseline(program)
-    data = {"path": str(output), "bytes": len(text.encode("utf-8")), "ops": program.n_ops,
+    return {"path": str(output), "bytes": len(text.encode("utf-8")), "ops": program.n_ops,
             "tensors": program.n_tensors, "peak_bytes": base.peak,
             "model_compute_ns": base.model_compute, "spec": spec_json}
-    if as_json:
-        print_json(data)
-        return
-    print(f"wrote {output}: {kind} seed {seed}, {program.n_ops:,} ops, "
-          f"{program.n_tensors:,} tensors, peak {base.peak:,} B ({fmt_bytes(base.peak)}), "
-          f"model compute {base.model_compute:,} ns ({fmt_ns(base.model_compute)})")
+
+
+def _summary_line(data: dict, kind: str, seed: int) -> str:
+    from ..render.units import fmt_bytes, fmt_ns
+    peak, compute = data["peak_bytes"], data["model_compute_ns"]
+    return (f"wrote {data['path']}: {kind} seed {seed}, {data['ops']:,} ops, "
+            f"{data['tensors']:,} tensors, peak {peak:,} B ({fmt_bytes(peak)}), "
+            f"model compute {compute:,} ns ({fmt_ns(compute)})")

@@ -157,7 +157,7 @@ def info(
         ("single-op bottleneck", f"{fmt_bytes(data['bottleneck_bytes'])} "
                                  f"({data['bottleneck_bytes']:,} B) at op {bott['id']} "
                                  f"(paper #{bott['paper_id']}) {bott['name']}"),
-        ("floor", "\n".join(floor_lines(data["floor"]))),
+        ("floor", "\n".join(floor_lines(data["floor"], lead=""))),
         ("cache", f"{cache_words}: {data['cache']['path']}"),
     ):
         table.add_row(field, value)

@@ -9,7 +9,7 @@ from rich.text import Text
 from ..analyses.diff import DiffReport, Divergence, Failure, Rank, Side
 from .labels import op_label, run_label
 from .tables import FitPanel, FitTable
-from .units import fmt_bytes, fmt_exact_bytes, fmt_score
+from .units import ScoreFormat, fmt_bytes, fmt_exact_bytes, score_format
 
 
 def print_diff(report: DiffReport, out: Console,
@@ -67,7 +67,7 @@ def _entry(side: Side) -> str:
     return text
 
 
-def _rank(rank: Rank | None) -> str:
+def _rank(rank: Rank | None, fmt_score: ScoreFormat) -> str:
     if rank is None:
         return "-"
     if rank.decision is None:
@@ -86,6 +86,9 @@ def _divergence_panel(title: str, d: Divergence, r: DiffReport,
     """The two runs' entries at a divergence; `also`: the first divergent choice
     when it is the same two entries (its decision and cause join the panel)."""
     t = FitTable(show_header=True, box=None, padding=(0, 2))
+    fmt = score_format(x for side in (d.a, d.b) for x in (
+        side.score, side.runner_up_score,
+        *(r.score for r in (side.rank_in_a, side.rank_in_b) if r is not None)))
     t.add_column("", style="bold")
     t.add_column("a")
     t.add_column("b")
@@ -94,10 +97,10 @@ def _divergence_panel(title: str, d: Divergence, r: DiffReport,
         ("at", op_label(d.a.op_id, d.a.op_name), op_label(d.b.op_id, d.b.op_name)),
         ("stream position", _opt(d.a.stream_position), _opt(d.b.stream_position)),
         ("decision", _opt(d.a.decision), _opt(d.b.decision)),
-        ("score", fmt_score(d.a.score), fmt_score(d.b.score)),
-        ("runner-up", _runner(d.a), _runner(d.b)),
-        ("rank in a", _rank(d.a.rank_in_a), _rank(d.b.rank_in_a)),
-        ("rank in b", _rank(d.a.rank_in_b), _rank(d.b.rank_in_b)),
+        ("score", fmt(d.a.score), fmt(d.b.score)),
+        ("runner-up", _runner(d.a, fmt), _runner(d.b, fmt)),
+        ("rank in a", _rank(d.a.rank_in_a, fmt), _rank(d.b.rank_in_a, fmt)),
+        ("rank in b", _rank(d.a.rank_in_b, fmt), _rank(d.b.rank_in_b, fmt)),
         ("clock", _opt(d.a.clock), _opt(d.b.clock)),
         ("depth", _opt(d.a.depth), _opt(d.b.depth)),
         ("allocation", _alloc(d.a), _alloc(d.b)),
@@ -122,7 +125,7 @@ def _opt(x) -> str:
     return "-" if x is None else (f"{x:,}" if isinstance(x, int) else str(x))
 
 
-def _runner(side: Side) -> str:
+def _runner(side: Side, fmt_score: ScoreFormat) -> str:
     if side.runner_up is None:
         return "-"
     return f"{side.runner_up} ({fmt_score(side.runner_up_score)})"
@@ -201,8 +204,9 @@ def _failure_panel(f: Failure, r: DiffReport) -> Panel:
                 f"{op_label(s.produced_by_op)}), evicted at {op_label(s.evicted_op)}, "
                 f"{before} op{'s' if before != 1 else ''} before the failure")
         if s.evicted_decision is not None:
-            text += (f", by decision {s.evicted_decision} (score {fmt_score(c.score)}, runner-up "
-                     f"{c.runner_up} at {fmt_score(c.runner_up_score)}) making room for "
+            fmt = score_format((c.score, c.runner_up_score))
+            text += (f", by decision {s.evicted_decision} (score {fmt(c.score)}, runner-up "
+                     f"{c.runner_up} at {fmt(c.runner_up_score)}) making room for "
                      f"{c.alloc_tensor}")
         text += (f". Run {other} kept it resident from {op_label(s.other_from_op)} to "
                  + (op_label(s.other_to_op) if s.other_to_op is not None else "the end")

@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.text import Text
 
 from ..analyses.edges import Edge, EdgeSide, EdgesReport
+from .units import fmt_count
 
 
 def _side(s: EdgeSide) -> str:
@@ -33,7 +34,7 @@ def edge_lines(i: int, e: Edge) -> list[Text]:
 
 
 def edges_view(r: EdgesReport) -> Group:
-    head = (f"{r.trace} ({r.policy}): {r.found} edge(s) in {r.sweep}"
+    head = (f"{r.trace} ({r.policy}): {fmt_count(r.found, 'edge')} in {r.sweep}"
             + (f"; the first {len(r.edges)} diffed" if r.found > len(r.edges) else ""))
     parts = [Text(head, style="bold")]
     for i, e in enumerate(r.edges, 1):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from rich.console import Group
+
 from ..analyses.interventions import InterventionResult
 from .tables import FitTable
 from .units import fmt_exact_bytes, fmt_overhead
@@ -15,8 +17,9 @@ CONTROL_VERDICT = {
 }
 
 
-def side_by_side(result: InterventionResult, interventions: dict) -> FitTable:
-    """Outcome, overhead, evictions, remats, pinned peak and depth of the three runs."""
+def side_by_side(result: InterventionResult, interventions: dict) -> Group:
+    """Outcome, overhead, evictions, remats, pinned peak and depth of the three runs,
+    then each run's victims SHA-256 whole, one to a line."""
     table = FitTable(title="baseline / intervention / control")
     table.add_column("")
     for name in ("baseline", "intervention", "control"):
@@ -30,10 +33,11 @@ def side_by_side(result: InterventionResult, interventions: dict) -> FitTable:
         ("peak pinned", lambda s: fmt_exact_bytes(s["max_pinned"]["bytes"])),
         ("depth at peak pinned", lambda s: str(s["max_pinned"]["depth"])),
         ("max nesting depth", lambda s: str(s["max_depth"])),
-        ("victims sha256", lambda s: s["victims_sha256"][:12]),
     ]
     for label, get in rows:
         table.add_row(label, *(get(s) for s in runs))
     table.caption = f"intervention: {json.dumps({k: v for k, v in interventions.items() if v})}"
-    return table
+    digests = [f"victims sha256, {name}: {s['victims_sha256']}"
+               for name, s in zip(("baseline", "intervention", "control"), runs)]
+    return Group(table, *digests)
 

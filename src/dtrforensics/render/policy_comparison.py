@@ -77,9 +77,11 @@ def comparison_view(c: PolicyComparison) -> Group:
     fr = ratio_format([lo / c.peak, hi / c.peak]
                       + [s.first_success_ratio for s in c.policies]
                       + [r for d in c.dominance for r in (d.lo_ratio, d.hi_ratio)])
+    from .sweep import ended_text
     parts = [Text(f"{c.trace}: {len(c.policies)} policies over {fr(lo / c.peak)}-"
                   f"{fr(hi / c.peak)} ({lo:,}-{hi:,} B), {how}; sweep {c.sweep}",
-                  style="bold")]
+                  style="bold"),
+             Text(f"sweep ended: {ended_text(c.report)}")]
     names = short_names(s.policy for s in c.policies)
     for s in c.policies:
         parts += _standing_lines(s, c.peak, fr)
@@ -111,7 +113,8 @@ def finish_command(c: PolicyComparison) -> str:
 def comparison_json(c: PolicyComparison) -> dict:
     complete = all(s.holes_complete for s in c.policies)
     return {"trace": c.trace, "peak": c.peak, "range_bytes": list(c.range_bytes),
-            "exact": c.exact, "sweep": str(c.sweep), "complete": complete,
+            "exact": c.exact, "sweep": str(c.sweep), "ended": c.report.ended,
+            "complete": complete,
             "finish": None if complete else finish_command(c),
             "policies": [asdict(s) for s in c.policies],
             "dominance": [asdict(d) for d in c.dominance]}

@@ -10,6 +10,8 @@ from rich.console import Group
 from rich.text import Text
 
 from ..analyses.regime import OnsetRule, RegimeReport, RegimeRun
+from .labels import op_label
+from .units import fmt_count
 
 
 def _run_line(run: RegimeRun, slow: str | None) -> Text:
@@ -24,8 +26,8 @@ def onset_rule(rule: OnsetRule) -> str:
     """The onset's definition in words (the text and the figure's caption)."""
     return (f"Onset rule: a window of {rule.window_ops:,} ops is blown when the slow run makes "
             f">= {rule.factor:g}x the fast run's pressure evictions there and >= "
-            f"{rule.min_excess:,} more; the regime is the streak of >= {rule.sustain} blown "
-            f"window(s) with the most excess evictions; the onset is its first op where the "
+            f"{rule.min_excess:,} more; the regime is the streak of >= "
+            f"{fmt_count(rule.sustain, 'blown window')} with the most excess evictions; the onset is its first op where the "
             f"slow run makes >= {rule.factor:g}x the fast run's evictions and "
             f">= {max(rule.min_excess, 1):,} more.")
 
@@ -41,7 +43,7 @@ def regime_view(r: RegimeReport, *, windows: bool = False) -> Group:
                           style="bold"))
     else:
         o = r.onset
-        parts.append(Text(f"Onset: op {o.op:,} (paper {o.op + 1:,}), in the window of ops "
+        parts.append(Text(f"Onset: {op_label(o.op)}, in the window of ops "
                           f"{o.first_op:,}-{o.last_op:,}: from it to op {o.regime_last_op:,} the "
                           f"slow run makes {o.regime_slow_evictions:,} pressure evictions against "
                           f"{o.regime_fast_evictions:,}", style="bold"))
@@ -62,8 +64,9 @@ def regime_view(r: RegimeReport, *, windows: bool = False) -> Group:
                           style="bold"))
         for dr in r.drivers:
             parts.append(Text(f"  {dr.rank:>2}. storage {dr.storage} ({dr.tensor}, {dr.bytes:,} B, "
-                              f"made by {dr.op_name} op {dr.op_id}): {dr.slow_evictions:,} "
-                              f"evictions against {dr.fast_evictions:,} (+{dr.excess:,}), first at "
+                              f"made by {dr.op_name} op {dr.op_id}): "
+                              f"{fmt_count(dr.slow_evictions, 'eviction')} "
+                              f"against {dr.fast_evictions:,} (+{dr.excess:,}), first at "
                               f"op {dr.first_slow_op:,}"))
     if windows:
         parts.append(Text("Windows: first op, last op, pressure evictions a / b, remats a / b",

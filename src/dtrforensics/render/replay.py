@@ -7,7 +7,7 @@ from rich.text import Text
 
 from ..analyses.replay_view import ReplayWindow, Step
 from .tables import FitTable
-from .units import fmt_bytes, fmt_score
+from .units import fmt_bytes, score_format
 
 SHORTFALL_NOTE = ("short at start: memory + request - budget when the check starts, before "
                   "any eviction (negative: room to spare); `dtrf oom` gives the shortfall "
@@ -44,6 +44,8 @@ def replay_table(view: ReplayWindow) -> FitTable:
                          ("short at start", "right")):
         t.add_column(col, justify=justify)
     blank = [""] * 5
+    fmt_score = score_format(x for s in view.steps for v in s.victims
+                             for x in (v.score, v.runner_up_score))
     for s in view.steps:
         t.add_row(*_step_cells(s))
         for v in s.victims:

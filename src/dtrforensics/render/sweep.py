@@ -23,15 +23,35 @@ from .tables import FitPanel, FitTable
 from .units import RatioFormat, fmt_count, fmt_exact_bytes, fmt_overhead, fmt_ratio, ratio_format
 
 MAX_ROWS = 40
+GAP_REASONS = {"run-limit": "the walk has not reached",
+               "timeout": "holding timed-out runs",
+               "below-resolution": "narrower than --resolution"}
+
+
+def ended_text(report: HolesReport) -> str:
+    """What ended the sweep, in words (`HolesReport.ended`)."""
+    params = report.params
+    return {
+        "range-certified": "every budget of the range certified",
+        "run-limit": f"the walk stopped at its run limit, --max-runs {params.max_runs:,} "
+                     "per policy",
+        "time-limit": "stopped at its time limit (--max-seconds)",
+        "samples-run": "every sample run (budgets between samples are not certified)",
+        "gaps-open": "the walk ran to its end; the gaps left hold timed-out runs or are "
+                     f"narrower than --resolution {params.resolution:,} B",
+        "interrupted": "interrupted (an error or Ctrl-C)",
+        "killed": "killed (its process is gone)",
+        "running": "still running",
+    }[report.ended]
 
 
 def holes_view(report: HolesReport) -> list:
-    """A header line, then one panel per policy."""
+    """A header (the trace, the range, what ended the sweep), then one panel per policy."""
     trace = report.trace
     lo, hi = report.range_bytes
-    head = (f"[bold]{trace.name}[/] peak {fmt_exact_bytes(trace.peak)}; range ratio "
-            f"{report.params.ratio_from:g}-{report.params.ratio_to:g} = bytes {lo:,}-{hi:,}; "
-            f"sweep {report.status}")
+    head = Text.assemble((trace.name, "bold"), f": peak {fmt_exact_bytes(trace.peak)}; range "
+                         f"{report.params.ratio_from:g}-{report.params.ratio_to:g} of peak = "
+                         f"{lo:,}-{hi:,} B\nsweep ended: {ended_text(report)}")
     return [head] + [_policy_panel(report, p) for p in report.policies]
 
 
@@ -130,7 +150,7 @@ def next_max_runs(report: HolesReport) -> int:
     (how many more it needs is not known before they run), the same when the
     sweep was cut short (stopped for time, interrupted, killed)."""
     limit = report.params.max_runs
-    return 2 * limit if report.status == "complete" else limit
+    return 2 * limit if report.ended == "run-limit" else limit
 
 
 def finish_lines(report: HolesReport, command: str = "sweep") -> list[str]:
@@ -146,7 +166,7 @@ def finish_lines(report: HolesReport, command: str = "sweep") -> list[str]:
     lines = []
     if "run-limit" in reasons:
         why = (f"the walk stopped at --max-runs {params.max_runs:,}"
-               if report.status == "complete" else f"the sweep is {report.status}")
+               if report.ended == "run-limit" else ended_text(report))
         lines.append(f"to finish ({why}; nothing is run again): " + sweep_command(
             source, params, report.path, max_runs=next_max_runs(report), command=command))
     if "timeout" in reasons:
@@ -165,12 +185,13 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
     fs = p.first_success
     first = (f"ratio {fmt_ratio(fs.sample.ratio)} ({fs.sample.budget:,} B, overhead {_ov(fs.sample.overhead)})"
              if fs.sample else "[red]none: no sample completes[/]")
-    parts.append(f"samples {fs.samples}; first sampled success {first}; "
-                 f"{fs.failing_below} failing below it")
+    parts.append(f"samples {fs.samples:,}; first sampled success {first}; "
+                 f"{fs.failing_below:,} failing below it")
     if p.failures_above:
         shown = ", ".join(fmt_ratio(s.ratio, s.budget) for s in p.failures_above[:12])
-        more = f" (+{len(p.failures_above) - 12})" if len(p.failures_above) > 12 else ""
-        parts.append(f"[red]{len(p.failures_above)} failing samples above the first success:[/] "
+        more = (f" and {len(p.failures_above) - 12:,} more (--json lists every one)"
+                if len(p.failures_above) > 12 else "")
+        parts.append(f"[red]{len(p.failures_above):,} failing samples above the first success:[/] "
                      f"{shown}{more}")
     if p.failure_regions:
         t = FitTable(title="failure regions (samples)", title_justify="left")
@@ -268,8 +289,8 @@ def _exact_parts(x: ExactView, peak: int) -> list:
         for g in x.gaps:
             by_reason.setdefault(g.reason, []).append(g)
         parts.append("[yellow]uncertified: " + "; ".join(
-            f"{len(gs)} gaps {reason} ({sum(g.width for g in gs):,} bytes)"
-            for reason, gs in by_reason.items()) + "[/]")
+            f"{fmt_count(len(gs), 'gap')} {GAP_REASONS.get(reason, reason)} "
+            f"({sum(g.width for g in gs):,} bytes)" for reason, gs in by_reason.items()) + "[/]")
     if x.overlaps:
         parts.append(f"[red]{len(x.overlaps)} overlapping certificates[/]")
     return parts

@@ -16,7 +16,8 @@ What a reader sees, top to bottom:
   (one policy's band would cover another's successes).
 - the failure strip: one row per policy holding its own failing runs (x) and
   budgets: holes red, budgets below the first success grey hatched (not a hole:
-  the budget is simply too small), failures up to the top of the range pale,
+  the budget is simply too small), failures up to the top of the range and
+  those of a policy with no success in the range pale,
   and uncertified budgets (the run limit, a timeout, the resolution) hatched
   "xx" and labelled as such, never left blank. The title says "exact partition"
   only when every budget of the range is certified.
@@ -24,8 +25,8 @@ What a reader sees, top to bottom:
   depth (hollow triangles, right axis), told apart by marker and colour.
 Hole labels never overlap: the widest holes are labelled on the plot, the rest
 are listed in the legend. Artists carry gids ("overhead-step", "hole",
-"below-first-success", "fails-to-top", "fails-open", "uncertified", "fails",
-"switch", "hole-label", "oom-pinned", "oom-depth") so tests can find them.
+"below-first-success", "fails-everywhere", "fails-to-top", "fails-open", "uncertified",
+"fails", "switch", "hole-label", "oom-pinned", "oom-depth") so tests can find them.
 """
 
 from __future__ import annotations
@@ -138,10 +139,11 @@ def _mode(report: HolesReport) -> str:
         return "samples"
     if all(not v.gaps for v in views):
         return "exact partition"
+    from .sweep import ended_text
     worst = min(views, key=lambda v: v.coverage)
     reasons = sorted({g.reason for v in views for g in v.gaps})
     return (f"exact, {worst.coverage:.2%} of the range certified; uncertified budgets "
-            f"hatched ({', '.join(reasons)})")
+            f"hatched ({', '.join(reasons)})\nsweep ended: {ended_text(report)}")
 
 
 # --- overhead -------------------------------------------------------------------------
@@ -244,6 +246,9 @@ def _draw_failing_budgets(row: Row, pol: PolicyHoles, pts: list[dict], report: H
         elif kind == "below":
             _band(row, lo_r, hi_r, span, "below-first-success",
                   once("below", "fails below the first success"), **below_style)
+        elif kind == "none":
+            _band(row, lo_r, hi_r, span, "fails-everywhere",
+                  once("none", "fails, no success in the range"), color=bad, alpha=0.08)
         elif kind == "top":
             _band(row, lo_r, hi_r, span, "fails-to-top",
                   once("top", "fails, no success above in range"), color=bad, alpha=0.08)
@@ -270,11 +275,13 @@ def _failing_ranges(pol: PolicyHoles, pts: list[dict],
                     report: HolesReport) -> list[tuple[float, float, str]]:
     """(lo, hi, kind) of failing budgets: bytes in exact mode, else ratios (the
     failing samples widened to their certificates); kind 'hole', 'below' (below
-    the first success), 'top' (up to the top of the range) or 'open' (above the
-    first success with uncertified budgets beside it)."""
+    the first success), 'none' (no success anywhere in the range), 'top' (up to
+    the top of the range) or 'open' (above the first success with uncertified
+    budgets beside it)."""
     if pol.exact is not None:
         first = pol.exact.first_success(report.range_bytes[0])
-        return [(r.lo, r.hi, "hole" if r.hole else "below" if first is None or r.hi < first
+        return [(r.lo, r.hi, "hole" if r.hole else "none" if first is None
+                 else "below" if r.hi < first
                  else "top" if r.hi >= report.range_bytes[1] else "open")
                 for r in pol.exact.failure_regions]
     out: list[tuple[float, float, str]] = []
@@ -284,7 +291,7 @@ def _failing_ranges(pol: PolicyHoles, pts: list[dict],
         if e.direction == "fail->ok" and fs is not None and e.ok.budget == fs.budget:
             out.append((*_certified(pts, lo_b, e.fail.budget, report), "below"))
     if fs is None and pol.first_success.samples:
-        out.append((report.params.ratio_from, report.params.ratio_to, "below"))
+        out.append((report.params.ratio_from, report.params.ratio_to, "none"))
     out += [(*_certified(pts, r.lo.budget, r.hi.budget, report), "hole")
             for r in pol.failure_regions]
     step_w = (report.params.step or 0) * 0.2

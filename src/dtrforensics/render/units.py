@@ -39,9 +39,33 @@ def fmt_ns(ns: int) -> str:
     return f"{ns} ns"
 
 
-def fmt_score(x: float | None) -> str:
-    """An eviction score (compute / (size x staleness)), six significant digits."""
-    return "-" if x is None else f"{x:.6g}"
+SCORE_MIN_DIGITS = 6
+SCORE_MAX_DIGITS = 17        # enough for any double to read back exactly
+
+
+@dataclass(frozen=True)
+class ScoreFormat:
+    """Eviction scores written with `digits` significant digits."""
+    digits: int = SCORE_MIN_DIGITS
+
+    def __call__(self, score: float | None) -> str:
+        return "-" if score is None else f"{score:.{self.digits}g}"
+
+
+def score_format(scores: Iterable[float | None]) -> ScoreFormat:
+    """The format for eviction scores shown together: the fewest significant
+    digits (at least six) that keep every two different scores different, so a
+    victim never seems to tie its runner-up unless the scores are equal."""
+    distinct = {x for x in scores if x is not None}
+    for digits in range(SCORE_MIN_DIGITS, SCORE_MAX_DIGITS):
+        if len({f"{x:.{digits}g}" for x in distinct}) == len(distinct):
+            return ScoreFormat(digits)
+    return ScoreFormat(SCORE_MAX_DIGITS)
+
+
+fmt_score = ScoreFormat()
+"""A score on its own (compute / (size x staleness)), six significant digits;
+scores shown together go through `score_format`."""
 
 
 def fmt_ratio(x: float | None) -> str:

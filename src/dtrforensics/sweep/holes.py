@@ -250,6 +250,11 @@ class PolicyHoles:
     certain: Certainty | None = None
 
 
+# What ended a sweep (`HolesReport.ended`); `render/sweep.py` says each in words.
+ENDINGS = ("range-certified", "run-limit", "time-limit", "samples-run", "gaps-open",
+           "interrupted", "killed", "running")
+
+
 @dataclass(frozen=True)
 class HolesReport:
     path: Path
@@ -266,9 +271,26 @@ class HolesReport:
                 return p
         raise KeyError(name)
 
+    @property
+    def ended(self) -> str:
+        """What ended the sweep, as far as its folder tells: one of `ENDINGS`. A
+        sweep that ran to its end is `range-certified` only when every policy's
+        certificates cover the whole range."""
+        if self.status != "complete":
+            return {"stopped": "time-limit"}.get(self.status, self.status)
+        open_ = [p.certain for p in self.policies if p.certain is not None
+                 and not p.certain.complete]
+        if not open_:
+            return "range-certified"
+        if not self.params.exact:
+            return "samples-run"
+        if any(g.reason == "run-limit" for c in open_ for g in c.gaps):
+            return "run-limit"
+        return "gaps-open"
+
     def to_json(self) -> dict:
         return {
-            "sweep": str(self.path), "status": self.status,
+            "sweep": str(self.path), "status": self.status, "ended": self.ended,
             "trace": asdict(self.trace), "params": self.params.to_json(),
             "range": {"ratio": [self.params.ratio_from, self.params.ratio_to],
                       "bytes": list(self.range_bytes)},

@@ -17,8 +17,8 @@ SWEEP_FILE = "sweep.json"
 STR, I32, I64, F64 = pa.string(), pa.int32(), pa.int64(), pa.float64()
 
 
-def _c(name: str, type_: pa.DataType, unit: str, doc: str) -> Column:
-    return Column(name, type_, unit, doc, nullable=True)
+def _c(name: str, type_: pa.DataType, unit: str, doc: str, source: str | None = None) -> Column:
+    return Column(name, type_, unit, doc, nullable=True, source=source)
 
 
 RUNS = Table("runs", file="runs/part-*.parquet", doc=(
@@ -57,6 +57,34 @@ RUNS = Table("runs", file="runs/part-*.parquet", doc=(
 ))
 
 
+SWEEPS = Table("sweeps", doc=(
+    f"Derived from each sweep folder's {SWEEP_FILE} when `dtrf sql` opens sweeps: one row "
+    "per sweep."), columns=(
+    _c("sweep_id", STR, "", "The sweep folder's name (the runs view has it too)."),
+    _c("path", STR, "", "The sweep folder."),
+    _c("trace", STR, "", "Trace short name.", "trace.name"),
+    _c("trace_sha256", STR, "", "SHA-256 of the trace log.", "trace.sha256"),
+    _c("peak", I64, "bytes", "Unconstrained peak memory of the trace.", "trace.peak"),
+    _c("model_compute", I64, "ns", "Model compute of the trace.", "trace.model_compute"),
+    _c("range_lo", I64, "bytes", "Lowest budget of the range: floor(ratio_from x peak).",
+       "range_bytes.0"),
+    _c("range_hi", I64, "bytes", "Highest budget of the range.", "range_bytes.1"),
+    _c("ratio_from", F64, "", "--from.", "params.ratio_from"),
+    _c("ratio_to", F64, "", "--to.", "params.ratio_to"),
+    _c("step", F64, "", "--step (null: no grid).", "params.step"),
+    _c("policies", pa.list_(STR), "", "--policy, in order.", "params.policies"),
+    _c("exact", pa.bool_(), "", "--exact.", "params.exact"),
+    _c("max_runs", I64, "", "--max-runs (exact walk runs per policy).", "params.max_runs"),
+    _c("resolution", I64, "bytes", "--resolution.", "params.resolution"),
+    _c("sweep_status", STR, "", "running | killed | complete | stopped | interrupted (above).",
+       "status"),
+    _c("stored_runs", I64, "", "Runs stored when the sweep last wrote its description.",
+       "runs"),
+    _c("updated", STR, "", "When the sweep last wrote its description (ISO 8601, UTC).",
+       "updated"),
+))
+
+
 def render_sweep_doc() -> str:
     """The text of docs/sweep-format.md, generated from `RUNS`."""
     return "\n".join([
@@ -75,6 +103,13 @@ def render_sweep_doc() -> str:
         "`dtrf holes` and `dtrf plot` read it through the questions of `queries/sweep/`; "
         "`dtrf export SWEEP -f csv|parquet` writes the runs table sorted by "
         "(policy, budget, rep).",
+        "",
+        "`dtrf sql QUERY SWEEP...` opens one or several sweep folders as DuckDB views, "
+        "read-only as recordings are: `runs` (every stored run, the table below, with a "
+        "leading `sweep_id`: the folder's name) and `sweeps` (one row per sweep, from "
+        f"its {SWEEP_FILE}). For example, the failing certificates of a sweep: "
+        "`dtrf sql \"SELECT interval_lo, interval_hi FROM runs WHERE status = 'fail' "
+        "AND rep = 0 ORDER BY 1\" SWEEP`. Give sweeps or recordings, not both.",
         "",
         "## Identity, resuming and extending",
         "",
@@ -99,6 +134,7 @@ def render_sweep_doc() -> str:
         "(an error or Ctrl-C). All but a live `running` sweep resume.",
         "",
         *table_doc(RUNS, f"`{RUNS.file}`"),
+        *table_doc(SWEEPS, "A view of `dtrf sql`"),
     ])
 
 

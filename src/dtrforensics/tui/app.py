@@ -2,9 +2,12 @@
 
 Keys: → / n next step, ← / p previous, e / E next / previous eviction,
 r / R next / previous rematerialization, o the OOM, g / G first / last step,
-c next decision of the step (its candidates), j jump to an op or a storage,
-l the next page below 120 columns (the check, the list of every step, the
-candidates and stack in full; from 120 columns all are side by side), q quit.
+c next decision of the step (its victim marked, its candidates shown),
+s / S scroll the stack of materializations, j jump to an op or a storage,
+l the next page below 140 columns (the check and its candidates, the list of
+every step, the candidates and stack; from 140 columns the list is beside
+them), q quit. The footer names every key it has room for, and from 80
+columns all of them.
 
 On top, the whole run as a strip (memory, pinned bytes, depth) with a cursor on
 the current step; the step list scrolls through every allocation check.
@@ -32,42 +35,48 @@ from .messages import StepDetails, StepsLoaded, StorageFound
 from .widgets import CandidatesTable, RunStrip, StackView, StepList, StepPanel
 
 TOP_CANDIDATES = 12
+WIDE = 140       # from here the step list sits beside an 80-column check, candidates and stack
 
 
 class ReplayApp(App):
     TITLE = "dtrf replay"
     AUTO_FOCUS = None           # keys go to the view; the jump box takes focus when opened
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (WIDE, "-wide")]
     CSS = """
     #body { height: 1fr; }
-    #details { height: 1fr; }
     StepList { width: 60; }
-    StepPanel { max-height: 60%; overflow-y: auto; }
-    CandidatesTable { width: 3fr; }
-    StackView { width: 2fr; }
+    StepPanel { max-height: 40%; }
+    CandidatesTable { height: auto; max-height: 35%; }
+    StackView { height: 1fr; min-height: 4; }
     #jump { dock: bottom; display: none; }
     #jump.-open { display: block; }
     Screen.-narrow StepList { display: none; }
+    Screen.-narrow.-page-check StackView { display: none; }
+    Screen.-narrow.-page-check StepPanel { max-height: 60%; }
+    Screen.-narrow.-page-check CandidatesTable { height: 1fr; max-height: 100%; }
     Screen.-narrow.-page-list StepList { display: block; width: 1fr; }
     Screen.-narrow.-page-list #main { display: none; }
     Screen.-narrow.-page-details StepPanel { display: none; }
-    Screen.-narrow.-page-details #details { layout: vertical; }
-    Screen.-narrow.-page-details #details > * { width: 1fr; }
+    Screen.-narrow.-page-details CandidatesTable { max-height: 45%; }
     Screen.-short RunStrip { border: none; height: 4; }
     """
     VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (30, "-tall")]
-    PAGES = ("check", "list", "details")         # below 120 columns, one at a time
+    PAGES = ("check", "list", "details")         # below 140 columns, one at a time
+    ENABLE_COMMAND_PALETTE = False               # its footer key would crowd out ours
+    # Short descriptions: at 80 columns the footer shows every key that is not hidden.
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("right,n", "step(1)", "next"),
-        Binding("left,p", "step(-1)", "previous"),
-        Binding("e", "jump('eviction', 1)", "next eviction"),
+        Binding("left,p", "step(-1)", "prev"),
+        Binding("e", "jump('eviction', 1)", "evict"),
         Binding("E", "jump('eviction', -1)", "prev eviction", show=False),
-        Binding("r", "jump('remat', 1)", "next remat"),
+        Binding("r", "jump('remat', 1)", "remat"),
         Binding("R", "jump('remat', -1)", "prev remat", show=False),
         Binding("o", "jump('oom', 1)", "OOM"),
         Binding("g", "go(0)", "first", show=False),
         Binding("G", "go(-1)", "last", show=False),
-        Binding("c", "next_decision", "next decision"),
+        Binding("c", "next_decision", "decision"),
+        Binding("s", "scroll_stack(1)", "stack"),
+        Binding("S", "scroll_stack(-1)", "stack up", show=False),
         Binding("j", "open_jump", "jump"),
         Binding("l", "next_page", "page"),
         Binding("escape", "close_jump", "close", show=False),
@@ -91,11 +100,10 @@ class ReplayApp(App):
             yield StepList(id="steps")
             with Vertical(id="main"):
                 yield StepPanel(id="step")
-                with Horizontal(id="details"):
-                    yield CandidatesTable(id="candidates")
-                    yield StackView(id="stack")
+                yield CandidatesTable(id="candidates")
+                yield StackView(id="stack")
         yield Input(placeholder=HELP, id="jump")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         run = self.recording.run
@@ -104,7 +112,11 @@ class ReplayApp(App):
                          f"{run['policy']} ({run['outcome']})"
         self.query_one(RunStrip).border_title = self.sub_title
         self.query_one(StepPanel).border_subtitle = self.sub_title    # when the strip is bare
+        self.show_page(self.page)
         self.load_steps()
+
+    def on_resize(self) -> None:
+        self.refresh_bindings()          # `l` comes and goes with the 140-column breakpoint
 
     def on_unmount(self) -> None:
         if self.source is not None:
@@ -134,7 +146,7 @@ class ReplayApp(App):
     def on_steps_loaded(self, message: StepsLoaded) -> None:
         if message.count == 0:
             self.status = "empty"
-            self.query_one(StepPanel).update("no allocation checks in this window")
+            self.query_one(StepPanel).message("no allocation checks in this window")
             return
         self.status = "ready"
         self.query_one(RunStrip).load(self.source.steps, self.recording.run["budget"])
@@ -145,7 +157,8 @@ class ReplayApp(App):
         if message.index != self.index or message.offset != self.decision_offset:
             return       # the user moved on meanwhile
         step = self.source.steps[message.index]
-        self.query_one(StepPanel).show(step, len(self.source), message.victims)
+        self.query_one(StepPanel).show_step(step, len(self.source), message.victims,
+                                            message.offset)
         self.query_one(CandidatesTable).show(message.decision, message.candidates)
         self.query_one(StackView).show(message.stack)
         self.status = "ready"
@@ -159,7 +172,7 @@ class ReplayApp(App):
         self.status = "loading"
         self.query_one(RunStrip).cursor = index
         self.query_one(StepList).cursor = index
-        self.query_one(StepPanel).show(self.source.steps[index], len(self.source), None)
+        self.query_one(StepPanel).show_step(self.source.steps[index], len(self.source), None)
         self.load_details(index, 0)
 
     def on_step_list_chosen(self, message: StepList.Chosen) -> None:
@@ -224,13 +237,29 @@ class ReplayApp(App):
         self.index = found
 
     def action_next_page(self) -> None:
-        self.page = self.PAGES[(self.PAGES.index(self.page) + 1) % len(self.PAGES)]
-        for page in self.PAGES:
-            self.screen.set_class(page == self.page, f"-page-{page}")
+        self.show_page(self.PAGES[(self.PAGES.index(self.page) + 1) % len(self.PAGES)])
+
+    def show_page(self, page: str) -> None:
+        self.page = page
+        for name in self.PAGES:
+            self.screen.set_class(name == page, f"-page-{name}")
+
+    def action_scroll_stack(self, direction: int) -> None:
+        """Below 140 columns the stack is on the details page: go there first."""
+        if self.shown_page in ("check", "list"):
+            self.show_page("details")
+        else:
+            self.query_one(StackView).page(direction)
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """`l` pages only below 140 columns; from there it leaves the footer."""
+        if action == "next_page":
+            return self.screen.has_class("-narrow")
+        return True
 
     @property
     def shown_page(self) -> str:
-        """The page shown below the strip ('all' from 120 columns)."""
+        """The page shown below the strip ('all' from 140 columns)."""
         return self.page if self.screen.has_class("-narrow") else "all"
 
     # -- actions

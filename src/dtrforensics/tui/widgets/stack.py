@@ -1,47 +1,46 @@
-"""The stack of in-progress materializations at the current step."""
+"""The stack of in-progress materializations at the current step: every level,
+outermost first, scrolled with s / S; the title says which levels are in view."""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from ...analyses.replay_view import StackLevel
+from .wrapped import WrappedLines
 
-SHOWN = 40      # levels listed; deeper stacks show the outermost and innermost ones
 
-
-def stack_text(levels: list[StackLevel]) -> Text:
+def level_text(lv: StackLevel) -> Text:
     t = Text()
-    if not levels:
-        return Text("(no materialization in progress)", style="dim")
-    shown = levels
-    if len(levels) > SHOWN:
-        half = SHOWN // 2
-        shown = levels[:half] + [None] + levels[-half:]
-    for lv in shown:
-        if lv is None:
-            t.append(f"  … {len(levels) - SHOWN} levels …\n", style="yellow")
-            continue
-        t.append(f"d{lv.depth:<3} ", style="dim")
-        t.append(lv.tensor, style="bold")
-        t.append(f" ← {lv.op_name} (op {lv.op_id})")
-        if lv.remat:
-            t.append(" remat", style="yellow")
-        t.append("\n")
+    t.append(f"d{lv.depth:<3} ", style="dim")
+    t.append(lv.tensor, style="bold")
+    t.append(f" ← {lv.op_name} (op {lv.op_id})")
+    if lv.remat:
+        t.append(" remat", style="yellow")
     return t
 
 
-class StackView(Static):
+class StackView(WrappedLines):
     DEFAULT_CSS = """
-    StackView { height: 1fr; border: round $accent; padding: 0 1; overflow-y: auto; }
+    StackView { height: 1fr; border: round $accent; padding: 0 0 0 1; }
     """
 
     def __init__(self, **kwargs) -> None:
-        super().__init__("", **kwargs)
-        self.border_title = "materializations in progress"
+        super().__init__(**kwargs)
+        self.border_title = "stack"
         self.levels: list[StackLevel] = []
 
     def show(self, levels: list[StackLevel]) -> None:
         self.levels = list(levels)
-        self.border_title = f"materializations in progress ({len(levels)})"
-        self.update(stack_text(levels))
+        super().show([level_text(lv) for lv in levels]
+                     or [Text("(no materialization in progress)", style="dim")])
+
+    def scrolled(self) -> None:
+        """The title leads with the numbers, so a narrow border cuts words, not them."""
+        shown = self.in_view()
+        if not self.levels or not shown:
+            self.border_title = "stack: empty" if not self.levels else "stack"
+            return
+        first, last = self.levels[shown.start].depth, self.levels[shown[-1]].depth
+        whole = len(shown) == len(self.levels)
+        self.border_title = (f"stack {len(self.levels):,} deep" if whole else
+                             f"stack d{first}-d{last} of {len(self.levels):,} (s/S scroll)")

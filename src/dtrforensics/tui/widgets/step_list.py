@@ -6,7 +6,6 @@ rematerialization), then the tensor allocated and its op."""
 
 from __future__ import annotations
 
-from rich.segment import Segment
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.message import Message
@@ -15,6 +14,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ...analyses.replay_view import Step
+from .wrapped import line_strip
 
 
 def step_line(step: Step) -> Text:
@@ -69,17 +69,11 @@ class StepList(ScrollView, can_focus=False):
         self.refresh()
 
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        index = scroll_y + y
-        width = self.size.width
-        base = self.rich_style
-        if index >= len(self.steps):
-            return Strip.blank(width, base)
-        text = step_line(self.steps[index])
-        if index == self.cursor:
+        index = self.scroll_offset.y + y
+        text = step_line(self.steps[index]) if index < len(self.steps) else None
+        if text is not None and index == self.cursor:
             text.stylize("reverse")
-        segments = list(Segment.apply_style(text.render(self.app.console), base))
-        return Strip(segments).crop_extend(scroll_x, scroll_x + width, base)
+        return line_strip(self, text, self.size.width)
 
     def on_click(self, event) -> None:
         offset = event.get_content_offset(self)

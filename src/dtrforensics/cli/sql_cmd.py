@@ -1,4 +1,5 @@
-"""`dtrf sql` and `dtrf show`: query and look at recordings (`dtrf run --record`)."""
+"""`dtrf sql`: read-only SQL over recordings (`dtrf run --record`) or sweep
+folders (`dtrf sweep -o DIR`)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import reporting_replaced
+from .common import print_json, reporting_replaced
 from .errors import CommandError
 from .options import at_least, output_file
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the rows as a JSON list.")]
 
 
 def register(app: typer.Typer) -> None:
     app.command("sql")(sql)
-    app.command("show")(show)
 
 
 @contextmanager
@@ -33,6 +33,26 @@ def _warnings_to_stderr():
         finally:
             for w in caught:
                 print(f"warning: {w.message}", file=sys.stderr)
+
+
+def _connect(paths: list[str]):
+    """Sweep folders open as sweeps (views runs, sweeps), anything else as recordings
+    (every shipped query installed); the two do not mix in one connection."""
+    from ..sweep.store import SweepStoreError
+    from ..sweep.views import connect_sweeps, is_sweep
+    sweeps = [p for p in paths if is_sweep(p)]
+    if not sweeps:
+        from ..analyses.runs import open_together
+        return open_together(_recordings(paths))[0]
+    if len(sweeps) != len(paths):
+        other = next(p for p in paths if p not in sweeps)
+        raise CommandError(f"{sweeps[0]} is a sweep folder and {other} is not: give "
+                           "sweep folders or recordings, not both")
+    try:
+        with _warnings_to_stderr():
+            return connect_sweeps(sweeps)
+    except (SweepStoreError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _recordings(paths: list[str]) -> list:
@@ -48,23 +68,25 @@ def _recordings(paths: list[str]) -> list:
     return recs
 
 
-# --- dtrf sql ------------------------------------------------------------------------
-
 def sql(
-    query: Annotated[str, typer.Argument(help="DuckDB SQL over the views runs, events, "
+    query: Annotated[str, typer.Argument(help="DuckDB SQL. Recordings: the views runs, events, "
                                               "decisions, candidates, storages, tensors, ops "
-                                              "and the shipped queries (e.g. failing_allocation).")],
-    recordings: Annotated[list[str], typer.Argument(help="Recording folders, or folders holding recordings.")],
+                                              "and the shipped queries (e.g. failing_allocation). "
+                                              "Sweep folders: the views runs (every stored run, "
+                                              "with sweep_id) and sweeps (docs/sweep-format.md).")],
+    recordings: Annotated[list[str], typer.Argument(metavar="RECORDINGS_OR_SWEEPS...", help="Recording folders, or folders holding recordings; or sweep folders (dtrf sweep -o DIR).")],
     as_csv: Annotated[bool, typer.Option("--csv", help="Write CSV to stdout.")] = False,
     parquet: Annotated[Optional[Path], typer.Option("--parquet", callback=output_file, help="Write the result to this Parquet file.")] = None,
     as_json: JsonOption = False,
     limit: Annotated[int, typer.Option(callback=at_least(0), help="Rows shown in the table (CSV, JSON and Parquet get all).")] = 100,
 ) -> None:
-    """Run SQL over one or several recordings (one `run_id` column tells them apart).
+    """Run SQL over recordings (one `run_id` column tells them apart) or sweep folders (one `sweep_id` column).
 
-    SQL may read the views and the given recordings' own Parquet files, nothing
-    else; it cannot write: COPY, EXPORT, ATTACH, INSTALL, LOAD, PRAGMA and SET are
-    refused (save a result with --csv, --json or --parquet FILE, outside any recording)."""
+    A sweep folder opens as the views `runs` (its runs table, docs/sweep-format.md)
+    and `sweeps` (its sweep.json). SQL may read the views and the given folders'
+    own Parquet files, nothing else; it cannot write: COPY, EXPORT, ATTACH,
+    INSTALL, LOAD, PRAGMA and SET are refused (save a result with --csv, --json
+    or --parquet FILE, outside any recording)."""
     if sum([as_csv, parquet is not None, as_json]) > 1:
         raise CommandError("choose one of --csv, --parquet and --json")
     if not query.strip():
@@ -72,8 +94,7 @@ def sql(
     import duckdb
 
     from .. import db
-    from ..analyses.runs import open_together
-    con, _ = open_together(_recordings(recordings))
+    con = _connect(recordings)
     try:
         db.check_read_only(con, query)
         if parquet is not None:
@@ -86,7 +107,6 @@ def sql(
         if as_csv:
             _write_csv(con, columns)
         elif as_json:
-            from .common import print_json
             print_json([dict(zip(columns, row)) for row in con.fetchall()])
         else:
             _print_table(con, limit)
@@ -130,42 +150,3 @@ def _print_table(con, limit: int) -> None:
     console.print(result_table(columns, rows[:limit]))
     if len(rows) > limit:
         console.print(f"[dim]first {limit} rows shown (--limit N, or --csv for all)[/dim]")
-
-
-# --- dtrf show -----------------------------------------------------------------------
-
-def show(
-    recording: Annotated[str, typer.Argument(help="A recording folder.")],
-    as_json: JsonOption = False,
-    width: Annotated[Optional[int], typer.Option(help="Timeline width in columns (default: the terminal's).")] = None,
-) -> None:
-    """A recording's run summary and a per-op timeline of memory, pinned bytes and depth."""
-    from ..analyses.timeline import op_timeline
-    from ..recorder.reader import open_recording
-    from ..recorder.schema import RecordingFormatError
-    try:
-        rec = open_recording(recording)
-    except RecordingFormatError as exc:
-        raise CommandError(str(exc)) from None
-    timeline = op_timeline(rec)
-    if as_json:
-        from .common import print_json
-        print_json({"recording": str(rec.path), "run": rec.run,
-                    "timeline": {k: v.tolist() for k, v in timeline.items()}})
-        return
-    from ..render.console import wide_console
-    from ..render.panels import summary_panel
-    from ..render.recording import LABEL_WIDTH, SCALE_WIDTH, timeline_panel
-
-    console = wide_console()
-    cols = (width or console.width) - LABEL_WIDTH - SCALE_WIDTH - 10
-    run = rec.run
-    names = rec.table("ops").column("name").to_pylist()
-    extra = [("trace", f"{run['trace']['name']}  sha256 {run['trace']['sha256']}"),
-             ("policy / scores", f"{run['policy']} / {run['scores']}"),
-             ("recorded", f"{run['started_at']} → {run['finished_at']}")]
-    console.print(summary_panel(rec.summary, lambda op: names[op] if op < len(names) else "?",
-                                title=rec.run_id, extra=extra))
-    oom = rec.summary.get("oom")
-    console.print(timeline_panel(timeline, run["budget"], oom["op_id"] if oom else None,
-                                 max(cols, 10)))

@@ -1,0 +1,86 @@
+"""`dtrf explain`: the hindsight search for the single changes that avoid an OOM."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import RecordRoot, budget_args, require_control
+from .kernel_notice import announce_compile
+from .options import POLICY_HELP, at_least, check_policy, check_timeout
+
+
+def register(app: typer.Typer) -> None:
+    app.command("explain")(explain_command)
+
+
+class Kind(str, Enum):
+    retain = "retain"
+    force_victim = "force-victim"
+
+
+def explain_command(
+    trace: Annotated[str, typer.Argument(help="Short name or path to a DTR log.")],
+    ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of peak memory.")] = None,
+    budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
+    policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
+    max_attempts: Annotated[int, typer.Option(callback=at_least(1), help="At most this many changes are tried, every single change before any combination.")] = 32,
+    max_combo: Annotated[int, typer.Option(callback=at_least(1), help="Largest retained set tried (1 = singles only).")] = 2,
+    last_decisions: Annotated[int, typer.Option(callback=at_least(0), help="Force the runner-up at this many of the failing run's last decisions.")] = 16,
+    kind: Annotated[Optional[list[Kind]], typer.Option(help="Search only these changes (repeatable; default both).")] = None,
+    timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per attempt, seconds (a timed-out attempt is unresolved).")] = None,
+    jobs: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Parallel processes (default: all cores).")] = None,
+    first: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Stop after this many fixes are found.")] = None,
+    record_root: RecordRoot = "recordings/explain",
+    as_json: Annotated[bool, typer.Option("--json", help="Print {fixes, tried, untried, search, control, ...} as JSON.")] = False,
+) -> None:
+    """For a failing run, find the single changes that turn the failure into a
+    completion: retaining a storage the failing frontier needed, or forcing
+    another victim at the first divergent choice against a nearby completing
+    budget or at one of the last decisions; singles first, then retained pairs."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from ..analyses.explain import explain
+    from ..render.console import err_console, wide_console
+    from ..render.explain import change_text, print_explanation
+    from ..trace import load_trace
+
+    program = load_trace(trace)
+    announce_compile()
+    console = wide_console(stderr=as_json)
+    kinds = tuple(dict.fromkeys(k.value.replace("-", "_") for k in kind or list(Kind)))
+    # Progress is for a person watching: on stderr, and only when it is a terminal,
+    # so a pipe or a file gets the result alone.
+    progress_console = err_console()
+    with Progress(TextColumn("[bold]changes"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), TextColumn("{task.fields[last]}"),
+                  console=progress_console, disable=not progress_console.is_terminal,
+                  transient=True) as progress:
+        task = progress.add_task("explain", total=None, last="")
+
+        def on_attempt(attempt, done, total):
+            progress.update(task, completed=done, total=total,
+                            last=f"{change_text(attempt)}: {attempt.summary['outcome']}")
+
+        result = explain(program, policy=policy, max_attempts=max_attempts, max_combo=max_combo,
+                         last_decisions=last_decisions, kinds=kinds, timeout=timeout, jobs=jobs,
+                         stop_after_fixes=first,
+                         record_root=Path(record_root) if record_root else None,
+                         on_attempt=on_attempt, **budget_args(ratio, budget))
+    if as_json:
+        from ..render.jsonout import dumps
+        typer.echo(dumps(result.to_json()))
+    else:
+        where = f"--ratio {ratio}" if ratio is not None else f"--budget {budget}"
+        where += f" --policy {policy}" if policy != "dtr" else ""
+        print_explanation(result, console, reproduce=f"dtrf intervene {trace} {where}")
+    require_control(result.control_matches)
