@@ -76,6 +76,8 @@ class StepRecorder(TorchDispatchMode):
         self._busy = False
         self._open = True
         self._counter = 0
+        self._constants: set[int] = set()   # storage keys of the CONSTANTs still alive
+        self.updates_in_place = False
 
     # --- names and lifetimes -------------------------------------------------------
 
@@ -100,6 +102,7 @@ class StepRecorder(TorchDispatchMode):
             self._storage_names[key].append(name)
 
     def _storage_died(self, key: int) -> None:
+        self._constants.discard(key)
         for name in self._storage_names.pop(key):
             self._release(name)
 
@@ -143,6 +146,19 @@ class StepRecorder(TorchDispatchMode):
         for name in sorted(dead, key=lambda n: int(n[1:])):
             self._release(name)
 
+    def update_constants_in_place(self) -> None:
+        """From now on, an op writing a constant's storage (a parameter, an optimizer
+        state) is a CALL whose result is a view of that constant, not a MUTATE.
+
+        The simulator never frees a pinned storage, so a MUTATE of a constant would
+        leave its old version resident for the rest of any DTR run: an optimizer step
+        written that way does not fit in its own peak. A pinned storage is never
+        evicted, so it never needs the old version to be rebuilt from, and a view is
+        what PyTorch does: the same bytes, written in place. (Batch norm's running
+        statistics in forward stay MUTATEs: `dtrf torch run` rebuilds batch norm
+        from their old versions.)"""
+        self.updates_in_place = True
+
     def close(self) -> None:
         """Stop writing; tensors that outlive the step end the log still referenced."""
         self._open = False
@@ -164,6 +180,7 @@ class StepRecorder(TorchDispatchMode):
         name = self._new_name()
         self.log.constant(name, t.untyped_storage().nbytes())
         self._register(t, name, owner=True)
+        self._constants.add(storage_key(t))
         return name
 
     # --- ops -----------------------------------------------------------------------
@@ -262,6 +279,8 @@ class StepRecorder(TorchDispatchMode):
             else:
                 new_storages[key] = name
                 results.append((t, name, -1))
+        updated = [i for i in mutated if self.updates_in_place and arg_keys[i] in self._constants]
+        results += [(inputs[i], self._new_name(), i) for i in updated]
         if self.cost == "flops":
             written = [t for t, _, alias in results if alias < 0] + [inputs[i] for i in mutated]
             cost = flop_cost(func, args, kwargs, out, inputs, written)
@@ -270,8 +289,9 @@ class StepRecorder(TorchDispatchMode):
                                                for t, n, a in results], cost)
             for t, name, alias in results:
                 self._register(t, name, owner=alias < 0)
-        if mutated:
-            self.log.mutate(op_name, arg_names, mutated, 1 if results else cost)
+        versioned = [i for i in mutated if i not in updated]
+        if versioned:
+            self.log.mutate(op_name, arg_names, versioned, 1 if results else cost)
         for t, source in follow_ups:
             name = self._new_name()
             self.log.call("alias", [source], [(name, t.untyped_storage().nbytes(), 0)], 1)

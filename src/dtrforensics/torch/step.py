@@ -111,7 +111,7 @@ def _forward(model, inputs, state):
 
 
 def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str = "flops",
-           fake: bool = False, optimizer: str | None = None,
+           fake: bool = False, optimizer: str | torch.optim.Optimizer | None = None,
            autocast: str | None = None) -> RecordSummary:
     """Record one training step of `model` on `batch` as a DTR log at `path`.
 
@@ -121,7 +121,8 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
     cannot be recorded faithfully; no file is left behind then.
 
     `optimizer` (`sgd`, `adam`, `adamw`) adds `optimizer.step()` to the step, its
-    states existing from the start (`optim.py`); `autocast` (`bf16`, `fp16`) runs
+    states existing from the start (`optim.py`); an optimizer over the model's
+    parameters is stepped as it is; `autocast` (`bf16`, `fp16`) runs
     forward and loss under `torch.autocast`."""
     if cost not in COST_MODELS:
         raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
@@ -167,6 +168,7 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             if opt is not None:
                 gc.collect()
                 recorder.release_dead_views()
+                recorder.update_constants_in_place()
                 _run_optimizer(opt)
             if not fake:
                 with _disable_current_modes():
