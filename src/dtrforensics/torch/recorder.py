@@ -127,25 +127,6 @@ class StepRecorder(TorchDispatchMode):
             for name in sorted(pending, key=lambda n: int(n[1:])):
                 self.log.release(name)
 
-    def release_dead_views(self) -> None:
-        """Release the names of views whose tensors have died, in creation order.
-
-        A view's name otherwise lives as long as its storage. That is harmless
-        until the storage is written in place: the simulator rebinds only the
-        written name and keeps the old version alive for the other names, so
-        each parameter the optimizer updates, with a forward view (`t`) still
-        named, would count twice for the rest of the step. Called once the
-        backward pass is over and collected, when no transient view is alive in
-        real or fake mode."""
-        alive = set(self._names.values())
-        dead = []
-        for names in self._storage_names.values():
-            keep = [names[0]] + [n for n in names[1:] if n in alive]
-            dead += [n for n in names[1:] if n not in alive]
-            names[:] = keep
-        for name in sorted(dead, key=lambda n: int(n[1:])):
-            self._release(name)
-
     def update_constants_in_place(self) -> None:
         """From now on, an op writing a constant's storage (a parameter, an optimizer
         state) is a CALL whose result is a view of that constant, not a MUTATE.

@@ -171,7 +171,6 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             _run_backward(loss)
             if opt is not None:
                 gc.collect()
-                recorder.release_dead_views()
                 recorder.update_constants_in_place()
                 _run_optimizer(opt)
             if not fake:
