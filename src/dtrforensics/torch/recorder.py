@@ -2,9 +2,11 @@
 
 Every aten op the step runs (forward, loss, backward) passes through the
 mode and becomes a log record: CALL with one MEMORY and ALIAS line per new
-output, MUTATE for ops that write their arguments, COPY for ops that only give
-an existing tensor a new name (`detach`, `alias`). Tensors the step did not
-create (parameters, buffers, inputs, wrapped Python scalars) become CONSTANTs.
+output, MUTATE for ops that write their arguments (in `optimizer.step()`, a
+write to a constant is a CALL whose result is a view of it instead), COPY for
+ops that only give an existing tensor a new name (`detach`, `alias`). Tensors
+the step did not create (parameters, buffers, inputs, wrapped Python scalars)
+become CONSTANTs.
 
 Identity is the storage. An output whose storage is already known is an ALIAS
 of the argument holding that storage; a tensor the recorder never saw (one
