@@ -298,6 +298,27 @@ def _argument(func, args: tuple, kwargs: dict, name: str):
     return None
 
 
+_ARGUMENTS: dict = {}
+
+
+def schema_arguments(func) -> tuple[tuple[str, bool], ...]:
+    """(name, written) per argument of an op's schema, read once per overload
+    (`_schema.arguments` builds new objects on every call)."""
+    found = _ARGUMENTS.get(func)
+    if found is None:
+        found = _ARGUMENTS[func] = tuple((a.name, a.is_write) for a in func._schema.arguments)
+    return found
+
+
+def tensors_in(value) -> list:
+    """The tensors of one op argument: a tensor, or a list of (optional) tensors."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
 def _schema_tensors(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
     """The op's tensor arguments in schema order, and the positions it writes."""
     tensors: list = []
@@ -305,18 +326,17 @@ def _schema_tensors(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
     written = UNDECLARED_WRITES.get(func.overloadpacket.__name__, ())
     if written and not _argument(func, args, kwargs, "training"):
         written = ()
-    for index, arg in enumerate(func._schema.arguments):
+    for index, (name, is_write) in enumerate(schema_arguments(func)):
         if index < len(args):
             value = args[index]
-        elif arg.name in kwargs:
-            value = kwargs[arg.name]
+        elif name in kwargs:
+            value = kwargs[name]
         else:
             continue
-        for t in tree_flatten(value)[0]:
-            if isinstance(t, torch.Tensor):
-                if (arg.is_write or arg.name in written) and len(tensors) not in mutated:
-                    mutated.append(len(tensors))
-                tensors.append(t)
+        for t in tensors_in(value):
+            if (is_write or name in written) and len(tensors) not in mutated:
+                mutated.append(len(tensors))
+            tensors.append(t)
     return tensors, mutated
 
 
