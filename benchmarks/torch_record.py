@@ -4,11 +4,16 @@
    loss, backward) of the same model, both in this process: CPU time of the
    process (fair on a shared, loaded machine) and wall time, each the best of
    --repeat interleaved runs, after one warm-up of each. Goal: at most 3x.
-2. The GPT-style model of about a billion parameters (`zoo:gpt-1b`) recorded
-   in fake mode in a fresh process: wall time, CPU time and peak RSS (this
-   machine: 2 cores, 24 GiB), plus the log's peak memory and op count.
+2. Models far larger than this machine (2 cores, 24 GiB) recorded in fake
+   mode, each in a fresh process: wall time, CPU time and peak RSS, plus the
+   log's peak memory, floor and op count. `gpt-1b`: the GPT-style model of
+   about a billion parameters; `llama-7b`: a Llama-2-7B-shaped transformers
+   model (32 layers, 4096 wide, MLP 11008, 32 heads, vocabulary 32000) on one
+   sequence of 512 tokens, bf16 autocast and AdamW, as
+   `dtrf torch record hf:llama --set ... --batch 1 --seq 512 --autocast bf16
+   --optimizer adamw --fake` records it.
 
-    python benchmarks/torch_record.py [--repeat N] [--skip-1b]
+    python benchmarks/torch_record.py [--repeat N] [--skip-fake]
 """
 
 from __future__ import annotations
@@ -30,6 +35,14 @@ import torch  # noqa: E402
 from dtrforensics.torch import record  # noqa: E402
 from dtrforensics.torch.spec import build  # noqa: E402
 
+LLAMA_7B = {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
+            "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}
+# Fake-mode points: spec, factory options, record options.
+FAKE_POINTS = {
+    "gpt-1b": ("zoo:gpt-1b", {}, {}),
+    "llama-7b": ("hf:llama", {"batch": 1, "seq": 512, **LLAMA_7B},
+                 {"optimizer": "adamw", "autocast": "bf16"}),
+}
 # Sizes large enough that the step's compute, not Python, dominates.
 OVERHEAD_POINTS = (
     ("zoo:gpt", {"batch": 8, "seq": 128, "layers": 4, "width": 256, "heads": 8, "vocab": 4096}),
@@ -68,23 +81,38 @@ def overhead(spec: str, sizes: dict, repeat: int, folder: Path) -> dict:
             "ratio_wall": best["measured"][1] / best["plain"][1]}
 
 
-def one_billion_child(out: str) -> None:
+def peak_rss_mib() -> float:
+    """This process's peak resident set. `ru_maxrss` would not do: a child started
+    by fork and exec inherits its parent's high-water mark; the kernel's VmHWM is
+    the current address space's own."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+
+
+def fake_child(name: str, out: str) -> None:
+    spec, sizes, options = FAKE_POINTS[name]
     cpu0, wall0 = clocks()
     torch.manual_seed(0)
-    model, batch, loss_fn = build("zoo:gpt-1b", fake=True)
+    model, batch, loss_fn = build(spec, fake=True, **sizes)
     params = sum(p.numel() for p in model.parameters())
     built = clocks()
-    summary = record(model, batch, loss_fn, out, fake=True)
+    summary = record(model, batch, loss_fn, out, fake=True, **options)
     cpu1, wall1 = clocks()
     print(json.dumps({"parameters": params, "peak_bytes": summary.peak, "ops": summary.ops,
+                      "floor_bytes": summary.floor.floor,
+                      "evictable_share": summary.floor.evictable_share,
                       "build_wall_s": built[1] - wall0, "record_wall_s": wall1 - built[1],
-                      "total_cpu_s": cpu1 - cpu0, "total_wall_s": wall1 - wall0,
-                      "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "record_cpu_s": cpu1 - built[0], "total_cpu_s": cpu1 - cpu0,
+                      "total_wall_s": wall1 - wall0,
+                      "max_rss_mib": peak_rss_mib()}))
 
 
-def one_billion(folder: Path) -> dict:
+def fake_point(name: str, folder: Path) -> dict:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--one-billion-child", str(folder / "gpt1b.log")],
+    proc = subprocess.run([sys.executable, __file__, "--fake-child", name, str(folder / f"{name}.log")],
                           capture_output=True, text=True, check=True)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["process_wall_s"] = time.perf_counter() - start
@@ -94,11 +122,11 @@ def one_billion(folder: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--skip-1b", action="store_true")
-    parser.add_argument("--one-billion-child", metavar="OUT", help=argparse.SUPPRESS)
+    parser.add_argument("--skip-fake", action="store_true")
+    parser.add_argument("--fake-child", nargs=2, metavar=("NAME", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one_billion_child:
-        one_billion_child(args.one_billion_child)
+    if args.fake_child:
+        fake_child(*args.fake_child)
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -109,13 +137,16 @@ def main() -> None:
             print(f"  {spec:<11} plain {r['plain_cpu_s']:.3f} s cpu / {r['plain_wall_s']:.3f} s wall, "
                   f"recorded {r['measured_cpu_s']:.3f} / {r['measured_wall_s']:.3f} s: "
                   f"{r['ratio_cpu']:.2f}x cpu, {r['ratio_wall']:.2f}x wall")
-        if not args.skip_1b:
-            r = one_billion(folder)
-            print(f"zoo:gpt-1b in fake mode: {r['parameters'] / 1e9:.2f} B parameters, "
-                  f"log peak {r['peak_bytes'] / 2**30:.2f} GiB, {r['ops']:,} ops; "
-                  f"build {r['build_wall_s']:.1f} s + record {r['record_wall_s']:.1f} s wall "
-                  f"({r['total_cpu_s']:.1f} s cpu, {r['process_wall_s']:.1f} s with start-up), "
-                  f"peak RSS {r['max_rss_mib']:.0f} MiB")
+        if not args.skip_fake:
+            print("fake mode, each in a fresh process:")
+            for name in FAKE_POINTS:
+                r = fake_point(name, folder)
+                print(f"  {name}: {r['parameters'] / 1e9:.2f} B parameters; log peak "
+                      f"{r['peak_bytes'] / 2**30:.2f} GiB, floor {r['floor_bytes'] / 2**30:.2f} GiB "
+                      f"({r['evictable_share']:.1%} evictable), {r['ops']:,} ops; build "
+                      f"{r['build_wall_s']:.1f} s + record {r['record_wall_s']:.1f} s wall "
+                      f"({r['record_cpu_s']:.1f} s cpu to record, {r['total_cpu_s']:.1f} s in all, "
+                      f"{r['process_wall_s']:.1f} s with start-up), peak RSS {r['max_rss_mib']:.0f} MiB")
 
 
 if __name__ == "__main__":

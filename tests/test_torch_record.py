@@ -165,3 +165,17 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no weights here" in proc.stderr
     assert not out.exists()
+
+
+def test_hf_model_types_get_their_standard_head_and_token_ids_that_fit():
+    """An encoder's standard head is its masked LM (its causal head needs
+    `is_decoder`); a special token id of the full vocabulary is cleared when the
+    small one does not have it, and kept when it does or when given."""
+    pytest.importorskip("transformers")
+    from dtrforensics.torch.named import hf_config
+    assert hf_config("bert")[1].__name__ == "BertForMaskedLM"
+    assert hf_config("llama")[1].__name__ == "LlamaForCausalLM"
+    small, _ = hf_config("gpt2")
+    assert (small.vocab_size, small.bos_token_id, small.eos_token_id) == (1024, None, None)
+    assert hf_config("gpt2", vocab_size=50257)[0].eos_token_id == 50256
+    assert hf_config("gpt2", eos_token_id=7)[0].eos_token_id == 7

@@ -17,7 +17,9 @@ from typer.testing import CliRunner
 
 from dtrforensics.analyses.floor import floor
 from dtrforensics.cli.main import app
+from dtrforensics.engine.replay import replay
 from dtrforensics.torch import RecordError, record
+from dtrforensics.torch.optim import state_tensors, steady_optimizer
 from dtrforensics.torch.recorder import constants_of
 from dtrforensics.torch.spec import build
 from dtrforensics.trace.parser import parse_file
@@ -49,26 +51,69 @@ def test_optimizer_states_exist_from_the_start_and_its_step_is_recorded(name, st
     base = sum(r["INSTRUCTION"] == "CONSTANT" for r in lines(tmp_path / "p.log"))
     assert constants == base + states * len(params)      # momentum / step, exp_avg, exp_avg_sq
     assert base == len(params) + len(list(model.buffers())) + 1   # the batch: views of one storage
-    mutated = {r["ARGS"][r["MUTATE"][0]] for r in after_backward(records)
-               if r["INSTRUCTION"] == "MUTATE"}
     param_names = {f"x{i}" for i in range(len(params))}   # parameters are named first
-    assert param_names <= mutated
+    step = after_backward(records)
+    assert param_names <= updated_in_place(step)
+    on_constants = names_on_constants(records)       # parameters, states and their views
+    assert not any(r["ARGS"][i] in on_constants
+                   for r in step if r["INSTRUCTION"] == "MUTATE" for i in r["MUTATE"])
     assert all(not torch.equal(p, q) for p, q in zip(params, before))   # the step ran
     assert all(p.grad is not None for p in params)
     assert plain.ops < parse_file(tmp_path / "o.log").n_ops
 
 
-def test_optimizer_step_memory_and_fake_mode(tmp_path):
-    """The log's peak exceeds live storage bytes by at most the largest storage a
-    MUTATE writes (the simulator counts a written storage twice during the
-    write); fake mode gives the same log."""
-    model, batch, loss_fn = gpt()
-    with LiveBytesTracker(constants_of(model, batch)) as tracker:
-        real = record(model, batch, loss_fn, tmp_path / "r.log", optimizer="adamw")
-    largest = max(p.numel() * p.element_size() for p in model.parameters())
-    assert tracker.peak <= real.peak <= tracker.peak + largest
-    record(*gpt(fake=True), tmp_path / "f.log", fake=True, optimizer="adamw")
+def names_on_constants(records):
+    found, pending = set(), {}
+    for r in records:
+        if r["INSTRUCTION"] == "CONSTANT":
+            found.add(r["NAME"])
+        elif r["INSTRUCTION"] == "CALL":
+            pending = {name: r["ARGS"] for name in r["RESULT"]}
+        elif r["INSTRUCTION"] == "ALIAS" and r["ALIAS"] != "-1" and \
+                pending[r["NAME"]][int(r["ALIAS"])] in found:
+            found.add(r["NAME"])
+    return found
+
+
+def updated_in_place(records):
+    """Names an in-place op (`add_`, `lerp_`, ...) returns a view of: the tensors it updated."""
+    found, pending = set(), {}
+    for r in records:
+        if r["INSTRUCTION"] == "CALL" and r["NAME"].endswith("_"):
+            pending = {name: r["ARGS"] for name in r["RESULT"]}
+        elif r["INSTRUCTION"] == "ALIAS" and r["NAME"] in pending and r["ALIAS"] != "-1":
+            found.add(pending[r["NAME"]][int(r["ALIAS"])])
+    return found
+
+
+@pytest.mark.parametrize("spec,sizes,name", [("zoo:gpt", {}, "adamw"),
+                                             ("zoo:mlp", {"batch": 1, "layers": 8}, "sgd")])
+def test_optimizer_step_memory_is_live_storage_and_fits_its_own_peak(spec, sizes, name, tmp_path):
+    """Parameters and optimizer states are updated in place (views of the constants,
+    not new versions the simulator would keep pinned beside the old ones): the log's
+    peak is the live storage peak to the byte, a DTR run at that peak completes, and
+    fake mode gives the same log. With `mlp` at batch 1 the update is the peak."""
+    torch.manual_seed(0)
+    model, batch, loss_fn = build(spec, **sizes)
+    params = list(model.parameters())
+    opt = steady_optimizer(name, params)
+    states = state_tensors(opt)
+    with LiveBytesTracker(constants_of(model, batch) + states, in_place=params + states) as tracker:
+        real = record(model, batch, loss_fn, tmp_path / "r.log", optimizer=opt)
+    assert real.peak == tracker.peak == tracker.versioned_peak
+    program = parse_file(tmp_path / "r.log")
+    assert replay(program, budget=real.peak).summary.outcome == "ok"
+    torch.manual_seed(0)
+    record(*build(spec, fake=True, **sizes), tmp_path / "f.log", fake=True, optimizer=name)
     assert (tmp_path / "f.log").read_bytes() == (tmp_path / "r.log").read_bytes()
+
+
+def test_an_optimizer_of_other_tensors_is_refused(tmp_path):
+    model, batch, loss_fn = gpt()
+    stranger = steady_optimizer("sgd", [torch.zeros(3, requires_grad=True)])
+    with pytest.raises(RecordError, match="not the model's parameters"):
+        record(model, batch, loss_fn, tmp_path / "x.log", optimizer=stranger)
+    assert not (tmp_path / "x.log").exists()
 
 
 def test_autocast_bf16_casts_in_the_log_and_fake_equals_real(tmp_path):

@@ -93,10 +93,8 @@ def record_cmd(
     except SystemExit as exc:
         raise CommandError(f"{spec}: the model's code called sys.exit({exc.code!r}) while it was "
                            f"being built or recorded: nothing was written to {output}") from None
-    from ..analyses.floor import floor
     from ..render.floor import floor_lines
-    from ..trace.parser import parse_file
-    bounds = floor(parse_file(summary.path)).to_json()
+    bounds = summary.floor.to_json()
     if as_json:
         print_json({"path": str(summary.path), "peak_bytes": summary.peak, "ops": summary.ops,
                           "cost": summary.cost, "fake": summary.fake, "loss": summary.loss,

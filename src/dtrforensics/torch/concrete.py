@@ -22,6 +22,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from .recorder import schema_arguments, tensors_in
+
 # Larger tensors are not mirrored: masks and index tensors of a step are far
 # below this; activations of a model that happen to be constant are not needed.
 MAX_ELEMENTS = 1 << 20
@@ -80,7 +82,7 @@ class ConcreteValues(TorchDispatchMode):
             with torch.utils._python_dispatch._disable_current_modes():
                 _set(target, torch.empty_strided(target.shape, target.stride(),
                                                            dtype=target.dtype))
-        flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        flat = [t for value in (*args, *kwargs.values()) for t in tensors_in(value)]
         values = [concrete_of(t) for t in flat]
         known = all(v is not None for v in values) and \
             torch.Tag.nondeterministic_seeded not in func.tags and \
@@ -142,11 +144,9 @@ class ConcreteValues(TorchDispatchMode):
 
 def _written(func, args, kwargs) -> list:
     found = []
-    for index, arg in enumerate(func._schema.arguments):
-        if not arg.is_write:
-            continue
-        value = args[index] if index < len(args) else kwargs.get(arg.name)
-        found += [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+    for index, (name, is_write) in enumerate(schema_arguments(func)):
+        if is_write:
+            found += tensors_in(args[index] if index < len(args) else kwargs.get(name))
     return found
 
 

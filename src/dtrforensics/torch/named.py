@@ -7,10 +7,12 @@ mode.
 
 - `hf:ARCH`: a transformers model type (`llama`, `gpt2`, `bert`), config class
   (`LlamaConfig`) or model class (`BertForSequenceClassification`). A type or
-  config picks the causal LM head, else the masked LM head, else image or
-  sequence classification. The config starts from `HF_SMALL` (the keys it
-  has), then the `--set` overrides; a key the config does not have is an
-  error. The loss is the model's own (`labels=` in the batch): the causal LM
+  config picks the masked LM head where the library has one (BERT-style
+  encoders, whose causal heads need `is_decoder`), else the causal LM head,
+  else image or sequence classification. The config starts from `HF_SMALL`
+  (the keys it has), then the `--set` overrides; a key the config does not
+  have is an error, and a special token id the smaller vocabulary does not
+  have is cleared unless given. The loss is the model's own (`labels=` in the batch): the causal LM
   loss on `input_ids` shifted, the masked LM loss on every token, or
   cross-entropy on random labels.
 - `timm:NAME`, `torchvision:NAME`: the library's factory with `--set`
@@ -36,11 +38,13 @@ HF_SMALL = {"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512
             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024,
             "max_position_embeddings": 512, "use_cache": False}
 HF_TASKS = (("ForCausalLM", "causal"), ("LMHeadModel", "causal"), ("ForMaskedLM", "masked"),
+            ("ForConditionalGeneration", "masked"),
             ("ForSequenceClassification", "sequence"), ("ForImageClassification", "image"))
-HF_HEADS = (("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal"),
-            ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked"),
+HF_HEADS = (("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked"),
+            ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal"),
             ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "image"),
             ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "sequence"))
+TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 DEFAULT_IMAGE = 224
 
 
@@ -118,6 +122,12 @@ def hf_config(arch: str, **overrides):
     canonical = getattr(default, "attribute_map", {})
     keys = {canonical.get(k, k): v for k, v in HF_SMALL.items() if hasattr(default, k)}
     keys.update({canonical.get(k, k): v for k, v in overrides.items()})
+    vocabulary = keys.get("vocab_size", getattr(default, "vocab_size", None))
+    for key in TOKEN_IDS:
+        value = getattr(default, key, None)
+        if isinstance(value, int) and vocabulary is not None and value >= vocabulary \
+                and key not in keys:
+            keys[key] = None
     return config_class(**keys), model_class
 
 

@@ -26,10 +26,20 @@ OPTIMIZERS = {
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def steady_optimizer(name: str | None, params: list[torch.Tensor]):
-    """The optimizer `name` over `params` with its states made, grads set to None."""
+def steady_optimizer(name, params: list[torch.Tensor]):
+    """The optimizer `name` over `params` with its states made, grads set to None.
+
+    `name` may also be an optimizer over `params`, stepped as it is (its states, if
+    it has any, are the step's constants)."""
     if name is None:
         return None
+    if isinstance(name, torch.optim.Optimizer):
+        own = {id(p) for p in params}
+        if any(id(p) not in own for group in name.param_groups for p in group["params"]):
+            raise RecordError("the optimizer given updates tensors that are not the model's "
+                              "parameters in this recording (a real model recorded in fake "
+                              "mode gets fake copies): name it instead (sgd, adam, adamw)")
+        return name
     if name not in OPTIMIZERS:
         raise RecordError(f"unknown optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
     trained = [p for p in params if p.requires_grad]

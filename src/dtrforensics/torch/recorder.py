@@ -2,9 +2,11 @@
 
 Every aten op the step runs (forward, loss, backward) passes through the
 mode and becomes a log record: CALL with one MEMORY and ALIAS line per new
-output, MUTATE for ops that write their arguments, COPY for ops that only give
-an existing tensor a new name (`detach`, `alias`). Tensors the step did not
-create (parameters, buffers, inputs, wrapped Python scalars) become CONSTANTs.
+output, MUTATE for ops that write their arguments (in `optimizer.step()`, a
+write to a constant is a CALL whose result is a view of it instead), COPY for
+ops that only give an existing tensor a new name (`detach`, `alias`). Tensors
+the step did not create (parameters, buffers, inputs, wrapped Python scalars)
+become CONSTANTs.
 
 Identity is the storage. An output whose storage is already known is an ALIAS
 of the argument holding that storage; a tensor the recorder never saw (one
@@ -76,6 +78,8 @@ class StepRecorder(TorchDispatchMode):
         self._busy = False
         self._open = True
         self._counter = 0
+        self._constants: set[int] = set()   # storage keys of the CONSTANTs still alive
+        self.updates_in_place = False
 
     # --- names and lifetimes -------------------------------------------------------
 
@@ -100,6 +104,7 @@ class StepRecorder(TorchDispatchMode):
             self._storage_names[key].append(name)
 
     def _storage_died(self, key: int) -> None:
+        self._constants.discard(key)
         for name in self._storage_names.pop(key):
             self._release(name)
 
@@ -124,24 +129,18 @@ class StepRecorder(TorchDispatchMode):
             for name in sorted(pending, key=lambda n: int(n[1:])):
                 self.log.release(name)
 
-    def release_dead_views(self) -> None:
-        """Release the names of views whose tensors have died, in creation order.
+    def update_constants_in_place(self) -> None:
+        """From now on, an op writing a constant's storage (a parameter, an optimizer
+        state) is a CALL whose result is a view of that constant, not a MUTATE.
 
-        A view's name otherwise lives as long as its storage. That is harmless
-        until the storage is written in place: the simulator rebinds only the
-        written name and keeps the old version alive for the other names, so
-        each parameter the optimizer updates, with a forward view (`t`) still
-        named, would count twice for the rest of the step. Called once the
-        backward pass is over and collected, when no transient view is alive in
-        real or fake mode."""
-        alive = set(self._names.values())
-        dead = []
-        for names in self._storage_names.values():
-            keep = [names[0]] + [n for n in names[1:] if n in alive]
-            dead += [n for n in names[1:] if n not in alive]
-            names[:] = keep
-        for name in sorted(dead, key=lambda n: int(n[1:])):
-            self._release(name)
+        The simulator never frees a pinned storage, so a MUTATE of a constant would
+        leave its old version resident for the rest of any DTR run: an optimizer step
+        written that way does not fit in its own peak. A pinned storage is never
+        evicted, so it never needs the old version to be rebuilt from, and a view is
+        what PyTorch does: the same bytes, written in place. (Batch norm's running
+        statistics in forward stay MUTATEs: `dtrf torch run` rebuilds batch norm
+        from their old versions.)"""
+        self.updates_in_place = True
 
     def close(self) -> None:
         """Stop writing; tensors that outlive the step end the log still referenced."""
@@ -164,6 +163,7 @@ class StepRecorder(TorchDispatchMode):
         name = self._new_name()
         self.log.constant(name, t.untyped_storage().nbytes())
         self._register(t, name, owner=True)
+        self._constants.add(storage_key(t))
         return name
 
     # --- ops -----------------------------------------------------------------------
@@ -262,6 +262,8 @@ class StepRecorder(TorchDispatchMode):
             else:
                 new_storages[key] = name
                 results.append((t, name, -1))
+        updated = [i for i in mutated if self.updates_in_place and arg_keys[i] in self._constants]
+        results += [(inputs[i], self._new_name(), i) for i in updated]
         if self.cost == "flops":
             written = [t for t, _, alias in results if alias < 0] + [inputs[i] for i in mutated]
             cost = flop_cost(func, args, kwargs, out, inputs, written)
@@ -270,8 +272,9 @@ class StepRecorder(TorchDispatchMode):
                                                for t, n, a in results], cost)
             for t, name, alias in results:
                 self._register(t, name, owner=alias < 0)
-        if mutated:
-            self.log.mutate(op_name, arg_names, mutated, 1 if results else cost)
+        versioned = [i for i in mutated if i not in updated]
+        if versioned:
+            self.log.mutate(op_name, arg_names, versioned, 1 if results else cost)
         for t, source in follow_ups:
             name = self._new_name()
             self.log.call("alias", [source], [(name, t.untyped_storage().nbytes(), 0)], 1)
@@ -295,6 +298,27 @@ def _argument(func, args: tuple, kwargs: dict, name: str):
     return None
 
 
+_ARGUMENTS: dict = {}
+
+
+def schema_arguments(func) -> tuple[tuple[str, bool], ...]:
+    """(name, written) per argument of an op's schema, read once per overload
+    (`_schema.arguments` builds new objects on every call)."""
+    found = _ARGUMENTS.get(func)
+    if found is None:
+        found = _ARGUMENTS[func] = tuple((a.name, a.is_write) for a in func._schema.arguments)
+    return found
+
+
+def tensors_in(value) -> list:
+    """The tensors of one op argument: a tensor, or a list of (optional) tensors."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
 def _schema_tensors(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
     """The op's tensor arguments in schema order, and the positions it writes."""
     tensors: list = []
@@ -302,18 +326,17 @@ def _schema_tensors(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
     written = UNDECLARED_WRITES.get(func.overloadpacket.__name__, ())
     if written and not _argument(func, args, kwargs, "training"):
         written = ()
-    for index, arg in enumerate(func._schema.arguments):
+    for index, (name, is_write) in enumerate(schema_arguments(func)):
         if index < len(args):
             value = args[index]
-        elif arg.name in kwargs:
-            value = kwargs[arg.name]
+        elif name in kwargs:
+            value = kwargs[name]
         else:
             continue
-        for t in tree_flatten(value)[0]:
-            if isinstance(t, torch.Tensor):
-                if (arg.is_write or arg.name in written) and len(tensors) not in mutated:
-                    mutated.append(len(tensors))
-                tensors.append(t)
+        for t in tensors_in(value):
+            if (is_write or name in written) and len(tensors) not in mutated:
+                mutated.append(len(tensors))
+            tensors.append(t)
     return tensors, mutated
 
 

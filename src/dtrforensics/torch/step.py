@@ -6,7 +6,10 @@ The step is `loss_fn(model(inputs), targets)` with `batch = (inputs, targets)`
 tensors), then `loss.backward()`. Gradients stay on the parameters. The
 garbage collector is paused during the step (and run once at its end), so
 the moments tensors die, and with `flops` the whole log, do not depend on
-allocations made by the recorder itself.
+allocations made by the recorder itself. Those collections walk only what the
+step made: the objects older than the step (a library such as transformers
+makes hundreds of thousands) are set aside with `gc.freeze`, which halves
+their time on the Llama-2-7B-shaped step (1.2 s to 0.6 s).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 #                      import's tracebacks would keep that call's tensors alive until a GC)
 from torch.utils._pytree import tree_flatten
 
-from ..engine.baseline import baseline
+from ..analyses.floor import Floor, floor
 from ..trace.parser import parse_file
 from .concrete import ConcreteValues, real_paths
 from .costs import COST_MODELS
@@ -42,6 +45,7 @@ class RecordSummary:
     cost: str
     fake: bool
     loss: float | None  # the step's loss (None in fake mode: there are no values)
+    floor: Floor       # the bytes no budget can go below (`analyses/floor.py`)
 
 
 class ModuleLocator:
@@ -111,7 +115,7 @@ def _forward(model, inputs, state):
 
 
 def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str = "flops",
-           fake: bool = False, optimizer: str | None = None,
+           fake: bool = False, optimizer: str | torch.optim.Optimizer | None = None,
            autocast: str | None = None) -> RecordSummary:
     """Record one training step of `model` on `batch` as a DTR log at `path`.
 
@@ -121,7 +125,8 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
     cannot be recorded faithfully; no file is left behind then.
 
     `optimizer` (`sgd`, `adam`, `adamw`) adds `optimizer.step()` to the step, its
-    states existing from the start (`optim.py`); `autocast` (`bf16`, `fp16`) runs
+    states existing from the start (`optim.py`); an optimizer over the model's
+    parameters is stepped as it is; `autocast` (`bf16`, `fp16`) runs
     forward and loss under `torch.autocast`."""
     if cost not in COST_MODELS:
         raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
@@ -152,6 +157,7 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             params = list(state.values()) if state is not None else list(model.parameters())
             opt = steady_optimizer(optimizer, params)
             existing = constants_of(model, [inputs, targets], state) + state_tensors(opt)
+            stack.enter_context(_older_objects_set_aside())
             stack.enter_context(recorder)
             for t in existing:
                 recorder.name_of(t)
@@ -166,7 +172,7 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             _run_backward(loss)
             if opt is not None:
                 gc.collect()
-                recorder.release_dead_views()
+                recorder.update_constants_in_place()
                 _run_optimizer(opt)
             if not fake:
                 with _disable_current_modes():
@@ -179,8 +185,23 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             gc.enable()
     log.write(path)
     program = parse_file(path)
-    return RecordSummary(path=Path(path), peak=baseline(program).peak, ops=program.n_ops,
-                         lines=len(log.lines), cost=cost, fake=fake, loss=loss_value)
+    least = floor(program)
+    return RecordSummary(path=Path(path), peak=least.peak, ops=program.n_ops, lines=len(log.lines),
+                         cost=cost, fake=fake, loss=loss_value, floor=least)
+
+
+@contextlib.contextmanager
+def _older_objects_set_aside():
+    """Collections inside the block skip the objects older than it (`gc.freeze`),
+    unless the process has frozen objects of its own, which are left as they are."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _run_forward(model, inputs, targets, loss_fn, state, modules):
