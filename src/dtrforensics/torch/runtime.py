@@ -29,7 +29,6 @@ the engine's memory at that check.
 from __future__ import annotations
 
 import json
-import re
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -57,9 +56,14 @@ from ..engine.hooks import (
 )
 from ..trace.program import Program
 from .log import LogWriter
-from .recorder import RecordError, StepRecorder, _schema_tensors
+from .recorder import UNDECLARED_WRITES, RecordError, StepRecorder, _schema_tensors
 
-_TIME = re.compile(r'"TIME":"\d+"')
+OP_INSTRUCTIONS = ("CONSTANT", "CALL", "MUTATE")
+
+
+def _costless(record: dict) -> dict:
+    """A log record without its cost: the executor does not recompute costs."""
+    return {k: v for k, v in record.items() if k != "TIME"}
 
 
 class ScheduleError(RecordError):
@@ -79,35 +83,36 @@ class ScheduleEnded(Exception):
     """The engine's run stopped (thrashed, timeout, error) before the real step did."""
 
 
-def _normal(line: str) -> str:
-    """A log line without its cost: the executor does not recompute costs."""
-    return _TIME.sub('"TIME":""', line)
-
-
 class FollowingLog(LogWriter):
-    """A log writer that checks every line against the recording as it is written.
+    """A log writer that checks every record against the recording as it is written
+    (compared as records, not as JSON text: no line is encoded unless it differs).
     A mismatch is kept (finalizers cannot raise) and raised at the next op."""
 
     def __init__(self, expected: list[str]):
-        self.expected = [_normal(line) for line in expected]
+        self.expected = [json.loads(line) for line in expected]
+        self._want = [_costless(r) for r in self.expected]
         self.diverged: int | None = None
+        self._ran: dict | None = None
         self.ops = 0
+        self.written = 0
         super().__init__()
 
     def _emit(self, **record) -> None:
-        super()._emit(**record)
-        index = len(self.lines) - 1
-        if record["INSTRUCTION"] in ("CONSTANT", "CALL", "MUTATE"):
+        index = self.written
+        self.written += 1
+        if record["INSTRUCTION"] in OP_INSTRUCTIONS:
             self.ops += 1
-        if self.diverged is None and (index >= len(self.expected)
-                                      or _normal(self.lines[index]) != self.expected[index]):
-            self.diverged = index
+        if self.diverged is None:
+            record.pop("TIME", None)
+            if index >= len(self._want) or record != self._want[index]:
+                self.diverged, self._ran = index, record
 
     def divergence(self) -> str:
         i = self.diverged
-        want = self.expected[i] if i < len(self.expected) else "the end of the log"
+        want = json.dumps(self._want[i], sort_keys=True) if i < len(self._want) else "the end of the log"
+        ran = json.dumps(self._ran, sort_keys=True) if self._ran is not None else "the end of the step"
         return (f"the step ran differently from its recording at log line {i + 1}: "
-                f"recorded {want}, ran {self.lines[i]}")
+                f"recorded {want}, ran {ran}")
 
 
 @dataclass
@@ -151,6 +156,53 @@ def _fill(template, tensors: list):
     return tree_map(lambda x: tensors[x.index] if isinstance(x, _Slot) else x, template)
 
 
+class _OpLabel:
+    """`op NAME (overload)` for messages, formatted only when one is written."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func):
+        self.func = func
+
+    def __format__(self, spec: str) -> str:
+        return format(f"op {self.func.overloadpacket.__name__} ({self.func})", spec)
+
+    __str__ = __repr__ = lambda self: format(self, "")
+
+
+_TENSOR_PARAMETERS: dict = {}
+
+
+def _tensor_arguments(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
+    """`recorder._schema_tensors` looking only at the schema arguments whose type
+    can hold a tensor (found once per op): the same tensors in the same order,
+    without flattening every integer list (a difference would show as a log line
+    that differs from the recording)."""
+    known = _TENSOR_PARAMETERS.get(func)
+    if known is None:
+        known = _TENSOR_PARAMETERS[func] = [
+            i for i, a in enumerate(func._schema.arguments) if "Tensor" in str(a.type)]
+    if func.overloadpacket.__name__ in UNDECLARED_WRITES:
+        return _schema_tensors(func, args, kwargs)
+    schema = func._schema.arguments
+    tensors: list = []
+    mutated: list[int] = []
+    for index in known:
+        if index < len(args):
+            value = args[index]
+        elif schema[index].name in kwargs:
+            value = kwargs[schema[index].name]
+        else:
+            continue
+        writes = schema[index].is_write
+        for t in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(t, torch.Tensor):
+                if writes and len(tensors) not in mutated:
+                    mutated.append(len(tensors))
+                tensors.append(t)
+    return tensors, mutated
+
+
 @dataclass
 class Stats:
     """What the real step did, counted from its own actions."""
@@ -176,12 +228,18 @@ class Executor(StepRecorder):
     def __init__(self, log: FollowingLog, program: Program, events, budget: int, where):
         super().__init__(log, "none", where)
         self.program = program
-        self.events = events
+        self.events = events.tolist()     # Python rows: read one field at a time, per op
         self.budget = budget
         self.pos = 0
-        self.expected = [json.loads(line) for line in log.expected]
+        self.expected = log.expected
         self._line_op = self._op_lines()
-        self._tracked: dict[int, weakref.ref] = {}
+        self._tensor_op = program.tensor_op.tolist()
+        self._tensor_storage = program.tensor_storage.tolist()
+        self._op_cost = program.op_cost.tolist()
+        self._op_size = program.op_total_size.tolist()
+        self._rebuilt = self._rebuilt_ops()
+        self._tracked: dict[int, tuple[weakref.ref, int]] = {}   # storage key -> (storage, bytes)
+        self.live = 0          # bytes of the tracked storages PyTorch holds alive
         self._weak: dict[int, weakref.ref] = {}
         self._strong: dict[int, torch.UntypedStorage] = {}
         self._resident: set[int] = set()
@@ -195,31 +253,47 @@ class Executor(StepRecorder):
     def _op_lines(self) -> dict[int, int]:
         found, op = {}, 0
         for i, rec in enumerate(self.expected):
-            if rec["INSTRUCTION"] in ("CONSTANT", "CALL", "MUTATE"):
+            if rec["INSTRUCTION"] in OP_INSTRUCTIONS:
                 found[i] = op
                 op += 1
         return found
 
+    def _rebuilt_ops(self) -> set[int]:
+        """The ops the schedule reruns: only these keep what a rerun needs."""
+        return {self._tensor_op[e[E_TENSOR]] for e in self.events
+                if e[E_KIND] == EV_COMPUTE and e[E_FLAG] & FLAG_REMAT and not e[E_FLAG] & FLAG_COLLATERAL}
+
     # --- the memory truth ------------------------------------------------------------
 
     def _track(self, storage: torch.UntypedStorage) -> None:
-        self._tracked[storage._cdata] = weakref.ref(storage)
+        """Count `storage` in the live bytes until PyTorch frees it."""
+        key = storage._cdata
+        if key in self._tracked:
+            return
+        size = storage.nbytes()
+        self._tracked[key] = (weakref.ref(storage, lambda _, key=key: self._died(key)), size)
+        self.live += size
+
+    def _died(self, key: int) -> None:
+        self.live -= self._tracked.pop(key)[1]
+
+    def _reread(self, storage: torch.UntypedStorage) -> None:
+        """Read a tracked storage's size again (after an eviction, a rebuild, or an
+        op that may have resized it)."""
+        entry = self._tracked.get(storage._cdata)
+        if entry is not None and entry[1] != (size := storage.nbytes()):
+            self.live += size - entry[1]
+            self._tracked[storage._cdata] = (entry[0], size)
 
     def live_bytes(self) -> int:
-        """Bytes of the step's storages PyTorch holds alive now."""
-        total, dead = 0, []
-        for key, ref in self._tracked.items():
-            s = ref()
-            if s is None:
-                dead.append(key)
-            else:
-                total += s.nbytes()
-        for key in dead:
-            del self._tracked[key]
-        return total
+        """Bytes of the step's storages PyTorch holds alive now, summed afresh from
+        every storage (`live` is the same sum kept as PyTorch frees and resizes
+        them: each death is PyTorch's, each size read from the storage after
+        anything that can change it)."""
+        return sum(s.nbytes() for ref, _ in self._tracked.values() if (s := ref()) is not None)
 
-    def _check(self, memory: int, pending: int, where: str) -> None:
-        live = self.live_bytes()
+    def _check(self, memory: int, pending: int, op: int, depth: int) -> None:
+        live = self.live
         self.measured_memory[self.pos - 1] = live + pending
         st = self.stats
         st.alloc_checks += 1
@@ -227,8 +301,8 @@ class Executor(StepRecorder):
         if live + pending != memory:
             st.mismatches += 1
             if st.first_mismatch is None:
-                st.first_mismatch = (f"{where}: live storages {live + pending} bytes, "
-                                     f"engine memory {memory}")
+                st.first_mismatch = (f"allocation check of {self._op_text(op)} (depth {depth}): "
+                                     f"live storages {live + pending} bytes, engine memory {memory}")
         if live > self.budget:
             st.over_budget += 1
 
@@ -259,6 +333,7 @@ class Executor(StepRecorder):
             except RuntimeError as exc:
                 raise ScheduleError(f"storage {sid} of {self._op_text(self.current_op)} cannot "
                                     f"be evicted: {exc}") from None
+            self._reread(s)
         return True
 
     def _install(self, sid: int, new: torch.UntypedStorage) -> None:
@@ -270,6 +345,7 @@ class Executor(StepRecorder):
             self.stats.ghosts += 1
         else:
             current._swap_data_ptr_(new)
+            self._reread(current)
         self._resident.add(sid)
 
     # --- following the schedule -----------------------------------------------------
@@ -280,16 +356,16 @@ class Executor(StepRecorder):
     def advance(self, stop_op: int | None, pending: int = 0, deferred: list | None = None) -> None:
         """Apply the engine's events up to the top-level compute of `stop_op`
         (None: to the end of the run)."""
-        ev, prog = self.events, self.program
+        ev = self.events
         while self.pos < len(ev):
             e = ev[self.pos]
             self.pos += 1
-            kind = int(e[E_KIND])
+            kind = e[E_KIND]
             if kind == EV_COMPUTE:
-                t, flag = int(e[E_TENSOR]), int(e[E_FLAG])
-                op = int(prog.tensor_op[t])
+                t, flag = e[E_TENSOR], e[E_FLAG]
+                op = self._tensor_op[t]
                 if flag & FLAG_COLLATERAL:
-                    self._resident.add(int(prog.tensor_storage[t]))
+                    self._resident.add(self._tensor_storage[t])
                     self.stats.collateral += bool(flag & FLAG_REMAT)
                 elif flag & FLAG_REMAT:
                     index = self.pos - 1
@@ -300,42 +376,38 @@ class Executor(StepRecorder):
                     if op != stop_op:
                         raise ScheduleError(f"the schedule computes {self._op_text(op)} where the "
                                             f"step runs {self._op_text(stop_op)}")
-                    self._resident.add(int(prog.tensor_storage[t]))
-                    self.stats.model_compute += int(prog.op_cost[op])
+                    self._resident.add(self._tensor_storage[t])
+                    self.stats.model_compute += self._op_cost[op]
                     self.top_compute = self.pos - 1
-                    self._collaterals(op)
+                    self._collaterals()
                     return
             elif kind == EV_ALLOC_CHECK:
-                self._check(int(e[E_MEMORY]), pending,
-                            f"allocation check of {self._op_text(int(e[E_OP]))} "
-                            f"(depth {int(e[E_DEPTH])})")
+                self._check(e[E_MEMORY], pending, e[E_OP], e[E_DEPTH])
             elif kind == EV_EVICT:
-                if not self._evict(int(e[E_STORAGE]), pressure=True):
+                if not self._evict(e[E_STORAGE], pressure=True):
                     if deferred is None:
-                        raise ScheduleError(f"the schedule evicts storage {int(e[E_STORAGE])}, "
+                        raise ScheduleError(f"the schedule evicts storage {e[E_STORAGE]}, "
                                             "which the step has not made")
-                    deferred.append(int(e[E_STORAGE]))
+                    deferred.append(e[E_STORAGE])
             elif kind == EV_FREE_DEAD:
-                self._evict(int(e[E_STORAGE]), pressure=False)
+                self._evict(e[E_STORAGE], pressure=False)
             elif kind == EV_OOM:
                 self.pos -= 1
-                raise RealOutOfMemory(int(e[E_OP]), int(e[E_TENSOR]), int(e[E_BYTES]),
-                                      self.live_bytes(), int(e[E_MEMORY]))
+                raise RealOutOfMemory(e[E_OP], e[E_TENSOR], e[E_BYTES], self.live, e[E_MEMORY])
         if stop_op is not None:
             raise ScheduleEnded(f"the engine's run ended before {self._op_text(stop_op)}")
 
-    def _collaterals(self, op: int) -> None:
+    def _collaterals(self) -> None:
         ev = self.events
-        while self.pos < len(ev) and int(ev[self.pos][E_KIND]) == EV_COMPUTE and \
-                int(ev[self.pos][E_FLAG]) & FLAG_COLLATERAL:
-            self._resident.add(int(self.program.tensor_storage[int(ev[self.pos][E_TENSOR])]))
+        while self.pos < len(ev) and ev[self.pos][E_KIND] == EV_COMPUTE and \
+                ev[self.pos][E_FLAG] & FLAG_COLLATERAL:
+            self._resident.add(self._tensor_storage[ev[self.pos][E_TENSOR]])
             self.pos += 1
 
     def _rebuild(self, op: int) -> None:
         """Rerun log op `op` on its resident inputs; install its non-resident outputs."""
-        prog = self.program
         self.stats.remats += 1
-        self.stats.remat_compute += int(prog.op_cost[op])
+        self.stats.remat_compute += self._op_cost[op]
         rec = self._ops.get(op)
         if rec is None:
             raise ScheduleError(f"the schedule rebuilds {self._op_text(op)}, which the step "
@@ -390,7 +462,7 @@ class Executor(StepRecorder):
 
     def _planned(self, func, arg_names: list[str]) -> list[tuple[int, str]]:
         """The log ops this call writes, read from the recording at the current line."""
-        exp, i = self.expected, len(self.log.lines)
+        exp, i = self.expected, self.log.written
         name = func.overloadpacket.__name__
         planned: list[tuple[int, str]] = []
 
@@ -431,11 +503,11 @@ class Executor(StepRecorder):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        op = f"op {func.overloadpacket.__name__} ({func})"
+        op = _OpLabel(func)
         self._check_op(func, op)
         if self.log.diverged is not None:
             raise ScheduleError(self.log.divergence())
-        inputs, mutated = _schema_tensors(func, args, kwargs)
+        inputs, mutated = _tensor_arguments(func, args, kwargs)
         self._busy = True
         try:
             arg_names = [self.name_of(t, op) for t in inputs]
@@ -444,23 +516,28 @@ class Executor(StepRecorder):
             pending = 0
             for k, kind in planned:
                 self.current_op = k
-                slots = self._slots(k, inputs)
+                rerun = k in self._rebuilt
+                slots = self._slots(k, inputs) if rerun else None
                 self.advance(k, pending, deferred)
                 if kind == "mutate":
                     self._new_versions(k, inputs, mutated)
                 else:
-                    pending += int(self.program.op_total_size[k])
-                self._ops[k] = OpRecord(func, *_template(func, args, kwargs), slots, tuple(mutated),
-                                        [], kind == "mutate", None)
-            if planned and torch.Tag.nondeterministic_seeded in func.tags:
+                    pending += self._op_size[k]
+                if rerun:
+                    self._ops[k] = OpRecord(func, *_template(func, args, kwargs), slots, tuple(mutated),
+                                            [], kind == "mutate", None)
+            kept = [self._ops[k] for k, _ in planned if k in self._ops]
+            if kept and torch.Tag.nondeterministic_seeded in func.tags:
                 rng = torch.get_rng_state()
-                for k, _ in planned:
-                    self._ops[k].rng = rng
+                for rec in kept:
+                    rec.rng = rng
             self._binds.clear()
             start = time.perf_counter_ns()
             out = func(*args, **kwargs)
             if planned:
                 self.measured_ns[self.top_compute] = time.perf_counter_ns() - start
+            for m in mutated:
+                self._reread(inputs[m].untyped_storage())
             outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             for t in outputs:
                 self._check_tensor(t, op)
@@ -493,29 +570,29 @@ class Executor(StepRecorder):
                 self._resident.add(out_tid)
 
     def _bind(self, planned: list[tuple[int, str]], outputs: list) -> None:
-        prog = self.program
-        position = {id(t): i for i, t in reversed(list(enumerate(outputs)))}
+        prog, position = self.program, None
         for t, name, owner in self._binds:
-            try:
-                tid = prog.tensor_by_name(name)
-            except KeyError:
-                continue  # a COPY: a new name for a tensor the log already has
-            op = int(prog.tensor_op[tid])
-            if owner:
-                self._weak[tid] = weakref.ref(t.untyped_storage())
-                self._track(t.untyped_storage())
-                if op in self._ops and id(t) in position:
-                    self._ops[op].outputs.append((position[id(t)], tid))
+            if not owner:
+                continue  # a view, or a COPY: its storage is already bound
+            tid = prog.tensor_by_name(name)
+            self._weak[tid] = weakref.ref(t.untyped_storage())
+            self._track(t.untyped_storage())
+            rec = self._ops.get(self._tensor_op[tid])
+            if rec is not None:
+                if position is None:
+                    position = {id(t): i for i, t in reversed(list(enumerate(outputs)))}
+                if id(t) in position:
+                    rec.outputs.append((position[id(t)], tid))
         self._binds.clear()
         for k, kind in planned:
-            if kind == "mutate":
+            if kind == "mutate" and k in self._ops:
                 self._ops[k].outputs = list(enumerate(prog.op_outputs_of(k)))
 
     def finish(self) -> None:
         """After the step: the rest of the schedule (dead frees, final pins)."""
         self.current_op = self.program.n_ops - 1
         self.advance(None)
-        if self.log.diverged is None and len(self.log.lines) != len(self.log.expected):
-            self.log.diverged = len(self.log.lines)
+        if self.log.diverged is None and self.log.written != len(self.log.expected):
+            self.log.diverged = self.log.written
         if self.log.diverged is not None:
             raise ScheduleError(self.log.divergence())
