@@ -170,31 +170,40 @@ class _OpLabel:
     __str__ = __repr__ = lambda self: format(self, "")
 
 
-_TENSOR_PARAMETERS: dict = {}
+_OP_INFO: dict = {}
+
+
+def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None]:
+    """Per aten op, found once: its name, and its schema arguments whose type can
+    hold a tensor as (position, name, written) (None for an op that writes
+    arguments its schema does not mark, left to the recorder's reading)."""
+    info = _OP_INFO.get(func)
+    if info is None:
+        name = func.overloadpacket.__name__
+        params = None if name in UNDECLARED_WRITES else [
+            (i, a.name, a.is_write) for i, a in enumerate(func._schema.arguments)
+            if "Tensor" in str(a.type)]
+        info = _OP_INFO[func] = (name, params)
+    return info
 
 
 def _tensor_arguments(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
     """`recorder._schema_tensors` looking only at the schema arguments whose type
-    can hold a tensor (found once per op): the same tensors in the same order,
-    without flattening every integer list (a difference would show as a log line
-    that differs from the recording)."""
-    known = _TENSOR_PARAMETERS.get(func)
-    if known is None:
-        known = _TENSOR_PARAMETERS[func] = [
-            i for i, a in enumerate(func._schema.arguments) if "Tensor" in str(a.type)]
-    if func.overloadpacket.__name__ in UNDECLARED_WRITES:
+    can hold a tensor: the same tensors in the same order, without flattening
+    every integer list (a difference would show as a log line that differs from
+    the recording)."""
+    params = _op_info(func)[1]
+    if params is None:
         return _schema_tensors(func, args, kwargs)
-    schema = func._schema.arguments
     tensors: list = []
     mutated: list[int] = []
-    for index in known:
+    for index, name, writes in params:
         if index < len(args):
             value = args[index]
-        elif schema[index].name in kwargs:
-            value = kwargs[schema[index].name]
+        elif name in kwargs:
+            value = kwargs[name]
         else:
             continue
-        writes = schema[index].is_write
         for t in (value if isinstance(value, (list, tuple)) else (value,)):
             if isinstance(t, torch.Tensor):
                 if writes and len(tensors) not in mutated:
@@ -463,7 +472,7 @@ class Executor(StepRecorder):
     def _planned(self, func, arg_names: list[str]) -> list[tuple[int, str]]:
         """The log ops this call writes, read from the recording at the current line."""
         exp, i = self.expected, self.log.written
-        name = func.overloadpacket.__name__
+        name = _op_info(func)[0]
         planned: list[tuple[int, str]] = []
 
         def at(j):
