@@ -67,6 +67,10 @@ def bench(name: str, options: dict, repeat: int) -> list[dict]:
             rows.append({**row, "skipped": f"half of the peak {peak // 2:,} is below the floor {least:,}"})
             continue
         schedule = plan(step.program, budget)
+        if schedule.result.summary.outcome != "ok":
+            rows.append({**row, "skipped": f"the engine's run at {budget:,} bytes ends "
+                                           f"{schedule.result.summary.outcome}"})
+            continue
         plain, through, real = [], [], []
         for i in range(repeat + 1):
             p, t = step.plain()[1], passing_through(step)[1]

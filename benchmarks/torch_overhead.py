@@ -71,7 +71,7 @@ def draw(rows: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(MODELS), figsize=(10, 4))
+    fig, axes = plt.subplots(1, len(MODELS), figsize=(10, 4.4))
     for ax, name in zip(axes, MODELS):
         ok = [r for r in rows if r["model"] == name and r["outcome"] == "ok"]
         ratios = [r["ratio"] for r in ok]
@@ -84,19 +84,20 @@ def draw(rows: list[dict], path: Path) -> None:
         if failed:
             low = ax.get_ylim()[0]
             ax.plot(failed, [low] * len(failed), "x", color="tab:red", clip_on=False,
-                    label="out of memory (simulated and real)")
+                    label="out of memory (simulated; not run)")
         ax.set_title(f"zoo:{name}")
         ax.set_xlabel("budget / unconstrained peak")
         ax.set_ylabel("overhead (x)")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--points", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--points", type=int, default=20)
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = [row for name in MODELS for row in study(name, args.points, args.repeat)]

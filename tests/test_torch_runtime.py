@@ -420,14 +420,21 @@ def test_a_real_recording_diffs_against_its_simulation(tmp_path):
     assert row["same"] == row["checks"] > 0
 
 
-def test_tensors_off_the_cpu_are_refused():
+def test_tensors_off_the_cpu_and_cuda_are_refused():
     model, batch, loss_fn = zoo("mlp")
-    with pytest.raises(RecordError, match="runs on CPU only"):
+    with pytest.raises(RecordError, match="runs on CPU or CUDA"):
         execute(model.to("meta"), batch, loss_fn, ratio=1.0)
 
 
+def cuda_dropout_mlp():
+    model, (x, y), loss_fn = dropout_mlp()
+    return model.cuda(), (x.cuda(), y.cuda()), loss_fn
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
-def test_a_cuda_model_is_refused_in_one_line():
-    model, batch, loss_fn = zoo("mlp")
-    with pytest.raises(RecordError, match="runs on CPU only"):
-        execute(model.cuda(), batch, loss_fn, ratio=1.0)
+def test_a_cuda_step_with_dropout_rebuilds_to_the_same_bits(tmp_path):
+    """On a CUDA device: evictions release device memory, rebuilds rerun dropout
+    under the device generator's saved state."""
+    result = execute(*cuda_dropout_mlp(), budget=lowest_completing(cuda_dropout_mlp, tmp_path))
+    assert_faithful(result)
+    assert result.random_rebuilds > 0

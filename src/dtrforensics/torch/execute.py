@@ -177,6 +177,7 @@ class _State:
             self.grads = [(p, None if p.grad is None else p.grad.detach().clone())
                           for p in model.parameters()]
         self.rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if _cuda_in_use() else None
         self.python = _python_state(model)
 
     def restore(self) -> None:
@@ -189,6 +190,8 @@ class _State:
             for p, g in self.grads:
                 p.grad = None if g is None else g.clone()
         torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
 
 
 def _python_state(model: torch.nn.Module) -> dict:
@@ -212,20 +215,27 @@ def _check_python_state(before: dict, model: torch.nn.Module) -> None:
                                 "cannot be recomputed faithfully")
 
 
+DEVICES = ("cpu", "cuda")
+
+
 def _check_device(model: torch.nn.Module, batch) -> None:
-    """The executor replays the CPU generator's random state only: CPU tensors only."""
+    """The executor replays the random states of the CPU and CUDA generators only."""
     from torch.utils._pytree import tree_flatten
     for t in [*model.parameters(), *model.buffers(), *tree_flatten(list(batch))[0]]:
-        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
-            raise RecordError(f"the real step runs on CPU only, got a tensor on {t.device} "
+        if isinstance(t, torch.Tensor) and t.device.type not in DEVICES:
+            raise RecordError(f"the real step runs on CPU or CUDA, got a tensor on {t.device} "
                               "(random states of other devices are not replayed)")
+
+
+def _cuda_in_use() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
 def _bits(t: torch.Tensor) -> bytes:
     """The tensor's bytes, read from a copy: a storage numpy has seen can never be
     resized again, so never evicted."""
     with _disable_current_modes():
-        copy = t.detach().clone(memory_format=torch.contiguous_format)
+        copy = t.detach().clone(memory_format=torch.contiguous_format).cpu()
         return copy.view(-1).view(torch.uint8).numpy().tobytes()
 
 
@@ -347,16 +357,21 @@ class Step:
 @dataclass(frozen=True)
 class Timing:
     """Wall and CPU seconds of one step (the process's CPU time: fair on a shared
-    machine, where wall time waits for other work)."""
+    machine, where wall time waits for other work). With CUDA in use the device
+    is synchronized at both ends, so its queued work is counted."""
 
     wall: float
     cpu: float
 
     @classmethod
     def start(cls) -> Timing:
+        if _cuda_in_use():
+            torch.cuda.synchronize()
         return cls(time.perf_counter(), time.process_time())
 
     def stop(self) -> Timing:
+        if _cuda_in_use():
+            torch.cuda.synchronize()
         return Timing(time.perf_counter() - self.wall, time.process_time() - self.cpu)
 
 

@@ -17,8 +17,9 @@ pressure evictions, dead frees, allocation checks. An engine storage is a real
   are copied to a new storage (held by the executor) before the op writes the
   original, which becomes the new version.
 
-Random ops keep the CPU generator's state from before their first run and
-rerun under it, as `torch.utils.checkpoint`'s `preserve_rng_state` does.
+Random ops keep their generator's state (the CPU's, or their CUDA device's)
+from before their first run and rerun under it, as `torch.utils.checkpoint`'s
+`preserve_rng_state` does.
 
 The memory truth is PyTorch's: at every allocation check the executor sums
 `nbytes()` of every storage of the step that is still alive (weak references:
@@ -28,6 +29,7 @@ the engine's memory at that check.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import weakref
@@ -127,7 +129,44 @@ class OpRecord:
     writes: tuple[int, ...]          # argument slots the aten op writes
     outputs: list[tuple[int, int]]   # (index among produced tensors, owning tensor id)
     mutation: bool                   # a MUTATE op: produced tensors are the written slots
-    rng: torch.Tensor | None
+    rng: RandomState | None
+
+
+class RandomState:
+    """The state of the generator a random op draws from (the CPU's, or its CUDA
+    device's), taken before the op's first run."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.state = self._read()
+
+    def _read(self) -> torch.Tensor:
+        if self.device.type == "cuda":
+            return torch.cuda.get_rng_state(self.device)
+        return torch.get_rng_state()
+
+    def _write(self, state: torch.Tensor) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(state, self.device)
+        else:
+            torch.set_rng_state(state)
+
+    @contextlib.contextmanager
+    def replayed(self):
+        """Run the block under the saved state; the generator's own state after."""
+        now = self._read()
+        self._write(self.state)
+        try:
+            yield
+        finally:
+            self._write(now)
+
+
+def _op_device(inputs: list, kwargs: dict) -> torch.device:
+    """The device an op runs on: its `device=` argument, else its first tensor's."""
+    if kwargs.get("device") is not None:
+        return torch.device(kwargs["device"])
+    return inputs[0].device if inputs else torch.device("cpu")
 
 
 class _Slot:
@@ -435,16 +474,10 @@ class Executor(StepRecorder):
                     s = s.clone()
                 tensors.append(torch.empty(0, dtype=dtype, device=s.device).set_(s, offset, size, stride))
             args, kwargs = _fill((rec.args, rec.kwargs), tensors)
-            saved = None
             if rec.rng is not None:
                 self.stats.random_rebuilds += 1
-                saved = torch.get_rng_state()
-                torch.set_rng_state(rec.rng)
-            try:
+            with rec.rng.replayed() if rec.rng is not None else contextlib.nullcontext():
                 out = rec.func(*args, **kwargs)
-            finally:
-                if saved is not None:
-                    torch.set_rng_state(saved)
             produced = ([tensors[i] for i in rec.writes] if rec.mutation
                         else [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)])
             for index, tid in targets:
@@ -537,7 +570,11 @@ class Executor(StepRecorder):
                                             [], kind == "mutate", None)
             kept = [self._ops[k] for k, _ in planned if k in self._ops]
             if kept and torch.Tag.nondeterministic_seeded in func.tags:
-                rng = torch.get_rng_state()
+                if any(isinstance(a, torch.Generator) for a in (*args, *kwargs.values())):
+                    raise ScheduleError(f"{op} {self.where()}: the schedule reruns it, and it draws "
+                                        "from a torch.Generator of its own, whose state is not "
+                                        "replayed: cannot be recomputed faithfully")
+                rng = RandomState(_op_device(inputs, kwargs))
                 for rec in kept:
                     rec.rng = rng
             self._binds.clear()
