@@ -201,7 +201,8 @@ def read_rebuilt(schedule, program) -> bool:
 
 # (spec, options, optimizer): each completes at the lowest budget of its grid
 # with evictions; Adam's and AdamW's step counts are read with `.item()`.
-OPTIMIZED = [("zoo:mlp", {}, "sgd"), ("zoo:gpt", {}, "adam"), ("zoo:resnet", {}, "adamw")]
+OPTIMIZED = [("zoo:mlp", {}, "sgd"), pytest.param("zoo:gpt", {}, "adam", marks=pytest.mark.slow),
+             ("zoo:resnet", {}, "adamw")]
 
 
 @pytest.mark.parametrize("spec,options,optimizer", OPTIMIZED)
@@ -245,7 +246,7 @@ def test_an_optimizer_step_matches_dtrf_run_on_the_log_torch_record_writes(tmp_p
 # lowest completing budget of the grid evicts.
 LIBRARY = [
     ("torchvision:resnet18", {"image_size": 32}),
-    ("torchvision:mobilenet_v3_small", {"image_size": 32}),
+    pytest.param("torchvision:mobilenet_v3_small", {"image_size": 32}, marks=pytest.mark.slow),
     ("hf:LlamaForCausalLM", {"seq": 64, "batch": 4, "hidden_size": 64, "intermediate_size": 128}),
     pytest.param("hf:gpt2", {"seq": 64, "batch": 4, "n_embd": 64}, marks=pytest.mark.slow),
     pytest.param("timm:vit_tiny_patch16_224", {"image_size": 64, "batch": 8}, marks=pytest.mark.slow),
@@ -275,9 +276,11 @@ def test_live_bytes_kept_as_pytorch_frees_equal_a_fresh_sum(monkeypatch):
         original(self, *args)
 
     monkeypatch.setattr(runtime.Executor, "_check", check)
-    result = execute(*zoo("resnet"), ratio=0.8)
-    assert result.simulated.evictions > 0 and result.remats > 0
-    assert len(sums) == result.alloc_checks and all(kept == fresh for kept, fresh in sums)
+    step = prepare(*zoo("resnet"))
+    budget = int(0.8 * step.peak)
+    run = step.real(plan(step.program, budget), budget)
+    assert run.stop is None and run.executor.stats.remats > 0
+    assert len(sums) == run.executor.stats.alloc_checks and all(kept == fresh for kept, fresh in sums)
 
 
 def _state(model):
@@ -299,7 +302,7 @@ def test_a_hole_sweep_exact_certifies_is_a_hole_of_the_real_step(tmp_path):
     torch.manual_seed(0)
     step = prepare(*zoo("gpt"), log_path=log)
     sweep = tmp_path / "sweep"
-    done = runner.invoke(app, ["sweep", str(log), "--from", "0.8214", "--to", "0.8227", "--exact",
+    done = runner.invoke(app, ["sweep", str(log), "--from", "0.8215", "--to", "0.8219", "--exact",
                                "-o", str(sweep), "--jobs", "1"])
     assert done.exit_code == 0, done.output
     holes = json.loads(runner.invoke(app, ["holes", str(sweep), "--json"]).stdout)

@@ -40,7 +40,12 @@ def run_lines(doc: dict) -> list[str]:
             values += (f", {real['updates_compared']} parameters and {doc['optimizer']} states after "
                        f"its step bitwise equal {real['updates_bitwise_equal']}")
         lines.append(values)
-    slowdown = real["slowdown"]
-    lines.append(f"wall time {real['wall_seconds']:.4f} s against {real['plain_wall_seconds']:.4f} s "
-                 f"for the plain step" + (f" ({slowdown:.2f}x)" if slowdown is not None else ""))
+    lines.append(f"one run each: wall time {real['wall_seconds']:.4f} s against "
+                 f"{real['plain_wall_seconds']:.4f} s for the plain step{_times(real['slowdown'])}, "
+                 f"CPU time {real['cpu_seconds']:.4f} s against {real['plain_cpu_seconds']:.4f} s"
+                 f"{_times(real['cpu_slowdown'])} (benchmarks/torch_execute.py measures the cost)")
     return lines
+
+
+def _times(ratio: float | None) -> str:
+    return f" ({ratio:.2f}x)" if ratio is not None else ""

@@ -98,6 +98,8 @@ class ExecuteResult:
     random_rebuilds: int
     wall_seconds: float            # the real constrained step
     plain_wall_seconds: float      # the plain unconstrained step
+    cpu_seconds: float             # the process's CPU time in the real step
+    plain_cpu_seconds: float
     loss: float | None
     plain_loss: float
     loss_bitwise_equal: bool | None
@@ -133,6 +135,8 @@ class ExecuteResult:
                 "random_rebuilds": self.random_rebuilds,
                 "wall_seconds": self.wall_seconds, "plain_wall_seconds": self.plain_wall_seconds,
                 "slowdown": self.wall_seconds / self.plain_wall_seconds if self.plain_wall_seconds else None,
+                "cpu_seconds": self.cpu_seconds, "plain_cpu_seconds": self.plain_cpu_seconds,
+                "cpu_slowdown": self.cpu_seconds / self.plain_cpu_seconds if self.plain_cpu_seconds else None,
                 "loss": self.loss, "plain_loss": self.plain_loss,
                 "loss_bitwise_equal": self.loss_bitwise_equal,
                 "grads_bitwise_equal": self.grads_bitwise_equal, "grads_compared": self.grads_compared,
@@ -452,6 +456,7 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         from ..recorder.writer import Recorder
         Recorder(record_dir).check_target()
     step = prepare(model, batch, loss_fn, cost=cost, optimizer=optimizer, log_path=log_path)
+    step.plain()     # a first run pays PyTorch's one-time setup (kernels, caches): not timed
     plain, plain_timing = step.plain()
     _check_python_state(step.state.python, model)
     program, peak = step.program, step.peak
@@ -466,17 +471,21 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         raise BudgetError(f"budget {budget:,} bytes is below the step's floor of {least:,} bytes "
                           f"({why}): no policy can run it")
     schedule = plan(program, budget, policy)
-    run = step.real(schedule, budget)
+    try:
+        run = step.real(schedule, budget)
+    except RecordError:
+        step.state.restore()     # a step that cannot be followed leaves the model as it was
+        raise
     if run.values is None:
         step.state.restore()
-    result = _result(step, schedule, run, plain, plain_timing.wall, budget, least, cost)
+    result = _result(step, schedule, run, plain, plain_timing, budget, least, cost)
     if record_dir is not None:
         from .real_recording import write_real_recording
         write_real_recording(record_dir, program, schedule, run.executor, result.real_summary(), ratio)
     return result
 
 
-def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_wall: float,
+def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_timing: Timing,
             budget: int, least: int, cost: str) -> ExecuteResult:
     program, sim, stop, st = step.program, schedule.result.summary, run.stop, run.executor.stats
     oom = None
@@ -498,7 +507,8 @@ def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_wall
         alloc_checks=st.alloc_checks, memory_mismatches=st.mismatches,
         first_mismatch=st.first_mismatch, over_budget_checks=st.over_budget,
         peak_live_bytes=st.peak_live, ghosts=st.ghosts, random_rebuilds=st.random_rebuilds,
-        wall_seconds=run.timing.wall, plain_wall_seconds=plain_wall,
+        wall_seconds=run.timing.wall, plain_wall_seconds=plain_timing.wall,
+        cpu_seconds=run.timing.cpu, plain_cpu_seconds=plain_timing.cpu,
         loss=real.loss if done else None, plain_loss=plain.loss,
         loss_bitwise_equal=struct.pack("<d", real.loss) == struct.pack("<d", plain.loss) if done else None,
         grads_bitwise_equal=real.grads == plain.grads if done else None,

@@ -203,10 +203,11 @@ class _OpLabel:
     def __init__(self, func):
         self.func = func
 
-    def __format__(self, spec: str) -> str:
-        return format(f"op {self.func.overloadpacket.__name__} ({self.func})", spec)
+    def __str__(self) -> str:
+        return f"op {self.func.overloadpacket.__name__} ({self.func})"
 
-    __str__ = __repr__ = lambda self: format(self, "")
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 _OP_INFO: dict = {}
