@@ -23,6 +23,7 @@ from dtrforensics.engine.hooks import (
     FLAG_REMAT,
 )
 from dtrforensics.engine.replay import replay
+from dtrforensics.engine.summary import victims_sha256
 from dtrforensics.torch import (
     RecordError,
     record,
@@ -318,13 +319,18 @@ def test_a_hole_sweep_exact_certifies_is_a_hole_of_the_real_step(tmp_path):
         assert run.stop.live == run.stop.memory == sim.oom.memory
         assert run.stop.live + run.stop.request - budget == schedule.frontier.shortfall > 0
         assert run.executor.stats.mismatches == 0
+        assert victims_sha256(run.executor.stats.victims) == sim.victims_sha256
         step.state.restore()
         assert _same(before, _state(step.model))
+    plain = step.plain()[0]
     for budget in (hole["lo"] - 1, hole["hi"] + 1):
         schedule = plan(step.program, budget)
+        sim = schedule.result.summary
         run = step.real(schedule, budget)
-        assert run.stop is None and schedule.result.summary.outcome == "ok"
-        assert run.executor.stats.mismatches == 0 and run.executor.stats.over_budget == 0
+        stats = run.executor.stats
+        assert run.stop is None and sim.outcome == "ok" and run.values == plain
+        assert stats.mismatches == 0 and stats.over_budget == 0
+        assert (victims_sha256(stats.victims), stats.remats) == (sim.victims_sha256, sim.remats)
 
 
 def test_an_oom_is_reported_as_simulated_and_leaves_the_model_as_it_was(tmp_path):
