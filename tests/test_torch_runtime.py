@@ -98,8 +98,9 @@ def test_zoo_step_is_the_unconstrained_one_and_the_simulated_one(name, between, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["resnet", "gpt", "lstm", "unet", "mlp"])
+@pytest.mark.parametrize("name", ["resnet", "gpt", "lstm", "unet"])
 def test_zoo_step_at_every_completing_budget_of_a_grid(name, tmp_path):
+    """(zoo:mlp is not here: it completes only at its peak, where nothing is evicted.)"""
     path = tmp_path / "step.log"
     record(*zoo(name), path)
     program = parse_file(path)
