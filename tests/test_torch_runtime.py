@@ -29,7 +29,7 @@ from dtrforensics.torch import (
     record,
     runtime,
 )
-from dtrforensics.torch.execute import BudgetError, execute, prepare
+from dtrforensics.torch.execute import BudgetError, _stop_of, execute, prepare
 from dtrforensics.torch.runtime import ScheduleError
 from dtrforensics.torch.schedule import floor, plan
 from dtrforensics.torch.spec import build
@@ -404,6 +404,22 @@ def test_a_step_that_changes_python_state_is_refused_in_one_line(factory, words)
     assert done.err.count("\n") == 1 and words in done.error_lines[0]
     with pytest.raises(ScheduleError):
         execute(*globals()[factory](), ratio=1.0)
+
+
+def test_a_read_of_an_evicted_tensor_the_log_cannot_see_is_named_in_one_line():
+    """`.tolist()` reads a tensor without an op PyTorch dispatches: when its storage
+    was evicted, PyTorch's multi-line error becomes one line saying why."""
+    try:
+        raise RuntimeError("The tensor has a non-zero number of elements, but its data is not "
+                           "allocated yet.\nIf you're using torch.compile ...")
+    except RuntimeError as cause:
+        wrapped = RecordError("the forward pass raised RuntimeError: The tensor ... (in module m)")
+        wrapped.__cause__ = cause
+    with pytest.raises(ScheduleError) as info:
+        _stop_of(wrapped)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("the forward pass read a tensor")
+    assert "cannot follow its schedule" in message
 
 
 def test_a_real_recording_diffs_against_its_simulation(tmp_path):
