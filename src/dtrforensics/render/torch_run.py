@@ -37,8 +37,8 @@ def run_lines(doc: dict) -> list[str]:
         values = (f"values: loss bitwise equal {real['loss_bitwise_equal']}, "
                   f"{real['grads_compared']} gradients bitwise equal {real['grads_bitwise_equal']}")
         if doc["optimizer"]:
-            values += (f", {real['updates_compared']} parameters and {doc['optimizer']} states after "
-                       f"its step bitwise equal {real['updates_bitwise_equal']}")
+            values += (f", {real['updates_compared']} tensors after the {doc['optimizer']} step "
+                       f"(parameters and states) bitwise equal {real['updates_bitwise_equal']}")
         lines.append(values)
     lines.append(f"one run each: wall time {real['wall_seconds']:.4f} s against "
                  f"{real['plain_wall_seconds']:.4f} s for the plain step{_times(real['slowdown'])}, "
