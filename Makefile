@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/trace_cache.py
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/torch_record.py
+	$(BIN)/python benchmarks/torch_execute.py
 	$(BIN)/python benchmarks/policy_cost.py
 
 clean:

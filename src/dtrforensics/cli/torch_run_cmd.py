@@ -43,6 +43,8 @@ def run_cmd(
     log: Annotated[Path | None, typer.Option(help="Also keep the step's DTR log at this path.", show_default=False)] = None,
     batch: Annotated[int | None, typer.Option(help="Batch size (passed to the factory as batch=).")] = None,
     seq: Annotated[int | None, typer.Option(help="Sequence length (passed as seq=).")] = None,
+    image_size: Annotated[int | None, typer.Option("--image-size", help="Image side in pixels (passed as image_size=).")] = None,
+    optimizer: Annotated[str | None, typer.Option(help="Add optimizer.step() in its steady state, as `torch record` has it: sgd, adam or adamw.", show_default=False)] = None,
     sizes: Annotated[list[str] | None, typer.Option("--set", help="Another factory keyword, KEY=INTEGER; repeatable.")] = None,
     seed: Annotated[int, typer.Option(help="torch.manual_seed before building the model.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
@@ -61,12 +63,12 @@ def run_cmd(
     from ..errors import OptionError
     from ..render.jsonout import dumps
     from ..render.torch_run import run_lines
-    options = {"batch": batch, "seq": seq, **_sizes(sizes or [])}
+    options = {"batch": batch, "seq": seq, "image_size": image_size, **_sizes(sizes or [])}
     try:
         torch.manual_seed(seed)
         model, data, loss_fn = build(spec, **options)
         result = execute(model, data, loss_fn, budget=budget, ratio=ratio, policy=policy,
-                         cost=cost, log_path=log, record_dir=record)
+                         cost=cost, optimizer=optimizer, log_path=log, record_dir=record)
     except (RecordError, OptionError, ValueError) as exc:
         raise CommandError(f"{spec}: {exc}") from None
     doc = result.to_json()

@@ -11,7 +11,8 @@ def run_lines(doc: dict) -> list[str]:
     same = "same as" if doc["matches_simulation"] else "DIFFERENT from"
     lines = [
         (f"real step at budget {fmt_exact_bytes(doc['budget'])} (peak {fmt_exact_bytes(doc['peak'])}, "
-        f"floor {fmt_exact_bytes(doc['floor'])}), policy {doc['policy']}: {doc['outcome']}"),
+        f"floor {fmt_exact_bytes(doc['floor'])}), policy {doc['policy']}"
+        f"{', optimizer ' + doc['optimizer'] if doc['optimizer'] else ''}: {doc['outcome']}"),
         (f"evictions {doc['evictions']:,}, rematerializations {doc['remats']:,}, clock {doc['clock']:,}, "
         f"overhead {fmt_overhead(doc['overhead'])}; victims sha256 {doc['victims_sha256']}"),
         (f"{same} the simulation: {sim['outcome']}, evictions {sim['evictions']:,}, "
@@ -33,9 +34,18 @@ def run_lines(doc: dict) -> list[str]:
             lines.append(f"pinned frontier: {front['pinned']:,} bytes pinned, depth {front['depth']}, "
                          f"engine shortfall {front['shortfall']:,} bytes")
     else:
-        lines.append(f"values: loss bitwise equal {real['loss_bitwise_equal']}, "
-                     f"{real['grads_compared']} gradients bitwise equal {real['grads_bitwise_equal']}")
-    slowdown = real["slowdown"]
-    lines.append(f"wall time {real['wall_seconds']:.4f} s against {real['plain_wall_seconds']:.4f} s "
-                 f"for the plain step" + (f" ({slowdown:.2f}x)" if slowdown is not None else ""))
+        values = (f"values: loss bitwise equal {real['loss_bitwise_equal']}, "
+                  f"{real['grads_compared']} gradients bitwise equal {real['grads_bitwise_equal']}")
+        if doc["optimizer"]:
+            values += (f", {real['updates_compared']} tensors after the {doc['optimizer']} step "
+                       f"(parameters and states) bitwise equal {real['updates_bitwise_equal']}")
+        lines.append(values)
+    lines.append(f"one run each: wall time {real['wall_seconds']:.4f} s against "
+                 f"{real['plain_wall_seconds']:.4f} s for the plain step{_times(real['slowdown'])}, "
+                 f"CPU time {real['cpu_seconds']:.4f} s against {real['plain_cpu_seconds']:.4f} s"
+                 f"{_times(real['cpu_slowdown'])} (benchmarks/torch_execute.py measures the cost)")
     return lines
+
+
+def _times(ratio: float | None) -> str:
+    return f" ({ratio:.2f}x)" if ratio is not None else ""

@@ -1,19 +1,21 @@
 """`execute`: one real training step under DTR, and how it compares with the simulation.
 
-The step (`loss_fn(model(inputs), targets)`, then `loss.backward()`, as
-`record` runs it) runs three times from the same state and random state:
-plainly (the unconstrained reference: loss, gradients, wall time), under the
-recorder (its DTR log, `flops` costs by default), and for real under the
-engine's schedule for that log at the budget (`runtime.Executor`). The model
-is left as the real step leaves it; after an out-of-memory it is put back as
-it was before.
+The step (`loss_fn(model(inputs), targets)`, then `loss.backward()` and, with
+an optimizer, `optimizer.step()`, as `record` runs it) runs three times from
+the same state and random state: under the recorder (its DTR log, `flops`
+costs by default), plainly (the unconstrained reference: loss, gradients,
+updated parameters, wall time), and for real under the engine's schedule for
+that log at the budget (`runtime.Executor`). The model is left as the real
+step leaves it; after an out-of-memory it is put back as it was before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import hashlib
+import struct
 import tempfile
 import time
 from dataclasses import dataclass
@@ -26,6 +28,8 @@ from ..engine.baseline import baseline, budget_for_ratio
 from ..engine.summary import RunSummary, victims_sha256
 from ..jsonsafe import json_safe
 from ..trace.parser import parse_file
+from ..trace.program import Program
+from .optim import OPTIMIZERS, state_tensors, steady_optimizer
 from .recorder import RecordError, constants_of
 from .runtime import (
     Executor,
@@ -35,7 +39,7 @@ from .runtime import (
     ScheduleError,
 )
 from .schedule import Plan, floor, plan
-from .step import ModuleLocator, _forward, _run_backward, _run_forward, record
+from .step import ModuleLocator, _forward, _run_backward, _run_forward, _run_optimizer, record
 
 
 class BudgetError(RecordError):
@@ -75,6 +79,7 @@ class ExecuteResult:
     peak: int                      # unconstrained peak of the log
     floor: int
     cost: str
+    optimizer: str | None
     outcome: str                   # the real step's: ok, oom, or the engine's other outcome
     victims: tuple[int, ...]       # storages the real step evicted under pressure, in order
     dead_frees: int
@@ -93,11 +98,15 @@ class ExecuteResult:
     random_rebuilds: int
     wall_seconds: float            # the real constrained step
     plain_wall_seconds: float      # the plain unconstrained step
+    cpu_seconds: float             # the process's CPU time in the real step
+    plain_cpu_seconds: float
     loss: float | None
     plain_loss: float
     loss_bitwise_equal: bool | None
     grads_bitwise_equal: bool | None
     grads_compared: int
+    updates_bitwise_equal: bool | None   # parameters and optimizer states after its step
+    updates_compared: int
 
     @property
     def victims_sha256(self) -> str:
@@ -112,6 +121,7 @@ class ExecuteResult:
         return json_safe({
             "trace": sim.trace, "trace_sha256": sim.trace_sha256, "policy": sim.policy,
             "budget": self.budget, "peak": self.peak, "floor": self.floor, "cost": self.cost,
+            "optimizer": self.optimizer,
             "outcome": self.outcome, "clock": self.clock, "remat_compute": self.remat_compute,
             "overhead": self.overhead if self.outcome == "ok" else None,
             "evictions": len(self.victims), "dead_frees": self.dead_frees,
@@ -125,9 +135,13 @@ class ExecuteResult:
                 "random_rebuilds": self.random_rebuilds,
                 "wall_seconds": self.wall_seconds, "plain_wall_seconds": self.plain_wall_seconds,
                 "slowdown": self.wall_seconds / self.plain_wall_seconds if self.plain_wall_seconds else None,
+                "cpu_seconds": self.cpu_seconds, "plain_cpu_seconds": self.plain_cpu_seconds,
+                "cpu_slowdown": self.cpu_seconds / self.plain_cpu_seconds if self.plain_cpu_seconds else None,
                 "loss": self.loss, "plain_loss": self.plain_loss,
                 "loss_bitwise_equal": self.loss_bitwise_equal,
                 "grads_bitwise_equal": self.grads_bitwise_equal, "grads_compared": self.grads_compared,
+                "updates_bitwise_equal": self.updates_bitwise_equal,
+                "updates_compared": self.updates_compared,
             },
             "simulated": sim.to_json(),
             "matches_simulation": self.matches_simulation(),
@@ -167,6 +181,7 @@ class _State:
             self.grads = [(p, None if p.grad is None else p.grad.detach().clone())
                           for p in model.parameters()]
         self.rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if _cuda_in_use() else None
         self.python = _python_state(model)
 
     def restore(self) -> None:
@@ -179,6 +194,8 @@ class _State:
             for p, g in self.grads:
                 p.grad = None if g is None else g.clone()
         torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
 
 
 def _python_state(model: torch.nn.Module) -> dict:
@@ -202,92 +219,232 @@ def _check_python_state(before: dict, model: torch.nn.Module) -> None:
                                 "cannot be recomputed faithfully")
 
 
+DEVICES = ("cpu", "cuda")
+
+
 def _check_device(model: torch.nn.Module, batch) -> None:
-    """The executor replays the CPU generator's random state only: CPU tensors only."""
+    """The executor replays the random states of the CPU and CUDA generators only."""
     from torch.utils._pytree import tree_flatten
     for t in [*model.parameters(), *model.buffers(), *tree_flatten(list(batch))[0]]:
-        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
-            raise RecordError(f"the real step runs on CPU only, got a tensor on {t.device} "
+        if isinstance(t, torch.Tensor) and t.device.type not in DEVICES:
+            raise RecordError(f"the real step runs on CPU or CUDA, got a tensor on {t.device} "
                               "(random states of other devices are not replayed)")
 
 
+def _cuda_in_use() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
 def _bits(t: torch.Tensor) -> bytes:
+    """The tensor's bytes, read from a copy: a storage numpy has seen can never be
+    resized again, so never evicted."""
     with _disable_current_modes():
-        return t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+        copy = t.detach().clone(memory_format=torch.contiguous_format).cpu()
+        return copy.view(-1).view(torch.uint8).numpy().tobytes()
 
 
 def _digest(t: torch.Tensor | None) -> str | None:
     return None if t is None else hashlib.sha256(_bits(t)).hexdigest()
 
 
-def _plain_step(model, batch, loss_fn) -> tuple[float, list, float]:
-    inputs, targets = batch
-    gc_was_enabled = gc.isenabled()
+@dataclass(frozen=True)
+class Values:
+    """What a completed step computed, as digests: the loss, every parameter's
+    gradient and, with an optimizer, every parameter and optimizer state after
+    its update."""
+
+    loss: float
+    grads: tuple[str | None, ...]
+    updates: tuple[str | None, ...]
+
+    @classmethod
+    def of(cls, loss: float, model: torch.nn.Module, opt) -> Values:
+        updated = [*model.parameters(), *state_tensors(opt)] if opt is not None else []
+        return cls(loss, tuple(_digest(p.grad) for p in model.parameters()),
+                   tuple(_digest(t) for t in updated))
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """The garbage collector off during a step, and what existed before it frozen:
+    the step's collections (where `record` makes them) then walk only the objects
+    the step made, not the whole heap (a full collection with PyTorch imported
+    takes about 0.2 s of CPU, fifty times zoo:gpt's whole plain step)."""
+    was_enabled = gc.isenabled()
     gc.disable()
+    freeze = gc.get_freeze_count() == 0      # never unfreeze what the caller froze
+    if freeze:
+        gc.freeze()
     try:
-        start = time.perf_counter()
-        loss = loss_fn(_forward(model, inputs, None), targets)
-        loss.backward()
-        wall = time.perf_counter() - start
-        value = float(loss.detach())
-        del loss
+        yield
     finally:
-        if gc_was_enabled:
+        if freeze:
+            gc.unfreeze()
+        if was_enabled:
             gc.enable()
-    return value, [_digest(p.grad) for p in model.parameters()], wall
 
 
-# --- the real step ----------------------------------------------------------------------
+@dataclass
+class Step:
+    """One training step of `model`, recorded once, to run again from the same
+    state: plainly (`plain`) or for real under a schedule of its log (`real`).
 
+    `optimizer` (`sgd`, `adam`, `adamw`) adds `optimizer.step()` in its steady
+    state, as `record` has it: each run builds the optimizer anew from the
+    state before the step (`optim.steady_optimizer`)."""
 
-def _real_step(model, batch, loss_fn, program, lines: list[str], schedule: Plan, budget: int):
-    inputs, targets = batch
-    modules = ModuleLocator(model)
-    log = FollowingLog(lines)
-    ex = Executor(log, program, schedule.events, budget, modules.where)
-    existing = constants_of(model, [inputs, targets])
-    loss_value, stop = None, None
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    start = time.perf_counter()
-    try:
-        with ex:
+    model: torch.nn.Module
+    batch: tuple
+    loss_fn: object
+    optimizer: str | None
+    state: _State
+    program: Program
+    lines: list[str]
+
+    @property
+    def peak(self) -> int:
+        return baseline(self.program).peak
+
+    def _optimizer(self):
+        return steady_optimizer(self.optimizer, list(self.model.parameters()))
+
+    def plain(self) -> tuple[Values, Timing]:
+        """The unconstrained step without any dispatch mode: its values and times."""
+        self.state.restore()
+        inputs, targets = self.batch
+        opt = self._optimizer()
+        with _collector_paused():
+            clock = Timing.start()
+            loss = self.loss_fn(_forward(self.model, inputs, None), targets)
+            loss.backward()
+            if opt is not None:
+                opt.step()
+            taken = clock.stop()
+            value = float(loss.detach())
+            del loss
+        return Values.of(value, self.model, opt), taken
+
+    def real(self, schedule: Plan, budget: int) -> RealStep:
+        """The step under `runtime.Executor`, following `schedule` at `budget`."""
+        self.state.restore()
+        opt = self._optimizer()
+        inputs, targets = self.batch
+        modules = ModuleLocator(self.model)
+        log = FollowingLog(self.lines)
+        ex = Executor(log, self.program, schedule.events, budget, modules.where)
+        existing = constants_of(self.model, [inputs, targets]) + state_tensors(opt)
+        loss_value, stop = None, None
+        with _collector_paused():
+            clock = Timing.start()
             try:
-                for t in existing:
-                    ex.name_of(t)
-                loss = _run_forward(model, inputs, targets, loss_fn, None, modules)
-                with _disable_current_modes():
-                    loss_value = float(loss.detach())
-                log.annotate("BACKWARD")
-                _run_backward(loss)
-                del loss
-                gc.collect()
-                ex.finish()
-            except RecordError as exc:
-                cause = exc.__cause__
-                if isinstance(cause, (RealOutOfMemory, ScheduleEnded)) and not isinstance(exc, ScheduleError):
-                    stop = cause
-                else:
-                    raise
-            except (RealOutOfMemory, ScheduleEnded) as exc:
-                stop = exc
-            if stop is not None:
-                stop.__traceback__ = None
-                loss = None  # noqa: F841  (drop what the failed step still held)
-                gc.collect()
-    finally:
-        wall = time.perf_counter() - start
-        ex.close()
-        if gc_was_enabled:
-            gc.enable()
-    return ex, loss_value, stop, wall
+                with ex:
+                    try:
+                        for t in existing:
+                            ex.name_of(t)
+                        loss_value = _training_step(ex, self.model, inputs, targets, self.loss_fn,
+                                                    opt, modules)
+                        ex.finish()
+                    except RecordError as exc:
+                        stop = _stop_of(exc)
+                    except (RealOutOfMemory, ScheduleEnded) as exc:
+                        stop = exc
+                    if stop is not None:
+                        stop.__traceback__ = None
+                        gc.collect()       # what the failed step still held
+            finally:
+                taken = clock.stop()
+                ex.close()
+        values = Values.of(loss_value, self.model, opt) if stop is None else None
+        return RealStep(ex, values, stop, taken)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Wall and CPU seconds of one step (the process's CPU time: fair on a shared
+    machine, where wall time waits for other work). With CUDA in use the device
+    is synchronized at both ends, so its queued work is counted."""
+
+    wall: float
+    cpu: float
+
+    @classmethod
+    def start(cls) -> Timing:
+        if _cuda_in_use():
+            torch.cuda.synchronize()
+        return cls(time.perf_counter(), time.process_time())
+
+    def stop(self) -> Timing:
+        if _cuda_in_use():
+            torch.cuda.synchronize()
+        return Timing(time.perf_counter() - self.wall, time.process_time() - self.cpu)
+
+
+@dataclass(frozen=True)
+class RealStep:
+    executor: Executor
+    values: Values | None          # None unless the step completed
+    stop: Exception | None         # RealOutOfMemory or ScheduleEnded
+    timing: Timing
+
+
+def _stop_of(exc: RecordError) -> Exception:
+    """The schedule's OOM or end, when the model's code wrapped it; else an error."""
+    cause = exc.__cause__
+    if isinstance(cause, (RealOutOfMemory, ScheduleEnded)) and not isinstance(exc, ScheduleError):
+        return cause
+    if isinstance(cause, RuntimeError) and "data is not allocated" in str(cause):
+        what = str(exc).split(" raised ")[0]
+        raise ScheduleError(f"{what} read a tensor whose storage the schedule had evicted, by a read "
+                            "PyTorch does not dispatch (`.tolist()`, `.numpy()`), so the log has no "
+                            "op that keeps it resident: this step cannot follow its schedule "
+                            "faithfully") from None
+    raise exc
+
+
+def _training_step(ex: Executor, model, inputs, targets, loss_fn, opt, modules) -> float:
+    """Forward, loss, backward and the optimizer's step, with the collections and
+    releases where `step.record` makes them (the log must come out line for line)."""
+    loss = _run_forward(model, inputs, targets, loss_fn, None, modules)
+    with _disable_current_modes():
+        value = float(loss.detach())
+    ex.log.annotate("BACKWARD")
+    _run_backward(loss)
+    if opt is not None:
+        gc.collect()
+        ex.release_dead_views()
+        _run_optimizer(opt)
+    del loss
+    gc.collect()
+    return value
+
+
+def prepare(model: torch.nn.Module, batch, loss_fn, *, cost: str = "flops",
+            optimizer: str | None = None, log_path: str | Path | None = None) -> Step:
+    """Check the step can run for real, run `record` on it (its DTR log, kept at
+    `log_path` if given) and put the model back as it was."""
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        raise RecordError("batch must be a pair (inputs, targets)")
+    _check_device(model, batch)
+    if optimizer is not None and optimizer not in OPTIMIZERS:
+        raise RecordError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+    state = _State(model)
+    with tempfile.TemporaryDirectory(prefix="dtrf-run-") as tmp:
+        path = Path(log_path) if log_path is not None else Path(tmp) / "step.log"
+        record(model, batch, loss_fn, path, cost=cost, optimizer=optimizer)
+        _check_python_state(state.python, model)
+        lines = path.read_text(encoding="utf-8").splitlines()
+        program = parse_file(path)
+    state.restore()
+    return Step(model, tuple(batch), loss_fn, optimizer, state, program, lines)
 
 
 def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None,
             ratio: float | None = None, policy="dtr", cost: str = "flops",
-            log_path: str | Path | None = None, record_dir: str | Path | None = None) -> ExecuteResult:
+            optimizer: str | None = None, log_path: str | Path | None = None,
+            record_dir: str | Path | None = None) -> ExecuteResult:
     """Run one training step of `model` for real under DTR at `budget` bytes (or
-    `ratio` of the step's unconstrained peak), decisions from `policy`.
+    `ratio` of the step's unconstrained peak), decisions from `policy`;
+    `optimizer` adds `optimizer.step()` as `record` has it.
 
     `record_dir` writes the real step as a recording (`real_recording`).
     Raises `BudgetError` for a budget below the step's floor and `RecordError`
@@ -295,65 +452,66 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
     faithfully; an out-of-memory is a result (`outcome == "oom"`)."""
     if (budget is None) == (ratio is None):
         raise ValueError("give exactly one of budget (bytes) or ratio")
-    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-        raise RecordError("batch must be a pair (inputs, targets)")
-    _check_device(model, batch)
     if record_dir is not None:
         from ..recorder.writer import Recorder
         Recorder(record_dir).check_target()
-    state = _State(model)
-    plain_loss, plain_grads, plain_wall = _plain_step(model, batch, loss_fn)
-    _check_python_state(state.python, model)
-    state.restore()
-    with tempfile.TemporaryDirectory(prefix="dtrf-run-") as tmp:
-        path = Path(log_path) if log_path is not None else Path(tmp) / "step.log"
-        record(model, batch, loss_fn, path, cost=cost)
-        _check_python_state(state.python, model)
-        lines = path.read_text(encoding="utf-8").splitlines()
-        program = parse_file(path)
-    state.restore()
-    peak = baseline(program).peak
+    step = prepare(model, batch, loss_fn, cost=cost, optimizer=optimizer, log_path=log_path)
+    step.plain()     # a first run pays PyTorch's one-time setup (kernels, caches): not timed
+    plain, plain_timing = step.plain()
+    _check_python_state(step.state.python, model)
+    program, peak = step.program, step.peak
     if ratio is not None:
         budget = budget_for_ratio(ratio, peak)
     least = floor(program)
     if budget < least:
+        step.state.restore()
+        why = ("constants, one op's inputs and outputs" if least <= peak else
+               f"above the unconstrained peak of {peak:,} bytes: DTR keeps the old version of "
+               "every parameter and state written in place pinned to the end of the step")
         raise BudgetError(f"budget {budget:,} bytes is below the step's floor of {least:,} bytes "
-                          f"(constants, one op's inputs and outputs): no policy can run it")
+                          f"({why}): no policy can run it")
     schedule = plan(program, budget, policy)
-    ex, loss_value, stop, wall = _real_step(model, batch, loss_fn, program, lines, schedule, budget)
-    sim = schedule.result.summary
+    try:
+        run = step.real(schedule, budget)
+    except RecordError:
+        step.state.restore()     # a step that cannot be followed leaves the model as it was
+        raise
+    if run.values is None:
+        step.state.restore()
+    result = _result(step, schedule, run, plain, plain_timing, budget, least, cost)
+    if record_dir is not None:
+        from .real_recording import write_real_recording
+        write_real_recording(record_dir, program, schedule, run.executor, result.real_summary(), ratio)
+    return result
+
+
+def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_timing: Timing,
+            budget: int, least: int, cost: str) -> ExecuteResult:
+    program, sim, stop, st = step.program, schedule.result.summary, run.stop, run.executor.stats
     oom = None
     if isinstance(stop, RealOutOfMemory):
         outcome = "oom"
         oom = RealOom(op_id=stop.op_id, op_name=program.op_name(stop.op_id),
                       tensor=program.tensor_name(stop.tensor_id), request=stop.request,
                       live_bytes=stop.live, engine_memory=stop.memory, budget=budget)
-    elif stop is not None:
-        outcome = sim.outcome
     else:
-        outcome = "ok"
-    grads_equal = loss_equal = None
-    if outcome == "ok":
-        grads = [_digest(p.grad) for p in model.parameters()]
-        grads_equal = grads == plain_grads
-        loss_equal = _digest(torch.tensor(loss_value, dtype=torch.float64)) == \
-            _digest(torch.tensor(plain_loss, dtype=torch.float64))
-    else:
-        state.restore()
-    st = ex.stats
-    result = ExecuteResult(
+        outcome = sim.outcome if stop is not None else "ok"
+    real = run.values
+    done = real is not None
+    return ExecuteResult(
         simulated=sim, frontier=schedule.frontier.to_json() if schedule.frontier else None,
-        budget=budget, peak=peak, floor=least, cost=cost, outcome=outcome,
-        victims=tuple(st.victims), dead_frees=st.dead_frees, remats=st.remats,
+        budget=budget, peak=step.peak, floor=least, cost=cost, optimizer=step.optimizer,
+        outcome=outcome, victims=tuple(st.victims), dead_frees=st.dead_frees, remats=st.remats,
         collateral_remats=st.collateral, clock=1 + st.model_compute + st.remat_compute,
         model_compute=int(sim.model_compute), remat_compute=st.remat_compute, oom=oom,
         alloc_checks=st.alloc_checks, memory_mismatches=st.mismatches,
         first_mismatch=st.first_mismatch, over_budget_checks=st.over_budget,
-        peak_live_bytes=st.peak_live, ghosts=st.ghosts, random_rebuilds=st.random_rebuilds, wall_seconds=wall,
-        plain_wall_seconds=plain_wall, loss=loss_value, plain_loss=plain_loss,
-        loss_bitwise_equal=loss_equal, grads_bitwise_equal=grads_equal,
-        grads_compared=sum(g is not None for g in plain_grads))
-    if record_dir is not None:
-        from .real_recording import write_real_recording
-        write_real_recording(record_dir, program, schedule, ex, result.real_summary(), ratio)
-    return result
+        peak_live_bytes=st.peak_live, ghosts=st.ghosts, random_rebuilds=st.random_rebuilds,
+        wall_seconds=run.timing.wall, plain_wall_seconds=plain_timing.wall,
+        cpu_seconds=run.timing.cpu, plain_cpu_seconds=plain_timing.cpu,
+        loss=real.loss if done else None, plain_loss=plain.loss,
+        loss_bitwise_equal=struct.pack("<d", real.loss) == struct.pack("<d", plain.loss) if done else None,
+        grads_bitwise_equal=real.grads == plain.grads if done else None,
+        grads_compared=sum(g is not None for g in plain.grads),
+        updates_bitwise_equal=real.updates == plain.updates if done and step.optimizer else None,
+        updates_compared=len(plain.updates))

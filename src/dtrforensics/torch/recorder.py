@@ -38,6 +38,10 @@ IDENTITY_OPS = ("detach", "alias", "lift_fresh")
 # fake one. Either way it is one CONSTANT, so fake logs equal real ones.
 LIFTS = ("lift_fresh", "lift_fresh_copy")
 REJECTED_OPS = {"set_": "it rebinds a tensor to another storage"}
+# Ops that read values into Python and make no tensor (`.item()`, `bool(t)`,
+# `torch.equal`): a read needs its storage resident like any op, so each is
+# written as a view of the tensor it reads, released at once (0 bytes).
+VALUE_READS = ("_local_scalar_dense", "is_nonzero", "equal")
 # Ops that write arguments their schema does not mark as written (batch norm
 # updates its running statistics in place in training mode).
 UNDECLARED_WRITES = {name: ("running_mean", "running_var")
@@ -267,6 +271,10 @@ class StepRecorder(TorchDispatchMode):
         if self.cost == "flops":
             written = [t for t, _, alias in results if alias < 0] + [inputs[i] for i in mutated]
             cost = flop_cost(func, args, kwargs, out, inputs, written)
+        if not results and not mutated and op_name in VALUE_READS and inputs:
+            name = self._new_name()
+            self.log.call(op_name, call_args, [(name, inputs[0].untyped_storage().nbytes(), 0)], cost)
+            self.log.release(name)
         if results:
             self.log.call(op_name, call_args, [(n, t.untyped_storage().nbytes(), a)
                                                for t, n, a in results], cost)

@@ -17,8 +17,9 @@ pressure evictions, dead frees, allocation checks. An engine storage is a real
   are copied to a new storage (held by the executor) before the op writes the
   original, which becomes the new version.
 
-Random ops keep the CPU generator's state from before their first run and
-rerun under it, as `torch.utils.checkpoint`'s `preserve_rng_state` does.
+Random ops keep their generator's state (the CPU's, or their CUDA device's)
+from before their first run and rerun under it, as `torch.utils.checkpoint`'s
+`preserve_rng_state` does.
 
 The memory truth is PyTorch's: at every allocation check the executor sums
 `nbytes()` of every storage of the step that is still alive (weak references:
@@ -28,8 +29,8 @@ the engine's memory at that check.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -57,9 +58,14 @@ from ..engine.hooks import (
 )
 from ..trace.program import Program
 from .log import LogWriter
-from .recorder import RecordError, StepRecorder, _schema_tensors
+from .recorder import UNDECLARED_WRITES, RecordError, StepRecorder, _schema_tensors
 
-_TIME = re.compile(r'"TIME":"\d+"')
+OP_INSTRUCTIONS = ("CONSTANT", "CALL", "MUTATE")
+
+
+def _costless(record: dict) -> dict:
+    """A log record without its cost: the executor does not recompute costs."""
+    return {k: v for k, v in record.items() if k != "TIME"}
 
 
 class ScheduleError(RecordError):
@@ -79,35 +85,36 @@ class ScheduleEnded(Exception):
     """The engine's run stopped (thrashed, timeout, error) before the real step did."""
 
 
-def _normal(line: str) -> str:
-    """A log line without its cost: the executor does not recompute costs."""
-    return _TIME.sub('"TIME":""', line)
-
-
 class FollowingLog(LogWriter):
-    """A log writer that checks every line against the recording as it is written.
+    """A log writer that checks every record against the recording as it is written
+    (compared as records, not as JSON text: no line is encoded unless it differs).
     A mismatch is kept (finalizers cannot raise) and raised at the next op."""
 
     def __init__(self, expected: list[str]):
-        self.expected = [_normal(line) for line in expected]
+        self.expected = [json.loads(line) for line in expected]
+        self._want = [_costless(r) for r in self.expected]
         self.diverged: int | None = None
+        self._ran: dict | None = None
         self.ops = 0
+        self.written = 0
         super().__init__()
 
     def _emit(self, **record) -> None:
-        super()._emit(**record)
-        index = len(self.lines) - 1
-        if record["INSTRUCTION"] in ("CONSTANT", "CALL", "MUTATE"):
+        index = self.written
+        self.written += 1
+        if record["INSTRUCTION"] in OP_INSTRUCTIONS:
             self.ops += 1
-        if self.diverged is None and (index >= len(self.expected)
-                                      or _normal(self.lines[index]) != self.expected[index]):
-            self.diverged = index
+        if self.diverged is None:
+            record.pop("TIME", None)
+            if index >= len(self._want) or record != self._want[index]:
+                self.diverged, self._ran = index, record
 
     def divergence(self) -> str:
         i = self.diverged
-        want = self.expected[i] if i < len(self.expected) else "the end of the log"
+        want = json.dumps(self._want[i], sort_keys=True) if i < len(self._want) else "the end of the log"
+        ran = json.dumps(self._ran, sort_keys=True) if self._ran is not None else "the end of the step"
         return (f"the step ran differently from its recording at log line {i + 1}: "
-                f"recorded {want}, ran {self.lines[i]}")
+                f"recorded {want}, ran {ran}")
 
 
 @dataclass
@@ -122,7 +129,44 @@ class OpRecord:
     writes: tuple[int, ...]          # argument slots the aten op writes
     outputs: list[tuple[int, int]]   # (index among produced tensors, owning tensor id)
     mutation: bool                   # a MUTATE op: produced tensors are the written slots
-    rng: torch.Tensor | None
+    rng: RandomState | None
+
+
+class RandomState:
+    """The state of the generator a random op draws from (the CPU's, or its CUDA
+    device's), taken before the op's first run."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.state = self._read()
+
+    def _read(self) -> torch.Tensor:
+        if self.device.type == "cuda":
+            return torch.cuda.get_rng_state(self.device)
+        return torch.get_rng_state()
+
+    def _write(self, state: torch.Tensor) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(state, self.device)
+        else:
+            torch.set_rng_state(state)
+
+    @contextlib.contextmanager
+    def replayed(self):
+        """Run the block under the saved state; the generator's own state after."""
+        now = self._read()
+        self._write(self.state)
+        try:
+            yield
+        finally:
+            self._write(now)
+
+
+def _op_device(inputs: list, kwargs: dict) -> torch.device:
+    """The device an op runs on: its `device=` argument, else its first tensor's."""
+    if kwargs.get("device") is not None:
+        return torch.device(kwargs["device"])
+    return inputs[0].device if inputs else torch.device("cpu")
 
 
 class _Slot:
@@ -151,6 +195,63 @@ def _fill(template, tensors: list):
     return tree_map(lambda x: tensors[x.index] if isinstance(x, _Slot) else x, template)
 
 
+class _OpLabel:
+    """`op NAME (overload)` for messages, formatted only when one is written."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func):
+        self.func = func
+
+    def __str__(self) -> str:
+        return f"op {self.func.overloadpacket.__name__} ({self.func})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+_OP_INFO: dict = {}
+
+
+def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None]:
+    """Per aten op, found once: its name, and its schema arguments whose type can
+    hold a tensor as (position, name, written) (None for an op that writes
+    arguments its schema does not mark, left to the recorder's reading)."""
+    info = _OP_INFO.get(func)
+    if info is None:
+        name = func.overloadpacket.__name__
+        params = None if name in UNDECLARED_WRITES else [
+            (i, a.name, a.is_write) for i, a in enumerate(func._schema.arguments)
+            if "Tensor" in str(a.type)]
+        info = _OP_INFO[func] = (name, params)
+    return info
+
+
+def _tensor_arguments(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
+    """`recorder._schema_tensors` looking only at the schema arguments whose type
+    can hold a tensor: the same tensors in the same order, without flattening
+    every integer list (a difference would show as a log line that differs from
+    the recording)."""
+    params = _op_info(func)[1]
+    if params is None:
+        return _schema_tensors(func, args, kwargs)
+    tensors: list = []
+    mutated: list[int] = []
+    for index, name, writes in params:
+        if index < len(args):
+            value = args[index]
+        elif name in kwargs:
+            value = kwargs[name]
+        else:
+            continue
+        for t in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(t, torch.Tensor):
+                if writes and len(tensors) not in mutated:
+                    mutated.append(len(tensors))
+                tensors.append(t)
+    return tensors, mutated
+
+
 @dataclass
 class Stats:
     """What the real step did, counted from its own actions."""
@@ -176,12 +277,18 @@ class Executor(StepRecorder):
     def __init__(self, log: FollowingLog, program: Program, events, budget: int, where):
         super().__init__(log, "none", where)
         self.program = program
-        self.events = events
+        self.events = events.tolist()     # Python rows: read one field at a time, per op
         self.budget = budget
         self.pos = 0
-        self.expected = [json.loads(line) for line in log.expected]
+        self.expected = log.expected
         self._line_op = self._op_lines()
-        self._tracked: dict[int, weakref.ref] = {}
+        self._tensor_op = program.tensor_op.tolist()
+        self._tensor_storage = program.tensor_storage.tolist()
+        self._op_cost = program.op_cost.tolist()
+        self._op_size = program.op_total_size.tolist()
+        self._rebuilt = self._rebuilt_ops()
+        self._tracked: dict[int, tuple[weakref.ref, int]] = {}   # storage key -> (storage, bytes)
+        self.live = 0          # bytes of the tracked storages PyTorch holds alive
         self._weak: dict[int, weakref.ref] = {}
         self._strong: dict[int, torch.UntypedStorage] = {}
         self._resident: set[int] = set()
@@ -195,31 +302,47 @@ class Executor(StepRecorder):
     def _op_lines(self) -> dict[int, int]:
         found, op = {}, 0
         for i, rec in enumerate(self.expected):
-            if rec["INSTRUCTION"] in ("CONSTANT", "CALL", "MUTATE"):
+            if rec["INSTRUCTION"] in OP_INSTRUCTIONS:
                 found[i] = op
                 op += 1
         return found
 
+    def _rebuilt_ops(self) -> set[int]:
+        """The ops the schedule reruns: only these keep what a rerun needs."""
+        return {self._tensor_op[e[E_TENSOR]] for e in self.events
+                if e[E_KIND] == EV_COMPUTE and e[E_FLAG] & FLAG_REMAT and not e[E_FLAG] & FLAG_COLLATERAL}
+
     # --- the memory truth ------------------------------------------------------------
 
     def _track(self, storage: torch.UntypedStorage) -> None:
-        self._tracked[storage._cdata] = weakref.ref(storage)
+        """Count `storage` in the live bytes until PyTorch frees it."""
+        key = storage._cdata
+        if key in self._tracked:
+            return
+        size = storage.nbytes()
+        self._tracked[key] = (weakref.ref(storage, lambda _, key=key: self._died(key)), size)
+        self.live += size
+
+    def _died(self, key: int) -> None:
+        self.live -= self._tracked.pop(key)[1]
+
+    def _reread(self, storage: torch.UntypedStorage) -> None:
+        """Read a tracked storage's size again (after an eviction, a rebuild, or an
+        op that may have resized it)."""
+        entry = self._tracked.get(storage._cdata)
+        if entry is not None and entry[1] != (size := storage.nbytes()):
+            self.live += size - entry[1]
+            self._tracked[storage._cdata] = (entry[0], size)
 
     def live_bytes(self) -> int:
-        """Bytes of the step's storages PyTorch holds alive now."""
-        total, dead = 0, []
-        for key, ref in self._tracked.items():
-            s = ref()
-            if s is None:
-                dead.append(key)
-            else:
-                total += s.nbytes()
-        for key in dead:
-            del self._tracked[key]
-        return total
+        """Bytes of the step's storages PyTorch holds alive now, summed afresh from
+        every storage (`live` is the same sum kept as PyTorch frees and resizes
+        them: each death is PyTorch's, each size read from the storage after
+        anything that can change it)."""
+        return sum(s.nbytes() for ref, _ in self._tracked.values() if (s := ref()) is not None)
 
-    def _check(self, memory: int, pending: int, where: str) -> None:
-        live = self.live_bytes()
+    def _check(self, memory: int, pending: int, op: int, depth: int) -> None:
+        live = self.live
         self.measured_memory[self.pos - 1] = live + pending
         st = self.stats
         st.alloc_checks += 1
@@ -227,8 +350,8 @@ class Executor(StepRecorder):
         if live + pending != memory:
             st.mismatches += 1
             if st.first_mismatch is None:
-                st.first_mismatch = (f"{where}: live storages {live + pending} bytes, "
-                                     f"engine memory {memory}")
+                st.first_mismatch = (f"allocation check of {self._op_text(op)} (depth {depth}): "
+                                     f"live storages {live + pending} bytes, engine memory {memory}")
         if live > self.budget:
             st.over_budget += 1
 
@@ -259,6 +382,7 @@ class Executor(StepRecorder):
             except RuntimeError as exc:
                 raise ScheduleError(f"storage {sid} of {self._op_text(self.current_op)} cannot "
                                     f"be evicted: {exc}") from None
+            self._reread(s)
         return True
 
     def _install(self, sid: int, new: torch.UntypedStorage) -> None:
@@ -270,6 +394,7 @@ class Executor(StepRecorder):
             self.stats.ghosts += 1
         else:
             current._swap_data_ptr_(new)
+            self._reread(current)
         self._resident.add(sid)
 
     # --- following the schedule -----------------------------------------------------
@@ -280,16 +405,16 @@ class Executor(StepRecorder):
     def advance(self, stop_op: int | None, pending: int = 0, deferred: list | None = None) -> None:
         """Apply the engine's events up to the top-level compute of `stop_op`
         (None: to the end of the run)."""
-        ev, prog = self.events, self.program
+        ev = self.events
         while self.pos < len(ev):
             e = ev[self.pos]
             self.pos += 1
-            kind = int(e[E_KIND])
+            kind = e[E_KIND]
             if kind == EV_COMPUTE:
-                t, flag = int(e[E_TENSOR]), int(e[E_FLAG])
-                op = int(prog.tensor_op[t])
+                t, flag = e[E_TENSOR], e[E_FLAG]
+                op = self._tensor_op[t]
                 if flag & FLAG_COLLATERAL:
-                    self._resident.add(int(prog.tensor_storage[t]))
+                    self._resident.add(self._tensor_storage[t])
                     self.stats.collateral += bool(flag & FLAG_REMAT)
                 elif flag & FLAG_REMAT:
                     index = self.pos - 1
@@ -300,42 +425,38 @@ class Executor(StepRecorder):
                     if op != stop_op:
                         raise ScheduleError(f"the schedule computes {self._op_text(op)} where the "
                                             f"step runs {self._op_text(stop_op)}")
-                    self._resident.add(int(prog.tensor_storage[t]))
-                    self.stats.model_compute += int(prog.op_cost[op])
+                    self._resident.add(self._tensor_storage[t])
+                    self.stats.model_compute += self._op_cost[op]
                     self.top_compute = self.pos - 1
-                    self._collaterals(op)
+                    self._collaterals()
                     return
             elif kind == EV_ALLOC_CHECK:
-                self._check(int(e[E_MEMORY]), pending,
-                            f"allocation check of {self._op_text(int(e[E_OP]))} "
-                            f"(depth {int(e[E_DEPTH])})")
+                self._check(e[E_MEMORY], pending, e[E_OP], e[E_DEPTH])
             elif kind == EV_EVICT:
-                if not self._evict(int(e[E_STORAGE]), pressure=True):
+                if not self._evict(e[E_STORAGE], pressure=True):
                     if deferred is None:
-                        raise ScheduleError(f"the schedule evicts storage {int(e[E_STORAGE])}, "
+                        raise ScheduleError(f"the schedule evicts storage {e[E_STORAGE]}, "
                                             "which the step has not made")
-                    deferred.append(int(e[E_STORAGE]))
+                    deferred.append(e[E_STORAGE])
             elif kind == EV_FREE_DEAD:
-                self._evict(int(e[E_STORAGE]), pressure=False)
+                self._evict(e[E_STORAGE], pressure=False)
             elif kind == EV_OOM:
                 self.pos -= 1
-                raise RealOutOfMemory(int(e[E_OP]), int(e[E_TENSOR]), int(e[E_BYTES]),
-                                      self.live_bytes(), int(e[E_MEMORY]))
+                raise RealOutOfMemory(e[E_OP], e[E_TENSOR], e[E_BYTES], self.live, e[E_MEMORY])
         if stop_op is not None:
             raise ScheduleEnded(f"the engine's run ended before {self._op_text(stop_op)}")
 
-    def _collaterals(self, op: int) -> None:
+    def _collaterals(self) -> None:
         ev = self.events
-        while self.pos < len(ev) and int(ev[self.pos][E_KIND]) == EV_COMPUTE and \
-                int(ev[self.pos][E_FLAG]) & FLAG_COLLATERAL:
-            self._resident.add(int(self.program.tensor_storage[int(ev[self.pos][E_TENSOR])]))
+        while self.pos < len(ev) and ev[self.pos][E_KIND] == EV_COMPUTE and \
+                ev[self.pos][E_FLAG] & FLAG_COLLATERAL:
+            self._resident.add(self._tensor_storage[ev[self.pos][E_TENSOR]])
             self.pos += 1
 
     def _rebuild(self, op: int) -> None:
         """Rerun log op `op` on its resident inputs; install its non-resident outputs."""
-        prog = self.program
         self.stats.remats += 1
-        self.stats.remat_compute += int(prog.op_cost[op])
+        self.stats.remat_compute += self._op_cost[op]
         rec = self._ops.get(op)
         if rec is None:
             raise ScheduleError(f"the schedule rebuilds {self._op_text(op)}, which the step "
@@ -354,16 +475,10 @@ class Executor(StepRecorder):
                     s = s.clone()
                 tensors.append(torch.empty(0, dtype=dtype, device=s.device).set_(s, offset, size, stride))
             args, kwargs = _fill((rec.args, rec.kwargs), tensors)
-            saved = None
             if rec.rng is not None:
                 self.stats.random_rebuilds += 1
-                saved = torch.get_rng_state()
-                torch.set_rng_state(rec.rng)
-            try:
+            with rec.rng.replayed() if rec.rng is not None else contextlib.nullcontext():
                 out = rec.func(*args, **kwargs)
-            finally:
-                if saved is not None:
-                    torch.set_rng_state(saved)
             produced = ([tensors[i] for i in rec.writes] if rec.mutation
                         else [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)])
             for index, tid in targets:
@@ -390,8 +505,8 @@ class Executor(StepRecorder):
 
     def _planned(self, func, arg_names: list[str]) -> list[tuple[int, str]]:
         """The log ops this call writes, read from the recording at the current line."""
-        exp, i = self.expected, len(self.log.lines)
-        name = func.overloadpacket.__name__
+        exp, i = self.expected, self.log.written
+        name = _op_info(func)[0]
         planned: list[tuple[int, str]] = []
 
         def at(j):
@@ -431,11 +546,11 @@ class Executor(StepRecorder):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        op = f"op {func.overloadpacket.__name__} ({func})"
+        op = _OpLabel(func)
         self._check_op(func, op)
         if self.log.diverged is not None:
             raise ScheduleError(self.log.divergence())
-        inputs, mutated = _schema_tensors(func, args, kwargs)
+        inputs, mutated = _tensor_arguments(func, args, kwargs)
         self._busy = True
         try:
             arg_names = [self.name_of(t, op) for t in inputs]
@@ -444,23 +559,32 @@ class Executor(StepRecorder):
             pending = 0
             for k, kind in planned:
                 self.current_op = k
-                slots = self._slots(k, inputs)
+                rerun = k in self._rebuilt
+                slots = self._slots(k, inputs) if rerun else None
                 self.advance(k, pending, deferred)
                 if kind == "mutate":
                     self._new_versions(k, inputs, mutated)
                 else:
-                    pending += int(self.program.op_total_size[k])
-                self._ops[k] = OpRecord(func, *_template(func, args, kwargs), slots, tuple(mutated),
-                                        [], kind == "mutate", None)
-            if planned and torch.Tag.nondeterministic_seeded in func.tags:
-                rng = torch.get_rng_state()
-                for k, _ in planned:
-                    self._ops[k].rng = rng
+                    pending += self._op_size[k]
+                if rerun:
+                    self._ops[k] = OpRecord(func, *_template(func, args, kwargs), slots, tuple(mutated),
+                                            [], kind == "mutate", None)
+            kept = [self._ops[k] for k, _ in planned if k in self._ops]
+            if kept and torch.Tag.nondeterministic_seeded in func.tags:
+                if any(isinstance(a, torch.Generator) for a in (*args, *kwargs.values())):
+                    raise ScheduleError(f"{op} {self.where()}: the schedule reruns it, and it draws "
+                                        "from a torch.Generator of its own, whose state is not "
+                                        "replayed: cannot be recomputed faithfully")
+                rng = RandomState(_op_device(inputs, kwargs))
+                for rec in kept:
+                    rec.rng = rng
             self._binds.clear()
             start = time.perf_counter_ns()
             out = func(*args, **kwargs)
             if planned:
                 self.measured_ns[self.top_compute] = time.perf_counter_ns() - start
+            for m in mutated:
+                self._reread(inputs[m].untyped_storage())
             outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             for t in outputs:
                 self._check_tensor(t, op)
@@ -493,29 +617,29 @@ class Executor(StepRecorder):
                 self._resident.add(out_tid)
 
     def _bind(self, planned: list[tuple[int, str]], outputs: list) -> None:
-        prog = self.program
-        position = {id(t): i for i, t in reversed(list(enumerate(outputs)))}
+        prog, position = self.program, None
         for t, name, owner in self._binds:
-            try:
-                tid = prog.tensor_by_name(name)
-            except KeyError:
-                continue  # a COPY: a new name for a tensor the log already has
-            op = int(prog.tensor_op[tid])
-            if owner:
-                self._weak[tid] = weakref.ref(t.untyped_storage())
-                self._track(t.untyped_storage())
-                if op in self._ops and id(t) in position:
-                    self._ops[op].outputs.append((position[id(t)], tid))
+            if not owner:
+                continue  # a view, or a COPY: its storage is already bound
+            tid = prog.tensor_by_name(name)
+            self._weak[tid] = weakref.ref(t.untyped_storage())
+            self._track(t.untyped_storage())
+            rec = self._ops.get(self._tensor_op[tid])
+            if rec is not None:
+                if position is None:
+                    position = {id(t): i for i, t in reversed(list(enumerate(outputs)))}
+                if id(t) in position:
+                    rec.outputs.append((position[id(t)], tid))
         self._binds.clear()
         for k, kind in planned:
-            if kind == "mutate":
+            if kind == "mutate" and k in self._ops:
                 self._ops[k].outputs = list(enumerate(prog.op_outputs_of(k)))
 
     def finish(self) -> None:
         """After the step: the rest of the schedule (dead frees, final pins)."""
         self.current_op = self.program.n_ops - 1
         self.advance(None)
-        if self.log.diverged is None and len(self.log.lines) != len(self.log.expected):
-            self.log.diverged = len(self.log.lines)
+        if self.log.diverged is None and self.log.written != len(self.log.expected):
+            self.log.diverged = self.log.written
         if self.log.diverged is not None:
             raise ScheduleError(self.log.divergence())
