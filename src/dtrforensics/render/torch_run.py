@@ -24,10 +24,10 @@ def run_lines(doc: dict) -> list[str]:
     ]
     if real["old_values_kept"]:
         lines.append(
-            f"old values: {real['old_values_kept']:,} constants' bytes from before optimizer.step() "
-            f"wrote them, kept for the schedule's later rebuilds of ops that read them (at most "
-            f"{real['old_value_bytes']:,} bytes, held at {real['old_value_checks']:,} checks): "
-            "the log counts each constant once, so the simulation leaves them out")
+            f"old values: the bytes of {real['old_values_kept']:,} constants from before "
+            "optimizer.step() wrote them, kept while later rebuilds of ops that read them need "
+            f"them (at most {real['old_value_bytes']:,} bytes, held at {real['old_value_checks']:,} "
+            "checks); the log counts each constant once, so the simulation leaves them out")
     if real["first_mismatch"]:
         lines.append(f"first mismatch: {real['first_mismatch']}")
     if real["unexplained_mismatches"]:
