@@ -417,9 +417,7 @@ def _training_step(ex: Executor, model, inputs, targets, loss_fn, opt, modules) 
     ex.log.annotate("BACKWARD")
     _run_backward(loss)
     if opt is not None:
-        gc.collect()
-        ex.update_constants_in_place()
-        _run_optimizer(opt)
+        _run_optimizer(ex, opt)
     del loss
     gc.collect()
     return value

@@ -15,7 +15,10 @@ pressure evictions, dead frees, allocation checks. An engine storage is a real
   parent lives on as a *ghost* the executor holds until the engine evicts it;
 - a mutation makes a new version (semantics.md §9.2): the old version's bytes
   are copied to a new storage (held by the executor) before the op writes the
-  original, which becomes the new version.
+  original, which becomes the new version;
+- in `optimizer.step()` a write of a constant is a view of it, as the recorder
+  logs it: written in place, its bytes from before kept only while a later
+  rebuild reads them (`old_values.py`).
 
 Random ops keep their generator's state (the CPU's, or their CUDA device's)
 from before their first run and rerun under it, as `torch.utils.checkpoint`'s
