@@ -446,6 +446,23 @@ def test_a_budget_below_the_floor_is_refused_up_front():
     assert done.err.count("\n") == 1 and "floor" in done.error_lines[0]
 
 
+def batch_norm_head():
+    """Batch norm and a linear head on two samples: the model's state is the step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.BatchNorm1d(64), nn.Linear(64, 1))
+    return model, (torch.randn(2, 64), torch.randn(2, 1)), nn.functional.mse_loss
+
+
+def test_a_floor_above_the_peak_says_why():
+    """A DTR run never frees a constant; the unconstrained run frees the old
+    running statistics batch norm leaves (a MUTATE of a constant), so where the
+    state is the peak the floor lies above it, and the refusal says so."""
+    step = prepare(*batch_norm_head(), optimizer="sgd")
+    assert floor(step.program) > step.peak
+    with pytest.raises(BudgetError, match="above the unconstrained peak .* batch norm"):
+        execute(*batch_norm_head(), ratio=1.0, optimizer="sgd")
+
+
 class Counting(nn.Module):
     """Changes a Python attribute in forward: the recording is not the real step."""
 
