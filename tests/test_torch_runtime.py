@@ -246,20 +246,25 @@ def test_a_value_read_of_an_evicted_tensor_rebuilds_it_first(tmp_path):
 
 # (spec, optimizer): each completes at the lowest budget of its grid with
 # evictions.
-OPTIMIZED = [("zoo:unet", "sgd"), pytest.param("zoo:gpt", "adam", marks=pytest.mark.slow),
-             ("zoo:resnet", "adamw")]
+OPTIMIZED = [("zoo:unet", {}, "sgd"), pytest.param("zoo:gpt", {}, "adam", marks=pytest.mark.slow),
+             ("zoo:resnet", {}, "adamw"),
+             pytest.param("hf:LlamaForCausalLM", {"seq": 64, "batch": 4, "hidden_size": 64,
+                                                  "intermediate_size": 128}, "adamw",
+                          marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize("spec,optimizer", OPTIMIZED)
-def test_optimizer_steps_run_as_recorded(spec, optimizer):
+@pytest.mark.parametrize("spec,options,optimizer", OPTIMIZED)
+def test_optimizer_steps_run_as_recorded(spec, options, optimizer):
     """The optimizer writes every parameter and state in place, a view of the
     constant in the log and for real; parameters and states after the step are
     bitwise those of the plain step."""
+    if spec.startswith("hf:"):
+        pytest.importorskip("transformers")
     torch.manual_seed(0)
-    step = prepare(*build(spec), optimizer=optimizer)
+    step = prepare(*build(spec, **options), optimizer=optimizer)
     budget = lowest_on_grid(step)
     torch.manual_seed(0)
-    result = execute(*build(spec), budget=budget, optimizer=optimizer)
+    result = execute(*build(spec, **options), budget=budget, optimizer=optimizer)
     assert_faithful(result, old_values=True)
     assert result.updates_bitwise_equal is True
     assert result.updates_compared >= 2 * sum(1 for _ in step.model.parameters())
