@@ -274,8 +274,7 @@ class Stats:
     remat_compute: int = 0
     ghosts: int = 0
     random_rebuilds: int = 0     # rebuilds of ops that draw random numbers
-    old_values: int = 0          # constants' bytes kept from before an in-place write (`OldValues`)
-    old_value_bytes: int = 0     # the most bytes of them held at an allocation check
+    old_value_bytes: int = 0     # the most bytes of `OldValues` held at an allocation check
     old_value_checks: int = 0    # allocation checks where some were held
     unexplained: int = 0         # checks where live bytes are not the engine's memory plus them
 
@@ -483,7 +482,7 @@ class Executor(StepRecorder):
         with _disable_current_modes(), torch.no_grad():
             tensors = []
             for index, (sid, dtype, size, stride, offset) in enumerate(rec.slots):
-                s = sources.get(sid) or self._storage(sid)
+                s = sources[sid] if sid in sources else self._storage(sid)
                 if s is None or sid not in self._resident:
                     raise ScheduleError(f"rebuilding {self._op_text(op)}: its input storage {sid} "
                                         "is not resident")
