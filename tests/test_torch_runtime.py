@@ -244,8 +244,8 @@ def test_a_value_read_of_an_evicted_tensor_rebuilds_it_first(tmp_path):
     assert_faithful(execute(*late_read(), budget=budget))
 
 
-# (spec, optimizer): each completes at the lowest budget of its grid with
-# evictions.
+# (spec, options, optimizer): each completes at the lowest budget of its grid
+# with evictions.
 OPTIMIZED = [("zoo:unet", {}, "sgd"), pytest.param("zoo:gpt", {}, "adam", marks=pytest.mark.slow),
              ("zoo:resnet", {}, "adamw"),
              pytest.param("hf:LlamaForCausalLM", {"seq": 64, "batch": 4, "hidden_size": 64,
@@ -274,6 +274,8 @@ def test_optimizer_steps_run_as_recorded(spec, options, optimizer):
 @pytest.mark.parametrize("spec,optimizer", [("zoo:mlp", "adam"), ("zoo:unet", "sgd"),
                                             ("zoo:resnet", "adamw"), ("zoo:gpt", "adam")])
 def test_optimizer_steps_at_every_completing_budget_of_a_grid(spec, optimizer):
+    """Wherever the simulation completes: values bitwise, decisions the engine's,
+    live bytes the engine's memory (plus exactly the old values kept)."""
     torch.manual_seed(0)
     step = prepare(*build(spec), optimizer=optimizer)
     least = floor(step.program)
