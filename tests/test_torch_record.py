@@ -16,9 +16,14 @@ from typer.testing import CliRunner  # noqa: E402
 from dtrforensics.cli.errors import CommandError  # noqa: E402
 from dtrforensics.cli.main import app  # noqa: E402
 from dtrforensics.torch import RecordError, record  # noqa: E402
+from dtrforensics.torch.recorder import VALUE_READS  # noqa: E402
 from dtrforensics.torch.spec import build  # noqa: E402
 from dtrforensics.torch.zoo import ZOO  # noqa: E402
 from dtrforensics.trace.parser import parse_file  # noqa: E402
+
+# Values are compared bitwise: one intra-op thread sums in the same order every
+# run (and on a shared 2-core machine it is the faster setting).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def fresh(name):
@@ -34,7 +39,7 @@ def plain_step(model, batch, loss_fn):
 
 
 @pytest.mark.parametrize("name", ["gpt", "resnet"])
-def test_recording_changes_no_loss_gradient_or_buffer(name, tmp_path, one_thread):
+def test_recording_changes_no_loss_gradient_or_buffer(name, tmp_path):
     plain = fresh(name)
     loss = plain_step(*plain)
     recorded = fresh(name)
@@ -100,6 +105,24 @@ def test_real_mode_records_data_dependent_ops_as_they_ran(tmp_path):
     selected = names.index("index")
     assert int(program.op_total_size[selected]) == expected * 4   # this batch's selection (float32)
     assert summary.loss is not None
+
+
+def reads_values(y):
+    """Every kind of read of values that makes no tensor."""
+    torch._assert_async((y.abs() >= 0).all())
+    torch.linalg.cholesky(torch.eye(2))
+    same = torch.allclose(y, y) and torch.equal(y, y)
+    return y * (2 + y.sum().item()) if same else y
+
+
+def test_value_reads_are_logged_as_zero_byte_reads_of_what_they_read(tmp_path):
+    """So that a DTR run (and the real one) has the tensor resident at the read."""
+    record(Probe(reads_values), (torch.randn(3, 4), None), lambda out, _: out.sum(), tmp_path / "r.log")
+    program = parse_file(tmp_path / "r.log")
+    reads = [i for i in range(program.n_ops) if program.op_name(i) in VALUE_READS]
+    assert {program.op_name(i) for i in reads} == \
+        {"_assert_async", "_linalg_check_errors", "allclose", "equal", "_local_scalar_dense"}
+    assert all(int(program.op_total_size[i]) == 0 and len(program.op_args_of(i)) > 0 for i in reads)
 
 
 def test_fake_mode_refuses_values_it_does_not_have_naming_op_and_module(tmp_path):

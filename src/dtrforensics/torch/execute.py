@@ -94,6 +94,10 @@ class ExecuteResult:
     first_mismatch: str | None
     over_budget_checks: int
     peak_live_bytes: int
+    old_values_kept: int           # constants' bytes from before an in-place write, kept for rebuilds
+    old_value_bytes: int           # the most of them held at an allocation check
+    old_value_checks: int          # allocation checks where some were held
+    unexplained_mismatches: int    # checks where live bytes are not the engine's memory plus them
     ghosts: int
     random_rebuilds: int
     wall_seconds: float            # the real constrained step
@@ -132,6 +136,9 @@ class ExecuteResult:
                 "peak_live_bytes": self.peak_live_bytes, "alloc_checks": self.alloc_checks,
                 "memory_mismatches": self.memory_mismatches, "first_mismatch": self.first_mismatch,
                 "over_budget_checks": self.over_budget_checks, "ghosts": self.ghosts,
+                "old_values_kept": self.old_values_kept, "old_value_bytes": self.old_value_bytes,
+                "old_value_checks": self.old_value_checks,
+                "unexplained_mismatches": self.unexplained_mismatches,
                 "random_rebuilds": self.random_rebuilds,
                 "wall_seconds": self.wall_seconds, "plain_wall_seconds": self.plain_wall_seconds,
                 "slowdown": self.wall_seconds / self.plain_wall_seconds if self.plain_wall_seconds else None,
@@ -410,9 +417,7 @@ def _training_step(ex: Executor, model, inputs, targets, loss_fn, opt, modules) 
     ex.log.annotate("BACKWARD")
     _run_backward(loss)
     if opt is not None:
-        gc.collect()
-        ex.release_dead_views()
-        _run_optimizer(opt)
+        _run_optimizer(ex, opt)
     del loss
     gc.collect()
     return value
@@ -465,11 +470,12 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
     least = floor(program)
     if budget < least:
         step.state.restore()
-        why = ("constants, one op's inputs and outputs" if least <= peak else
-               f"above the unconstrained peak of {peak:,} bytes: DTR keeps the old version of "
-               "every parameter and state written in place pinned to the end of the step")
+        above = (f"; above the unconstrained peak of {peak:,} bytes, which frees the constants the "
+                 "step releases (old versions of buffers written in place, such as batch norm's "
+                 "running statistics)" if least > peak else "")
         raise BudgetError(f"budget {budget:,} bytes is below the step's floor of {least:,} bytes "
-                          f"({why}): no policy can run it")
+                          f"(the constants made so far, which a DTR run never frees, and one op's "
+                          f"inputs and outputs{above}): no policy can run it")
     schedule = plan(program, budget, policy)
     try:
         run = step.real(schedule, budget)
@@ -507,6 +513,8 @@ def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_timi
         alloc_checks=st.alloc_checks, memory_mismatches=st.mismatches,
         first_mismatch=st.first_mismatch, over_budget_checks=st.over_budget,
         peak_live_bytes=st.peak_live, ghosts=st.ghosts, random_rebuilds=st.random_rebuilds,
+        old_values_kept=run.executor.old.kept, old_value_bytes=st.old_value_bytes,
+        old_value_checks=st.old_value_checks, unexplained_mismatches=st.unexplained,
         wall_seconds=run.timing.wall, plain_wall_seconds=plain_timing.wall,
         cpu_seconds=run.timing.cpu, plain_cpu_seconds=plain_timing.cpu,
         loss=real.loss if done else None, plain_loss=plain.loss,

@@ -39,9 +39,12 @@ IDENTITY_OPS = ("detach", "alias", "lift_fresh")
 LIFTS = ("lift_fresh", "lift_fresh_copy")
 REJECTED_OPS = {"set_": "it rebinds a tensor to another storage"}
 # Ops that read values into Python and make no tensor (`.item()`, `bool(t)`,
-# `torch.equal`): a read needs its storage resident like any op, so each is
-# written as a view of the tensor it reads, released at once (0 bytes).
-VALUE_READS = ("_local_scalar_dense", "is_nonzero", "equal")
+# `torch.equal`, `torch.allclose`, `torch._assert_async`, the error check of
+# `torch.linalg`): a read needs its storage resident like any op, so each is
+# written as a view of the tensor it reads, released at once (0 bytes). (An
+# unlisted one would read an evicted storage under `dtrf torch run`.)
+VALUE_READS = ("_local_scalar_dense", "is_nonzero", "equal", "allclose", "_assert_async",
+               "_linalg_check_errors")
 # Ops that write arguments their schema does not mark as written (batch norm
 # updates its running statistics in place in training mode).
 UNDECLARED_WRITES = {name: ("running_mean", "running_var")

@@ -15,7 +15,10 @@ pressure evictions, dead frees, allocation checks. An engine storage is a real
   parent lives on as a *ghost* the executor holds until the engine evicts it;
 - a mutation makes a new version (semantics.md §9.2): the old version's bytes
   are copied to a new storage (held by the executor) before the op writes the
-  original, which becomes the new version.
+  original, which becomes the new version;
+- in `optimizer.step()` a write of a constant is a view of it, as the recorder
+  logs it: written in place, its bytes from before kept only while a later
+  rebuild reads them (`old_values.py`).
 
 Random ops keep their generator's state (the CPU's, or their CUDA device's)
 from before their first run and rerun under it, as `torch.utils.checkpoint`'s
@@ -58,7 +61,8 @@ from ..engine.hooks import (
 )
 from ..trace.program import Program
 from .log import LogWriter
-from .recorder import UNDECLARED_WRITES, RecordError, StepRecorder, _schema_tensors
+from .old_values import OldValues
+from .recorder import UNDECLARED_WRITES, RecordError, StepRecorder, _schema_tensors, storage_key
 
 OP_INSTRUCTIONS = ("CONSTANT", "CALL", "MUTATE")
 
@@ -126,7 +130,8 @@ class OpRecord:
     args: tuple
     kwargs: dict
     slots: list[tuple[int, torch.dtype, tuple, tuple, int]]  # storage id, dtype, size, stride, offset
-    writes: tuple[int, ...]          # argument slots the aten op writes
+    writes: tuple[int, ...]          # argument slots the aten op writes (rerun on scratch copies)
+    versioned: tuple[int, ...]       # those the log's MUTATE makes new versions of
     outputs: list[tuple[int, int]]   # (index among produced tensors, owning tensor id)
     mutation: bool                   # a MUTATE op: produced tensors are the written slots
     rng: RandomState | None
@@ -269,6 +274,9 @@ class Stats:
     remat_compute: int = 0
     ghosts: int = 0
     random_rebuilds: int = 0     # rebuilds of ops that draw random numbers
+    old_value_bytes: int = 0     # the most bytes of `OldValues` held at an allocation check
+    old_value_checks: int = 0    # allocation checks where some were held
+    unexplained: int = 0         # checks where live bytes are not the engine's memory plus them
 
 
 class Executor(StepRecorder):
@@ -294,6 +302,7 @@ class Executor(StepRecorder):
         self._resident: set[int] = set()
         self._ops: dict[int, OpRecord] = {}
         self._binds: list[tuple[torch.Tensor, str, bool]] = []
+        self.old = OldValues(program, self.events, self._track)
         self.stats = Stats()
         self.current_op = -1
         self.measured_memory: dict[int, int] = {}   # event index -> live bytes at that check
@@ -342,16 +351,21 @@ class Executor(StepRecorder):
         return sum(s.nbytes() for ref, _ in self._tracked.values() if (s := ref()) is not None)
 
     def _check(self, memory: int, pending: int, op: int, depth: int) -> None:
-        live = self.live
+        live, old = self.live, self.old.bytes
         self.measured_memory[self.pos - 1] = live + pending
         st = self.stats
         st.alloc_checks += 1
         st.peak_live = max(st.peak_live, live)
+        if old:
+            st.old_value_checks += 1
+            st.old_value_bytes = max(st.old_value_bytes, old)
         if live + pending != memory:
             st.mismatches += 1
+            st.unexplained += live + pending != memory + old
             if st.first_mismatch is None:
+                kept = f" ({old} of them old values kept for rebuilds)" if old else ""
                 st.first_mismatch = (f"allocation check of {self._op_text(op)} (depth {depth}): "
-                                     f"live storages {live + pending} bytes, engine memory {memory}")
+                                     f"live storages {live + pending} bytes{kept}, engine memory {memory}")
         if live > self.budget:
             st.over_budget += 1
 
@@ -461,13 +475,14 @@ class Executor(StepRecorder):
         if rec is None:
             raise ScheduleError(f"the schedule rebuilds {self._op_text(op)}, which the step "
                                 "never ran")
+        sources = self.old.sources(op)
         targets = [(i, tid) for i, tid in rec.outputs if tid not in self._resident]
         if not targets:
             return  # views only: their storage is rebuilt by its own op
         with _disable_current_modes(), torch.no_grad():
             tensors = []
             for index, (sid, dtype, size, stride, offset) in enumerate(rec.slots):
-                s = self._storage(sid)
+                s = sources[sid] if sid in sources else self._storage(sid)
                 if s is None or sid not in self._resident:
                     raise ScheduleError(f"rebuilding {self._op_text(op)}: its input storage {sid} "
                                         "is not resident")
@@ -479,11 +494,11 @@ class Executor(StepRecorder):
                 self.stats.random_rebuilds += 1
             with rec.rng.replayed() if rec.rng is not None else contextlib.nullcontext():
                 out = rec.func(*args, **kwargs)
-            produced = ([tensors[i] for i in rec.writes] if rec.mutation
+            produced = ([tensors[i] for i in rec.versioned] if rec.mutation
                         else [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)])
             for index, tid in targets:
                 self._install(tid, produced[index].untyped_storage())
-            del out, produced, tensors, args, kwargs
+            del out, produced, tensors, args, kwargs, sources
 
     # --- naming and binding ----------------------------------------------------------
 
@@ -557,18 +572,23 @@ class Executor(StepRecorder):
             planned = self._planned(func, arg_names)
             deferred: list[int] = []
             pending = 0
+            updated = [m for m in mutated if self.updates_in_place and
+                       storage_key(inputs[m]) in self._constants]
+            versioned = [m for m in mutated if m not in updated]
             for k, kind in planned:
                 self.current_op = k
                 rerun = k in self._rebuilt
                 slots = self._slots(k, inputs) if rerun else None
                 self.advance(k, pending, deferred)
                 if kind == "mutate":
-                    self._new_versions(k, inputs, mutated)
+                    self._new_versions(k, inputs, versioned)
                 else:
                     pending += self._op_size[k]
+                    if kind == "call":
+                        self.old.keep(k, self.pos, inputs, updated)
                 if rerun:
                     self._ops[k] = OpRecord(func, *_template(func, args, kwargs), slots, tuple(mutated),
-                                            [], kind == "mutate", None)
+                                            tuple(versioned), [], kind == "mutate", None)
             kept = [self._ops[k] for k, _ in planned if k in self._ops]
             if kept and torch.Tag.nondeterministic_seeded in func.tags:
                 if any(isinstance(a, torch.Generator) for a in (*args, *kwargs.values())):

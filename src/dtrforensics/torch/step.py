@@ -171,9 +171,7 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             log.annotate("BACKWARD")
             _run_backward(loss)
             if opt is not None:
-                gc.collect()
-                recorder.update_constants_in_place()
-                _run_optimizer(opt)
+                _run_optimizer(recorder, opt)
             if not fake:
                 with _disable_current_modes():
                     loss_value = float(loss.detach())
@@ -221,7 +219,11 @@ def _run_forward(model, inputs, targets, loss_fn, state, modules):
     return loss
 
 
-def _run_optimizer(opt):
+def _run_optimizer(recorder: StepRecorder, opt) -> None:
+    """`optimizer.step()` as the log has it: after a collection (what backward
+    left behind dies first), its writes of constants recorded as views of them."""
+    gc.collect()
+    recorder.update_constants_in_place()
     _reporting("optimizer.step()", opt.step)
 
 
