@@ -5,6 +5,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
+from hang_guard import (  # noqa: E402,F401 - hooks: no test hangs the suite or outlives it
+    pytest_configure,
+    pytest_timeout_set_timer,
+    pytest_unconfigure,
+)
 from logs import chain_log, fan_log, shift_log, tiny_program  # noqa: E402
 from public import traces_dir  # noqa: E402
 
