@@ -33,7 +33,13 @@ def zoo_log(name, folder):
     return path
 
 
-@pytest.mark.parametrize("name", list(SWEEP_FROM))
+# Every command reads any DTR log the same way: the default suite runs three zoo
+# shapes (views and attention, skips, a plain stack); `make test-full` all five.
+SLOW = {"resnet", "lstm"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else [])
+                                  for n in SWEEP_FROM])
 def test_zoo_log_sweeps_exactly_and_works_with_every_command(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = zoo_log(name, tmp_path)
