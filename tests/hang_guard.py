@@ -47,6 +47,15 @@ def _parents() -> dict[int, int]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie has)."""
+    try:
+        state = (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def descendants(root: int, spare: tuple[int, ...] = ()) -> list[int]:
     """Every process below `root`, children before their own children; the
     processes in `spare` and everything below them are left out."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from hang_guard import alive
 
 from dtrforensics.recorder.reader import find_recordings, open_recording
 from dtrforensics.recorder.record import record_run
@@ -217,14 +218,6 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_sweep_workers_die_with_a_killed_parent(tmp_path):
     ready = tmp_path / "ready"
@@ -241,14 +234,14 @@ def test_sweep_workers_die_with_a_killed_parent(tmp_path):
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 60
-        while any(map(_alive, workers)) and time.monotonic() < deadline:
+        while any(map(alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(map(_alive, workers)), "workers outlived their sweep"
+        assert not any(map(alive, workers)), "workers outlived their sweep"
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
-        for pid in filter(_alive, workers):      # only ours, by pid: a failed test leaves none
+        for pid in filter(alive, workers):      # only ours, by pid: a failed test leaves none
             os.kill(pid, signal.SIGKILL)
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hang_guard import alive
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -35,14 +36,6 @@ def test_hangs_holding_the_gil():
     _start_a_child()
     ctypes.PyDLL(None).sleep(600)     # libc sleep, called without releasing the GIL
 '''
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.parametrize("test,said", [
@@ -69,6 +62,6 @@ def test_a_hang_ends_the_run_with_every_stack_and_kills_what_it_started(tmp_path
         assert words in output, output[-3000:]
     child = int((tmp_path / "child.pid").read_text())
     deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(child), "a process the hanging test started outlived the run"
+    assert not alive(child), "a process the hanging test started outlived the run"
