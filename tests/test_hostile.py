@@ -1109,6 +1109,21 @@ def test_a_policy_that_never_returns_ends_at_the_timeout(runaway):
     assert json.loads(res.stdout) == ["timeout"] * 3
 
 
+@pytest.mark.parametrize("timeout", [0.0, 1.0, 1e300, float("inf")])
+def test_a_watch_takes_any_timeout_the_options_take(timeout):
+    """Its deadline is int64 nanoseconds of the monotonic clock: a timeout too
+    far away for one is no deadline, and one already spent is now."""
+    import time
+
+    from dtrforensics.engine.score_watch import CLOCK, NO_DEADLINE, ScoreWatch
+    before = time.clock_gettime_ns(CLOCK)
+    deadline = ScoreWatch(True, time.perf_counter(), timeout).deadline
+    if timeout > 1e9:
+        assert deadline == NO_DEADLINE
+    else:
+        assert before + timeout * 1e9 <= deadline <= time.clock_gettime_ns(CLOCK) + timeout * 1e9
+
+
 def test_ctrl_c_stops_a_policy_that_never_returns(runaway):
     code, _, err, seconds = _dtrf_process("run", TRACE, "--ratio", "0.9", "--policy",
                                           f"{runaway}:forever", cwd=runaway.parent,

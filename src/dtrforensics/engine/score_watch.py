@@ -71,9 +71,11 @@ class ScoreWatch:
     def __init__(self, watched: bool, started: float, timeout: float | None):
         self.watched = watched
         self.deadline = NO_DEADLINE
-        if timeout is not None:
-            left = timeout - (time.perf_counter() - started)
-            self.deadline = time.clock_gettime_ns(CLOCK) + max(0, int(left * 1e9))
+        if watched and timeout is not None:
+            now = time.clock_gettime_ns(CLOCK)
+            left = max(0.0, (timeout - (time.perf_counter() - started)) * 1e9)
+            if left < NO_DEADLINE - now:              # else: later than an int64 can say
+                self.deadline = now + int(left)
         self.stopped = False
 
     @classmethod
