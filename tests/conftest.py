@@ -1,3 +1,4 @@
+import gc
 import os
 import sys
 from pathlib import Path
@@ -5,6 +6,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
+from hang_guard import (  # noqa: E402,F401 - hooks: no test hangs the suite or outlives it
+    pytest_configure,
+    pytest_timeout_set_timer,
+    pytest_unconfigure,
+)
 from logs import chain_log, fan_log, shift_log, tiny_program  # noqa: E402
 from public import traces_dir  # noqa: E402
 
@@ -38,6 +44,22 @@ def forensic_recs(tmp_path_factory):
         record_run(program, out_dir=root / name, scores="all", **kw)
     record_run(fan, budget=50, out_dir=root / "fan50_victims", scores="victims")
     return root
+
+
+@pytest.fixture(autouse=True, scope="module")
+def young_heap(request):
+    """In the PyTorch tests, the suite's own objects are frozen out of the garbage
+    collector (`gc.freeze`): a recording collects at the end of the step, and a
+    full collection over everything the suite has loaded by then costs a second
+    or more each time, against a fraction of that in a `dtrf torch record`
+    process. Objects made by the module's tests are collected as they are there."""
+    if not request.module.__name__.startswith("test_torch_"):
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from dtrforensics.cli.demo_cmd import run_demo
@@ -25,10 +26,18 @@ def test_embedded_trace_has_a_hole_and_a_regime_switch():
     assert before.overhead / after.overhead > 1.25
 
 
-def test_demo_tells_the_whole_story(tmp_path):
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo run once, at 80 columns (where its suggestions must read as commands):
+    its folder, its text and its findings."""
+    folder = tmp_path_factory.mktemp("demo")
     out = io.StringIO()
-    findings = run_demo(Console(file=out, width=120), tmp_path, public=False, jobs=1)
-    text = out.getvalue()
+    findings = run_demo(Console(file=out, width=80), folder / "demo", public=False, jobs=1)
+    return folder, out.getvalue(), findings
+
+
+def test_demo_tells_the_whole_story(demo):
+    folder, text, findings = demo
     for heading in ("1. Sweep hole", "2. Diff", "3. The OOM", "4. Which retention", "Your turn"):
         assert heading in text
     story = findings["embedded"]
@@ -37,19 +46,18 @@ def test_demo_tells_the_whole_story(tmp_path):
     assert story["first_divergence"]["op_id"] == 10
     assert story["oom"]["tensor"] == "x1020" and story["oom"]["depth"] == 2
     assert story["fixes"] == [[12]]
-    assert all((tmp_path / "hole" / name).is_file() for name in ("hole.png", "hole.svg"))
+    assert all((folder / "demo" / "hole" / name).is_file() for name in ("hole.png", "hole.svg"))
 
 
-def test_every_command_the_demo_suggests_runs(tmp_path):
+def test_every_command_the_demo_suggests_runs(demo):
     """The "Your turn" lines are commands: each runs as printed and succeeds."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    out = io.StringIO()
-    run_demo(Console(file=out, width=80), tmp_path / "demo", public=False, jobs=1)
-    turn = out.getvalue().split("Your turn", 1)[1]
+    tmp_path, text, _ = demo
+    turn = text.split("Your turn", 1)[1]
     commands = [ln.strip() for ln in turn.splitlines() if ln.startswith("  dtrf ")]
     assert len(commands) >= 8 and any(" --record " in c for c in commands)
     src = str(Path(__file__).resolve().parents[1] / "src")

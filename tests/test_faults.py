@@ -6,8 +6,10 @@ new one) or nothing, and a resumed sweep equals an uninterrupted one row for row
 from __future__ import annotations
 
 import builtins
+import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -16,8 +18,10 @@ import time
 import traceback
 import warnings
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
+from hang_guard import alive
 
 from dtrforensics.recorder.reader import find_recordings, open_recording
 from dtrforensics.recorder.record import record_run
@@ -73,8 +77,8 @@ def _in_child(action, k: int, log: Path | None = None) -> bool:
     return True
 
 
-def kill_points(action, reset, tmp_path: Path, seed: int) -> list[int]:
-    """Where to kill `action`: KILLS random file-system calls of an uninterrupted
+def kill_points(action, reset, tmp_path: Path, seed: int, kills: int = KILLS) -> list[int]:
+    """Where to kill `action`: `kills` random file-system calls of an uninterrupted
     run, and as many of its renames (just before one, or just after), where a
     kill is most dangerous."""
     reset()
@@ -86,8 +90,8 @@ def kill_points(action, reset, tmp_path: Path, seed: int) -> list[int]:
     renames = {i + d for i, name in enumerate(calls, 1) if name in ("rename", "replace")
                for d in (0, 1)}
     rng = random.Random(seed)
-    return sorted(set(rng.sample(range(1, len(calls) + 1), min(KILLS, len(calls))))
-                  | set(rng.sample(sorted(renames), min(KILLS, len(renames)))))
+    return sorted(set(rng.sample(range(1, len(calls) + 1), min(kills, len(calls))))
+                  | set(rng.sample(sorted(renames), min(kills, len(renames)))))
 
 
 @pytest.fixture(scope="module")
@@ -214,14 +218,6 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_sweep_workers_die_with_a_killed_parent(tmp_path):
     ready = tmp_path / "ready"
@@ -238,12 +234,151 @@ def test_sweep_workers_die_with_a_killed_parent(tmp_path):
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 60
-        while any(map(_alive, workers)) and time.monotonic() < deadline:
+        while any(map(alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(map(_alive, workers)), "workers outlived their sweep"
+        assert not any(map(alive, workers)), "workers outlived their sweep"
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
-        for pid in filter(_alive, workers):      # only ours, by pid: a failed test leaves none
+        for pid in filter(alive, workers):      # only ours, by pid: a failed test leaves none
             os.kill(pid, signal.SIGKILL)
+
+
+# --- the newer writers: a torch log, findings maps and their report, compare-policies ------
+
+# These writers run for seconds: the default suite kills each at one random
+# file-system call and just before or after one rename; `make test-full` at
+# four of each.
+NEWER_KILLS = [pytest.param(1, id="one-kill"), pytest.param(4, id="kills", marks=pytest.mark.slow)]
+
+
+def _leftovers(folder: Path, keep: set[str]) -> set[str]:
+    return {p.name for p in folder.iterdir()} - keep
+
+
+@pytest.mark.parametrize("kills", NEWER_KILLS)
+def test_a_killed_torch_record_leaves_no_log_or_the_whole_log(tmp_path, one_thread, kills):
+    """`dtrf torch record -o LOG` killed anywhere: LOG is missing or the whole
+    log; what is left beside it is a dot-named temporary that no trace listing
+    takes for a log, and the next record writes LOG whole."""
+    pytest.importorskip("torch")
+    from dtrforensics.torch import record
+    from dtrforensics.torch.spec import build
+    from dtrforensics.trace.registry import _logs_under
+
+    def record_to(path: Path) -> None:
+        model, data, loss_fn = build("zoo:mlp")
+        record(model, data, loss_fn, path)
+
+    record_to(tmp_path / "reference.log")
+    want = (tmp_path / "reference.log").read_bytes()
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "mlp.log"
+
+    def reset():
+        shutil.rmtree(folder)
+        folder.mkdir()
+
+    killed = 0
+    for k in kill_points(lambda: record_to(target), reset, tmp_path, seed=41, kills=kills):
+        killed += _in_child(lambda: record_to(target), k)
+        if target.exists():
+            assert target.read_bytes() == want
+        assert all(name.startswith(".mlp.log.") and name.endswith(".tmp")
+                   for name in _leftovers(folder, {"mlp.log"}))
+        assert _logs_under(folder) == ([target] if target.exists() else [])
+        record_to(target)
+        assert target.read_bytes() == want
+        reset()
+    assert killed >= max(1, kills // 2)
+
+
+def _timeless(text: str) -> str:
+    """findings.md without its wall times (they differ from run to run)."""
+    return re.sub(r"[\d,]+(\.\d+)? s\b", "# s", text)
+
+
+@pytest.mark.parametrize("kills", NEWER_KILLS)
+def test_a_killed_findings_run_resumes_to_the_same_report(tmp_path, kills):
+    """`reproduce --findings` killed anywhere (its maps, its time ledger, the
+    adoption of maps, findings.md): findings.md is missing or whole, the
+    ledger is JSON, and the next invocation writes the uninterrupted report."""
+    from dtrforensics.render.reproduce_findings import write_findings
+    from dtrforensics.reproduce.findings import findings
+
+    def run(out: Path) -> str:
+        result = findings(out / "work", map_seconds=600, run_timeout=None, jobs=1,
+                          traces=("hole",), zoo=(), ratio_range=(0.912, 0.922))
+        return write_findings(result, out, command="dtrf reproduce --findings",
+                              wall_seconds=0.0).read_text()
+
+    out = tmp_path / "findings"
+    out.mkdir()
+    want = _timeless(run(out))     # here, so that every child has its policy files compiled
+
+    def reset():
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+
+    killed = 0
+    for k in kill_points(lambda: run(out), reset, tmp_path, seed=43, kills=kills):
+        killed += _in_child(lambda: run(out), k)
+        report = out / "findings.md"
+        if report.exists():
+            assert _timeless(report.read_text()) == want
+        ledger = out / "work" / "seconds.json"
+        if ledger.exists():
+            json.loads(ledger.read_text())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert _timeless(run(out)) == want
+        reset()
+    assert killed >= max(1, kills // 2)
+
+
+def _whole_figure(path: Path) -> None:
+    data = path.read_bytes()
+    if path.suffix == ".png":
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and data.endswith(b"IEND\xaeB`\x82"), path
+    else:
+        ElementTree.fromstring(data)
+
+
+@pytest.mark.parametrize("kills", NEWER_KILLS)
+def test_a_killed_compare_policies_resumes_and_leaves_no_half_figure(tmp_path, kills):
+    """`dtrf compare-policies` killed anywhere: its figures are missing or
+    whole, and the same command then gives the uninterrupted answer."""
+    from hostile import dtrf
+
+    def args(out: Path) -> list:
+        return ["compare-policies", "hole", "--from", "0.9", "--to", "0.93", "--step", "0.01",
+                "--policy", "dtr,lru", "--jobs", "1", "--no-progress", "--out", out, "--json"]
+
+    def answer(out: Path) -> dict:
+        result = dtrf(*args(out), cwd=tmp_path)
+        assert result.code == 0, result.err
+        return json.loads(result.out.replace(str(out), "OUT"))
+
+    want = answer(tmp_path / "reference")
+    out = tmp_path / "compared"
+
+    def compare():
+        assert dtrf(*args(out), cwd=tmp_path).code == 0
+
+    def reset():
+        shutil.rmtree(out, ignore_errors=True)
+
+    killed = 0
+    for k in kill_points(compare, reset, tmp_path, seed=47, kills=kills):
+        killed += _in_child(compare, k)
+        for figure in out.glob("compare-policies*"):
+            _whole_figure(figure)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert answer(out) == want
+        for figure in out.glob("compare-policies.*"):
+            _whole_figure(figure)
+        reset()
+    assert killed >= max(1, kills // 2)

@@ -30,6 +30,17 @@ def recs(forensic_recs):  # noqa: F811
     return {p.name: open_recording(p) for p in forensic_recs.iterdir() if p.is_dir()}
 
 
+_DIFFS: dict[tuple, object] = {}
+
+
+def diffed(a, b):
+    """diff(a, b), computed once per module for the pairs several tests read."""
+    key = (str(a.path), str(b.path))
+    if key not in _DIFFS:
+        _DIFFS[key] = diff(a, b)
+    return _DIFFS[key]
+
+
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
     root = tmp_path_factory.mktemp("mixed")
@@ -44,7 +55,7 @@ def mixed(tmp_path_factory):
 # --- diff ---------------------------------------------------------------------------
 
 def test_diff_timing_shift(recs):
-    r = diff(recs["shift125"], recs["shift130"])
+    r = diffed(recs["shift125"], recs["shift130"])
     assert (r.a.run_id, r.b.run_id, r.common_prefix) == ("shift125", "shift130", 1)
     d = r.first_divergence
     assert (d.position, d.op_id, d.paper_op, d.cause) == (2, 4, 5, "timing_shift")
@@ -66,7 +77,7 @@ def test_diff_timing_shift(recs):
 
 
 def test_diff_json_contract(recs):
-    out = diff(recs["fan50"], recs["fan50_forced"]).to_json()
+    out = diffed(recs["fan50"], recs["fan50_forced"]).to_json()
     json.dumps(out)
     for key in ("first_divergence", "first_divergent_choice"):
         d = out[key]
@@ -87,11 +98,11 @@ def test_diff_json_contract(recs):
 
 def test_diff_causes_pool_and_score_order(mixed):
     # 100 vs 120: at decision 0 each run's victim was not even in the other's pool
-    c = diff(mixed[100], mixed[120]).first_divergent_choice
+    c = diffed(mixed[100], mixed[120]).first_divergent_choice
     assert c.cause == "different_pool"
     assert c.a.rank_in_b.in_pool is False and c.b.rank_in_a.in_pool is False
     # 80 vs 90: both victims were candidates in both runs, ranked in the other order
-    c = diff(mixed[80], mixed[90]).first_divergent_choice
+    c = diffed(mixed[80], mixed[90]).first_divergent_choice
     assert c.cause == "different_score_order"
     assert c.a.rank_in_b.in_pool and c.b.rank_in_a.in_pool
     assert c.a.rank_in_a.rank == 1 and c.a.rank_in_b.rank > 1
@@ -107,7 +118,7 @@ def test_diff_shows_coinciding_divergences_once(recs, mixed):
     seen = set()
     for a, b in ((mixed[80], mixed[90]), (mixed[100], mixed[120]),
                  (recs["fan50"], recs["fan50_forced"]), (recs["shift125"], recs["shift130"])):
-        r = diff(a, b)
+        r = diffed(a, b)
         out = Console(record=True, width=160)
         print_diff(r, out)
         text = out.export_text()
@@ -348,10 +359,14 @@ def test_cli_reevict(forensic_recs):  # noqa: F811
 
 
 def test_cli_user_errors_exit_2(forensic_recs, tmp_path):  # noqa: F811
-    for args in (["oom", str(forensic_recs / "chain100")],
-                 ["diff", str(forensic_recs / "shift125"), str(tmp_path / "missing")],
-                 ["diff", str(forensic_recs / "shift125"), str(forensic_recs / "chain55")]):
-        done = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", *args],
-                              check=False, capture_output=True, text=True)
-        assert done.returncode == 2, (args, done.stderr)
-        assert done.stderr.startswith("error: "), done.stderr
+    """The first through the real process, the others through main() in this one."""
+    from hostile import dtrf
+    done = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "oom",
+                           str(forensic_recs / "chain100")],
+                          check=False, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("error: "), done.stderr
+    for args in (["diff", forensic_recs / "shift125", tmp_path / "missing"],
+                 ["diff", forensic_recs / "shift125", forensic_recs / "chain55"]):
+        result = dtrf(*args)
+        assert result.code == 2 and result.traceback is None, (args, result.err)
+        assert result.err.startswith("error: ") and len(result.error_lines) == 1, result.err

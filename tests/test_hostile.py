@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -920,3 +921,212 @@ def test_a_dying_sweep_worker_is_one_error_line_and_the_sweep_resumes(tmp_path):
     rows = SweepStore(out).read_runs().to_pylist()
     assert len(rows) == 5 and kept <= {r["budget"] for r in rows}
     assert sorted(round(r["ratio"], 6) for r in rows) == [0.5, 0.6, 0.7, 0.8, 0.9]
+
+
+# --- policies that crash or never return (issue 31 #4, #5) ---------------------------------
+
+RUNAWAY_POLICIES = '''
+import os
+from pathlib import Path
+
+from numba import njit
+
+import runaway_helpers
+from dtrforensics.policy import policy
+
+
+def arrived(program):
+    """Called once the score is compiled, just before the run: the test's cue."""
+    Path(os.environ["ARRIVED"]).touch()
+    return []
+
+
+@njit
+def depth(n):
+    if n <= 0:
+        return 0
+    return 1 + depth(n - 1)
+
+
+@njit
+def ping(n):
+    return 0 if n <= 0 else pong(n - 1)
+
+
+@njit
+def pong(n):
+    return 0 if n <= 0 else ping(n - 1)
+
+
+@njit
+def spin(n):
+    k = 0
+    while k >= 0:
+        k = (k + n) % 7
+    return k
+
+
+@policy
+def deep(size):
+    return depth(size)
+
+
+@policy
+def mutual(size):
+    return ping(size)
+
+
+@policy
+def through_a_module(size):
+    return runaway_helpers.down(size)
+
+
+@policy(locked=arrived)
+def forever(size, staleness):
+    x = size
+    while x >= 0:
+        x = (x * 3 + staleness) % 1000003
+    return x
+
+
+@policy(locked=arrived)
+def forever_in_a_helper(size):
+    return spin(size)
+
+
+@policy(locked=arrived)
+def forever_in_a_comprehension(size):
+    return sum([k for k in range(size * size) if k < 0])
+'''
+
+RUNAWAY_HELPERS = '''
+import numba
+
+
+@numba.njit
+def down(n):
+    return n if n <= 0 else down(n - 1)
+'''
+
+
+@pytest.fixture
+def runaway(tmp_path) -> Path:
+    (tmp_path / "runaway_helpers.py").write_text(RUNAWAY_HELPERS)
+    path = tmp_path / "runaway.py"
+    path.write_text(RUNAWAY_POLICIES)
+    return path
+
+
+def _dtrf_process(*args, cwd: Path, wait: float, interrupt: bool = False):
+    """`dtrf ARGS` in its own process (a crash or a hang must not take the suite
+    with it), with SIGINT handled as at a terminal even when the suite's own is
+    ignored (a background job). With `interrupt`, SIGINT goes 1 s after the run
+    started. Returns (exit code, stdout, stderr, seconds to the exit from the
+    interrupt, else from the start)."""
+    import signal
+    import subprocess
+    import time
+
+    import dtrforensics
+    src = str(Path(dtrforensics.__file__).resolve().parents[1])
+    arrived = cwd / "arrived"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(cwd)]), "ARRIVED": str(arrived)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from dtrforensics.cli.main import main; main()", *map(str, args)],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    started = time.monotonic()
+    try:
+        while interrupt and not arrived.exists() and proc.poll() is None:
+            if time.monotonic() - started > wait:
+                raise subprocess.TimeoutExpired(args, wait)
+            time.sleep(0.05)
+        if interrupt and proc.poll() is None:
+            time.sleep(1)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"dtrf {' '.join(map(str, args))} still ran after {wait} s: {err[-2000:]}")
+    return proc.returncode, out, err, time.monotonic() - started
+
+
+def test_a_recursive_policy_is_one_error_line_not_a_crash(runaway):
+    """Numba compiles recursion, and a deep one killed the process with SIGSEGV
+    (exit 139, no line): the cycle is found in the code and named instead."""
+    code, _, err, _ = _dtrf_process("run", TRACE, "--ratio", "0.9", "--policy",
+                                    f"{runaway}:deep", cwd=runaway.parent, wait=120)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == EXIT_USER and len(errors) == 1 and "Traceback" not in err, (code, err)
+    assert f"policy {runaway}:deep" in errors[0] and "depth -> depth" in errors[0]
+    assert "write it as a loop" in errors[0]
+
+
+@pytest.mark.parametrize("name,where,cycle", [
+    ("mutual", "runaway.py:31", "ping -> pong -> ping"),
+    ("through_a_module", "runaway_helpers.py:7", "down -> down")])
+def test_every_cycle_of_calls_is_refused_before_compiling(runaway, monkeypatch, name, where,
+                                                         cycle):
+    from dtrforensics.engine.policies import get_policy
+    from dtrforensics.errors import PolicyError
+    monkeypatch.syspath_prepend(str(runaway.parent))
+    monkeypatch.delitem(sys.modules, "runaway_helpers", raising=False)
+    with pytest.raises(PolicyError) as refused:
+        get_policy(f"{runaway}:{name}")
+    assert str(refused.value).startswith(str(runaway.parent / where))
+    assert cycle in str(refused.value)
+
+
+RUN_AWAY_WITH_A_TIMEOUT = """
+import json, sys
+from dtrforensics.engine.replay import replay
+from dtrforensics.trace import load_trace
+hole = load_trace("hole")
+print(json.dumps([replay(hole, ratio=0.9, policy=spec, timeout=0.5).summary.outcome
+                  for spec in sys.argv[1:]]))
+"""
+
+
+def test_a_policy_that_never_returns_ends_at_the_timeout(runaway):
+    """The score's loop (its own, a helper's, a comprehension's) stops at the
+    deadline, and the run's outcome is the timeout, as between slices."""
+    import subprocess
+
+    import dtrforensics
+    src = str(Path(dtrforensics.__file__).resolve().parents[1])
+    names = ("forever", "forever_in_a_helper", "forever_in_a_comprehension")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(runaway.parent)]),
+           "ARRIVED": str(runaway.parent / "arrived")}
+    try:
+        res = subprocess.run([sys.executable, "-c", RUN_AWAY_WITH_A_TIMEOUT,
+                              *(f"{runaway}:{n}" for n in names)], capture_output=True,
+                             text=True, env=env, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a policy that never returns ran on past its timeout")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == ["timeout"] * 3
+
+
+@pytest.mark.parametrize("timeout", [0.0, 1.0, 1e300, float("inf")])
+def test_a_watch_takes_any_timeout_the_options_take(timeout):
+    """Its deadline is int64 nanoseconds of the monotonic clock: a timeout too
+    far away for one is no deadline, and one already spent is now."""
+    import time
+
+    from dtrforensics.engine.score_watch import CLOCK, NO_DEADLINE, ScoreWatch
+    before = time.clock_gettime_ns(CLOCK)
+    deadline = ScoreWatch(True, time.perf_counter(), timeout).deadline
+    if timeout > 1e9:
+        assert deadline == NO_DEADLINE
+    else:
+        assert before + timeout * 1e9 <= deadline <= time.clock_gettime_ns(CLOCK) + timeout * 1e9
+
+
+def test_ctrl_c_stops_a_policy_that_never_returns(runaway):
+    code, _, err, seconds = _dtrf_process("run", TRACE, "--ratio", "0.9", "--policy",
+                                          f"{runaway}:forever", cwd=runaway.parent,
+                                          wait=120, interrupt=True)
+    assert code == 130, err
+    assert seconds < 5 and "Traceback" not in err

@@ -358,3 +358,55 @@ def test_the_package_is_the_decorator_too(tmp_path):
         builtin = str(Path(__file__).resolve().parents[1] / builtin) if ".py" in builtin else builtin
         want = replay(program, ratio=0.92, policy=builtin).summary
         assert same_execution(replay(program, ratio=0.92, policy=f"{path}:{name}").summary, want)
+
+
+LOOPING_DTR = '''
+from numba import njit
+
+from dtrforensics.policy import policy
+
+
+@njit
+def staleness_again(staleness):
+    total = 0
+    for _ in range(staleness % 5 + 1):
+        total += 1
+    k = 0
+    while k < total:
+        k += 1
+    return staleness + k - total
+
+
+@policy
+def p(compute, size, staleness):
+    zeros = sum([0 * i for i in range(3) if i >= 0])
+    for tries in range(2):
+        if tries == 1:
+            break
+    return (compute + zeros) / (size * staleness_again(staleness))
+
+
+@policy
+def fails_in_a_loop(size):
+    for i in range(3):
+        if i == 2:
+            return float(size) / 0.0
+    return 1.0
+'''
+
+
+def test_loops_checked_for_the_watch_make_the_same_decisions(tmp_path):
+    """A score's loops (its own, a helper's, a comprehension's) are compiled
+    with a check of the run's watch (engine/score_code.py): the decisions are
+    the built-in's, and a score failing inside a loop is still reported at its
+    line."""
+    path = tmp_path / "looping.py"
+    path.write_text(LOOPING_DTR)
+    from dtrforensics.trace import load_trace
+    custom = get_policy(f"{path}:p").custom
+    assert custom.watched and custom.score is not custom.definition.func
+    for program, fraction in ((load_trace("hole"), 0.92), (mixed_log().program("m"), 0.6)):
+        assert_same_as_builtin(program, fraction, "dtr", f"{path}:p")
+    with pytest.raises(PolicyError, match=r"looping.py:31: score raised ZeroDivisionError"):
+        replay(tiny_program(), budget=120, policy=f"{path}:fails_in_a_loop")
+    assert not get_policy(policy_file(tmp_path, TWINS["dtr"])).custom.watched

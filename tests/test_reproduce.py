@@ -8,11 +8,10 @@ figures are written; a second reproduction reuses the first one's runs.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from hostile import dtrf
 from public import program_or_skip
 
 from dtrforensics.reproduce import claims as C
@@ -37,10 +36,9 @@ def quick(tmp_path_factory):
     program_or_skip("resnet32")
     program_or_skip("unet")
     out = tmp_path_factory.mktemp("reproduce")
-    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "reproduce", "--quick",
-                           "--json", "-o", str(out)], capture_output=True, text=True, cwd=out)
-    assert proc.returncode == 0, proc.stderr
-    return out, json.loads(proc.stdout)
+    result = dtrf("reproduce", "--quick", "--json", "-o", out, cwd=out)
+    assert result.code == 0, result.err
+    return out, json.loads(result.out)
 
 
 def test_quick_reproduction_matches_every_claim(quick):
@@ -70,16 +68,13 @@ def test_quick_reproduction_through_the_policy_api_twin_agrees(quick, tmp_path):
     """`--policy` reaches every DTR claim: DTR written through the policy API
     gives every claim the same answer as the built-in."""
     twin = Path(__file__).resolve().parents[1] / "examples" / "policies" / "reference.py"
-    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "reproduce", "--quick",
-                           "--json", "-o", str(tmp_path), "--policy", f"{twin}:dtr"],
-                          capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    ours = {c["id"]: c["ours"] for c in json.loads(proc.stdout)["claims"]}
+    result = dtrf("reproduce", "--quick", "--json", "-o", tmp_path, "--policy", f"{twin}:dtr",
+                  cwd=tmp_path)
+    assert result.code == 0, result.err
+    ours = {c["id"]: c["ours"] for c in json.loads(result.out)["claims"]}
     assert ours == {c["id"]: c["ours"] for c in quick[1]["claims"]}
 
 
 def test_reproduce_refuses_a_policy_with_findings(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "reproduce",
-                           "--findings", "--policy", "no-size", "-o", str(tmp_path)],
-                          capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 2 and "compare-policies" in proc.stderr
+    result = dtrf("reproduce", "--findings", "--policy", "no-size", "-o", tmp_path, cwd=tmp_path)
+    assert result.code == 2 and "compare-policies" in result.err

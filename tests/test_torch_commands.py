@@ -37,12 +37,13 @@ def zoo_log(name, folder):
     return path
 
 
-# GPT and ResNet stay in the default suite (with the Llama of test_torch_libraries,
-# which also meets show, sql, intervene, holes and edges); the others are slow.
-FAST = ("gpt", "resnet")
+# Every command reads any DTR log the same way: the default suite runs two zoo
+# shapes (views and attention, skips) beside the Llama of test_torch_libraries,
+# which meets every command too; `make test-full` all five.
+SLOW = {"resnet", "lstm", "mlp"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in FAST else [pytest.mark.slow])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else [])
                                   for n in SWEEP_FROM])
 def test_zoo_log_sweeps_exactly_and_works_with_every_command(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -3,9 +3,6 @@ and bad input (one clear error naming the op and module, no file left behind).""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -181,14 +178,14 @@ def test_cli_records_and_prints_peak_ops_and_path(tmp_path):
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
+    """Through main() in this process (test_cli.py runs `dtrf torch record` as a
+    process, from the console script)."""
+    from hostile import dtrf
     out = tmp_path / "x.log"
-    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "torch", "record",
-                           "test_torch_record:raising_factory", "-o", str(out)],
-                          capture_output=True, text=True, cwd=str(tmp_path),
-                          env={**__import__("os").environ,
-                               "PYTHONPATH": str(__import__("pathlib").Path(__file__).parent)})
-    assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "no weights here" in proc.stderr
+    result = dtrf("torch", "record", "test_torch_record:raising_factory", "-o", out,
+                  cwd=tmp_path)
+    assert result.code == 2 and result.traceback is None
+    assert result.err.strip().count("\n") == 0 and "no weights here" in result.err
     assert not out.exists()
 
 

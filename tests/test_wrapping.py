@@ -41,7 +41,7 @@ COMMANDS = {
     "intervene": ["intervene", "hole", "--budget", "25200000", "--retain", "3"],
     "explain": ["explain", "hole", "--budget", "25200000"],
     "holes": ["holes", "sweep"],
-    "edges": ["edges", "sweep"],
+    "edges": ["edges", "sweep", "--max-edges", "1"],     # each edge is drawn alike
     "compare-policies": ["compare-policies", "hole", "--from", "0.9172", "--to", "0.9215",
                          "--exact", "--policy", "dtr,lru", "--jobs", "1", "-o", "cmp",
                          "--no-progress"],

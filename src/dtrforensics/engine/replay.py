@@ -31,6 +31,7 @@ from .hooks import (
     Observer,
 )
 from .policies import Policy, get_policy
+from .score_watch import ScoreWatch
 from .state import MachineState, grow_arena
 from .summary import MaxPinned, OomInfo, RunSummary, victims_sha256
 
@@ -223,6 +224,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     retain, window, forbid, force = interventions.arrays(n)
     policy_params = policy.params()
     score_fn, locked = policy.score_address(), policy.locked_mask(program)
+    watch = ScoreWatch.for_policy(policy, started, timeout)
     probe = np.zeros(N_FEATURES, dtype=np.int64)
     slice_steps = SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS
     seq = 0
@@ -232,11 +234,13 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     while True:
         steps = slice_steps if sharing is None else sharing.slice_limit(state.sc, slice_steps)
         before_steps = int(state.sc[L.S_STEPS])
-        status = compiled.run_slice(
+        status = watch.call(
+            compiled.run_slice,
             graph, policy_params, state.sc, state.st, state.frames, state.pending,
             state.scratch, state.mark, state.regions, state.stream, ev, evf, cand, candf,
             retain, window, forbid, force, score_fn, locked, probe, steps, event_room, cand_room)
-        if status == L.STATUS_POLICY_FAULT:
+        timed_out = watch.stopped       # a loop of the score stopped at the deadline
+        if status == L.STATUS_POLICY_FAULT and not timed_out:
             op = int(state.sc[L.S_CUR_OP])
             raise PolicyError(policy.custom.describe_fault(
                 probe, op_label(op, program.op_name(op))))
@@ -263,7 +267,7 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
                     if obs.wants_candidates:
                         obs.on_candidates(cbatch)
                 state.sc[L.S_N_CANDS] = 0
-        if status != L.STATUS_RUNNING:
+        if status != L.STATUS_RUNNING or timed_out:
             break
         if sharing is not None:
             spliced = sharing.after_slice(state, stream_chunks)

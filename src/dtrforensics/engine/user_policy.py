@@ -25,7 +25,6 @@ import inspect
 import math
 import re
 import sys
-import textwrap
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from numba.extending import overload
 from ..errors import PolicyError
 from .exactdiv import exact_ratio
 from .features import FEATURE_NAMES, HISTORY_FEATURES, NEIGHBOURHOOD_FEATURES
+from .score_code import ScoreCode
 
 MAX_MIN_SIZE = 2**62          # the kernel reads min_size as an int64
 SCORE_SIGNATURE = types.float64(*([types.int64] * len(FEATURE_NAMES)))
@@ -127,29 +127,16 @@ def _call(name: str, *args: ast.expr) -> ast.Call:
     return ast.Call(ast.Name(name, ast.Load()), list(args), [])
 
 
-def reference_division(func: Callable) -> Callable:
-    """`func` with its divisions made the reference's (`divide`), compiled from
-    its own source at its own lines; `func` itself when its source is not at hand."""
-    try:
-        lines, first = inspect.getsourcelines(func)
-    except (OSError, TypeError):
-        return func
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    definition = tree.body[0]
-    if not isinstance(definition, ast.FunctionDef) or not any(
-            isinstance(n, (ast.BinOp, ast.AugAssign)) and isinstance(n.op, ast.Div)
-            for n in ast.walk(definition)):
-        return func
-    definition.decorator_list = []
-    tree = ast.fix_missing_locations(_Divisions().visit(tree))
-    ast.increment_lineno(tree, first - 1)
-    namespace = dict(func.__globals__)
-    if func.__closure__:
-        namespace.update(zip(func.__code__.co_freevars,
-                             (cell.cell_contents for cell in func.__closure__)))
-    namespace.update({_DIVIDE: divide, _DIVIDE_PRODUCT: divide_product})
-    exec(compile(tree, inspect.getsourcefile(func) or "<policy>", "exec"), namespace)
-    return namespace[definition.name]
+def _score_as_compiled(code: ScoreCode) -> Callable:
+    """The score with its divisions made the reference's and its loops watched,
+    compiled from its own source at its own lines; the score itself when
+    neither changes it or its source is not at hand."""
+    tree = code.score.tree
+    divides = tree is not None and any(
+        isinstance(n, (ast.BinOp, ast.AugAssign)) and isinstance(n.op, ast.Div)
+        for n in ast.walk(tree))
+    return code.rewrite_score(_Divisions() if divides else None,
+                              {_DIVIDE: divide, _DIVIDE_PRODUCT: divide_product})
 
 
 @dataclass(frozen=True, eq=False)
@@ -218,6 +205,7 @@ class CustomScore:
     source_sha256: str
     compiled: object                      # the cfunc the kernel calls
     score: Callable                       # the score as compiled, in Python (divisions made the reference's)
+    watched: bool = False                 # its code has loops, which check the run's watch
     _locked_masks: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -322,8 +310,10 @@ def load_policy(spec: str) -> CustomScore:
     if key in _LOADED:
         return _LOADED[key]
     definition = _import_definition(path, name, sha, spec)
-    score = reference_division(definition.func)
-    loaded = CustomScore(spec, definition, sha, _compile(definition, score), score)
+    code = ScoreCode(definition.func, spec)          # a recursive score is refused here
+    score = _score_as_compiled(code)
+    loaded = CustomScore(spec, definition, sha, _compile(definition, score), score,
+                         watched=code.watched())
     _LOADED[key] = loaded
     return loaded
 

@@ -35,6 +35,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..fsutil import atomic_path
 from ..recorder.record import policy_label
 from ..sweep.holes import HolesReport, PolicyHoles
 
@@ -530,10 +531,12 @@ def _failure_panel(ax, report: HolesReport, points: dict[str, list[dict]]) -> No
 
 
 def save(fig, stem: str | os.PathLike) -> list[Path]:
-    """Write STEM.png and STEM.svg; returns both paths."""
+    """Write STEM.png and STEM.svg, each whole or not at all (atomically);
+    returns both paths."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    fig.savefig(paths[0], dpi=DPI)
-    fig.savefig(paths[1])
+    for path, options in zip(paths, ({"dpi": DPI, "format": "png"}, {"format": "svg"})):
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, **options)
     return paths
