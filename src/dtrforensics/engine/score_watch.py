@@ -72,8 +72,10 @@ class ScoreWatch:
         self.watched = watched
         self.deadline = NO_DEADLINE
         if watched and timeout is not None:
-            now = time.clock_gettime_ns(CLOCK)
+            # The time spent is read before the clock, so the deadline is never
+            # earlier than `started + timeout`.
             left = max(0.0, (timeout - (time.perf_counter() - started)) * 1e9)
+            now = time.clock_gettime_ns(CLOCK)
             if left < NO_DEADLINE - now:              # else: later than an int64 can say
                 self.deadline = now + int(left)
         self.stopped = False
