@@ -170,3 +170,30 @@ def output_file_or_stdout(param: typer.CallbackParam, value):
 def output_folder(param: typer.CallbackParam, value):
     """Callback of an output folder option (sweeps, runs, reports)."""
     return _output(param, value, stdout=False, what="an output folder")
+
+
+def _setting_value(text: str):
+    """An integer, a float, true/false, or the text itself."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def factory_settings(pairs: list[str], given: dict[str, object]) -> dict[str, object]:
+    """--set KEY=VALUE pairs; a key set twice, or also given by its own option
+    (--batch, --seq, --image-size, --dtype), is refused rather than one silently winning."""
+    settings: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value:
+            raise CommandError(f"--set takes KEY=VALUE (e.g. layers=4), got {pair!r}")
+        if key in settings:
+            raise CommandError(f"--set {key} is given twice ({key}={settings[key]} and {pair}): "
+                               "give it once")
+        if given.get(key) is not None:
+            raise CommandError(f"--set {pair} and --{key.replace('_', '-')} {given[key]} both set {key}: give one")
+        settings[key] = _setting_value(value)
+    return settings

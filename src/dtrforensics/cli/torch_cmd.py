@@ -14,40 +14,13 @@ import typer
 from ..render.units import fmt_bytes
 from .common import print_json, reporting_replaced
 from .errors import CommandError
-from .options import output_file
+from .options import factory_settings, output_file
 
 torch_app = typer.Typer(help="Record DTR logs from your own PyTorch models.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(torch_app, name="torch")
-
-
-def _value(text: str):
-    """An integer, a float, true/false, or the text itself."""
-    for parse in (int, float):
-        try:
-            return parse(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def _settings(pairs: list[str], given: dict[str, object]) -> dict[str, object]:
-    """--set KEY=VALUE pairs; a key set twice, or also given by its own option
-    (--batch, --seq, --image-size, --dtype), is refused rather than one silently winning."""
-    settings: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key or not value:
-            raise CommandError(f"--set takes KEY=VALUE (e.g. layers=4), got {pair!r}")
-        if key in settings:
-            raise CommandError(f"--set {key} is given twice ({key}={settings[key]} and {pair}): "
-                               "give it once")
-        if given.get(key) is not None:
-            raise CommandError(f"--set {pair} and --{key.replace('_', '-')} {given[key]} both set {key}: give one")
-        settings[key] = _value(value)
-    return settings
 
 
 @torch_app.command("record")
@@ -72,7 +45,7 @@ def record_cmd(
 ) -> None:
     """Record one training step (forward, loss, backward) of SPEC as a DTR log."""
     given = {"batch": batch, "seq": seq, "image_size": image_size, "dtype": dtype}
-    options = {"batch": batch, "seq": seq, "image_size": image_size, **_settings(sizes or [], given)}
+    options = {"batch": batch, "seq": seq, "image_size": image_size, **factory_settings(sizes or [], given)}
     try:
         import torch
 

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from .errors import CommandError
-from .options import POLICY_HELP, check_policy
+from .options import POLICY_HELP, check_policy, factory_settings
 
 
 def register(app: typer.Typer) -> None:
@@ -22,18 +22,8 @@ def register(app: typer.Typer) -> None:
     group.command("run")(run_cmd)
 
 
-def _sizes(pairs: list[str]) -> dict[str, int]:
-    sizes = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key or not value.lstrip("-").isdigit():
-            raise CommandError(f"--set takes KEY=INTEGER (e.g. layers=4), got {pair!r}")
-        sizes[key] = int(value)
-    return sizes
-
-
 def run_cmd(
-    spec: Annotated[str, typer.Argument(help="zoo:NAME or package.module:factory returning (model, batch, loss_fn).",
+    spec: Annotated[str, typer.Argument(help="zoo:NAME, hf:ARCH, timm:NAME, torchvision:NAME, or package.module:factory returning (model, batch, loss_fn).",
                                         show_default=False)],
     budget: Annotated[int | None, typer.Option(help="Budget in bytes.")] = None,
     ratio: Annotated[float | None, typer.Option(help="Budget as a fraction of the step's peak: floor(ratio x peak) bytes.")] = None,
@@ -45,7 +35,7 @@ def run_cmd(
     seq: Annotated[int | None, typer.Option(help="Sequence length (passed as seq=).")] = None,
     image_size: Annotated[int | None, typer.Option("--image-size", help="Image side in pixels (passed as image_size=).")] = None,
     optimizer: Annotated[str | None, typer.Option(help="Add optimizer.step() in its steady state, as `torch record` has it: sgd, adam or adamw.", show_default=False)] = None,
-    sizes: Annotated[list[str] | None, typer.Option("--set", help="Another factory keyword, KEY=INTEGER; repeatable.")] = None,
+    sizes: Annotated[list[str] | None, typer.Option("--set", help="Another factory keyword or hf: config key, KEY=VALUE (e.g. layers=4); repeatable.")] = None,
     seed: Annotated[int, typer.Option(help="torch.manual_seed before building the model.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
 ) -> None:
@@ -63,7 +53,8 @@ def run_cmd(
     from ..errors import OptionError
     from ..render.jsonout import dumps
     from ..render.torch_run import run_lines
-    options = {"batch": batch, "seq": seq, "image_size": image_size, **_sizes(sizes or [])}
+    given = {"batch": batch, "seq": seq, "image_size": image_size}
+    options = {**given, **factory_settings(sizes or [], given)}
     try:
         torch.manual_seed(seed)
         model, data, loss_fn = build(spec, **options)
