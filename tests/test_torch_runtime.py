@@ -568,7 +568,8 @@ def test_a_floor_above_the_peak_says_why():
                 "--optimizer", "sgd")
     assert done.code == 2 and done.traceback is None and done.err.count("\n") == 1
     assert f"the floor lies {least.floor - step.peak:,} B above the unconstrained peak" in done.err
-    assert f"{least.old_version_bytes:,} B of them old versions" in done.err
+    assert least.old_version_bytes == least.freed_constant_bytes
+    assert f"frees {least.old_version_bytes:,} B of them: old versions" in done.err
 
 
 class Counting(nn.Module):
