@@ -166,6 +166,24 @@ def test_activation_checkpointing_is_recorded_as_it_recomputes(tmp_path):
     assert all(torch.allclose(a, b) for a, b in zip(plain_grads, ckpt_grads))
 
 
+FAST_FLOORS = [("gpt", "adamw"), ("resnet", None), ("unet", "sgd")]
+ZOO_FLOORS = FAST_FLOORS + [pytest.param(name, optimizer, marks=pytest.mark.slow)
+                            for name in ("gpt", "resnet", "lstm", "unet", "mlp", "encoder", "moe")
+                            for optimizer in (None, "sgd", "adam", "adamw")
+                            if (name, optimizer) not in FAST_FLOORS]
+
+
+@pytest.mark.parametrize("name,optimizer", ZOO_FLOORS)
+def test_no_policy_completes_a_zoo_step_one_byte_below_its_floor(name, optimizer, tmp_path):
+    """The floor is a bound on the zoo's logs too (tests/test_floor.py proves it on
+    hand-written, generated and random ones), with and without an optimizer."""
+    torch.manual_seed(0)
+    least = record(*build(f"zoo:{name}"), tmp_path / "z.log", optimizer=optimizer).floor
+    program = parse_file(tmp_path / "z.log")
+    for policy in ("dtr", "lru", "size", "msps", "dtr-local"):
+        assert replay(program, budget=least.floor - 1, policy=policy).summary.outcome != "ok", policy
+
+
 def test_torch_record_says_when_the_state_is_nearly_all_of_the_peak(tmp_path):
     """One sample through eight layers: parameters and gradients are the step."""
     args = ["torch", "record", "zoo:mlp", "-o", str(tmp_path / "mlp.log"), "--batch", "1",
