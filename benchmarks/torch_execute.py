@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT / "src"))
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dtrforensics.analyses.floor import floor
 from dtrforensics.torch.execute import prepare
-from dtrforensics.torch.schedule import floor, plan
+from dtrforensics.torch.schedule import plan
 from dtrforensics.torch.zoo import ZOO
 
 CASES = [("gpt", {}), ("gpt", {"batch": 16, "seq": 64}), ("gpt", {"batch": 8, "seq": 128, "width": 256})]
@@ -59,7 +60,7 @@ def passing_through(step):
 def bench(name: str, options: dict, repeat: int) -> list[dict]:
     torch.manual_seed(0)
     step = prepare(*ZOO[name](**options))
-    peak, least = step.peak, floor(step.program)
+    peak, least = step.peak, floor(step.program).floor
     rows = []
     for label, budget in (("unconstrained", peak), ("half of peak", peak // 2)):
         row = {"model": name, **options, "ops": step.program.n_ops, "budget": label}

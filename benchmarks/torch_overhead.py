@@ -25,8 +25,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch
 
+from dtrforensics.analyses.floor import floor
 from dtrforensics.torch.execute import prepare
-from dtrforensics.torch.schedule import floor, plan
+from dtrforensics.torch.schedule import plan
 from dtrforensics.torch.zoo import ZOO
 
 MODELS = ("gpt", "resnet")
@@ -49,7 +50,7 @@ def real_ratio(step, schedule, budget, free, repeat) -> tuple[float, float]:
 def study(name: str, points: int, repeat: int) -> list[dict]:
     torch.manual_seed(0)
     step = prepare(*ZOO[name](), cost="measured")
-    peak, least = step.peak, floor(step.program)
+    peak, least = step.peak, floor(step.program).floor
     free = plan(step.program, peak)
     step.real(free, peak)   # warm-up
     rows = []

@@ -6,7 +6,8 @@
    --repeat interleaved runs, after one warm-up of each. Goal: at most 3x.
 2. Models far larger than this machine (2 cores, 24 GiB) recorded in fake
    mode, each in a fresh process: wall time, CPU time and peak RSS, plus the
-   log's peak memory, floor and op count. `gpt-1b`: the GPT-style model of
+   log's peak memory, floor (and, where the old parameter versions an
+   optimizer leaves put it above the peak, by how much) and op count. `gpt-1b`: the GPT-style model of
    about a billion parameters; `llama-7b`: a Llama-2-7B-shaped transformers
    model (32 layers, 4096 wide, MLP 11008, 32 heads, vocabulary 32000) on one
    sequence of 512 tokens, bf16 autocast and AdamW, as
@@ -104,6 +105,8 @@ def fake_child(name: str, out: str) -> None:
     print(json.dumps({"parameters": params, "peak_bytes": summary.peak, "ops": summary.ops,
                       "floor_bytes": summary.floor.floor,
                       "evictable_share": summary.floor.evictable_share,
+                      "above_peak_bytes": summary.floor.above_peak,
+                      "old_version_bytes": summary.floor.old_version_bytes,
                       "build_wall_s": built[1] - wall0, "record_wall_s": wall1 - built[1],
                       "record_cpu_s": cpu1 - built[0], "total_cpu_s": cpu1 - cpu0,
                       "total_wall_s": wall1 - wall0,
@@ -117,6 +120,15 @@ def fake_point(name: str, folder: Path) -> dict:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["process_wall_s"] = time.perf_counter() - start
     return result
+
+
+def _floor_note(r: dict) -> str:
+    """The floor beside the peak: the share eviction can free, or how far above the
+    peak the old versions of parameters written in place put it."""
+    if not r["above_peak_bytes"]:
+        return f"{r['evictable_share']:.1%} evictable"
+    return (f"{r['above_peak_bytes'] / 2**30:.2f} GiB above the peak: old versions of "
+            f"{r['old_version_bytes'] / 2**30:.2f} GiB pinned")
 
 
 def main() -> None:
@@ -143,7 +155,7 @@ def main() -> None:
                 r = fake_point(name, folder)
                 print(f"  {name}: {r['parameters'] / 1e9:.2f} B parameters; log peak "
                       f"{r['peak_bytes'] / 2**30:.2f} GiB, floor {r['floor_bytes'] / 2**30:.2f} GiB "
-                      f"({r['evictable_share']:.1%} evictable), {r['ops']:,} ops; build "
+                      f"({_floor_note(r)}), {r['ops']:,} ops; build "
                       f"{r['build_wall_s']:.1f} s + record {r['record_wall_s']:.1f} s wall "
                       f"({r['record_cpu_s']:.1f} s cpu to record, {r['total_cpu_s']:.1f} s in all, "
                       f"{r['process_wall_s']:.1f} s with start-up), peak RSS {r['max_rss_mib']:.0f} MiB")

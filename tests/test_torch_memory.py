@@ -38,7 +38,7 @@ class LiveBytesTracker(TorchDispatchMode):
     `versioned_peak` adds the simulator's rule for writes (docs/torch.md, "Memory
     truth"): an op that writes a storage in place counts it a second time at that
     moment (the new version beside the old), except the storages of `in_place`
-    (parameters and optimizer states, which the optimizer step updates in place)."""
+    (optimizer states, which the optimizer step writes as views)."""
 
     def __init__(self, existing=(), in_place=()):
         super().__init__()

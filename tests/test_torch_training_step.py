@@ -15,7 +15,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from typer.testing import CliRunner
 
-from dtrforensics.analyses.floor import floor
 from dtrforensics.cli.main import app
 from dtrforensics.engine.replay import replay
 from dtrforensics.torch import RecordError, record
@@ -45,6 +44,8 @@ def after_backward(records):
 
 @pytest.mark.parametrize("name,states", [("sgd", 1), ("adam", 3), ("adamw", 3)])
 def test_optimizer_states_exist_from_the_start_and_its_step_is_recorded(name, states, tmp_path):
+    """Every parameter's update is a MUTATE (a new version); every state's (momentum,
+    moments, step counts) a CALL whose result is a view of the state."""
     model, batch, loss_fn = gpt()
     params = list(model.parameters())
     before = [p.detach().clone() for p in params]
@@ -56,22 +57,22 @@ def test_optimizer_states_exist_from_the_start_and_its_step_is_recorded(name, st
     assert constants == base + states * len(params)      # momentum / step, exp_avg, exp_avg_sq
     assert base == len(params) + len(list(model.buffers())) + 1   # the batch: views of one storage
     param_names = {f"x{i}" for i in range(len(params))}   # parameters are named first
+    state_names = {f"x{i}" for i in range(base, constants)}   # states after the batch
     step = after_backward(records)
-    assert param_names <= updated_in_place(step)
-    on_constants = names_on_constants(records)       # parameters, states and their views
-    assert not any(r["ARGS"][i] in on_constants
-                   for r in step if r["INSTRUCTION"] == "MUTATE" for i in r["MUTATE"])
+    mutated = {r["ARGS"][i] for r in step if r["INSTRUCTION"] == "MUTATE" for i in r["MUTATE"]}
+    assert param_names <= mutated
+    assert state_names <= updated_in_place(step)
+    assert not mutated & names_on(records, state_names)
     assert all(not torch.equal(p, q) for p, q in zip(params, before))   # the step ran
     assert all(p.grad is not None for p in params)
     assert plain.ops < parse_file(tmp_path / "o.log").n_ops
 
 
-def names_on_constants(records):
-    found, pending = set(), {}
+def names_on(records, roots):
+    """`roots` and every name that is a view of one of them (or of such a view)."""
+    found, pending = set(roots), {}
     for r in records:
-        if r["INSTRUCTION"] == "CONSTANT":
-            found.add(r["NAME"])
-        elif r["INSTRUCTION"] == "CALL":
+        if r["INSTRUCTION"] == "CALL":
             pending = {name: r["ARGS"] for name in r["RESULT"]}
         elif r["INSTRUCTION"] == "ALIAS" and r["ALIAS"] != "-1" and \
                 pending[r["NAME"]][int(r["ALIAS"])] in found:
@@ -90,23 +91,28 @@ def updated_in_place(records):
     return found
 
 
-@pytest.mark.parametrize("spec,sizes,name", [("zoo:gpt", {}, "adamw"),
+@pytest.mark.parametrize("spec,sizes,name", [("zoo:gpt", {}, "adamw"), ("zoo:gpt", {}, "adam"),
                                              ("zoo:mlp", {"batch": 1, "layers": 8}, "sgd")])
-def test_optimizer_step_memory_is_live_storage_and_fits_its_own_peak(spec, sizes, name, tmp_path):
-    """Parameters and optimizer states are updated in place (views of the constants,
-    not new versions the simulator would keep pinned beside the old ones): the log's
-    peak is the live storage peak to the byte, a DTR run at that peak completes, and
-    fake mode gives the same log. With `mlp` at batch 1 the update is the peak."""
+def test_optimizer_step_memory_is_live_storage_plus_new_parameter_versions(spec, sizes, name,
+                                                                            tmp_path):
+    """The log's peak is the live storage peak with each parameter counted a second
+    time at each op that writes it (its new version beside the old, which the
+    unconstrained run then frees), states written in place; a DTR run keeps every
+    old version pinned (the parameters' bytes, counted from PyTorch), so the floor
+    holds them, and fake mode gives the same log. With `mlp` at batch 1 the update
+    is the peak."""
     torch.manual_seed(0)
     model, batch, loss_fn = build(spec, **sizes)
     params = list(model.parameters())
     opt = steady_optimizer(name, params)
     states = state_tensors(opt)
-    with LiveBytesTracker(constants_of(model, batch) + states, in_place=params + states) as tracker:
+    with LiveBytesTracker(constants_of(model, batch) + states, in_place=states) as tracker:
         real = record(model, batch, loss_fn, tmp_path / "r.log", optimizer=opt)
-    assert real.peak == tracker.peak == tracker.versioned_peak
+    assert real.peak == tracker.versioned_peak
+    least = real.floor
+    assert least.old_version_bytes == sum(p.untyped_storage().nbytes() for p in params)
     program = parse_file(tmp_path / "r.log")
-    assert replay(program, budget=real.peak).summary.outcome == "ok"
+    assert replay(program, budget=least.floor - 1).summary.outcome != "ok"
     torch.manual_seed(0)
     record(*build(spec, fake=True, **sizes), tmp_path / "f.log", fake=True, optimizer=name)
     assert (tmp_path / "f.log").read_bytes() == (tmp_path / "r.log").read_bytes()
@@ -160,45 +166,46 @@ def test_activation_checkpointing_is_recorded_as_it_recomputes(tmp_path):
     assert all(torch.allclose(a, b) for a, b in zip(plain_grads, ckpt_grads))
 
 
-def _call(op, args, out, size, released=()):
-    return [{"INSTRUCTION": "CALL", "NAME": op, "ARGS": args, "RESULT": [out], "TIME": "1"},
-            {"INSTRUCTION": "MEMORY", "NAME": out, "MEMORY": str(size)},
-            {"INSTRUCTION": "ALIAS", "NAME": out, "ALIAS": "-1"},
-            *({"INSTRUCTION": "RELEASE", "NAME": name} for name in released)]
+FAST_FLOORS = [("gpt", "adamw"), ("resnet", None), ("unet", "sgd")]
+ZOO_FLOORS = FAST_FLOORS + [pytest.param(name, optimizer, marks=pytest.mark.slow)
+                            for name in ("gpt", "resnet", "lstm", "unet", "mlp", "encoder", "moe")
+                            for optimizer in (None, "sgd", "adam", "adamw")
+                            if (name, optimizer) not in FAST_FLOORS]
 
 
-FLOOR_LOG = [
-    {"INSTRUCTION": "CONSTANT", "NAME": "w"}, {"INSTRUCTION": "MEMORY", "NAME": "w", "MEMORY": "100"},
-    {"INSTRUCTION": "CONSTANT", "NAME": "b"}, {"INSTRUCTION": "MEMORY", "NAME": "b", "MEMORY": "50"},
-    *_call("f", ["w", "b"], "x", 200),
-    *_call("k", ["w"], "q", 400, ["b"]),
-    *_call("g", ["x"], "y", 300, ["x", "q"]),
-    *_call("h", ["y", "w"], "z", 10, ["y"]),
-]
-
-
-def test_floor_is_constants_alive_plus_the_working_set_or_what_the_end_keeps(tmp_path):
-    path = tmp_path / "floor.log"
-    path.write_text("\n".join(json.dumps(r) for r in FLOOR_LOG) + "\n")
-    # By hand: the peak is w + x + q + y = 1000 after g; at g only w (100) of the
-    # constants is alive (b went after k) and g needs x + y = 500; the end keeps w + z.
-    result = floor(parse_file(path))
-    assert (result.peak, result.floor, result.floor_op_id) == (1000, 600, 4)
-    assert (result.constants_at_floor, result.working_set, result.final_bytes) == (100, 500, 110)
-    assert result.bottleneck_bytes == 500 and result.constant_bytes == 150
-    assert result.evictable_share == pytest.approx(0.4) and not result.state_bound
-    info = CliRunner().invoke(app, ["traces", "info", str(path), "--json"])
-    assert json.loads(info.stdout)["floor"]["floor_bytes"] == 600
-    text = CliRunner().invoke(app, ["traces", "info", str(path)]).stdout
-    assert "600 B" in text and "40.0%" in text
+@pytest.mark.parametrize("name,optimizer", ZOO_FLOORS)
+def test_no_policy_completes_a_zoo_step_one_byte_below_its_floor(name, optimizer, tmp_path):
+    """The floor is a bound on the zoo's logs too (tests/test_floor.py proves it on
+    hand-written, generated and random ones), with and without an optimizer."""
+    torch.manual_seed(0)
+    least = record(*build(f"zoo:{name}"), tmp_path / "z.log", optimizer=optimizer).floor
+    program = parse_file(tmp_path / "z.log")
+    for policy in ("dtr", "lru", "size", "msps", "dtr-local"):
+        assert replay(program, budget=least.floor - 1, policy=policy).summary.outcome != "ok", policy
 
 
 def test_torch_record_says_when_the_state_is_nearly_all_of_the_peak(tmp_path):
-    """One sample through eight layers: parameters, gradients and momentum are the step."""
+    """One sample through eight layers: parameters and gradients are the step."""
+    args = ["torch", "record", "zoo:mlp", "-o", str(tmp_path / "mlp.log"), "--batch", "1",
+            "--set", "layers=8"]
+    bounds = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["floor"]
+    assert bounds["state_bound"] and not bounds["above_peak_bytes"]
+    text = " ".join(CliRunner().invoke(app, args).stdout.split())
+    assert "parameters, gradients and optimizer states are" in text
+    assert "no budget below" in text
+
+
+def test_torch_record_says_why_the_floor_lies_above_the_peak(tmp_path):
+    """With SGD the old version of every parameter stays pinned in a DTR run, while
+    the unconstrained run frees it: one line says how many bytes, and why."""
     args = ["torch", "record", "zoo:mlp", "-o", str(tmp_path / "mlp.log"), "--batch", "1",
             "--set", "layers=8", "--optimizer", "sgd"]
     bounds = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["floor"]
-    assert bounds["state_bound"] and bounds["floor_op_id"] == -1
-    text = CliRunner().invoke(app, args).stdout
-    assert "parameters, gradients and optimizer states are" in text
-    assert "no budget below" in text
+    assert bounds["floor_op_id"] == -1 and bounds["above_peak_bytes"] > 0
+    assert bounds["floor_bytes"] == bounds["peak_bytes"] + bounds["above_peak_bytes"]
+    text = " ".join(CliRunner().invoke(app, args).stdout.split())
+    assert f"the floor lies {bounds['above_peak_bytes']:,} B above the unconstrained peak" in text
+    assert bounds["old_version_bytes"] == bounds["freed_constant_bytes"] > 0
+    assert (f"frees {bounds['freed_constant_bytes']:,} B of them: old versions of tensors written "
+            "in place") in text
+    assert "parameters, gradients and optimizer states are" not in text

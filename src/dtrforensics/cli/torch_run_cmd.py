@@ -46,7 +46,7 @@ def run_cmd(
         import torch
 
         from ..torch import RecordError
-        from ..torch.execute import execute
+        from ..torch.execute import BudgetError, execute
         from ..torch.spec import build
     except ImportError as exc:
         raise CommandError(f"dtrf torch needs PyTorch ({exc}): pip install 'dtrforensics[torch]'") from None
@@ -60,6 +60,9 @@ def run_cmd(
         model, data, loss_fn = build(spec, **options)
         result = execute(model, data, loss_fn, budget=budget, ratio=ratio, policy=policy,
                          cost=cost, optimizer=optimizer, log_path=log, record_dir=record)
+    except BudgetError as exc:
+        from ..render.floor import budget_refusal
+        raise CommandError(f"{spec}: {budget_refusal(exc.budget, exc.floor.to_json())}") from None
     except (RecordError, OptionError, ValueError) as exc:
         raise CommandError(f"{spec}: {exc}") from None
     doc = result.to_json()

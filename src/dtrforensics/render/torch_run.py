@@ -22,17 +22,8 @@ def run_lines(doc: dict) -> list[str]:
         f"{real['over_budget_checks']:,}; peak live {fmt_bytes(real['peak_live_bytes'])} "
         f"({real['peak_live_bytes']:,} bytes)"),
     ]
-    if real["old_values_kept"]:
-        lines.append(
-            f"old values: the bytes of {real['old_values_kept']:,} constants from before "
-            "optimizer.step() wrote them, kept while later rebuilds of ops that read them need "
-            f"them (at most {real['old_value_bytes']:,} bytes, held at {real['old_value_checks']:,} "
-            "checks); the log counts each constant once, so the simulation leaves them out")
     if real["first_mismatch"]:
         lines.append(f"first mismatch: {real['first_mismatch']}")
-    if real["unexplained_mismatches"]:
-        lines.append(f"live storage bytes differ from the engine's memory plus the old values at "
-                     f"{real['unexplained_mismatches']:,} checks")
     if doc["oom"]:
         oom = doc["oom"]
         lines.append(f"out of memory at op {oom['op_id']} (paper #{oom['op_id'] + 1}) {oom['op_name']} "

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ..analyses.floor import Floor, floor
 from ..engine.baseline import baseline, budget_for_ratio
 from ..engine.summary import RunSummary, victims_sha256
 from ..jsonsafe import json_safe
@@ -38,12 +39,17 @@ from .runtime import (
     ScheduleEnded,
     ScheduleError,
 )
-from .schedule import Plan, floor, plan
+from .schedule import Plan, plan
 from .step import ModuleLocator, _forward, _run_backward, _run_forward, _run_optimizer, record
 
 
 class BudgetError(RecordError):
-    """A budget no run of the step can complete under."""
+    """A budget below the step's floor (`analyses/floor.py`): no run completes."""
+
+    def __init__(self, budget: int, least: Floor):
+        super().__init__(f"budget {budget:,} bytes is below the step's floor of {least.floor:,} "
+                         "bytes: no policy can run it")
+        self.budget, self.floor = budget, least
 
 
 @dataclass(frozen=True)
@@ -94,10 +100,6 @@ class ExecuteResult:
     first_mismatch: str | None
     over_budget_checks: int
     peak_live_bytes: int
-    old_values_kept: int           # constants' bytes from before an in-place write, kept for rebuilds
-    old_value_bytes: int           # the most of them held at an allocation check
-    old_value_checks: int          # allocation checks where some were held
-    unexplained_mismatches: int    # checks where live bytes are not the engine's memory plus them
     ghosts: int
     random_rebuilds: int
     wall_seconds: float            # the real constrained step
@@ -136,9 +138,6 @@ class ExecuteResult:
                 "peak_live_bytes": self.peak_live_bytes, "alloc_checks": self.alloc_checks,
                 "memory_mismatches": self.memory_mismatches, "first_mismatch": self.first_mismatch,
                 "over_budget_checks": self.over_budget_checks, "ghosts": self.ghosts,
-                "old_values_kept": self.old_values_kept, "old_value_bytes": self.old_value_bytes,
-                "old_value_checks": self.old_value_checks,
-                "unexplained_mismatches": self.unexplained_mismatches,
                 "random_rebuilds": self.random_rebuilds,
                 "wall_seconds": self.wall_seconds, "plain_wall_seconds": self.plain_wall_seconds,
                 "slowdown": self.wall_seconds / self.plain_wall_seconds if self.plain_wall_seconds else None,
@@ -468,14 +467,9 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
     if ratio is not None:
         budget = budget_for_ratio(ratio, peak)
     least = floor(program)
-    if budget < least:
+    if budget < least.floor:
         step.state.restore()
-        above = (f"; above the unconstrained peak of {peak:,} bytes, which frees the constants the "
-                 "step releases (old versions of buffers written in place, such as batch norm's "
-                 "running statistics)" if least > peak else "")
-        raise BudgetError(f"budget {budget:,} bytes is below the step's floor of {least:,} bytes "
-                          f"(the constants made so far, which a DTR run never frees, and one op's "
-                          f"inputs and outputs{above}): no policy can run it")
+        raise BudgetError(budget, least)
     schedule = plan(program, budget, policy)
     try:
         run = step.real(schedule, budget)
@@ -484,7 +478,7 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         raise
     if run.values is None:
         step.state.restore()
-    result = _result(step, schedule, run, plain, plain_timing, budget, least, cost)
+    result = _result(step, schedule, run, plain, plain_timing, budget, least.floor, cost)
     if record_dir is not None:
         from .real_recording import write_real_recording
         write_real_recording(record_dir, program, schedule, run.executor, result.real_summary(), ratio)
@@ -513,8 +507,6 @@ def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_timi
         alloc_checks=st.alloc_checks, memory_mismatches=st.mismatches,
         first_mismatch=st.first_mismatch, over_budget_checks=st.over_budget,
         peak_live_bytes=st.peak_live, ghosts=st.ghosts, random_rebuilds=st.random_rebuilds,
-        old_values_kept=run.executor.old.kept, old_value_bytes=st.old_value_bytes,
-        old_value_checks=st.old_value_checks, unexplained_mismatches=st.unexplained,
         wall_seconds=run.timing.wall, plain_wall_seconds=plain_timing.wall,
         cpu_seconds=run.timing.cpu, plain_cpu_seconds=plain_timing.cpu,
         loss=real.loss if done else None, plain_loss=plain.loss,

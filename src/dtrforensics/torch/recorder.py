@@ -3,7 +3,7 @@
 Every aten op the step runs (forward, loss, backward) passes through the
 mode and becomes a log record: CALL with one MEMORY and ALIAS line per new
 output, MUTATE for ops that write their arguments (in `optimizer.step()`, a
-write to a constant is a CALL whose result is a view of it instead), COPY for
+write to an optimizer state is a CALL whose result is a view of it instead), COPY for
 ops that only give an existing tensor a new name (`detach`, `alias`). Tensors
 the step did not create (parameters, buffers, inputs, wrapped Python scalars)
 become CONSTANTs.
@@ -85,8 +85,7 @@ class StepRecorder(TorchDispatchMode):
         self._busy = False
         self._open = True
         self._counter = 0
-        self._constants: set[int] = set()   # storage keys of the CONSTANTs still alive
-        self.updates_in_place = False
+        self._in_place: set[int] = set()     # storage keys written as views (optimizer states)
 
     # --- names and lifetimes -------------------------------------------------------
 
@@ -111,7 +110,6 @@ class StepRecorder(TorchDispatchMode):
             self._storage_names[key].append(name)
 
     def _storage_died(self, key: int) -> None:
-        self._constants.discard(key)
         for name in self._storage_names.pop(key):
             self._release(name)
 
@@ -136,18 +134,36 @@ class StepRecorder(TorchDispatchMode):
             for name in sorted(pending, key=lambda n: int(n[1:])):
                 self.log.release(name)
 
-    def update_constants_in_place(self) -> None:
-        """From now on, an op writing a constant's storage (a parameter, an optimizer
-        state) is a CALL whose result is a view of that constant, not a MUTATE.
+    def release_dead_views(self) -> None:
+        """Release the names of views whose tensors have died, in creation order.
 
-        The simulator never frees a pinned storage, so a MUTATE of a constant would
-        leave its old version resident for the rest of any DTR run: an optimizer step
-        written that way does not fit in its own peak. A pinned storage is never
-        evicted, so it never needs the old version to be rebuilt from, and a view is
-        what PyTorch does: the same bytes, written in place. (Batch norm's running
-        statistics in forward stay MUTATEs: `dtrf torch run` rebuilds batch norm
-        from their old versions.)"""
-        self.updates_in_place = True
+        A view's name otherwise lives as long as its storage. That is harmless
+        until the storage is written in place: the simulator rebinds only the
+        written name and keeps the old version referenced by the other names, so
+        a parameter the optimizer updates, with a forward view (`t`) still named,
+        would hold its old version in the unconstrained run to the end of the
+        step. Called once the backward pass is over and collected, when no
+        transient view is alive in real or fake mode."""
+        alive = set(self._names.values())
+        dead = []
+        for names in self._storage_names.values():
+            dead += [n for n in names[1:] if n not in alive]
+            names[1:] = [n for n in names[1:] if n in alive]
+        for name in sorted(dead, key=lambda n: int(n[1:])):
+            self._release(name)
+
+    def update_in_place(self, states: Sequence[torch.Tensor]) -> None:
+        """From now on, an op writing one of `states` (an optimizer's momentum,
+        moments, step counts) is a CALL whose result is a view of it, not a MUTATE.
+
+        Every other in-place write stays a MUTATE, a parameter's included: a new
+        version beside the old one, which a DTR run keeps pinned (constants are
+        never freed), as the DTR model has it. A state may be a view because
+        nothing reads it across its own update but the update itself (the
+        executor refuses a rebuild that would: `runtime.Executor`), so its old
+        version is never needed, and it would only pin a second copy of every
+        state."""
+        self._in_place = {storage_key(t) for t in states}
 
     def close(self) -> None:
         """Stop writing; tensors that outlive the step end the log still referenced."""
@@ -170,7 +186,6 @@ class StepRecorder(TorchDispatchMode):
         name = self._new_name()
         self.log.constant(name, t.untyped_storage().nbytes())
         self._register(t, name, owner=True)
-        self._constants.add(storage_key(t))
         return name
 
     # --- ops -----------------------------------------------------------------------
@@ -269,7 +284,7 @@ class StepRecorder(TorchDispatchMode):
             else:
                 new_storages[key] = name
                 results.append((t, name, -1))
-        updated = [i for i in mutated if self.updates_in_place and arg_keys[i] in self._constants]
+        updated = [i for i in mutated if arg_keys[i] in self._in_place]
         results += [(inputs[i], self._new_name(), i) for i in updated]
         if self.cost == "flops":
             written = [t for t, _, alias in results if alias < 0] + [inputs[i] for i in mutated]

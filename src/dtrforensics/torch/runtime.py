@@ -15,10 +15,12 @@ pressure evictions, dead frees, allocation checks. An engine storage is a real
   parent lives on as a *ghost* the executor holds until the engine evicts it;
 - a mutation makes a new version (semantics.md §9.2): the old version's bytes
   are copied to a new storage (held by the executor) before the op writes the
-  original, which becomes the new version;
-- in `optimizer.step()` a write of a constant is a view of it, as the recorder
-  logs it: written in place, its bytes from before kept only while a later
-  rebuild reads them (`old_values.py`).
+  original, which becomes the new version; a parameter's old version is a
+  constant, held to the end of the step as the engine keeps it pinned;
+- in `optimizer.step()` a write of an optimizer state is a view of it, as the
+  recorder logs it: written in place, nothing kept. A rebuild that would read
+  a state written since its op ran is refused (`ScheduleError`): the log gives
+  it no old version to read.
 
 Random ops keep their generator's state (the CPU's, or their CUDA device's)
 from before their first run and rerun under it, as `torch.utils.checkpoint`'s
@@ -61,7 +63,6 @@ from ..engine.hooks import (
 )
 from ..trace.program import Program
 from .log import LogWriter
-from .old_values import OldValues
 from .recorder import UNDECLARED_WRITES, RecordError, StepRecorder, _schema_tensors, storage_key
 
 OP_INSTRUCTIONS = ("CONSTANT", "CALL", "MUTATE")
@@ -274,9 +275,6 @@ class Stats:
     remat_compute: int = 0
     ghosts: int = 0
     random_rebuilds: int = 0     # rebuilds of ops that draw random numbers
-    old_value_bytes: int = 0     # the most bytes of `OldValues` held at an allocation check
-    old_value_checks: int = 0    # allocation checks where some were held
-    unexplained: int = 0         # checks where live bytes are not the engine's memory plus them
 
 
 class Executor(StepRecorder):
@@ -302,7 +300,7 @@ class Executor(StepRecorder):
         self._resident: set[int] = set()
         self._ops: dict[int, OpRecord] = {}
         self._binds: list[tuple[torch.Tensor, str, bool]] = []
-        self.old = OldValues(program, self.events, self._track)
+        self._state_writes: dict[int, int] = {}  # state storage -> the last op that wrote it
         self.stats = Stats()
         self.current_op = -1
         self.measured_memory: dict[int, int] = {}   # event index -> live bytes at that check
@@ -351,21 +349,16 @@ class Executor(StepRecorder):
         return sum(s.nbytes() for ref, _ in self._tracked.values() if (s := ref()) is not None)
 
     def _check(self, memory: int, pending: int, op: int, depth: int) -> None:
-        live, old = self.live, self.old.bytes
+        live = self.live
         self.measured_memory[self.pos - 1] = live + pending
         st = self.stats
         st.alloc_checks += 1
         st.peak_live = max(st.peak_live, live)
-        if old:
-            st.old_value_checks += 1
-            st.old_value_bytes = max(st.old_value_bytes, old)
         if live + pending != memory:
             st.mismatches += 1
-            st.unexplained += live + pending != memory + old
             if st.first_mismatch is None:
-                kept = f" ({old} of them old values kept for rebuilds)" if old else ""
                 st.first_mismatch = (f"allocation check of {self._op_text(op)} (depth {depth}): "
-                                     f"live storages {live + pending} bytes{kept}, engine memory {memory}")
+                                     f"live storages {live + pending} bytes, engine memory {memory}")
         if live > self.budget:
             st.over_budget += 1
 
@@ -475,14 +468,14 @@ class Executor(StepRecorder):
         if rec is None:
             raise ScheduleError(f"the schedule rebuilds {self._op_text(op)}, which the step "
                                 "never ran")
-        sources = self.old.sources(op)
         targets = [(i, tid) for i, tid in rec.outputs if tid not in self._resident]
         if not targets:
             return  # views only: their storage is rebuilt by its own op
+        self._check_states_unwritten(op, rec)
         with _disable_current_modes(), torch.no_grad():
             tensors = []
             for index, (sid, dtype, size, stride, offset) in enumerate(rec.slots):
-                s = sources[sid] if sid in sources else self._storage(sid)
+                s = self._storage(sid)
                 if s is None or sid not in self._resident:
                     raise ScheduleError(f"rebuilding {self._op_text(op)}: its input storage {sid} "
                                         "is not resident")
@@ -498,7 +491,20 @@ class Executor(StepRecorder):
                         else [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)])
             for index, tid in targets:
                 self._install(tid, produced[index].untyped_storage())
-            del out, produced, tensors, args, kwargs, sources
+            del out, produced, tensors, args, kwargs
+
+    def _check_states_unwritten(self, op: int, rec: OpRecord) -> None:
+        """A rebuild must read what `op` read. An optimizer state is written in place
+        as a view (no old version), so a rebuild of an op that read it before a
+        later write would read the new bytes: refused, never computed wrong."""
+        for sid, *_ in rec.slots:
+            writer = self._state_writes.get(sid, -1)
+            if writer > op:
+                raise ScheduleError(
+                    f"the schedule rebuilds {self._op_text(op)}, which read optimizer state "
+                    f"{self.program.tensor_name(sid)} before {self._op_text(writer)} wrote it in "
+                    "place; the log writes a state's update as a view of it (no old version), so "
+                    "the rebuild cannot read the value the op read: cannot be recomputed faithfully")
 
     # --- naming and binding ----------------------------------------------------------
 
@@ -533,7 +539,7 @@ class Executor(StepRecorder):
             results = set(r["RESULT"])
             i += 1 + 2 * len(r["RESULT"])
             r = at(i)
-            if r.get("INSTRUCTION") == "MUTATE" and r["NAME"] == name:
+            if r.get("INSTRUCTION") == "MUTATE" and r["NAME"] == name and r["ARGS"] == arg_names:
                 planned.append((self._line_op[i], "mutate"))
                 i += 1
                 r = at(i)
@@ -572,8 +578,7 @@ class Executor(StepRecorder):
             planned = self._planned(func, arg_names)
             deferred: list[int] = []
             pending = 0
-            updated = [m for m in mutated if self.updates_in_place and
-                       storage_key(inputs[m]) in self._constants]
+            updated = [m for m in mutated if storage_key(inputs[m]) in self._in_place]
             versioned = [m for m in mutated if m not in updated]
             for k, kind in planned:
                 self.current_op = k
@@ -584,8 +589,8 @@ class Executor(StepRecorder):
                     self._new_versions(k, inputs, versioned)
                 else:
                     pending += self._op_size[k]
-                    if kind == "call":
-                        self.old.keep(k, self.pos, inputs, updated)
+                    if kind == "call" and updated:
+                        self._states_written(k, updated)
                 if rerun:
                     self._ops[k] = OpRecord(func, *_template(func, args, kwargs), slots, tuple(mutated),
                                             tuple(versioned), [], kind == "mutate", None)
@@ -620,6 +625,11 @@ class Executor(StepRecorder):
             for name in pending_names:
                 self.log.release(name)
         return out
+
+    def _states_written(self, op: int, written: list[int]) -> None:
+        args = self.program.op_args_of(op).tolist()
+        for m in written:
+            self._state_writes[self._tensor_storage[args[m]]] = op
 
     def _new_versions(self, op: int, inputs: list, mutated: list[int]) -> None:
         """Before a mutation writes its arguments: the old versions move to copies."""

@@ -2,10 +2,8 @@
 
 `plan` replays a step's DTR log under a budget with an observer that keeps
 every event (materializations, allocation checks, evictions, dead frees,
-computes, pins, the OOM), in `seq` order. `floor` is the budget below which
-no policy can run the log at all: at some op, the constants made so far (pinned
-for good), the op's distinct argument storages and its request must all be
-resident at once.
+computes, pins, the OOM), in `seq` order. (The budget below which no policy
+can run a log at all is `analyses/floor.py`'s.)
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import numpy as np
 from ..engine.frontier import Frontier
 from ..engine.hooks import N_EVENT_COLUMNS, N_EVENT_FLOAT_COLUMNS, EventBatch, Observer
 from ..engine.replay import RunResult, replay
-from ..trace.program import CMD_COMPUTE, CMD_PIN, Program
+from ..trace.program import Program
 
 
 class _Collector(Observer):
@@ -52,27 +50,3 @@ def plan(program: Program, budget: int, policy="dtr") -> Plan:
     scores = (np.concatenate(collector.float_chunks) if collector.float_chunks
               else np.zeros((0, N_EVENT_FLOAT_COLUMNS), dtype=np.float64))
     return Plan(result=result, events=events, scores=scores, frontier=collector.frontier)
-
-
-def floor(program: Program) -> int:
-    """The smallest budget any policy could complete the log under (a lower bound:
-    every run below it is out of memory)."""
-    storage = program.tensor_storage
-    size = program.tensor_size
-    pinned = 0
-    pinned_set: set[int] = set()
-    best = 0
-    op = 0
-    for kind, arg in zip(program.sched_kind.tolist(), program.sched_arg.tolist()):
-        if kind == CMD_COMPUTE:
-            op = arg
-            args = {int(storage[t]) for t in program.op_args_of(op).tolist()} - pinned_set
-            need = pinned + sum(int(size[s]) for s in args) + int(program.op_total_size[op])
-            best = max(best, need)
-        elif kind == CMD_PIN:
-            s = int(storage[arg])
-            if s not in pinned_set:
-                pinned_set.add(s)
-                pinned += int(size[s])
-                best = max(best, pinned)
-    return best

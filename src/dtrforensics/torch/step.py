@@ -221,9 +221,12 @@ def _run_forward(model, inputs, targets, loss_fn, state, modules):
 
 def _run_optimizer(recorder: StepRecorder, opt) -> None:
     """`optimizer.step()` as the log has it: after a collection (what backward
-    left behind dies first), its writes of constants recorded as views of them."""
+    left behind dies first) and the release of the views that died with it, its
+    writes of parameters recorded as new versions (MUTATE), of its states as
+    views of them."""
     gc.collect()
-    recorder.update_constants_in_place()
+    recorder.release_dead_views()
+    recorder.update_in_place(state_tensors(opt))
     _reporting("optimizer.step()", opt.step)
 
 
