@@ -20,7 +20,7 @@ from dtrforensics.tui.widgets import CandidatesTable, RunStrip, StackView, StepL
 from dtrforensics.tui.widgets.run_strip import LABEL
 
 
-async def settle(app, pilot, timeout: float = 10.0) -> None:
+async def settle(app, pilot, timeout: float = 60.0) -> None:
     """Wait until the details of the current step are on screen."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
