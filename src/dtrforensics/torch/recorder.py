@@ -80,7 +80,7 @@ class StepRecorder(TorchDispatchMode):
         self.where = where
         self._names: dict[int, str] = {}
         self._storage_names: dict[int, list[str]] = {}
-        self._finalizers: list[weakref.finalize] = []
+        self._finalizers: list[weakref.ref] = []
         self._pending: list[str] = []
         self._busy = False
         self._open = True
@@ -95,9 +95,10 @@ class StepRecorder(TorchDispatchMode):
         return name
 
     def _watch(self, obj, callback, *args) -> None:
-        fin = weakref.finalize(obj, callback, *args)
-        fin.atexit = False
-        self._finalizers.append(fin)
+        """Call `callback(*args)` when `obj` dies, until `close`. A weak reference
+        with a callback, held here (`weakref.finalize` is the same reference
+        behind a registry, several times the cost, paid for every tensor)."""
+        self._finalizers.append(weakref.ref(obj, lambda _, f=callback, a=args: f(*a)))
 
     def _register(self, t: torch.Tensor, name: str, owner: bool) -> None:
         self._names[id(t)] = name
@@ -168,9 +169,7 @@ class StepRecorder(TorchDispatchMode):
     def close(self) -> None:
         """Stop writing; tensors that outlive the step end the log still referenced."""
         self._open = False
-        for fin in self._finalizers:
-            fin.detach()
-        self._finalizers.clear()
+        self._finalizers.clear()     # a dropped reference never calls back
 
     # --- constants -----------------------------------------------------------------
 
@@ -199,7 +198,7 @@ class StepRecorder(TorchDispatchMode):
                               "(sizes of sparse storages are not fixed by shapes)")
 
     def _check_op(self, func, op: str) -> None:
-        why = REJECTED_OPS.get(func.overloadpacket.__name__)
+        why = REJECTED_OPS.get(op_name_of(func))
         if why:
             raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {why}")
 
@@ -219,7 +218,7 @@ class StepRecorder(TorchDispatchMode):
                 out, cost = timed_call(call, is_repeatable(func, bool(mutated)))
             else:
                 out, cost = call(), 0
-            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            outputs = output_tensors(out)
             for t in outputs:
                 self._check_tensor(t, op)
             self._write(func, args, kwargs, out, inputs, arg_names, mutated, outputs, cost)
@@ -255,7 +254,7 @@ class StepRecorder(TorchDispatchMode):
 
     def _write(self, func, args, kwargs, out, inputs: list, arg_names: list[str],
                mutated: list[int], outputs: list, cost: int) -> None:
-        op_name = func.overloadpacket.__name__
+        op_name = op_name_of(func)
         input_ids = {id(t) for t in inputs}
         arg_keys = [storage_key(t) for t in inputs]
         fresh = list({id(t): t for t in outputs
@@ -305,6 +304,34 @@ class StepRecorder(TorchDispatchMode):
             name = self._new_name()
             self.log.call("alias", [source], [(name, t.untyped_storage().nbytes(), 0)], 1)
             self._register(t, name, owner=False)
+
+
+_OP_NAMES: dict = {}
+
+
+def op_name_of(func) -> str:
+    """The aten op's name (its overload packet's), read once per overload."""
+    name = _OP_NAMES.get(func)
+    if name is None:
+        name = _OP_NAMES[func] = func.overloadpacket.__name__
+    return name
+
+
+def output_tensors(out) -> list:
+    """The tensors an op returned, in `tree_flatten` order: an aten op returns a
+    tensor, or tuples and lists of them (and None), walked here without pytree's
+    generic machinery; anything else is left to `tree_flatten`."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if type(out) is tuple or type(out) is list:
+        found: list = []
+        for x in out:
+            if isinstance(x, torch.Tensor):
+                found.append(x)
+            elif x is not None and not isinstance(x, (int, float)):
+                found += output_tensors(x)
+        return found
+    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
 
 
 def _first_line(exc: BaseException) -> str:

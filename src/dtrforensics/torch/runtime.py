@@ -63,7 +63,17 @@ from ..engine.hooks import (
 )
 from ..trace.program import Program
 from .log import LogWriter
-from .recorder import UNDECLARED_WRITES, RecordError, StepRecorder, _schema_tensors, storage_key
+from .recorder import (
+    PLAIN_TYPES,
+    REJECTED_OPS,
+    UNDECLARED_WRITES,
+    RecordError,
+    StepRecorder,
+    _schema_tensors,
+    op_name_of,
+    output_tensors,
+    storage_key,
+)
 
 OP_INSTRUCTIONS = ("CONSTANT", "CALL", "MUTATE")
 
@@ -90,14 +100,39 @@ class ScheduleEnded(Exception):
     """The engine's run stopped (thrashed, timeout, error) before the real step did."""
 
 
+# The fields of each log instruction, in the order `FollowingLog` compares them.
+FIELDS = {"ANNOTATE": ("ANNOTATION",), "CONSTANT": ("NAME",), "MEMORY": ("NAME", "MEMORY"),
+          "ALIAS": ("NAME", "ALIAS"), "CALL": ("NAME", "ARGS", "RESULT"),
+          "MUTATE": ("NAME", "ARGS", "MUTATE"), "COPY": ("DST", "SRC"), "RELEASE": ("NAME",)}
+NUMBERS = ("MEMORY", "ALIAS")     # written as decimal strings, compared as the integers
+
+
+def _key(record: dict) -> tuple:
+    """A costless record as a tuple the writer can build without a dict: equal to
+    the tuple of a written record exactly when the two records are equal."""
+    fields = FIELDS.get(record.get("INSTRUCTION"))
+    if fields is None or record.keys() != {"INSTRUCTION", *fields}:
+        return (object(),)        # equal to nothing the writer makes: compared as a dict
+    values = []
+    for f in fields:
+        v = record[f]
+        if f in NUMBERS and isinstance(v, str) and v.lstrip("-").isdigit() and str(int(v)) == v:
+            v = int(v)
+        values.append(v)
+    return (record["INSTRUCTION"], *values)
+
+
 class FollowingLog(LogWriter):
     """A log writer that checks every record against the recording as it is written
-    (compared as records, not as JSON text: no line is encoded unless it differs).
-    A mismatch is kept (finalizers cannot raise) and raised at the next op."""
+    (compared as tuples of its fields, the recording's made once; a record that
+    differs is compared again as a dict, so the first difference is found and
+    named as before). A mismatch is kept (finalizers cannot raise) and raised at
+    the next op."""
 
     def __init__(self, expected: list[str]):
         self.expected = [json.loads(line) for line in expected]
         self._want = [_costless(r) for r in self.expected]
+        self._keys = [_key(r) for r in self._want]
         self.diverged: int | None = None
         self._ran: dict | None = None
         self.ops = 0
@@ -113,6 +148,43 @@ class FollowingLog(LogWriter):
             record.pop("TIME", None)
             if index >= len(self._want) or record != self._want[index]:
                 self.diverged, self._ran = index, record
+
+    def _follows(self, key: tuple) -> bool:
+        """The next record is `key`: counted as written, True; else nothing done."""
+        i = self.written
+        if self.diverged is None and i < len(self._keys) and self._keys[i] == key:
+            self.written = i + 1
+            return True
+        return False
+
+    def call(self, op: str, args: list[str], results: list[tuple[str, int, int]], cost: int) -> None:
+        i, keys = self.written, self._keys
+        end = i + 1 + 2 * len(results)
+        if self.diverged is None and end <= len(keys) and keys[i] == ("CALL", op, args, [r[0] for r in results]):
+            j = i + 1
+            for name, nbytes, alias in results:
+                if keys[j] != ("MEMORY", name, nbytes) or keys[j + 1] != ("ALIAS", name, alias):
+                    break
+                j += 2
+            else:
+                self.written = end
+                self.ops += 1
+                return
+        super().call(op, args, results, cost)
+
+    def release(self, name: str) -> None:
+        if not self._follows(("RELEASE", name)):
+            super().release(name)
+
+    def copy(self, dst: str, src: str) -> None:
+        if not self._follows(("COPY", dst, src)):
+            super().copy(dst, src)
+
+    def mutate(self, op: str, args: list[str], mutated: list[int], cost: int) -> None:
+        if self._follows(("MUTATE", op, args, mutated)):
+            self.ops += 1
+        else:
+            super().mutate(op, args, mutated, cost)
 
     def divergence(self) -> str:
         i = self.diverged
@@ -219,17 +291,19 @@ class _OpLabel:
 _OP_INFO: dict = {}
 
 
-def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None]:
-    """Per aten op, found once: its name, and its schema arguments whose type can
+def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None, str | None, bool]:
+    """Per aten op, found once: its name; its schema arguments whose type can
     hold a tensor as (position, name, written) (None for an op that writes
-    arguments its schema does not mark, left to the recorder's reading)."""
+    arguments its schema does not mark, left to the recorder's reading); why the
+    recorder rejects it (or None); whether it draws random numbers."""
     info = _OP_INFO.get(func)
     if info is None:
-        name = func.overloadpacket.__name__
+        name = op_name_of(func)
         params = None if name in UNDECLARED_WRITES else [
             (i, a.name, a.is_write) for i, a in enumerate(func._schema.arguments)
             if "Tensor" in str(a.type)]
-        info = _OP_INFO[func] = (name, params)
+        info = _OP_INFO[func] = (name, params, REJECTED_OPS.get(name),
+                                 torch.Tag.nondeterministic_seeded in func.tags)
     return info
 
 
@@ -524,10 +598,10 @@ class Executor(StepRecorder):
         super()._register(t, name, owner)
         self._binds.append((t, name, owner))
 
-    def _planned(self, func, arg_names: list[str]) -> list[tuple[int, str]]:
-        """The log ops this call writes, read from the recording at the current line."""
+    def _planned(self, name: str, arg_names: list[str]) -> list[tuple[int, str]]:
+        """The log ops this call of aten op `name` writes, read from the recording
+        at the current line."""
         exp, i = self.expected, self.log.written
-        name = _op_info(func)[0]
         planned: list[tuple[int, str]] = []
 
         def at(j):
@@ -567,18 +641,22 @@ class Executor(StepRecorder):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        name, _, rejected, seeded = _op_info(func)
         op = _OpLabel(func)
-        self._check_op(func, op)
+        if rejected:
+            raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {rejected}")
         if self.log.diverged is not None:
             raise ScheduleError(self.log.divergence())
         inputs, mutated = _tensor_arguments(func, args, kwargs)
         self._busy = True
         try:
-            arg_names = [self.name_of(t, op) for t in inputs]
-            planned = self._planned(func, arg_names)
+            # a tensor already named was checked when it was named
+            names = self._names
+            arg_names = [names.get(id(t)) or self.name_of(t, op) for t in inputs]
+            planned = self._planned(name, arg_names)
             deferred: list[int] = []
             pending = 0
-            updated = [m for m in mutated if storage_key(inputs[m]) in self._in_place]
+            updated = [m for m in mutated if storage_key(inputs[m]) in self._in_place] if mutated else []
             versioned = [m for m in mutated if m not in updated]
             for k, kind in planned:
                 self.current_op = k
@@ -594,8 +672,8 @@ class Executor(StepRecorder):
                 if rerun:
                     self._ops[k] = OpRecord(func, *_template(func, args, kwargs), slots, tuple(mutated),
                                             tuple(versioned), [], kind == "mutate", None)
-            kept = [self._ops[k] for k, _ in planned if k in self._ops]
-            if kept and torch.Tag.nondeterministic_seeded in func.tags:
+            kept = [self._ops[k] for k, _ in planned if k in self._ops] if seeded else None
+            if kept:
                 if any(isinstance(a, torch.Generator) for a in (*args, *kwargs.values())):
                     raise ScheduleError(f"{op} {self.where()}: the schedule reruns it, and it draws "
                                         "from a torch.Generator of its own, whose state is not "
@@ -610,9 +688,10 @@ class Executor(StepRecorder):
                 self.measured_ns[self.top_compute] = time.perf_counter_ns() - start
             for m in mutated:
                 self._reread(inputs[m].untyped_storage())
-            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            outputs = output_tensors(out)
             for t in outputs:
-                self._check_tensor(t, op)
+                if type(t) not in PLAIN_TYPES or t.layout != torch.strided:
+                    self._check_tensor(t, op)
             self._write(func, args, kwargs, out, inputs, arg_names, mutated, outputs, 0)
             if self.log.diverged is not None:
                 raise ScheduleError(self.log.divergence())
