@@ -362,6 +362,7 @@ class Executor(StepRecorder):
         self.pos = 0
         self.expected = log.expected
         self._line_op = self._op_lines()
+        self._plans = self._plan_lines()
         self._tensor_op = program.tensor_op.tolist()
         self._tensor_storage = program.tensor_storage.tolist()
         self._op_cost = program.op_cost.tolist()
@@ -395,17 +396,27 @@ class Executor(StepRecorder):
 
     # --- the memory truth ------------------------------------------------------------
 
-    def _track(self, storage: torch.UntypedStorage) -> None:
-        """Count `storage` in the live bytes until PyTorch frees it."""
+    def _track(self, storage: torch.UntypedStorage, watched: bool = False) -> None:
+        """Count `storage` in the live bytes until PyTorch frees it. A storage the
+        recorder already `watched` (it named it) is uncounted by the recorder's
+        callback (`_storage_died`), not by a second one of its own."""
         key = storage._cdata
         if key in self._tracked:
             return
         size = storage.nbytes()
-        self._tracked[key] = (weakref.ref(storage, lambda _, key=key: self._died(key)), size)
+        ref = weakref.ref(storage) if watched else \
+            weakref.ref(storage, lambda _, key=key: self._died(key))
+        self._tracked[key] = (ref, size)
         self.live += size
 
     def _died(self, key: int) -> None:
         self.live -= self._tracked.pop(key)[1]
+
+    def _storage_died(self, key: int) -> None:
+        entry = self._tracked.pop(key, None)
+        if entry is not None:
+            self.live -= entry[1]
+        super()._storage_died(key)
 
     def _reread(self, storage: torch.UntypedStorage) -> None:
         """Read a tracked storage's size again (after an eviction, a rebuild, or an
@@ -590,39 +601,65 @@ class Executor(StepRecorder):
             self.current_op = before
             self.advance(before)
             tid = self.program.tensor_by_name(name)
-            self._weak[tid] = weakref.ref(t.untyped_storage())
-            self._track(t.untyped_storage())
+            storage = t.untyped_storage()
+            self._weak[tid] = weakref.ref(storage)
+            self._track(storage, watched=True)
         return name
 
     def _register(self, t: torch.Tensor, name: str, owner: bool) -> None:
         super()._register(t, name, owner)
         self._binds.append((t, name, owner))
 
-    def _planned(self, name: str, arg_names: list[str]) -> list[tuple[int, str]]:
-        """The log ops this call of aten op `name` writes, read from the recording
-        at the current line."""
-        exp, i = self.expected, self.log.written
-        planned: list[tuple[int, str]] = []
+    def _plan_lines(self) -> dict[int, tuple]:
+        """Per CALL or MUTATE line of the recording, what `_planned` needs from it,
+        read once: for a CALL its name, arguments, op, the MUTATE of the same op
+        that may follow it (op, arguments) and the views (`alias` CALLs of its
+        results) after that MUTATE or, without one, after the CALL."""
+        exp, line_op = self.expected, self._line_op
 
         def at(j):
             return exp[j] if j < len(exp) else {}
 
-        r = at(i)
-        if r.get("INSTRUCTION") == "CALL" and r["NAME"] == name and r["ARGS"][:len(arg_names)] == arg_names:
-            planned.append((self._line_op[i], "call"))
-            results = set(r["RESULT"])
-            i += 1 + 2 * len(r["RESULT"])
-            r = at(i)
-            if r.get("INSTRUCTION") == "MUTATE" and r["NAME"] == name and r["ARGS"] == arg_names:
-                planned.append((self._line_op[i], "mutate"))
-                i += 1
-                r = at(i)
+        def views(j, results):
+            found = []
+            r = at(j)
             while r.get("INSTRUCTION") == "CALL" and r["NAME"] == "alias" and r["ARGS"][0] in results:
-                planned.append((self._line_op[i], "view"))
-                i += 3
-                r = at(i)
-        elif r.get("INSTRUCTION") == "MUTATE" and r["NAME"] == name and r["ARGS"] == arg_names:
-            planned.append((self._line_op[i], "mutate"))
+                found.append((line_op[j], "view"))
+                j += 3
+                r = at(j)
+            return found
+
+        plans = {}
+        for i, r in enumerate(exp):
+            if r["INSTRUCTION"] == "MUTATE":
+                plans[i] = (False, r["NAME"], r["ARGS"], line_op[i])
+            elif r["INSTRUCTION"] == "CALL":
+                results = set(r["RESULT"])
+                j = i + 1 + 2 * len(r["RESULT"])
+                m = at(j)
+                mutate = (line_op[j], m["ARGS"]) if m.get("INSTRUCTION") == "MUTATE" and \
+                    m["NAME"] == r["NAME"] else None
+                plans[i] = (True, r["NAME"], r["ARGS"], line_op[i], mutate,
+                            views(j + 1, results) if mutate else [], views(j, results))
+        return plans
+
+    def _planned(self, name: str, arg_names: list[str]) -> list[tuple[int, str]]:
+        """The log ops this call of aten op `name` writes, read from the recording
+        at the current line: a CALL (with its MUTATE and views) or a MUTATE."""
+        p = self._plans.get(self.log.written)
+        if p is None or p[1] != name:
+            return []
+        if not p[0]:
+            return [(p[3], "mutate")] if p[2] == arg_names else []
+        if p[2][:len(arg_names)] != arg_names:
+            return []
+        planned = [(p[3], "call")]
+        mutate = p[4]
+        if mutate is not None and mutate[1] == arg_names:
+            planned.append((mutate[0], "mutate"))
+            planned += p[5]
+        else:
+            planned += p[6]
         return planned
 
     def _slots(self, op: int, inputs: list) -> list:
@@ -731,8 +768,9 @@ class Executor(StepRecorder):
             if not owner:
                 continue  # a view, or a COPY: its storage is already bound
             tid = prog.tensor_by_name(name)
-            self._weak[tid] = weakref.ref(t.untyped_storage())
-            self._track(t.untyped_storage())
+            storage = t.untyped_storage()
+            self._weak[tid] = weakref.ref(storage)
+            self._track(storage, watched=True)
             rec = self._ops.get(self._tensor_op[tid])
             if rec is not None:
                 if position is None:
