@@ -101,12 +101,15 @@ class StepRecorder(TorchDispatchMode):
         self._finalizers.append(weakref.ref(obj, lambda _, f=callback, a=args: f(*a)))
 
     def _register(self, t: torch.Tensor, name: str, owner: bool) -> None:
-        self._names[id(t)] = name
-        self._watch(t, self._names.pop, id(t), None)
-        key = storage_key(t)
+        names, tid = self._names, id(t)
+        names[tid] = name
+        # as `_watch(t, names.pop, tid, None)`, without its argument tuple
+        self._finalizers.append(weakref.ref(t, lambda _, tid=tid: names.pop(tid, None)))
+        storage = t.untyped_storage()
+        key = storage._cdata
         if owner:
             self._storage_names[key] = [name]
-            self._watch(t.untyped_storage(), self._storage_died, key)
+            self._watch(storage, self._storage_died, key)
         else:
             self._storage_names[key].append(name)
 
@@ -255,10 +258,8 @@ class StepRecorder(TorchDispatchMode):
     def _write(self, func, args, kwargs, out, inputs: list, arg_names: list[str],
                mutated: list[int], outputs: list, cost: int) -> None:
         op_name = op_name_of(func)
-        input_ids = {id(t) for t in inputs}
         arg_keys = [storage_key(t) for t in inputs]
-        fresh = list({id(t): t for t in outputs
-                      if id(t) not in input_ids and id(t) not in self._names}.values())
+        fresh = _fresh(outputs, inputs, self._names)
         if op_name in IDENTITY_OPS and len(fresh) == 1 and inputs and _same_view(fresh[0], inputs[0]):
             name = self._new_name()
             self.log.copy(name, arg_names[0])
@@ -283,8 +284,9 @@ class StepRecorder(TorchDispatchMode):
             else:
                 new_storages[key] = name
                 results.append((t, name, -1))
-        updated = [i for i in mutated if arg_keys[i] in self._in_place]
-        results += [(inputs[i], self._new_name(), i) for i in updated]
+        updated = [i for i in mutated if arg_keys[i] in self._in_place] if mutated else []
+        if updated:
+            results += [(inputs[i], self._new_name(), i) for i in updated]
         if self.cost == "flops":
             written = [t for t, _, alias in results if alias < 0] + [inputs[i] for i in mutated]
             cost = flop_cost(func, args, kwargs, out, inputs, written)
@@ -297,7 +299,7 @@ class StepRecorder(TorchDispatchMode):
                                                for t, n, a in results], cost)
             for t, name, alias in results:
                 self._register(t, name, owner=alias < 0)
-        versioned = [i for i in mutated if i not in updated]
+        versioned = [i for i in mutated if i not in updated] if mutated else []
         if versioned:
             self.log.mutate(op_name, arg_names, versioned, 1 if results else cost)
         for t, source in follow_ups:
@@ -306,15 +308,17 @@ class StepRecorder(TorchDispatchMode):
             self._register(t, name, owner=False)
 
 
-_OP_NAMES: dict = {}
+_OP_NAMES: dict[int, tuple[str, object]] = {}
 
 
 def op_name_of(func) -> str:
-    """The aten op's name (its overload packet's), read once per overload."""
-    name = _OP_NAMES.get(func)
-    if name is None:
-        name = _OP_NAMES[func] = func.overloadpacket.__name__
-    return name
+    """The aten op's name (its overload packet's), read once per overload; kept by
+    the overload's id, the overload held so its id is never reused (an overload
+    hashes in Python)."""
+    found = _OP_NAMES.get(id(func))
+    if found is None:
+        found = _OP_NAMES[id(func)] = (func.overloadpacket.__name__, func)
+    return found[0]
 
 
 def output_tensors(out) -> list:
@@ -332,6 +336,16 @@ def output_tensors(out) -> list:
                 found += output_tensors(x)
         return found
     return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+
+
+def _fresh(outputs: list, inputs: list, names: dict) -> list:
+    """The outputs that are new tensor objects (not an input, not named before),
+    each once, in order."""
+    if len(outputs) == 1:
+        t = outputs[0]
+        return [] if id(t) in names or any(t is x for x in inputs) else [t]
+    input_ids = {id(t) for t in inputs}
+    return list({id(t): t for t in outputs if id(t) not in input_ids and id(t) not in names}.values())
 
 
 def _first_line(exc: BaseException) -> str:

@@ -288,31 +288,32 @@ class _OpLabel:
         return format(str(self), spec)
 
 
-_OP_INFO: dict = {}
+# id of an aten op overload -> its facts, the overload last (held, so its id is never reused):
+# an overload hashes in Python (`OpOverload.__hash__`), its id does not
+_OP_INFO: dict[int, tuple] = {}
 
 
-def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None, str | None, bool]:
+def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None, str | None, bool, object]:
     """Per aten op, found once: its name; its schema arguments whose type can
     hold a tensor as (position, name, written) (None for an op that writes
     arguments its schema does not mark, left to the recorder's reading); why the
     recorder rejects it (or None); whether it draws random numbers."""
-    info = _OP_INFO.get(func)
+    info = _OP_INFO.get(id(func))
     if info is None:
         name = op_name_of(func)
         params = None if name in UNDECLARED_WRITES else [
             (i, a.name, a.is_write) for i, a in enumerate(func._schema.arguments)
             if "Tensor" in str(a.type)]
-        info = _OP_INFO[func] = (name, params, REJECTED_OPS.get(name),
-                                 torch.Tag.nondeterministic_seeded in func.tags)
+        info = _OP_INFO[id(func)] = (name, params, REJECTED_OPS.get(name),
+                                     torch.Tag.nondeterministic_seeded in func.tags, func)
     return info
 
 
-def _tensor_arguments(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
+def _tensor_arguments(func, args: tuple, kwargs: dict, params) -> tuple[list, list[int]]:
     """`recorder._schema_tensors` looking only at the schema arguments whose type
-    can hold a tensor: the same tensors in the same order, without flattening
-    every integer list (a difference would show as a log line that differs from
-    the recording)."""
-    params = _op_info(func)[1]
+    can hold a tensor (`params`, from `_op_info`): the same tensors in the same
+    order, without flattening every integer list (a difference would show as a
+    log line that differs from the recording)."""
     if params is None:
         return _schema_tensors(func, args, kwargs)
     tensors: list = []
@@ -438,7 +439,8 @@ class Executor(StepRecorder):
         self.measured_memory[self.pos - 1] = live + pending
         st = self.stats
         st.alloc_checks += 1
-        st.peak_live = max(st.peak_live, live)
+        if live > st.peak_live:
+            st.peak_live = live
         if live + pending != memory:
             st.mismatches += 1
             if st.first_mismatch is None:
@@ -496,54 +498,59 @@ class Executor(StepRecorder):
 
     def advance(self, stop_op: int | None, pending: int = 0, deferred: list | None = None) -> None:
         """Apply the engine's events up to the top-level compute of `stop_op`
-        (None: to the end of the run)."""
-        ev = self.events
-        while self.pos < len(ev):
-            e = ev[self.pos]
-            self.pos += 1
+        (None: to the end of the run), then the collateral computes that follow it."""
+        ev, pos, n = self.events, self.pos, len(self.events)
+        while pos < n:
+            e = ev[pos]
+            pos += 1
             kind = e[E_KIND]
-            if kind == EV_COMPUTE:
+            if kind == EV_ALLOC_CHECK:
+                self.pos = pos
+                self._check(e[E_MEMORY], pending, e[E_OP], e[E_DEPTH])
+            elif kind == EV_COMPUTE:
+                self.pos = pos
                 t, flag = e[E_TENSOR], e[E_FLAG]
                 op = self._tensor_op[t]
                 if flag & FLAG_COLLATERAL:
                     self._resident.add(self._tensor_storage[t])
                     self.stats.collateral += bool(flag & FLAG_REMAT)
                 elif flag & FLAG_REMAT:
-                    index = self.pos - 1
                     start = time.perf_counter_ns()
                     self._rebuild(op)
-                    self.measured_ns[index] = time.perf_counter_ns() - start
+                    self.measured_ns[pos - 1] = time.perf_counter_ns() - start
                 else:
                     if op != stop_op:
                         raise ScheduleError(f"the schedule computes {self._op_text(op)} where the "
                                             f"step runs {self._op_text(stop_op)}")
                     self._resident.add(self._tensor_storage[t])
                     self.stats.model_compute += self._op_cost[op]
-                    self.top_compute = self.pos - 1
-                    self._collaterals()
+                    self.top_compute = pos - 1
+                    while pos < n and (e := ev[pos])[E_KIND] == EV_COMPUTE and e[E_FLAG] & FLAG_COLLATERAL:
+                        self._resident.add(self._tensor_storage[e[E_TENSOR]])
+                        pos += 1
+                    self.pos = pos
                     return
-            elif kind == EV_ALLOC_CHECK:
-                self._check(e[E_MEMORY], pending, e[E_OP], e[E_DEPTH])
-            elif kind == EV_EVICT:
-                if not self._evict(e[E_STORAGE], pressure=True):
-                    if deferred is None:
-                        raise ScheduleError(f"the schedule evicts storage {e[E_STORAGE]}, "
-                                            "which the step has not made")
-                    deferred.append(e[E_STORAGE])
-            elif kind == EV_FREE_DEAD:
-                self._evict(e[E_STORAGE], pressure=False)
-            elif kind == EV_OOM:
-                self.pos -= 1
-                raise RealOutOfMemory(e[E_OP], e[E_TENSOR], e[E_BYTES], self.live, e[E_MEMORY])
+            else:
+                self.pos = pos
+                self._other_event(e, deferred)
+        self.pos = pos
         if stop_op is not None:
             raise ScheduleEnded(f"the engine's run ended before {self._op_text(stop_op)}")
 
-    def _collaterals(self) -> None:
-        ev = self.events
-        while self.pos < len(ev) and ev[self.pos][E_KIND] == EV_COMPUTE and \
-                ev[self.pos][E_FLAG] & FLAG_COLLATERAL:
-            self._resident.add(self._tensor_storage[ev[self.pos][E_TENSOR]])
-            self.pos += 1
+    def _other_event(self, e: list, deferred: list | None) -> None:
+        """An eviction, a dead free or the engine's OOM."""
+        kind = e[E_KIND]
+        if kind == EV_EVICT:
+            if not self._evict(e[E_STORAGE], pressure=True):
+                if deferred is None:
+                    raise ScheduleError(f"the schedule evicts storage {e[E_STORAGE]}, "
+                                        "which the step has not made")
+                deferred.append(e[E_STORAGE])
+        elif kind == EV_FREE_DEAD:
+            self._evict(e[E_STORAGE], pressure=False)
+        elif kind == EV_OOM:
+            self.pos -= 1
+            raise RealOutOfMemory(e[E_OP], e[E_TENSOR], e[E_BYTES], self.live, e[E_MEMORY])
 
     def _rebuild(self, op: int) -> None:
         """Rerun log op `op` on its resident inputs; install its non-resident outputs."""
@@ -678,13 +685,13 @@ class Executor(StepRecorder):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name, _, rejected, seeded = _op_info(func)
+        name, params, rejected, seeded, _ = _op_info(func)
         op = _OpLabel(func)
         if rejected:
             raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {rejected}")
         if self.log.diverged is not None:
             raise ScheduleError(self.log.divergence())
-        inputs, mutated = _tensor_arguments(func, args, kwargs)
+        inputs, mutated = _tensor_arguments(func, args, kwargs, params)
         self._busy = True
         try:
             # a tensor already named was checked when it was named
@@ -693,8 +700,7 @@ class Executor(StepRecorder):
             planned = self._planned(name, arg_names)
             deferred: list[int] = []
             pending = 0
-            updated = [m for m in mutated if storage_key(inputs[m]) in self._in_place] if mutated else []
-            versioned = [m for m in mutated if m not in updated]
+            updated, versioned = self._written(inputs, mutated) if mutated else ([], [])
             for k, kind in planned:
                 self.current_op = k
                 rerun = k in self._rebuilt
@@ -737,10 +743,17 @@ class Executor(StepRecorder):
                 self._evict(sid, pressure=True)
         finally:
             self._busy = False
-            pending_names, self._pending = self._pending, []
-            for name in pending_names:
-                self.log.release(name)
+            if self._pending:
+                pending_names, self._pending = self._pending, []
+                for name in pending_names:
+                    self.log.release(name)
         return out
+
+    def _written(self, inputs: list, mutated: list[int]) -> tuple[list[int], list[int]]:
+        """The written arguments: optimizer states updated in place, and the rest,
+        which the log's MUTATE makes new versions of."""
+        updated = [m for m in mutated if storage_key(inputs[m]) in self._in_place]
+        return updated, [m for m in mutated if m not in updated]
 
     def _states_written(self, op: int, written: list[int]) -> None:
         args = self.program.op_args_of(op).tolist()
