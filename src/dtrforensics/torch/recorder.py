@@ -100,12 +100,14 @@ class StepRecorder(TorchDispatchMode):
         behind a registry, several times the cost, paid for every tensor)."""
         self._finalizers.append(weakref.ref(obj, lambda _, f=callback, a=args: f(*a)))
 
-    def _register(self, t: torch.Tensor, name: str, owner: bool) -> None:
+    def _register(self, t: torch.Tensor, name: str, owner: bool, storage=None) -> None:
+        """Name tensor `t` (`storage` is its storage, when the caller has it)."""
         names, tid = self._names, id(t)
         names[tid] = name
         # as `_watch(t, names.pop, tid, None)`, without its argument tuple
         self._finalizers.append(weakref.ref(t, lambda _, tid=tid: names.pop(tid, None)))
-        storage = t.untyped_storage()
+        if storage is None:
+            storage = t.untyped_storage()
         key = storage._cdata
         if owner:
             self._storage_names[key] = [name]
@@ -265,40 +267,40 @@ class StepRecorder(TorchDispatchMode):
             self.log.copy(name, arg_names[0])
             self._register(fresh[0], name, owner=False)
             return
-        results: list[tuple[torch.Tensor, str, int]] = []  # tensor, name, alias index
+        results: list[tuple] = []  # tensor, name, alias index, storage
         follow_ups: list[tuple[torch.Tensor, str]] = []
         new_storages: dict[int, str] = {}
         call_args = list(arg_names)
         for t in fresh:
-            key = storage_key(t)
+            storage = t.untyped_storage()
+            key = storage._cdata
             name = self._new_name()
             if key in new_storages:
                 follow_ups.append((t, new_storages[key]))
                 continue
             if key in arg_keys:
-                results.append((t, name, arg_keys.index(key)))
+                results.append((t, name, arg_keys.index(key), storage))
             elif key in self._storage_names:
                 call_args.append(self._storage_names[key][0])
                 arg_keys.append(key)
-                results.append((t, name, len(call_args) - 1))
+                results.append((t, name, len(call_args) - 1, storage))
             else:
                 new_storages[key] = name
-                results.append((t, name, -1))
+                results.append((t, name, -1, storage))
         updated = [i for i in mutated if arg_keys[i] in self._in_place] if mutated else []
         if updated:
-            results += [(inputs[i], self._new_name(), i) for i in updated]
+            results += [(inputs[i], self._new_name(), i, inputs[i].untyped_storage()) for i in updated]
         if self.cost == "flops":
-            written = [t for t, _, alias in results if alias < 0] + [inputs[i] for i in mutated]
+            written = [t for t, _, alias, _ in results if alias < 0] + [inputs[i] for i in mutated]
             cost = flop_cost(func, args, kwargs, out, inputs, written)
         if not results and not mutated and op_name in VALUE_READS and inputs:
             name = self._new_name()
             self.log.call(op_name, call_args, [(name, inputs[0].untyped_storage().nbytes(), 0)], cost)
             self.log.release(name)
         if results:
-            self.log.call(op_name, call_args, [(n, t.untyped_storage().nbytes(), a)
-                                               for t, n, a in results], cost)
-            for t, name, alias in results:
-                self._register(t, name, owner=alias < 0)
+            self.log.call(op_name, call_args, [(n, st.nbytes(), a) for _, n, a, st in results], cost)
+            for t, name, alias, storage in results:
+                self._register(t, name, alias < 0, storage)
         versioned = [i for i in mutated if i not in updated] if mutated else []
         if versioned:
             self.log.mutate(op_name, arg_names, versioned, 1 if results else cost)

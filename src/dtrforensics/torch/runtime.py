@@ -365,6 +365,9 @@ class Executor(StepRecorder):
         self._line_op = self._op_lines()
         self._plans = self._plan_lines()
         self._tensor_op = program.tensor_op.tolist()
+        names = program.tensor_names
+        # name -> the last tensor made under it, as `Program.tensor_by_name`
+        self._tensor_id = {names[nid]: tid for tid, nid in enumerate(program.tensor_name_id.tolist())}
         self._tensor_storage = program.tensor_storage.tolist()
         self._op_cost = program.op_cost.tolist()
         self._op_size = program.op_total_size.tolist()
@@ -375,7 +378,7 @@ class Executor(StepRecorder):
         self._strong: dict[int, torch.UntypedStorage] = {}
         self._resident: set[int] = set()
         self._ops: dict[int, OpRecord] = {}
-        self._binds: list[tuple[torch.Tensor, str, bool]] = []
+        self._binds: list[tuple[torch.Tensor, str, bool, torch.UntypedStorage]] = []
         self._state_writes: dict[int, int] = {}  # state storage -> the last op that wrote it
         self.stats = Stats()
         self.current_op = -1
@@ -613,9 +616,11 @@ class Executor(StepRecorder):
             self._track(storage, watched=True)
         return name
 
-    def _register(self, t: torch.Tensor, name: str, owner: bool) -> None:
-        super()._register(t, name, owner)
-        self._binds.append((t, name, owner))
+    def _register(self, t: torch.Tensor, name: str, owner: bool, storage=None) -> None:
+        if storage is None:
+            storage = t.untyped_storage()
+        super()._register(t, name, owner, storage)
+        self._binds.append((t, name, owner, storage))
 
     def _plan_lines(self) -> dict[int, tuple]:
         """Per CALL or MUTATE line of the recording, what `_planned` needs from it,
@@ -777,11 +782,10 @@ class Executor(StepRecorder):
 
     def _bind(self, planned: list[tuple[int, str]], outputs: list) -> None:
         prog, position = self.program, None
-        for t, name, owner in self._binds:
+        for t, name, owner, storage in self._binds:
             if not owner:
                 continue  # a view, or a COPY: its storage is already bound
-            tid = prog.tensor_by_name(name)
-            storage = t.untyped_storage()
+            tid = self._tensor_id[name]
             self._weak[tid] = weakref.ref(storage)
             self._track(storage, watched=True)
             rec = self._ops.get(self._tensor_op[tid])
