@@ -122,6 +122,62 @@ def _key(record: dict) -> tuple:
     return (record["INSTRUCTION"], *values)
 
 
+class Recording:
+    """A step's DTR log as the executor follows it, read once per recording (each
+    run of the step reuses it, read only): its records, each as a costless dict
+    and as a `_key`, the log op of each op line (`line_op`) and the `plans` of
+    its CALL and MUTATE lines (`Executor._planned`)."""
+
+    def __init__(self, lines: list[str]):
+        self.expected = [json.loads(line) for line in lines]
+        self.want = [_costless(r) for r in self.expected]
+        self.keys = [_key(r) for r in self.want]
+        self.line_op = _op_lines(self.expected)
+        self.plans = _plan_lines(self.expected, self.line_op)
+
+
+def _op_lines(expected: list[dict]) -> dict[int, int]:
+    found, op = {}, 0
+    for i, rec in enumerate(expected):
+        if rec["INSTRUCTION"] in OP_INSTRUCTIONS:
+            found[i] = op
+            op += 1
+    return found
+
+
+def _plan_lines(exp: list[dict], line_op: dict[int, int]) -> dict[int, tuple]:
+    """Per CALL or MUTATE line of the recording, what `Executor._planned` needs
+    from it: for a CALL its name, arguments, op, the MUTATE of the same op that
+    may follow it (op, arguments) and the views (`alias` CALLs of its results)
+    after that MUTATE or, without one, after the CALL; for a MUTATE its name,
+    arguments and op."""
+    def at(j):
+        return exp[j] if j < len(exp) else {}
+
+    def views(j, results):
+        found = []
+        r = at(j)
+        while r.get("INSTRUCTION") == "CALL" and r["NAME"] == "alias" and r["ARGS"][0] in results:
+            found.append((line_op[j], "view"))
+            j += 3
+            r = at(j)
+        return found
+
+    plans = {}
+    for i, r in enumerate(exp):
+        if r["INSTRUCTION"] == "MUTATE":
+            plans[i] = (False, r["NAME"], r["ARGS"], line_op[i])
+        elif r["INSTRUCTION"] == "CALL":
+            results = set(r["RESULT"])
+            j = i + 1 + 2 * len(r["RESULT"])
+            m = at(j)
+            mutate = (line_op[j], m["ARGS"]) if m.get("INSTRUCTION") == "MUTATE" and \
+                m["NAME"] == r["NAME"] else None
+            plans[i] = (True, r["NAME"], r["ARGS"], line_op[i], mutate,
+                        views(j + 1, results) if mutate else [], views(j, results))
+    return plans
+
+
 class FollowingLog(LogWriter):
     """A log writer that checks every record against the recording as it is written
     (compared as tuples of its fields, the recording's made once; a record that
@@ -129,10 +185,9 @@ class FollowingLog(LogWriter):
     named as before). A mismatch is kept (finalizers cannot raise) and raised at
     the next op."""
 
-    def __init__(self, expected: list[str]):
-        self.expected = [json.loads(line) for line in expected]
-        self._want = [_costless(r) for r in self.expected]
-        self._keys = [_key(r) for r in self._want]
+    def __init__(self, expected: list[str] | Recording):
+        rec = self.recording = expected if isinstance(expected, Recording) else Recording(expected)
+        self.expected, self._want, self._keys = rec.expected, rec.want, rec.keys
         self.diverged: int | None = None
         self._ran: dict | None = None
         self.ops = 0
@@ -362,8 +417,7 @@ class Executor(StepRecorder):
         self.budget = budget
         self.pos = 0
         self.expected = log.expected
-        self._line_op = self._op_lines()
-        self._plans = self._plan_lines()
+        self._plans = log.recording.plans
         self._tensor_op = program.tensor_op.tolist()
         names = program.tensor_names
         # name -> the last tensor made under it, as `Program.tensor_by_name`
@@ -384,14 +438,6 @@ class Executor(StepRecorder):
         self.current_op = -1
         self.measured_memory: dict[int, int] = {}   # event index -> live bytes at that check
         self.measured_ns: dict[int, int] = {}       # compute event index -> wall ns of the real op
-
-    def _op_lines(self) -> dict[int, int]:
-        found, op = {}, 0
-        for i, rec in enumerate(self.expected):
-            if rec["INSTRUCTION"] in OP_INSTRUCTIONS:
-                found[i] = op
-                op += 1
-        return found
 
     def _rebuilt_ops(self) -> set[int]:
         """The ops the schedule reruns: only these keep what a rerun needs."""
@@ -622,39 +668,6 @@ class Executor(StepRecorder):
         super()._register(t, name, owner, storage)
         self._binds.append((t, name, owner, storage))
 
-    def _plan_lines(self) -> dict[int, tuple]:
-        """Per CALL or MUTATE line of the recording, what `_planned` needs from it,
-        read once: for a CALL its name, arguments, op, the MUTATE of the same op
-        that may follow it (op, arguments) and the views (`alias` CALLs of its
-        results) after that MUTATE or, without one, after the CALL."""
-        exp, line_op = self.expected, self._line_op
-
-        def at(j):
-            return exp[j] if j < len(exp) else {}
-
-        def views(j, results):
-            found = []
-            r = at(j)
-            while r.get("INSTRUCTION") == "CALL" and r["NAME"] == "alias" and r["ARGS"][0] in results:
-                found.append((line_op[j], "view"))
-                j += 3
-                r = at(j)
-            return found
-
-        plans = {}
-        for i, r in enumerate(exp):
-            if r["INSTRUCTION"] == "MUTATE":
-                plans[i] = (False, r["NAME"], r["ARGS"], line_op[i])
-            elif r["INSTRUCTION"] == "CALL":
-                results = set(r["RESULT"])
-                j = i + 1 + 2 * len(r["RESULT"])
-                m = at(j)
-                mutate = (line_op[j], m["ARGS"]) if m.get("INSTRUCTION") == "MUTATE" and \
-                    m["NAME"] == r["NAME"] else None
-                plans[i] = (True, r["NAME"], r["ARGS"], line_op[i], mutate,
-                            views(j + 1, results) if mutate else [], views(j, results))
-        return plans
-
     def _planned(self, name: str, arg_names: list[str]) -> list[tuple[int, str]]:
         """The log ops this call of aten op `name` writes, read from the recording
         at the current line: a CALL (with its MUTATE and views) or a MUTATE."""
@@ -690,7 +703,7 @@ class Executor(StepRecorder):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name, params, rejected, seeded, _ = _op_info(func)
+        name, params, rejected, seeded, _ = _OP_INFO.get(id(func)) or _op_info(func)
         op = _OpLabel(func)
         if rejected:
             raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {rejected}")
