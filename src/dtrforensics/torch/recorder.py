@@ -257,9 +257,28 @@ class StepRecorder(TorchDispatchMode):
                               "model in real mode (a small size gives the same log), or compute "
                               "that value from Python constants or arange") from None
 
+    def _wrote_new_storage(self, op_name: str, t: torch.Tensor, inputs: list, arg_names: list[str],
+                           cost: int) -> bool:
+        """`_write` for the commonest op: one output, a new tensor on a storage no
+        named tensor and no input holds, written nothing; False, having done
+        nothing, for any other."""
+        if id(t) in self._names or op_name in IDENTITY_OPS or any(t is x for x in inputs):
+            return False
+        storage = t.untyped_storage()
+        key = storage._cdata
+        if key in self._storage_names or any(storage_key(x) == key for x in inputs):
+            return False
+        name = self._new_name()
+        self.log.call(op_name, list(arg_names), [(name, storage.nbytes(), -1)], cost)
+        self._register(t, name, True, storage)
+        return True
+
     def _write(self, func, args, kwargs, out, inputs: list, arg_names: list[str],
                mutated: list[int], outputs: list, cost: int) -> None:
         op_name = op_name_of(func)
+        if len(outputs) == 1 and not mutated and self.cost != "flops" and \
+                self._wrote_new_storage(op_name, outputs[0], inputs, arg_names, cost):
+            return
         arg_keys = [storage_key(t) for t in inputs]
         fresh = _fresh(outputs, inputs, self._names)
         if op_name in IDENTITY_OPS and len(fresh) == 1 and inputs and _same_view(fresh[0], inputs[0]):

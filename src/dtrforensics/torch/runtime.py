@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 from ..engine.hooks import (
     E_BYTES,
@@ -72,6 +72,7 @@ from .recorder import (
     _schema_tensors,
     op_name_of,
     output_tensors,
+    schema_arguments,
     storage_key,
 )
 
@@ -309,23 +310,42 @@ class _Slot:
         self.index = index
 
 
+def _mapped(fn, x, kind):
+    """`tree_map(fn, x)` for the leaves of type `kind`: an op argument is such a
+    leaf, another leaf, or a tuple or list of them, walked here in pytree's order
+    without its generic machinery; any other container is left to `tree_map`."""
+    if isinstance(x, kind):
+        return fn(x)
+    t = type(x)
+    if t is tuple or t is list:
+        return t([_mapped(fn, v, kind) for v in x])
+    if isinstance(x, (tuple, list, dict)):
+        return tree_map(lambda v: fn(v) if isinstance(v, kind) else v, x)
+    return x
+
+
 def _template(func, args: tuple, kwargs: dict):
     """args and kwargs with every tensor replaced by its slot, numbered in the
     order `_schema_tensors` lists them."""
     counter = iter(range(1 << 62))
 
     def slot(t):
-        return _Slot(next(counter)) if isinstance(t, torch.Tensor) else t
-    new_args = tuple(tree_map(slot, a) for a in args)
+        return _Slot(next(counter))
+    new_args = tuple(_mapped(slot, a, torch.Tensor) for a in args)
     new_kwargs = dict(kwargs)
-    for arg in func._schema.arguments[len(args):]:
-        if arg.name in kwargs:
-            new_kwargs[arg.name] = tree_map(slot, kwargs[arg.name])
+    for name, _ in schema_arguments(func)[len(args):]:
+        if name in kwargs:
+            new_kwargs[name] = _mapped(slot, kwargs[name], torch.Tensor)
     return new_args, new_kwargs
 
 
 def _fill(template, tensors: list):
-    return tree_map(lambda x: tensors[x.index] if isinstance(x, _Slot) else x, template)
+    args, kwargs = template
+
+    def fill(x):
+        return tensors[x.index]
+    return (tuple(_mapped(fill, a, _Slot) for a in args),
+            {k: _mapped(fill, v, _Slot) for k, v in kwargs.items()})
 
 
 class _OpLabel:
@@ -629,7 +649,7 @@ class Executor(StepRecorder):
             with rec.rng.replayed() if rec.rng is not None else contextlib.nullcontext():
                 out = rec.func(*args, **kwargs)
             produced = ([tensors[i] for i in rec.versioned] if rec.mutation
-                        else [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)])
+                        else output_tensors(out))
             for index, tid in targets:
                 self._install(tid, produced[index].untyped_storage())
             del out, produced, tensors, args, kwargs
@@ -691,7 +711,7 @@ class Executor(StepRecorder):
         prog, slots = self.program, []
         arg_ids = prog.op_args_of(op).tolist()
         for t, tid in zip(inputs, arg_ids):
-            sid = int(prog.tensor_storage[tid])
+            sid = self._tensor_storage[tid]
             real = self._storage(sid)
             if real is None or real._cdata != t.untyped_storage()._cdata:
                 raise ScheduleError(
@@ -784,7 +804,7 @@ class Executor(StepRecorder):
         args = prog.op_args_of(op).tolist()
         with _disable_current_modes():
             for out_tid, m in zip(prog.op_outputs_of(op), mutated):
-                old = int(prog.tensor_storage[args[m]])
+                old = self._tensor_storage[args[m]]
                 real = inputs[m].untyped_storage()
                 copy = real.clone()
                 self._strong[old] = copy
