@@ -262,12 +262,15 @@ class StepRecorder(TorchDispatchMode):
         """`_write` for the commonest op: one output, a new tensor on a storage no
         named tensor and no input holds, written nothing; False, having done
         nothing, for any other."""
-        if id(t) in self._names or op_name in IDENTITY_OPS or any(t is x for x in inputs):
+        if id(t) in self._names or op_name in IDENTITY_OPS or _one_of(t, inputs):
             return False
         storage = t.untyped_storage()
         key = storage._cdata
-        if key in self._storage_names or any(storage_key(x) == key for x in inputs):
+        if key in self._storage_names:
             return False
+        for x in inputs:
+            if x.untyped_storage()._cdata == key:
+                return False
         name = self._new_name()
         self.log.call(op_name, list(arg_names), [(name, storage.nbytes(), -1)], cost)
         self._register(t, name, True, storage)
@@ -359,12 +362,20 @@ def output_tensors(out) -> list:
     return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
 
 
+def _one_of(t, tensors: list) -> bool:
+    """Whether `t` is one of `tensors`, by identity (`in` would compare tensors)."""
+    for x in tensors:
+        if x is t:
+            return True
+    return False
+
+
 def _fresh(outputs: list, inputs: list, names: dict) -> list:
     """The outputs that are new tensor objects (not an input, not named before),
     each once, in order."""
     if len(outputs) == 1:
         t = outputs[0]
-        return [] if id(t) in names or any(t is x for x in inputs) else [t]
+        return [] if id(t) in names or _one_of(t, inputs) else [t]
     input_ids = {id(t) for t in inputs}
     return list({id(t): t for t in outputs if id(t) not in input_ids and id(t) not in names}.values())
 

@@ -724,7 +724,7 @@ class Executor(StepRecorder):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name, params, rejected, seeded, _ = _OP_INFO.get(id(func)) or _op_info(func)
-        op = _OpLabel(func)
+        op = _OpLabel(func)      # formatted only in a message
         if rejected:
             raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {rejected}")
         if self.log.diverged is not None:
