@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
 import struct
@@ -36,6 +37,7 @@ from .runtime import (
     Executor,
     FollowingLog,
     RealOutOfMemory,
+    Recording,
     ScheduleEnded,
     ScheduleError,
 )
@@ -311,6 +313,11 @@ class Step:
     def peak(self) -> int:
         return baseline(self.program).peak
 
+    @functools.cached_property
+    def recording(self) -> Recording:
+        """The log as the executor follows it, read once for every run."""
+        return Recording(self.lines)
+
     def _optimizer(self):
         return steady_optimizer(self.optimizer, list(self.model.parameters()))
 
@@ -336,7 +343,7 @@ class Step:
         opt = self._optimizer()
         inputs, targets = self.batch
         modules = ModuleLocator(self.model)
-        log = FollowingLog(self.lines)
+        log = FollowingLog(self.recording)
         ex = Executor(log, self.program, schedule.events, budget, modules.where)
         existing = constants_of(self.model, [inputs, targets]) + state_tensors(opt)
         loss_value, stop = None, None

@@ -80,7 +80,7 @@ class StepRecorder(TorchDispatchMode):
         self.where = where
         self._names: dict[int, str] = {}
         self._storage_names: dict[int, list[str]] = {}
-        self._finalizers: list[weakref.finalize] = []
+        self._finalizers: list[weakref.ref] = []
         self._pending: list[str] = []
         self._busy = False
         self._open = True
@@ -95,17 +95,23 @@ class StepRecorder(TorchDispatchMode):
         return name
 
     def _watch(self, obj, callback, *args) -> None:
-        fin = weakref.finalize(obj, callback, *args)
-        fin.atexit = False
-        self._finalizers.append(fin)
+        """Call `callback(*args)` when `obj` dies, until `close`. A weak reference
+        with a callback, held here (`weakref.finalize` is the same reference
+        behind a registry, several times the cost, paid for every tensor)."""
+        self._finalizers.append(weakref.ref(obj, lambda _, f=callback, a=args: f(*a)))
 
-    def _register(self, t: torch.Tensor, name: str, owner: bool) -> None:
-        self._names[id(t)] = name
-        self._watch(t, self._names.pop, id(t), None)
-        key = storage_key(t)
+    def _register(self, t: torch.Tensor, name: str, owner: bool, storage=None) -> None:
+        """Name tensor `t` (`storage` is its storage, when the caller has it)."""
+        names, tid = self._names, id(t)
+        names[tid] = name
+        # as `_watch(t, names.pop, tid, None)`, without its argument tuple
+        self._finalizers.append(weakref.ref(t, lambda _, tid=tid: names.pop(tid, None)))
+        if storage is None:
+            storage = t.untyped_storage()
+        key = storage._cdata
         if owner:
             self._storage_names[key] = [name]
-            self._watch(t.untyped_storage(), self._storage_died, key)
+            self._watch(storage, self._storage_died, key)
         else:
             self._storage_names[key].append(name)
 
@@ -168,9 +174,7 @@ class StepRecorder(TorchDispatchMode):
     def close(self) -> None:
         """Stop writing; tensors that outlive the step end the log still referenced."""
         self._open = False
-        for fin in self._finalizers:
-            fin.detach()
-        self._finalizers.clear()
+        self._finalizers.clear()     # a dropped reference never calls back
 
     # --- constants -----------------------------------------------------------------
 
@@ -199,7 +203,7 @@ class StepRecorder(TorchDispatchMode):
                               "(sizes of sparse storages are not fixed by shapes)")
 
     def _check_op(self, func, op: str) -> None:
-        why = REJECTED_OPS.get(func.overloadpacket.__name__)
+        why = REJECTED_OPS.get(op_name_of(func))
         if why:
             raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {why}")
 
@@ -219,7 +223,7 @@ class StepRecorder(TorchDispatchMode):
                 out, cost = timed_call(call, is_repeatable(func, bool(mutated)))
             else:
                 out, cost = call(), 0
-            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            outputs = output_tensors(out)
             for t in outputs:
                 self._check_tensor(t, op)
             self._write(func, args, kwargs, out, inputs, arg_names, mutated, outputs, cost)
@@ -253,58 +257,127 @@ class StepRecorder(TorchDispatchMode):
                               "model in real mode (a small size gives the same log), or compute "
                               "that value from Python constants or arange") from None
 
+    def _wrote_new_storage(self, op_name: str, t: torch.Tensor, inputs: list, arg_names: list[str],
+                           cost: int) -> bool:
+        """`_write` for the commonest op: one output, a new tensor on a storage no
+        named tensor and no input holds, written nothing; False, having done
+        nothing, for any other."""
+        if id(t) in self._names or op_name in IDENTITY_OPS or _one_of(t, inputs):
+            return False
+        storage = t.untyped_storage()
+        key = storage._cdata
+        if key in self._storage_names:
+            return False
+        for x in inputs:
+            if x.untyped_storage()._cdata == key:
+                return False
+        name = self._new_name()
+        self.log.call(op_name, list(arg_names), [(name, storage.nbytes(), -1)], cost)
+        self._register(t, name, True, storage)
+        return True
+
     def _write(self, func, args, kwargs, out, inputs: list, arg_names: list[str],
                mutated: list[int], outputs: list, cost: int) -> None:
-        op_name = func.overloadpacket.__name__
-        input_ids = {id(t) for t in inputs}
+        op_name = op_name_of(func)
+        if len(outputs) == 1 and not mutated and self.cost != "flops" and \
+                self._wrote_new_storage(op_name, outputs[0], inputs, arg_names, cost):
+            return
         arg_keys = [storage_key(t) for t in inputs]
-        fresh = list({id(t): t for t in outputs
-                      if id(t) not in input_ids and id(t) not in self._names}.values())
+        fresh = _fresh(outputs, inputs, self._names)
         if op_name in IDENTITY_OPS and len(fresh) == 1 and inputs and _same_view(fresh[0], inputs[0]):
             name = self._new_name()
             self.log.copy(name, arg_names[0])
             self._register(fresh[0], name, owner=False)
             return
-        results: list[tuple[torch.Tensor, str, int]] = []  # tensor, name, alias index
+        results: list[tuple] = []  # tensor, name, alias index, storage
         follow_ups: list[tuple[torch.Tensor, str]] = []
         new_storages: dict[int, str] = {}
         call_args = list(arg_names)
         for t in fresh:
-            key = storage_key(t)
+            storage = t.untyped_storage()
+            key = storage._cdata
             name = self._new_name()
             if key in new_storages:
                 follow_ups.append((t, new_storages[key]))
                 continue
             if key in arg_keys:
-                results.append((t, name, arg_keys.index(key)))
+                results.append((t, name, arg_keys.index(key), storage))
             elif key in self._storage_names:
                 call_args.append(self._storage_names[key][0])
                 arg_keys.append(key)
-                results.append((t, name, len(call_args) - 1))
+                results.append((t, name, len(call_args) - 1, storage))
             else:
                 new_storages[key] = name
-                results.append((t, name, -1))
-        updated = [i for i in mutated if arg_keys[i] in self._in_place]
-        results += [(inputs[i], self._new_name(), i) for i in updated]
+                results.append((t, name, -1, storage))
+        updated = [i for i in mutated if arg_keys[i] in self._in_place] if mutated else []
+        if updated:
+            results += [(inputs[i], self._new_name(), i, inputs[i].untyped_storage()) for i in updated]
         if self.cost == "flops":
-            written = [t for t, _, alias in results if alias < 0] + [inputs[i] for i in mutated]
+            written = [t for t, _, alias, _ in results if alias < 0] + [inputs[i] for i in mutated]
             cost = flop_cost(func, args, kwargs, out, inputs, written)
         if not results and not mutated and op_name in VALUE_READS and inputs:
             name = self._new_name()
             self.log.call(op_name, call_args, [(name, inputs[0].untyped_storage().nbytes(), 0)], cost)
             self.log.release(name)
         if results:
-            self.log.call(op_name, call_args, [(n, t.untyped_storage().nbytes(), a)
-                                               for t, n, a in results], cost)
-            for t, name, alias in results:
-                self._register(t, name, owner=alias < 0)
-        versioned = [i for i in mutated if i not in updated]
+            self.log.call(op_name, call_args, [(n, st.nbytes(), a) for _, n, a, st in results], cost)
+            for t, name, alias, storage in results:
+                self._register(t, name, alias < 0, storage)
+        versioned = [i for i in mutated if i not in updated] if mutated else []
         if versioned:
             self.log.mutate(op_name, arg_names, versioned, 1 if results else cost)
         for t, source in follow_ups:
             name = self._new_name()
             self.log.call("alias", [source], [(name, t.untyped_storage().nbytes(), 0)], 1)
             self._register(t, name, owner=False)
+
+
+_OP_NAMES: dict[int, tuple[str, object]] = {}
+
+
+def op_name_of(func) -> str:
+    """The aten op's name (its overload packet's), read once per overload; kept by
+    the overload's id, the overload held so its id is never reused (an overload
+    hashes in Python)."""
+    found = _OP_NAMES.get(id(func))
+    if found is None:
+        found = _OP_NAMES[id(func)] = (func.overloadpacket.__name__, func)
+    return found[0]
+
+
+def output_tensors(out) -> list:
+    """The tensors an op returned, in `tree_flatten` order: an aten op returns a
+    tensor, or tuples and lists of them (and None), walked here without pytree's
+    generic machinery; anything else is left to `tree_flatten`."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if type(out) is tuple or type(out) is list:
+        found: list = []
+        for x in out:
+            if isinstance(x, torch.Tensor):
+                found.append(x)
+            elif x is not None and not isinstance(x, (int, float)):
+                found += output_tensors(x)
+        return found
+    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+
+
+def _one_of(t, tensors: list) -> bool:
+    """Whether `t` is one of `tensors`, by identity (`in` would compare tensors)."""
+    for x in tensors:
+        if x is t:
+            return True
+    return False
+
+
+def _fresh(outputs: list, inputs: list, names: dict) -> list:
+    """The outputs that are new tensor objects (not an input, not named before),
+    each once, in order."""
+    if len(outputs) == 1:
+        t = outputs[0]
+        return [] if id(t) in names or _one_of(t, inputs) else [t]
+    input_ids = {id(t) for t in inputs}
+    return list({id(t): t for t in outputs if id(t) not in input_ids and id(t) not in names}.values())
 
 
 def _first_line(exc: BaseException) -> str:

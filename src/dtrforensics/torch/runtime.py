@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 from ..engine.hooks import (
     E_BYTES,
@@ -63,7 +63,18 @@ from ..engine.hooks import (
 )
 from ..trace.program import Program
 from .log import LogWriter
-from .recorder import UNDECLARED_WRITES, RecordError, StepRecorder, _schema_tensors, storage_key
+from .recorder import (
+    PLAIN_TYPES,
+    REJECTED_OPS,
+    UNDECLARED_WRITES,
+    RecordError,
+    StepRecorder,
+    _schema_tensors,
+    op_name_of,
+    output_tensors,
+    schema_arguments,
+    storage_key,
+)
 
 OP_INSTRUCTIONS = ("CONSTANT", "CALL", "MUTATE")
 
@@ -90,14 +101,94 @@ class ScheduleEnded(Exception):
     """The engine's run stopped (thrashed, timeout, error) before the real step did."""
 
 
+# The fields of each log instruction, in the order `FollowingLog` compares them.
+FIELDS = {"ANNOTATE": ("ANNOTATION",), "CONSTANT": ("NAME",), "MEMORY": ("NAME", "MEMORY"),
+          "ALIAS": ("NAME", "ALIAS"), "CALL": ("NAME", "ARGS", "RESULT"),
+          "MUTATE": ("NAME", "ARGS", "MUTATE"), "COPY": ("DST", "SRC"), "RELEASE": ("NAME",)}
+NUMBERS = ("MEMORY", "ALIAS")     # written as decimal strings, compared as the integers
+
+
+def _key(record: dict) -> tuple:
+    """A costless record as a tuple the writer can build without a dict: equal to
+    the tuple of a written record exactly when the two records are equal."""
+    fields = FIELDS.get(record.get("INSTRUCTION"))
+    if fields is None or record.keys() != {"INSTRUCTION", *fields}:
+        return (object(),)        # equal to nothing the writer makes: compared as a dict
+    values = []
+    for f in fields:
+        v = record[f]
+        if f in NUMBERS and isinstance(v, str) and v.lstrip("-").isdigit() and str(int(v)) == v:
+            v = int(v)
+        values.append(v)
+    return (record["INSTRUCTION"], *values)
+
+
+class Recording:
+    """A step's DTR log as the executor follows it, read once per recording (each
+    run of the step reuses it, read only): its records, each as a costless dict
+    and as a `_key`, the log op of each op line (`line_op`) and the `plans` of
+    its CALL and MUTATE lines (`Executor._planned`)."""
+
+    def __init__(self, lines: list[str]):
+        self.expected = [json.loads(line) for line in lines]
+        self.want = [_costless(r) for r in self.expected]
+        self.keys = [_key(r) for r in self.want]
+        self.line_op = _op_lines(self.expected)
+        self.plans = _plan_lines(self.expected, self.line_op)
+
+
+def _op_lines(expected: list[dict]) -> dict[int, int]:
+    found, op = {}, 0
+    for i, rec in enumerate(expected):
+        if rec["INSTRUCTION"] in OP_INSTRUCTIONS:
+            found[i] = op
+            op += 1
+    return found
+
+
+def _plan_lines(exp: list[dict], line_op: dict[int, int]) -> dict[int, tuple]:
+    """Per CALL or MUTATE line of the recording, what `Executor._planned` needs
+    from it: for a CALL its name, arguments, op, the MUTATE of the same op that
+    may follow it (op, arguments) and the views (`alias` CALLs of its results)
+    after that MUTATE or, without one, after the CALL; for a MUTATE its name,
+    arguments and op."""
+    def at(j):
+        return exp[j] if j < len(exp) else {}
+
+    def views(j, results):
+        found = []
+        r = at(j)
+        while r.get("INSTRUCTION") == "CALL" and r["NAME"] == "alias" and r["ARGS"][0] in results:
+            found.append((line_op[j], "view"))
+            j += 3
+            r = at(j)
+        return found
+
+    plans = {}
+    for i, r in enumerate(exp):
+        if r["INSTRUCTION"] == "MUTATE":
+            plans[i] = (False, r["NAME"], r["ARGS"], line_op[i])
+        elif r["INSTRUCTION"] == "CALL":
+            results = set(r["RESULT"])
+            j = i + 1 + 2 * len(r["RESULT"])
+            m = at(j)
+            mutate = (line_op[j], m["ARGS"]) if m.get("INSTRUCTION") == "MUTATE" and \
+                m["NAME"] == r["NAME"] else None
+            plans[i] = (True, r["NAME"], r["ARGS"], line_op[i], mutate,
+                        views(j + 1, results) if mutate else [], views(j, results))
+    return plans
+
+
 class FollowingLog(LogWriter):
     """A log writer that checks every record against the recording as it is written
-    (compared as records, not as JSON text: no line is encoded unless it differs).
-    A mismatch is kept (finalizers cannot raise) and raised at the next op."""
+    (compared as tuples of its fields, the recording's made once; a record that
+    differs is compared again as a dict, so the first difference is found and
+    named as before). A mismatch is kept (finalizers cannot raise) and raised at
+    the next op."""
 
-    def __init__(self, expected: list[str]):
-        self.expected = [json.loads(line) for line in expected]
-        self._want = [_costless(r) for r in self.expected]
+    def __init__(self, expected: list[str] | Recording):
+        rec = self.recording = expected if isinstance(expected, Recording) else Recording(expected)
+        self.expected, self._want, self._keys = rec.expected, rec.want, rec.keys
         self.diverged: int | None = None
         self._ran: dict | None = None
         self.ops = 0
@@ -113,6 +204,43 @@ class FollowingLog(LogWriter):
             record.pop("TIME", None)
             if index >= len(self._want) or record != self._want[index]:
                 self.diverged, self._ran = index, record
+
+    def _follows(self, key: tuple) -> bool:
+        """The next record is `key`: counted as written, True; else nothing done."""
+        i = self.written
+        if self.diverged is None and i < len(self._keys) and self._keys[i] == key:
+            self.written = i + 1
+            return True
+        return False
+
+    def call(self, op: str, args: list[str], results: list[tuple[str, int, int]], cost: int) -> None:
+        i, keys = self.written, self._keys
+        end = i + 1 + 2 * len(results)
+        if self.diverged is None and end <= len(keys) and keys[i] == ("CALL", op, args, [r[0] for r in results]):
+            j = i + 1
+            for name, nbytes, alias in results:
+                if keys[j] != ("MEMORY", name, nbytes) or keys[j + 1] != ("ALIAS", name, alias):
+                    break
+                j += 2
+            else:
+                self.written = end
+                self.ops += 1
+                return
+        super().call(op, args, results, cost)
+
+    def release(self, name: str) -> None:
+        if not self._follows(("RELEASE", name)):
+            super().release(name)
+
+    def copy(self, dst: str, src: str) -> None:
+        if not self._follows(("COPY", dst, src)):
+            super().copy(dst, src)
+
+    def mutate(self, op: str, args: list[str], mutated: list[int], cost: int) -> None:
+        if self._follows(("MUTATE", op, args, mutated)):
+            self.ops += 1
+        else:
+            super().mutate(op, args, mutated, cost)
 
     def divergence(self) -> str:
         i = self.diverged
@@ -182,23 +310,42 @@ class _Slot:
         self.index = index
 
 
+def _mapped(fn, x, kind):
+    """`tree_map(fn, x)` for the leaves of type `kind`: an op argument is such a
+    leaf, another leaf, or a tuple or list of them, walked here in pytree's order
+    without its generic machinery; any other container is left to `tree_map`."""
+    if isinstance(x, kind):
+        return fn(x)
+    t = type(x)
+    if t is tuple or t is list:
+        return t([_mapped(fn, v, kind) for v in x])
+    if isinstance(x, (tuple, list, dict)):
+        return tree_map(lambda v: fn(v) if isinstance(v, kind) else v, x)
+    return x
+
+
 def _template(func, args: tuple, kwargs: dict):
     """args and kwargs with every tensor replaced by its slot, numbered in the
     order `_schema_tensors` lists them."""
     counter = iter(range(1 << 62))
 
     def slot(t):
-        return _Slot(next(counter)) if isinstance(t, torch.Tensor) else t
-    new_args = tuple(tree_map(slot, a) for a in args)
+        return _Slot(next(counter))
+    new_args = tuple(_mapped(slot, a, torch.Tensor) for a in args)
     new_kwargs = dict(kwargs)
-    for arg in func._schema.arguments[len(args):]:
-        if arg.name in kwargs:
-            new_kwargs[arg.name] = tree_map(slot, kwargs[arg.name])
+    for name, _ in schema_arguments(func)[len(args):]:
+        if name in kwargs:
+            new_kwargs[name] = _mapped(slot, kwargs[name], torch.Tensor)
     return new_args, new_kwargs
 
 
 def _fill(template, tensors: list):
-    return tree_map(lambda x: tensors[x.index] if isinstance(x, _Slot) else x, template)
+    args, kwargs = template
+
+    def fill(x):
+        return tensors[x.index]
+    return (tuple(_mapped(fill, a, _Slot) for a in args),
+            {k: _mapped(fill, v, _Slot) for k, v in kwargs.items()})
 
 
 class _OpLabel:
@@ -216,29 +363,32 @@ class _OpLabel:
         return format(str(self), spec)
 
 
-_OP_INFO: dict = {}
+# id of an aten op overload -> its facts, the overload last (held, so its id is never reused):
+# an overload hashes in Python (`OpOverload.__hash__`), its id does not
+_OP_INFO: dict[int, tuple] = {}
 
 
-def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None]:
-    """Per aten op, found once: its name, and its schema arguments whose type can
+def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None, str | None, bool, object]:
+    """Per aten op, found once: its name; its schema arguments whose type can
     hold a tensor as (position, name, written) (None for an op that writes
-    arguments its schema does not mark, left to the recorder's reading)."""
-    info = _OP_INFO.get(func)
+    arguments its schema does not mark, left to the recorder's reading); why the
+    recorder rejects it (or None); whether it draws random numbers."""
+    info = _OP_INFO.get(id(func))
     if info is None:
-        name = func.overloadpacket.__name__
+        name = op_name_of(func)
         params = None if name in UNDECLARED_WRITES else [
             (i, a.name, a.is_write) for i, a in enumerate(func._schema.arguments)
             if "Tensor" in str(a.type)]
-        info = _OP_INFO[func] = (name, params)
+        info = _OP_INFO[id(func)] = (name, params, REJECTED_OPS.get(name),
+                                     torch.Tag.nondeterministic_seeded in func.tags, func)
     return info
 
 
-def _tensor_arguments(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
+def _tensor_arguments(func, args: tuple, kwargs: dict, params) -> tuple[list, list[int]]:
     """`recorder._schema_tensors` looking only at the schema arguments whose type
-    can hold a tensor: the same tensors in the same order, without flattening
-    every integer list (a difference would show as a log line that differs from
-    the recording)."""
-    params = _op_info(func)[1]
+    can hold a tensor (`params`, from `_op_info`): the same tensors in the same
+    order, without flattening every integer list (a difference would show as a
+    log line that differs from the recording)."""
     if params is None:
         return _schema_tensors(func, args, kwargs)
     tensors: list = []
@@ -287,8 +437,11 @@ class Executor(StepRecorder):
         self.budget = budget
         self.pos = 0
         self.expected = log.expected
-        self._line_op = self._op_lines()
+        self._plans = log.recording.plans
         self._tensor_op = program.tensor_op.tolist()
+        names = program.tensor_names
+        # name -> the last tensor made under it, as `Program.tensor_by_name`
+        self._tensor_id = {names[nid]: tid for tid, nid in enumerate(program.tensor_name_id.tolist())}
         self._tensor_storage = program.tensor_storage.tolist()
         self._op_cost = program.op_cost.tolist()
         self._op_size = program.op_total_size.tolist()
@@ -299,20 +452,12 @@ class Executor(StepRecorder):
         self._strong: dict[int, torch.UntypedStorage] = {}
         self._resident: set[int] = set()
         self._ops: dict[int, OpRecord] = {}
-        self._binds: list[tuple[torch.Tensor, str, bool]] = []
+        self._binds: list[tuple[torch.Tensor, str, bool, torch.UntypedStorage]] = []
         self._state_writes: dict[int, int] = {}  # state storage -> the last op that wrote it
         self.stats = Stats()
         self.current_op = -1
         self.measured_memory: dict[int, int] = {}   # event index -> live bytes at that check
         self.measured_ns: dict[int, int] = {}       # compute event index -> wall ns of the real op
-
-    def _op_lines(self) -> dict[int, int]:
-        found, op = {}, 0
-        for i, rec in enumerate(self.expected):
-            if rec["INSTRUCTION"] in OP_INSTRUCTIONS:
-                found[i] = op
-                op += 1
-        return found
 
     def _rebuilt_ops(self) -> set[int]:
         """The ops the schedule reruns: only these keep what a rerun needs."""
@@ -321,17 +466,27 @@ class Executor(StepRecorder):
 
     # --- the memory truth ------------------------------------------------------------
 
-    def _track(self, storage: torch.UntypedStorage) -> None:
-        """Count `storage` in the live bytes until PyTorch frees it."""
+    def _track(self, storage: torch.UntypedStorage, watched: bool = False) -> None:
+        """Count `storage` in the live bytes until PyTorch frees it. A storage the
+        recorder already `watched` (it named it) is uncounted by the recorder's
+        callback (`_storage_died`), not by a second one of its own."""
         key = storage._cdata
         if key in self._tracked:
             return
         size = storage.nbytes()
-        self._tracked[key] = (weakref.ref(storage, lambda _, key=key: self._died(key)), size)
+        ref = weakref.ref(storage) if watched else \
+            weakref.ref(storage, lambda _, key=key: self._died(key))
+        self._tracked[key] = (ref, size)
         self.live += size
 
     def _died(self, key: int) -> None:
         self.live -= self._tracked.pop(key)[1]
+
+    def _storage_died(self, key: int) -> None:
+        entry = self._tracked.pop(key, None)
+        if entry is not None:
+            self.live -= entry[1]
+        super()._storage_died(key)
 
     def _reread(self, storage: torch.UntypedStorage) -> None:
         """Read a tracked storage's size again (after an eviction, a rebuild, or an
@@ -353,7 +508,8 @@ class Executor(StepRecorder):
         self.measured_memory[self.pos - 1] = live + pending
         st = self.stats
         st.alloc_checks += 1
-        st.peak_live = max(st.peak_live, live)
+        if live > st.peak_live:
+            st.peak_live = live
         if live + pending != memory:
             st.mismatches += 1
             if st.first_mismatch is None:
@@ -411,54 +567,59 @@ class Executor(StepRecorder):
 
     def advance(self, stop_op: int | None, pending: int = 0, deferred: list | None = None) -> None:
         """Apply the engine's events up to the top-level compute of `stop_op`
-        (None: to the end of the run)."""
-        ev = self.events
-        while self.pos < len(ev):
-            e = ev[self.pos]
-            self.pos += 1
+        (None: to the end of the run), then the collateral computes that follow it."""
+        ev, pos, n = self.events, self.pos, len(self.events)
+        while pos < n:
+            e = ev[pos]
+            pos += 1
             kind = e[E_KIND]
-            if kind == EV_COMPUTE:
+            if kind == EV_ALLOC_CHECK:
+                self.pos = pos
+                self._check(e[E_MEMORY], pending, e[E_OP], e[E_DEPTH])
+            elif kind == EV_COMPUTE:
+                self.pos = pos
                 t, flag = e[E_TENSOR], e[E_FLAG]
                 op = self._tensor_op[t]
                 if flag & FLAG_COLLATERAL:
                     self._resident.add(self._tensor_storage[t])
                     self.stats.collateral += bool(flag & FLAG_REMAT)
                 elif flag & FLAG_REMAT:
-                    index = self.pos - 1
                     start = time.perf_counter_ns()
                     self._rebuild(op)
-                    self.measured_ns[index] = time.perf_counter_ns() - start
+                    self.measured_ns[pos - 1] = time.perf_counter_ns() - start
                 else:
                     if op != stop_op:
                         raise ScheduleError(f"the schedule computes {self._op_text(op)} where the "
                                             f"step runs {self._op_text(stop_op)}")
                     self._resident.add(self._tensor_storage[t])
                     self.stats.model_compute += self._op_cost[op]
-                    self.top_compute = self.pos - 1
-                    self._collaterals()
+                    self.top_compute = pos - 1
+                    while pos < n and (e := ev[pos])[E_KIND] == EV_COMPUTE and e[E_FLAG] & FLAG_COLLATERAL:
+                        self._resident.add(self._tensor_storage[e[E_TENSOR]])
+                        pos += 1
+                    self.pos = pos
                     return
-            elif kind == EV_ALLOC_CHECK:
-                self._check(e[E_MEMORY], pending, e[E_OP], e[E_DEPTH])
-            elif kind == EV_EVICT:
-                if not self._evict(e[E_STORAGE], pressure=True):
-                    if deferred is None:
-                        raise ScheduleError(f"the schedule evicts storage {e[E_STORAGE]}, "
-                                            "which the step has not made")
-                    deferred.append(e[E_STORAGE])
-            elif kind == EV_FREE_DEAD:
-                self._evict(e[E_STORAGE], pressure=False)
-            elif kind == EV_OOM:
-                self.pos -= 1
-                raise RealOutOfMemory(e[E_OP], e[E_TENSOR], e[E_BYTES], self.live, e[E_MEMORY])
+            else:
+                self.pos = pos
+                self._other_event(e, deferred)
+        self.pos = pos
         if stop_op is not None:
             raise ScheduleEnded(f"the engine's run ended before {self._op_text(stop_op)}")
 
-    def _collaterals(self) -> None:
-        ev = self.events
-        while self.pos < len(ev) and ev[self.pos][E_KIND] == EV_COMPUTE and \
-                ev[self.pos][E_FLAG] & FLAG_COLLATERAL:
-            self._resident.add(self._tensor_storage[ev[self.pos][E_TENSOR]])
-            self.pos += 1
+    def _other_event(self, e: list, deferred: list | None) -> None:
+        """An eviction, a dead free or the engine's OOM."""
+        kind = e[E_KIND]
+        if kind == EV_EVICT:
+            if not self._evict(e[E_STORAGE], pressure=True):
+                if deferred is None:
+                    raise ScheduleError(f"the schedule evicts storage {e[E_STORAGE]}, "
+                                        "which the step has not made")
+                deferred.append(e[E_STORAGE])
+        elif kind == EV_FREE_DEAD:
+            self._evict(e[E_STORAGE], pressure=False)
+        elif kind == EV_OOM:
+            self.pos -= 1
+            raise RealOutOfMemory(e[E_OP], e[E_TENSOR], e[E_BYTES], self.live, e[E_MEMORY])
 
     def _rebuild(self, op: int) -> None:
         """Rerun log op `op` on its resident inputs; install its non-resident outputs."""
@@ -488,7 +649,7 @@ class Executor(StepRecorder):
             with rec.rng.replayed() if rec.rng is not None else contextlib.nullcontext():
                 out = rec.func(*args, **kwargs)
             produced = ([tensors[i] for i in rec.versioned] if rec.mutation
-                        else [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)])
+                        else output_tensors(out))
             for index, tid in targets:
                 self._install(tid, produced[index].untyped_storage())
             del out, produced, tensors, args, kwargs
@@ -516,46 +677,41 @@ class Executor(StepRecorder):
             self.current_op = before
             self.advance(before)
             tid = self.program.tensor_by_name(name)
-            self._weak[tid] = weakref.ref(t.untyped_storage())
-            self._track(t.untyped_storage())
+            storage = t.untyped_storage()
+            self._weak[tid] = weakref.ref(storage)
+            self._track(storage, watched=True)
         return name
 
-    def _register(self, t: torch.Tensor, name: str, owner: bool) -> None:
-        super()._register(t, name, owner)
-        self._binds.append((t, name, owner))
+    def _register(self, t: torch.Tensor, name: str, owner: bool, storage=None) -> None:
+        if storage is None:
+            storage = t.untyped_storage()
+        super()._register(t, name, owner, storage)
+        self._binds.append((t, name, owner, storage))
 
-    def _planned(self, func, arg_names: list[str]) -> list[tuple[int, str]]:
-        """The log ops this call writes, read from the recording at the current line."""
-        exp, i = self.expected, self.log.written
-        name = _op_info(func)[0]
-        planned: list[tuple[int, str]] = []
-
-        def at(j):
-            return exp[j] if j < len(exp) else {}
-
-        r = at(i)
-        if r.get("INSTRUCTION") == "CALL" and r["NAME"] == name and r["ARGS"][:len(arg_names)] == arg_names:
-            planned.append((self._line_op[i], "call"))
-            results = set(r["RESULT"])
-            i += 1 + 2 * len(r["RESULT"])
-            r = at(i)
-            if r.get("INSTRUCTION") == "MUTATE" and r["NAME"] == name and r["ARGS"] == arg_names:
-                planned.append((self._line_op[i], "mutate"))
-                i += 1
-                r = at(i)
-            while r.get("INSTRUCTION") == "CALL" and r["NAME"] == "alias" and r["ARGS"][0] in results:
-                planned.append((self._line_op[i], "view"))
-                i += 3
-                r = at(i)
-        elif r.get("INSTRUCTION") == "MUTATE" and r["NAME"] == name and r["ARGS"] == arg_names:
-            planned.append((self._line_op[i], "mutate"))
+    def _planned(self, name: str, arg_names: list[str]) -> list[tuple[int, str]]:
+        """The log ops this call of aten op `name` writes, read from the recording
+        at the current line: a CALL (with its MUTATE and views) or a MUTATE."""
+        p = self._plans.get(self.log.written)
+        if p is None or p[1] != name:
+            return []
+        if not p[0]:
+            return [(p[3], "mutate")] if p[2] == arg_names else []
+        if p[2][:len(arg_names)] != arg_names:
+            return []
+        planned = [(p[3], "call")]
+        mutate = p[4]
+        if mutate is not None and mutate[1] == arg_names:
+            planned.append((mutate[0], "mutate"))
+            planned += p[5]
+        else:
+            planned += p[6]
         return planned
 
     def _slots(self, op: int, inputs: list) -> list:
         prog, slots = self.program, []
         arg_ids = prog.op_args_of(op).tolist()
         for t, tid in zip(inputs, arg_ids):
-            sid = int(prog.tensor_storage[tid])
+            sid = self._tensor_storage[tid]
             real = self._storage(sid)
             if real is None or real._cdata != t.untyped_storage()._cdata:
                 raise ScheduleError(
@@ -567,19 +723,22 @@ class Executor(StepRecorder):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        op = _OpLabel(func)
-        self._check_op(func, op)
+        name, params, rejected, seeded, _ = _OP_INFO.get(id(func)) or _op_info(func)
+        op = _OpLabel(func)      # formatted only in a message
+        if rejected:
+            raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {rejected}")
         if self.log.diverged is not None:
             raise ScheduleError(self.log.divergence())
-        inputs, mutated = _tensor_arguments(func, args, kwargs)
+        inputs, mutated = _tensor_arguments(func, args, kwargs, params)
         self._busy = True
         try:
-            arg_names = [self.name_of(t, op) for t in inputs]
-            planned = self._planned(func, arg_names)
+            # a tensor already named was checked when it was named
+            names = self._names
+            arg_names = [names.get(id(t)) or self.name_of(t, op) for t in inputs]
+            planned = self._planned(name, arg_names)
             deferred: list[int] = []
             pending = 0
-            updated = [m for m in mutated if storage_key(inputs[m]) in self._in_place]
-            versioned = [m for m in mutated if m not in updated]
+            updated, versioned = self._written(inputs, mutated) if mutated else ([], [])
             for k, kind in planned:
                 self.current_op = k
                 rerun = k in self._rebuilt
@@ -594,8 +753,8 @@ class Executor(StepRecorder):
                 if rerun:
                     self._ops[k] = OpRecord(func, *_template(func, args, kwargs), slots, tuple(mutated),
                                             tuple(versioned), [], kind == "mutate", None)
-            kept = [self._ops[k] for k, _ in planned if k in self._ops]
-            if kept and torch.Tag.nondeterministic_seeded in func.tags:
+            kept = [self._ops[k] for k, _ in planned if k in self._ops] if seeded else None
+            if kept:
                 if any(isinstance(a, torch.Generator) for a in (*args, *kwargs.values())):
                     raise ScheduleError(f"{op} {self.where()}: the schedule reruns it, and it draws "
                                         "from a torch.Generator of its own, whose state is not "
@@ -610,9 +769,10 @@ class Executor(StepRecorder):
                 self.measured_ns[self.top_compute] = time.perf_counter_ns() - start
             for m in mutated:
                 self._reread(inputs[m].untyped_storage())
-            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            outputs = output_tensors(out)
             for t in outputs:
-                self._check_tensor(t, op)
+                if type(t) not in PLAIN_TYPES or t.layout != torch.strided:
+                    self._check_tensor(t, op)
             self._write(func, args, kwargs, out, inputs, arg_names, mutated, outputs, 0)
             if self.log.diverged is not None:
                 raise ScheduleError(self.log.divergence())
@@ -621,10 +781,17 @@ class Executor(StepRecorder):
                 self._evict(sid, pressure=True)
         finally:
             self._busy = False
-            pending_names, self._pending = self._pending, []
-            for name in pending_names:
-                self.log.release(name)
+            if self._pending:
+                pending_names, self._pending = self._pending, []
+                for name in pending_names:
+                    self.log.release(name)
         return out
+
+    def _written(self, inputs: list, mutated: list[int]) -> tuple[list[int], list[int]]:
+        """The written arguments: optimizer states updated in place, and the rest,
+        which the log's MUTATE makes new versions of."""
+        updated = [m for m in mutated if storage_key(inputs[m]) in self._in_place]
+        return updated, [m for m in mutated if m not in updated]
 
     def _states_written(self, op: int, written: list[int]) -> None:
         args = self.program.op_args_of(op).tolist()
@@ -637,7 +804,7 @@ class Executor(StepRecorder):
         args = prog.op_args_of(op).tolist()
         with _disable_current_modes():
             for out_tid, m in zip(prog.op_outputs_of(op), mutated):
-                old = int(prog.tensor_storage[args[m]])
+                old = self._tensor_storage[args[m]]
                 real = inputs[m].untyped_storage()
                 copy = real.clone()
                 self._strong[old] = copy
@@ -648,12 +815,12 @@ class Executor(StepRecorder):
 
     def _bind(self, planned: list[tuple[int, str]], outputs: list) -> None:
         prog, position = self.program, None
-        for t, name, owner in self._binds:
+        for t, name, owner, storage in self._binds:
             if not owner:
                 continue  # a view, or a COPY: its storage is already bound
-            tid = prog.tensor_by_name(name)
-            self._weak[tid] = weakref.ref(t.untyped_storage())
-            self._track(t.untyped_storage())
+            tid = self._tensor_id[name]
+            self._weak[tid] = weakref.ref(storage)
+            self._track(storage, watched=True)
             rec = self._ops.get(self._tensor_op[tid])
             if rec is not None:
                 if position is None:
