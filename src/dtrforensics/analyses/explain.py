@@ -215,6 +215,10 @@ def _init_worker(source: str, name: str) -> None:
     _WORKER["program"] = load_program(source, name)
 
 
+def _control_key(program: Program, budget: int, policy: str) -> tuple:
+    return ("control", program.sha256, budget, policy)
+
+
 def _run(program: Program, interventions: Interventions, record_root: Path | None,
          **common) -> ComparedRun:
     """One run of the search, resumed from the failing run's snapshots when this
@@ -232,7 +236,7 @@ def _attempt(program: Program, change: Change, budget: int, ratio: float | None,
     common = dict(budget=budget, ratio=ratio, policy=policy, timeout=timeout)
     # One control per trace content, budget and policy in each process (a
     # program parsed from memory has no content hash: its control is not kept).
-    key = ("control", program.sha256, budget, policy) if program.sha256 else None
+    key = _control_key(program, budget, policy) if program.sha256 else None
     control = _WORKER.get(key) if key else None
     if control is None:
         control = _run(program, Interventions(control=True), None, **common)
@@ -287,6 +291,10 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     try:
         control = _run(program, Interventions(control=True), record_root, budget=budget,
                        ratio=ratio, policy=policy, timeout=timeout)
+        if record_root is None and program.sha256 and control.summary["outcome"] != "timeout":
+            # unrecorded, it is the attempts' control in this process (and in
+            # workers forked from it): the same run, made once
+            _WORKER[_control_key(program, budget, policy)] = control
         args = [(change, budget, ratio, policy, record_root, timeout, baseline)
                 for change in plan]
         enough = _run_attempts(program, args, jobs, out, plan, stop_after_fixes, on_attempt)
