@@ -36,8 +36,8 @@ def comparable(result) -> tuple:
 
 def both(program, **kwargs) -> tuple:
     kwargs = dict(record_root=None, jobs=1, **kwargs)
-    return (comparable(explain(program, resume=False, **kwargs)),
-            comparable(explain(program, resume=True, **kwargs)))
+    return (comparable(explain(program, share=False, **kwargs)),
+            comparable(explain(program, share=True, **kwargs)))
 
 
 @settings(max_examples=60, deadline=None,
@@ -122,7 +122,7 @@ def test_forked_workers_resume_from_the_parents_snapshots():
     p = load_trace("hole")
     parallel = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=2))
     scratch = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1,
-                                 resume=False))
+                                 share=False))
     assert parallel == scratch
     assert "resume" not in explain_module._WORKER   # dropped when the search ends
 
@@ -131,7 +131,7 @@ def test_recorded_attempts_replay_from_op_0_and_agree(tmp_path):
     p = load_trace("hole")
     recorded = comparable(explain(p, budget=HOLE_INSIDE, record_root=tmp_path, jobs=1))
     scratch = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1,
-                                 resume=False))
+                                 share=False))
     for a in recorded[0]["attempts"]:
         assert a.pop("recording").startswith(str(tmp_path))
     for a in scratch[0]["attempts"]:
@@ -145,3 +145,19 @@ def test_resnet32_at_0_104_resumed_equals_from_op_0():
     scratch, resumed = both(p, ratio=0.104)
     assert resumed == scratch
     assert len(scratch[1]) == 32 and scratch[0]["fixes"]
+
+
+@pytest.mark.parametrize("share, controls", [(True, 1), (False, 2)])
+def test_an_unrecorded_control_is_made_once(monkeypatch, share, controls):
+    made = []
+    real = explain_module.run_once
+
+    def counted(program, *, interventions, **kwargs):
+        made.append(interventions.control)
+        return real(program, interventions=interventions, **kwargs)
+    monkeypatch.setattr(explain_module, "run_once", counted)
+    explain_module._WORKER.clear()
+    result = explain(load_trace("hole"), budget=HOLE_INSIDE, record_root=None, jobs=1,
+                     share=share)
+    assert made.count(True) == controls and result.control_matches
+    assert made.count(False) == len(result.attempts)

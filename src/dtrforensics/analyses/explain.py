@@ -258,17 +258,17 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
             record_root: Path | None = Path("recordings") / "explain",
             stop_after_fixes: int | None = None,
             on_attempt: Callable[[Attempt, int, int], None] | None = None,
-            resume: bool = True) -> Explanation:
+            share: bool = True) -> Explanation:
     """Search changes that make a failing run complete (see module doc);
-    `kinds` limits the search to retentions or forced victims. With `resume`,
+    `kinds` limits the search to retentions or forced victims. With `share`,
     unrecorded runs start from the failing run's snapshots (explain_snapshots.py)
-    instead of op 0: the same result, sooner."""
+    instead of op 0, and the control is made once: the same result, sooner."""
     unknown = set(kinds) - set(KINDS)
     if unknown or not kinds:
         raise ValueError(f"kinds are among {', '.join(KINDS)}, got {', '.join(kinds) or 'none'}")
     budget, ratio = resolve_budget(program, budget, ratio)
     shared = None
-    if resume:
+    if share:
         from .explain_snapshots import ResumePoints  # its digests import numba
         shared = ResumePoints()
     failing = replay(program, budget=budget, policy=policy, timeout=timeout, prefixes=shared)
@@ -291,7 +291,8 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     try:
         control = _run(program, Interventions(control=True), record_root, budget=budget,
                        ratio=ratio, policy=policy, timeout=timeout)
-        if record_root is None and program.sha256 and control.summary["outcome"] != "timeout":
+        if share and record_root is None and program.sha256 \
+                and control.summary["outcome"] != "timeout":
             # unrecorded, it is the attempts' control in this process (and in
             # workers forked from it): the same run, made once
             _WORKER[_control_key(program, budget, policy)] = control
