@@ -161,3 +161,14 @@ def test_an_unrecorded_control_is_made_once(monkeypatch, share, controls):
                      share=share)
     assert made.count(True) == controls and result.control_matches
     assert made.count(False) == len(result.attempts)
+
+
+@pytest.mark.parametrize("after, shares", [(3600.0, False), (0.0, True)])
+def test_unasked_a_search_shares_when_its_failing_run_is_long(monkeypatch, after, shares):
+    made = _caches(monkeypatch)
+    monkeypatch.setattr(explain_module, "SHARE_AFTER_SECONDS", after)
+    p = load_trace("hole")
+    result = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1))
+    assert bool(made) == shares
+    assert result == comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1,
+                                        share=False))

@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from ..engine.replay import Interventions, replay, resolve_budget
+from ..engine.replay import Interventions, RunResult, prepared, replay, resolve_budget
 from ..trace.program import Program
 from .explain_candidates import (
     ForcedVictim,
@@ -40,9 +40,15 @@ from .explain_candidates import (
 )
 from .interventions import ComparedRun, run_once, same_execution
 
+if TYPE_CHECKING:   # its digests import numba: only a search that shares imports it
+    from .explain_snapshots import ResumePoints
+
 CAVEAT = ("A hindsight change is evidence about what caused the failure, not a policy: "
           "choosing it needs knowledge of the run's future.")
 KINDS = ("retain", "force_victim")
+# A failing run at least this long (wall seconds) makes an unasked search share
+# its work: the probes and attempts win back the one-time cost of the digests.
+SHARE_AFTER_SECONDS = 0.25
 ORDER = ("forced victims at the first divergent choice",
          "retentions and forced runner-ups at the last decisions, alternately",
          "retained combinations, smallest first")
@@ -258,25 +264,25 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
             record_root: Path | None = Path("recordings") / "explain",
             stop_after_fixes: int | None = None,
             on_attempt: Callable[[Attempt, int, int], None] | None = None,
-            share: bool = True) -> Explanation:
+            share: bool | None = None) -> Explanation:
     """Search changes that make a failing run complete (see module doc);
     `kinds` limits the search to retentions or forced victims. With `share`,
-    unrecorded runs start from the failing run's snapshots (explain_snapshots.py)
-    instead of op 0, and the control is made once: the same result, sooner."""
+    the probes and unrecorded runs start from the failing run's snapshots
+    (explain_snapshots.py) instead of op 0, and the control is made once: the
+    same result, sooner. None: share when the failing run is long enough for
+    it to pay (`SHARE_AFTER_SECONDS`)."""
     unknown = set(kinds) - set(KINDS)
     if unknown or not kinds:
         raise ValueError(f"kinds are among {', '.join(KINDS)}, got {', '.join(kinds) or 'none'}")
     budget, ratio = resolve_budget(program, budget, ratio)
-    shared = None
-    if share:
-        from .explain_snapshots import ResumePoints  # its digests import numba
-        shared = ResumePoints()
-    failing = replay(program, budget=budget, policy=policy, timeout=timeout, prefixes=shared)
+    prepared(program)
+    failing = replay(program, budget=budget, policy=policy, timeout=timeout)
     baseline = failing.summary.to_json()
     out = Explanation(baseline=baseline, candidates=frontier_candidates(program, failing),
                       max_attempts=max_attempts)
     if failing.summary.outcome != "oom":
         return out
+    shared = _snapshots(program, failing, policy, timeout, share)
     rerun_matches = True
     if "force_victim" in kinds:
         completing, probes = nearby_completion(program, failing, policy=policy, timeout=timeout,
@@ -291,7 +297,7 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     try:
         control = _run(program, Interventions(control=True), record_root, budget=budget,
                        ratio=ratio, policy=policy, timeout=timeout)
-        if share and record_root is None and program.sha256 \
+        if share is not False and record_root is None and program.sha256 \
                 and control.summary["outcome"] != "timeout":
             # unrecorded, it is the attempts' control in this process (and in
             # workers forked from it): the same run, made once
@@ -310,6 +316,23 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     out.control_matches = (same_execution(control.summary, baseline) and rerun_matches
                            and out.all_controls_match)
     return out
+
+
+def _snapshots(program: Program, failing: RunResult, policy: str, timeout: float | None,
+               share: bool | None) -> ResumePoints | None:
+    """The failing run again, leaving the snapshots the search's other runs
+    resume from (None: no sharing). Unasked (`share` None), only for a failing
+    run of at least SHARE_AFTER_SECONDS: the first shared run of a process
+    loads the compiled digests (about 0.7 s of CPU), which a short search
+    does not win back."""
+    if share is False or (share is None
+                          and failing.summary.wall_seconds < SHARE_AFTER_SECONDS):
+        return None
+    from .explain_snapshots import ResumePoints  # its digests import numba
+    cache = ResumePoints()
+    again = replay(program, budget=failing.summary.budget, policy=policy, timeout=timeout,
+                   prefixes=cache)
+    return cache if same_execution(again.summary.to_json(), failing.summary.to_json()) else None
 
 
 def _run_attempts(program: Program, args: list[tuple], jobs: int | None, out: Explanation,
