@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ..engine.layout import S_STEPS
 from ..engine.replay import Interventions, RunResult, prepared, replay, resolve_budget
 from ..trace.program import Program
 from .explain_candidates import (
@@ -276,13 +277,14 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
         raise ValueError(f"kinds are among {', '.join(KINDS)}, got {', '.join(kinds) or 'none'}")
     budget, ratio = resolve_budget(program, budget, ratio)
     prepared(program)
-    failing = replay(program, budget=budget, policy=policy, timeout=timeout)
+    failing = replay(program, budget=budget, policy=policy, timeout=timeout, keep_state=True)
+    steps, failing.state = int(failing.state.sc[S_STEPS]), None   # how long, to space snapshots
     baseline = failing.summary.to_json()
     out = Explanation(baseline=baseline, candidates=frontier_candidates(program, failing),
                       max_attempts=max_attempts)
     if failing.summary.outcome != "oom":
         return out
-    shared = _snapshots(program, failing, policy, timeout, share)
+    shared = _snapshots(program, failing, steps, policy, timeout, share)
     rerun_matches = True
     if "force_victim" in kinds:
         completing, probes = nearby_completion(program, failing, policy=policy, timeout=timeout,
@@ -318,18 +320,18 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     return out
 
 
-def _snapshots(program: Program, failing: RunResult, policy: str, timeout: float | None,
-               share: bool | None) -> ResumePoints | None:
-    """The failing run again, leaving the snapshots the search's other runs
-    resume from (None: no sharing). Unasked (`share` None), only for a failing
+def _snapshots(program: Program, failing: RunResult, steps: int, policy: str,
+               timeout: float | None, share: bool | None) -> ResumePoints | None:
+    """The failing run again (`steps` long), leaving the snapshots the search's
+    other runs resume from, evenly (None: no sharing). Unasked (`share` None), only for a failing
     run of at least SHARE_AFTER_SECONDS: the first shared run of a process
     loads the compiled digests (about 0.7 s of CPU), which a short search
     does not win back."""
     if share is False or (share is None
                           and failing.summary.wall_seconds < SHARE_AFTER_SECONDS):
         return None
-    from .explain_snapshots import ResumePoints  # its digests import numba
-    cache = ResumePoints()
+    from .explain_snapshots import MAX_POINTS, ResumePoints  # its digests import numba
+    cache = ResumePoints(even_spacing=max(1, steps // MAX_POINTS))
     again = replay(program, budget=failing.summary.budget, policy=policy, timeout=timeout,
                    prefixes=cache)
     return cache if same_execution(again.summary.to_json(), failing.summary.to_json()) else None

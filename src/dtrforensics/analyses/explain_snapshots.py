@@ -31,7 +31,7 @@ from ..engine.state import Snapshot
 
 NEVER = -1          # a scalar limit no snapshot meets
 NO_CHECKPOINTS = 1 << 62
-EVEN_SPACING = 64   # steps between the failing run's first snapshots
+EVEN_SPACING = 64   # steps between the failing run's first snapshots (when its length is unknown)
 MAX_POINTS = 48     # past this many, every other one goes and the spacing doubles
 
 
@@ -52,7 +52,8 @@ def resume_limit(interventions: Interventions) -> tuple[int, int]:
 
 class _Evenly(SnapshotTaker):
     """The failing run's snapshots, evenly spaced: at most `max_points` kept,
-    thinned to every other one (and the spacing doubled) when there are more."""
+    and at most the cache's `max_bytes` once there are a few; past either,
+    every other one goes and the spacing doubles."""
 
     def __init__(self, cache: "ResumePoints", family: tuple, start_steps: int):
         super().__init__(cache, family, start_steps)
@@ -63,7 +64,8 @@ class _Evenly(SnapshotTaker):
         self.cache.add(self.family, snap)
         points = self.cache.points
         points.append(snap)
-        if len(points) > self.cache.max_points:
+        if len(points) > self.cache.max_points or (
+                len(points) > 4 and sum(p.nbytes for p in points) > self.cache.max_bytes):
             points[:] = points[1::2]
             self.spacing *= 2
         self.next_at = snap.steps + self.spacing
