@@ -284,7 +284,7 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
                       max_attempts=max_attempts)
     if failing.summary.outcome != "oom":
         return out
-    shared = _snapshots(program, failing, steps, policy, timeout, share)
+    shared = _snapshots(program, failing, steps, policy, timeout, share, record_root is not None)
     rerun_matches = True
     if "force_victim" in kinds:
         completing, probes = nearby_completion(program, failing, policy=policy, timeout=timeout,
@@ -321,14 +321,16 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
 
 
 def _snapshots(program: Program, failing: RunResult, steps: int, policy: str,
-               timeout: float | None, share: bool | None) -> ResumePoints | None:
+               timeout: float | None, share: bool | None,
+               recorded: bool) -> ResumePoints | None:
     """The failing run again (`steps` long), leaving the snapshots the search's
-    other runs resume from, evenly (None: no sharing). Unasked (`share` None), only for a failing
-    run of at least SHARE_AFTER_SECONDS: the first shared run of a process
-    loads the compiled digests (about 0.7 s of CPU), which a short search
-    does not win back."""
-    if share is False or (share is None
-                          and failing.summary.wall_seconds < SHARE_AFTER_SECONDS):
+    other runs resume from, evenly (None: no sharing). Unasked (`share` None),
+    only for unrecorded attempts (a recorded one replays from op 0) after a
+    failing run of at least SHARE_AFTER_SECONDS: the first shared run of a
+    process loads the compiled digests (about 0.7 s of CPU), which a short
+    search does not win back."""
+    if share is False or (share is None and (
+            recorded or failing.summary.wall_seconds < SHARE_AFTER_SECONDS)):
         return None
     from .explain_snapshots import MAX_POINTS, ResumePoints  # its digests import numba
     cache = ResumePoints(even_spacing=max(1, steps // MAX_POINTS))
