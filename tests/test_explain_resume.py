@@ -172,3 +172,15 @@ def test_unasked_a_search_shares_when_its_failing_run_is_long(monkeypatch, after
     assert bool(made) == shares
     assert result == comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1,
                                         share=False))
+
+
+def test_a_change_not_announced_runs_from_op_0():
+    p = load_trace("hole")
+    cache = ResumePoints(even_spacing=1)
+    failing = replay(p, budget=HOLE_INSIDE, prefixes=cache)
+    victim = int(failing.victims[-1, 0])
+    cache.expect(Interventions(force=((victim, len(failing.victims)),)))
+    other = Interventions(retain=(victim,))
+    got = replay(p, budget=HOLE_INSIDE, interventions=other, prefixes=cache)
+    assert cache.resumed == 0
+    assert everything(got) == everything(replay(p, budget=HOLE_INSIDE, interventions=other))

@@ -93,14 +93,14 @@ class ResumePoints(PrefixCache):
         self.even_spacing, self.max_points = even_spacing, max_points
         self.points: list[Snapshot] = []
         self.plain: tuple | None = None
-        self.limit = (L.S_EVICTIONS, NEVER)
+        self.expected: Interventions | None = None
         self.resumed = 0
 
     def expect(self, interventions: Interventions) -> None:
         """The change of the next run (and of every later one: runs with a
         change come after the failing run and its probes). They never splice,
         so they take no checkpoints beyond the few right after their start."""
-        self.limit = resume_limit(interventions)
+        self.expected = interventions
         self.checkpoint_every = NO_CHECKPOINTS
 
     def taker(self, family: tuple, start_steps: int) -> SnapshotTaker:
@@ -114,7 +114,9 @@ class ResumePoints(PrefixCache):
     def best(self, family: tuple, budget: int) -> Snapshot | None:
         if self.plain is None or family == self.plain:
             return super().best(family, budget)
-        slot, limit = self.limit
+        if self.expected is None or self.expected not in family:
+            return None   # not the change announced: from op 0, never a wrong start
+        slot, limit = resume_limit(self.expected)
         found = None
         for snap in self.points:
             if snap.state.sc[slot] > limit:
