@@ -163,13 +163,19 @@ def test_an_unrecorded_control_is_made_once(monkeypatch, share, controls):
     assert made.count(False) == len(result.attempts)
 
 
-@pytest.mark.parametrize("after, shares", [(3600.0, False), (0.0, True)])
-def test_unasked_a_search_shares_when_its_failing_run_is_long(monkeypatch, after, shares):
+@pytest.mark.parametrize("loaded", [False, True])
+def test_unasked_a_search_shares_once_the_digests_are_loaded(monkeypatch, loaded):
+    import importlib
+    import sys
     made = _caches(monkeypatch)
-    monkeypatch.setattr(explain_module, "SHARE_AFTER_SECONDS", after)
+    if loaded:
+        monkeypatch.setitem(sys.modules, explain_module.DIGESTS,
+                            importlib.import_module(explain_module.DIGESTS))
+    else:
+        monkeypatch.delitem(sys.modules, explain_module.DIGESTS, raising=False)
     p = load_trace("hole")
     result = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1))
-    assert bool(made) == shares
+    assert bool(made) == loaded
     assert result == comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1,
                                         share=False))
 

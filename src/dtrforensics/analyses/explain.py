@@ -22,14 +22,14 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..engine.layout import S_STEPS
-from ..engine.replay import Interventions, RunResult, prepared, replay, resolve_budget
+from ..engine.replay import Interventions, replay, resolve_budget
 from ..trace.program import Program
 from .explain_candidates import (
     ForcedVictim,
@@ -47,9 +47,7 @@ if TYPE_CHECKING:   # its digests import numba: only a search that shares import
 CAVEAT = ("A hindsight change is evidence about what caused the failure, not a policy: "
           "choosing it needs knowledge of the run's future.")
 KINDS = ("retain", "force_victim")
-# A failing run at least this long (wall seconds) makes an unasked search share
-# its work: the probes and attempts win back the one-time cost of the digests.
-SHARE_AFTER_SECONDS = 0.25
+DIGESTS = "dtrforensics.engine.digest"   # loaded: an unasked search shares
 ORDER = ("forced victims at the first divergent choice",
          "retentions and forced runner-ups at the last decisions, alternately",
          "retained combinations, smallest first")
@@ -269,22 +267,20 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     """Search changes that make a failing run complete (see module doc);
     `kinds` limits the search to retentions or forced victims. With `share`,
     the probes and unrecorded runs start from the failing run's snapshots
-    (explain_snapshots.py) instead of op 0, and the control is made once: the
-    same result, sooner. None: share when the failing run is long enough for
-    it to pay (`SHARE_AFTER_SECONDS`)."""
+    (explain_snapshots.py) instead of op 0: the same result, sooner. None:
+    when that pays (`_resume_points`). Unless `share` is False, an unrecorded
+    control is made once (it is the attempts' control too)."""
     unknown = set(kinds) - set(KINDS)
     if unknown or not kinds:
         raise ValueError(f"kinds are among {', '.join(KINDS)}, got {', '.join(kinds) or 'none'}")
     budget, ratio = resolve_budget(program, budget, ratio)
-    prepared(program)
-    failing = replay(program, budget=budget, policy=policy, timeout=timeout, keep_state=True)
-    steps, failing.state = int(failing.state.sc[S_STEPS]), None   # how long, to space snapshots
+    shared = _resume_points(share, record_root is not None)
+    failing = replay(program, budget=budget, policy=policy, timeout=timeout, prefixes=shared)
     baseline = failing.summary.to_json()
     out = Explanation(baseline=baseline, candidates=frontier_candidates(program, failing),
                       max_attempts=max_attempts)
     if failing.summary.outcome != "oom":
         return out
-    shared = _snapshots(program, failing, steps, policy, timeout, share, record_root is not None)
     rerun_matches = True
     if "force_victim" in kinds:
         completing, probes = nearby_completion(program, failing, policy=policy, timeout=timeout,
@@ -320,23 +316,17 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     return out
 
 
-def _snapshots(program: Program, failing: RunResult, steps: int, policy: str,
-               timeout: float | None, share: bool | None,
-               recorded: bool) -> ResumePoints | None:
-    """The failing run again (`steps` long), leaving the snapshots the search's
-    other runs resume from, evenly (None: no sharing). Unasked (`share` None),
-    only for unrecorded attempts (a recorded one replays from op 0) after a
-    failing run of at least SHARE_AFTER_SECONDS: the first shared run of a
-    process loads the compiled digests (about 0.7 s of CPU), which a short
-    search does not win back."""
-    if share is False or (share is None and (
-            recorded or failing.summary.wall_seconds < SHARE_AFTER_SECONDS)):
+def _resume_points(share: bool | None, recorded: bool) -> ResumePoints | None:
+    """Where the search's runs resume from (None: from op 0). Unasked (`share`
+    None), only for unrecorded attempts (a recorded one replays from op 0) in
+    a process that has loaded the compiled state digests already (a sweep, an
+    earlier search): their first load costs about 0.7 s of CPU, more than a
+    search of short runs wins back, and long failing runs spend their time in
+    the failing op, which the attempts replay anyway."""
+    if share is False or (share is None and (recorded or DIGESTS not in sys.modules)):
         return None
-    from .explain_snapshots import MAX_POINTS, ResumePoints  # its digests import numba
-    cache = ResumePoints(even_spacing=max(1, steps // MAX_POINTS))
-    again = replay(program, budget=failing.summary.budget, policy=policy, timeout=timeout,
-                   prefixes=cache)
-    return cache if same_execution(again.summary.to_json(), failing.summary.to_json()) else None
+    from .explain_snapshots import ResumePoints  # its digests import numba
+    return ResumePoints()
 
 
 def _run_attempts(program: Program, args: list[tuple], jobs: int | None, out: Explanation,
