@@ -120,7 +120,8 @@ def test_the_embedded_hole_resumes_its_attempts_and_finds_the_same_fixes(monkeyp
 
 def test_forked_workers_resume_from_the_parents_snapshots():
     p = load_trace("hole")
-    parallel = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=2))
+    parallel = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=2,
+                                  share=True))
     scratch = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1,
                                  share=False))
     assert parallel == scratch

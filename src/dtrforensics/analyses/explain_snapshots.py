@@ -31,7 +31,7 @@ from ..engine.state import Snapshot
 
 NEVER = -1          # a scalar limit no snapshot meets
 NO_CHECKPOINTS = 1 << 62
-EVEN_SPACING = 64   # steps between the failing run's first snapshots (when its length is unknown)
+EVEN_SPACING = 64   # steps between the failing run's first snapshots
 MAX_POINTS = 48     # past this many, every other one goes and the spacing doubles
 
 
