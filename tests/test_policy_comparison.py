@@ -93,3 +93,48 @@ def test_a_changed_policy_file_is_recorded_again(tmp_path):
     second = dtrf("replay", spec, "--cache", tmp_path / "cache")
     assert second.code == 0
     assert len(list((tmp_path / "cache").iterdir())) == 2
+
+
+def _count_preparations(monkeypatch, log):
+    """Every per-trace preparation appends its name to `log`, a file, so that
+    worker processes forked from this one count theirs too."""
+    from dtrforensics.engine import replay as replay_module
+    from dtrforensics.sweep import backends
+    from dtrforensics.trace import cache, parser
+
+    for module, name in ((cache, "load_program"), (parser, "parse_file"),
+                         (replay_module, "kernel_graph"), (replay_module, "baseline"),
+                         (backends, "_install")):
+        real = getattr(module, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            with open(log, "a") as fh:
+                fh.write(f"{_name}\n")
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_policies_of_one_trace_share_its_preparation(tmp_path, monkeypatch, jobs):
+    """Four policies over seven budgets: the log is loaded (parsed), compiled
+    into the kernel's graph, its baseline replayed and installed for the runs
+    once, in this process; forked workers inherit it all and redo none."""
+    from dtrforensics.analyses.policy_comparison import compare_policies
+    from dtrforensics.synth.generator import SynthSpec, generate
+
+    trace = tmp_path / "synth-resnet-3.log"
+    trace.write_text(generate(SynthSpec(kind="resnet", seed=3)))
+    log = tmp_path / "preparations"
+    _count_preparations(monkeypatch, log)
+    policies = ("dtr", "no-staleness", "no-size", "compute-only")
+    result = compare_policies(str(trace), policies, ratio_from=0.3, ratio_to=0.9, step=0.1,
+                              out=tmp_path / f"sweep{jobs}", jobs=jobs)
+    assert sum(s.points for s in result.policies) == 4 * 7
+    made = log.read_text().split()
+    assert sorted(made) == sorted(["load_program", "parse_file", "kernel_graph", "baseline",
+                                   "_install"]) or sorted(made) == sorted(
+        ["load_program", "kernel_graph", "baseline", "_install"])   # parsed earlier: cached
+    monkeypatch.undo()
+    alone = [compare_policies(str(trace), (p,), ratio_from=0.3, ratio_to=0.9, step=0.1,
+                              out=tmp_path / f"alone-{p}", jobs=1) for p in policies]
+    assert [s.__dict__ for s in result.policies] == [a.policies[0].__dict__ for a in alone]

@@ -106,7 +106,7 @@ def explain(trace_spec: str | os.PathLike | Program, *, ratio: float | None = No
             budget: int | None = None, policy: str = "dtr", jobs: int | None = 1, **search):
     """Which single change (a retention or a forced victim) turns a failure into a
     completion (`Explanation`); `search` takes max_attempts, max_combo,
-    last_decisions, kinds, stop_after_fixes, record_root, timeout."""
+    last_decisions, kinds, stop_after_fixes, record_root, timeout, share."""
     from .analyses.explain import explain as _explain
     return _explain(trace(trace_spec), ratio=ratio, budget=budget, policy=policy, jobs=jobs,
                     **search)

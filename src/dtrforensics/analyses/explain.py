@@ -22,11 +22,12 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..engine.replay import Interventions, replay, resolve_budget
 from ..trace.program import Program
@@ -38,11 +39,15 @@ from .explain_candidates import (
     frontier_candidates,
     nearby_completion,
 )
-from .interventions import run_once, same_execution
+from .interventions import ComparedRun, run_once, same_execution
+
+if TYPE_CHECKING:   # its digests import numba: only a search that shares imports it
+    from .explain_snapshots import ResumePoints
 
 CAVEAT = ("A hindsight change is evidence about what caused the failure, not a policy: "
           "choosing it needs knowledge of the run's future.")
 KINDS = ("retain", "force_victim")
+DIGESTS = "dtrforensics.engine.digest"   # loaded: an unasked search shares
 ORDER = ("forced victims at the first divergent choice",
          "retentions and forced runner-ups at the last decisions, alternately",
          "retained combinations, smallest first")
@@ -215,21 +220,34 @@ def _init_worker(source: str, name: str) -> None:
     _WORKER["program"] = load_program(source, name)
 
 
+def _control_key(program: Program, budget: int, policy: str) -> tuple:
+    return ("control", program.sha256, budget, policy)
+
+
+def _run(program: Program, interventions: Interventions, record_root: Path | None,
+         **common) -> ComparedRun:
+    """One run of the search, resumed from the failing run's snapshots when this
+    process holds them (`_WORKER["resume"]`, inherited by forked workers)."""
+    resume = _WORKER.get("resume")
+    if resume is not None:
+        resume.expect(interventions)
+    return run_once(program, interventions=interventions, record_root=record_root,
+                    prefixes=resume, **common)
+
+
 def _attempt(program: Program, change: Change, budget: int, ratio: float | None,
              policy: str, record_root: Path | None, timeout: float | None,
              baseline: dict) -> Attempt:
     common = dict(budget=budget, ratio=ratio, policy=policy, timeout=timeout)
     # One control per trace content, budget and policy in each process (a
     # program parsed from memory has no content hash: its control is not kept).
-    key = ("control", program.sha256, budget, policy) if program.sha256 else None
+    key = _control_key(program, budget, policy) if program.sha256 else None
     control = _WORKER.get(key) if key else None
     if control is None:
-        control = run_once(program, interventions=Interventions(control=True), record_root=None,
-                           **common)
+        control = _run(program, Interventions(control=True), None, **common)
         if key:
             _WORKER[key] = control
-    run = run_once(program, interventions=change.interventions(), record_root=record_root,
-                   **common)
+    run = _run(program, change.interventions(), record_root, **common)
     return Attempt(change, run.summary, same_execution(control.summary, baseline),
                    str(run.recording) if run.recording else None)
 
@@ -244,14 +262,20 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
             timeout: float | None = None, jobs: int | None = None,
             record_root: Path | None = Path("recordings") / "explain",
             stop_after_fixes: int | None = None,
-            on_attempt: Callable[[Attempt, int, int], None] | None = None) -> Explanation:
+            on_attempt: Callable[[Attempt, int, int], None] | None = None,
+            share: bool | None = None) -> Explanation:
     """Search changes that make a failing run complete (see module doc);
-    `kinds` limits the search to retentions or forced victims."""
+    `kinds` limits the search to retentions or forced victims. With `share`,
+    the probes and unrecorded runs start from the failing run's snapshots
+    (explain_snapshots.py) instead of op 0: the same result, sooner. None:
+    when that pays (`_resume_points`). Unless `share` is False, an unrecorded
+    control is made once (it is the attempts' control too)."""
     unknown = set(kinds) - set(KINDS)
     if unknown or not kinds:
         raise ValueError(f"kinds are among {', '.join(KINDS)}, got {', '.join(kinds) or 'none'}")
     budget, ratio = resolve_budget(program, budget, ratio)
-    failing = replay(program, budget=budget, policy=policy, timeout=timeout)
+    shared = _resume_points(share, record_root is not None)
+    failing = replay(program, budget=budget, policy=policy, timeout=timeout, prefixes=shared)
     baseline = failing.summary.to_json()
     out = Explanation(baseline=baseline, candidates=frontier_candidates(program, failing),
                       max_attempts=max_attempts)
@@ -259,41 +283,28 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
         return out
     rerun_matches = True
     if "force_victim" in kinds:
-        completing, probes = nearby_completion(program, failing, policy=policy, timeout=timeout)
+        completing, probes = nearby_completion(program, failing, policy=policy, timeout=timeout,
+                                               prefixes=shared)
         out.forced, out.nearby, rerun_matches = forced_victims(
             program, failing, completing, policy=policy, timeout=timeout,
             last_decisions=last_decisions, probes=probes)
     order = search_order(out.candidates, out.forced, kinds, max_combo)
     plan = list(itertools.islice(order, max_attempts))
     exhausted = next(order, None) is None
-    control = run_once(program, interventions=Interventions(control=True), budget=budget,
-                       ratio=ratio, policy=policy, record_root=record_root, timeout=timeout)
-    args = [(change, budget, ratio, policy, record_root, timeout, baseline) for change in plan]
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    enough = False
-
-    def finish(attempt: Attempt) -> bool:
-        nonlocal enough
-        out.attempts.append(attempt)
-        if on_attempt:
-            on_attempt(attempt, len(out.attempts), len(plan))
-        enough = stop_after_fixes is not None and len(out.fixes) >= stop_after_fixes
-        return enough
-
-    if jobs == 1 or len(plan) <= 1:
-        _WORKER["program"] = program
-        for a in args:
-            if finish(_attempt(program, *a)):
-                break
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(plan)), initializer=_init_worker,
-                                 initargs=(program.source, program.name)) as pool:
-            futures = [pool.submit(_attempt_in_worker, *a) for a in args]
-            for future in as_completed(futures):
-                if finish(future.result()):
-                    for f in futures:
-                        f.cancel()
-                    break
+    _WORKER["resume"] = shared
+    try:
+        control = _run(program, Interventions(control=True), record_root, budget=budget,
+                       ratio=ratio, policy=policy, timeout=timeout)
+        if share is not False and record_root is None and program.sha256 \
+                and control.summary["outcome"] != "timeout":
+            # unrecorded, it is the attempts' control in this process (and in
+            # workers forked from it): the same run, made once
+            _WORKER[_control_key(program, budget, policy)] = control
+        args = [(change, budget, ratio, policy, record_root, timeout, baseline)
+                for change in plan]
+        enough = _run_attempts(program, args, jobs, out, plan, stop_after_fixes, on_attempt)
+    finally:
+        _WORKER.pop("resume", None)
     index = {change: i for i, change in enumerate(plan)}
     out.attempts.sort(key=lambda a: index[a.change])
     out.rounds = search_rounds(out.candidates, out.forced, kinds, max_combo, out.attempts)
@@ -303,3 +314,44 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     out.control_matches = (same_execution(control.summary, baseline) and rerun_matches
                            and out.all_controls_match)
     return out
+
+
+def _resume_points(share: bool | None, recorded: bool) -> ResumePoints | None:
+    """Where the search's runs resume from (None: from op 0). Unasked (`share`
+    None), only for unrecorded attempts (a recorded one replays from op 0) in
+    a process that has loaded the compiled state digests already (a sweep, an
+    earlier search): their first load costs about 0.7 s of CPU, more than a
+    search of short runs wins back, and long failing runs spend their time in
+    the failing op, which the attempts replay anyway."""
+    if share is False or (share is None and (recorded or DIGESTS not in sys.modules)):
+        return None
+    from .explain_snapshots import ResumePoints  # its digests import numba
+    return ResumePoints()
+
+
+def _run_attempts(program: Program, args: list[tuple], jobs: int | None, out: Explanation,
+                  plan: list[Change], stop_after_fixes: int | None,
+                  on_attempt: Callable[[Attempt, int, int], None] | None) -> bool:
+    """Every planned attempt, here or in worker processes, into `out.attempts`
+    as they finish; whether enough fixes stopped the search."""
+    jobs = max(1, jobs or os.cpu_count() or 1)
+
+    def finish(attempt: Attempt) -> bool:
+        out.attempts.append(attempt)
+        if on_attempt:
+            on_attempt(attempt, len(out.attempts), len(plan))
+        return stop_after_fixes is not None and len(out.fixes) >= stop_after_fixes
+
+    if jobs == 1 or len(plan) <= 1:
+        _WORKER["program"] = program
+        return any(finish(_attempt(program, *a)) for a in args)
+    # forked workers inherit _WORKER["resume"]: the failing run's snapshots
+    with ProcessPoolExecutor(max_workers=min(jobs, len(plan)), initializer=_init_worker,
+                             initargs=(program.source, program.name)) as pool:
+        futures = [pool.submit(_attempt_in_worker, *a) for a in args]
+        for future in as_completed(futures):
+            if finish(future.result()):
+                for f in futures:
+                    f.cancel()
+                return True
+    return False

@@ -14,6 +14,7 @@ and come last, as retentions evicted only inside it do).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,9 @@ from ..engine.hooks import EV_EVICT, EVENT_COLUMNS, Observer
 from ..engine.replay import RunResult, replay
 from ..trace.program import Program
 from .interventions import same_execution
+
+if TYPE_CHECKING:   # its digests import numba: only runs that share import it
+    from ..engine.prefixes import PrefixCache
 
 # The nearby completion: at most this many probe runs; after the adjacent
 # executions, the walk jumps budget >> FIRST_JUMP_SHIFT bytes out, then doubles.
@@ -98,7 +102,8 @@ def frontier_candidates(program: Program, result: RunResult) -> list[RetentionCa
 
 
 def nearby_completion(program: Program, failing: RunResult, *, policy: str,
-                      timeout: float | None) -> tuple[RunResult | None, int]:
+                      timeout: float | None,
+                      prefixes: PrefixCache | None = None) -> tuple[RunResult | None, int]:
     """The completing run nearest to the failing budget that a walk outward finds,
     and the number of runs the walk made.
 
@@ -107,7 +112,8 @@ def nearby_completion(program: Program, failing: RunResult, *, policy: str,
     later one jumps past the interval of the previous run on its side and at
     least `budget >> FIRST_JUMP_SHIFT` bytes, doubling every round, from the
     failing budget, so it ends in a few dozen runs. Of the completions of one
-    round the closer wins (below on a tie)."""
+    round the closer wins (below on a tie). The probes share `prefixes` with
+    the failing run when it ran with them."""
     budget = failing.summary.budget
     lo, hi = failing.summary.budget_interval
     edge = {-1: lo - 1, 1: None if hi is None else hi + 1}
@@ -123,7 +129,8 @@ def nearby_completion(program: Program, failing: RunResult, *, policy: str,
             if target < 1:
                 edge[side] = None
                 continue
-            run = replay(program, budget=target, policy=policy, timeout=timeout)
+            run = replay(program, budget=target, policy=policy, timeout=timeout,
+                         prefixes=prefixes)
             probes += 1
             if run.summary.outcome == "ok":
                 found.append((abs(target - budget), side, run))

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..engine.replay import Interventions, RunResult, replay, resolve_budget
 from ..recorder.reader import is_recording, open_recording
 from ..recorder.record import default_recording_dir, record_run
 from ..trace.program import Program
+
+if TYPE_CHECKING:   # its digests import numba: only runs that share import it
+    from ..engine.prefixes import PrefixCache
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,13 @@ def control_reproduces(program: Program, plain: RunResult, *, interventions: Int
 
 def run_once(program: Program, *, budget: int, ratio: float | None, policy: str,
              interventions: Interventions, record_root: Path | None,
-             timeout: float | None = None, scores: str = "victims") -> ComparedRun:
-    """Replay (recorded under `record_root` when given), reusing a recording."""
+             timeout: float | None = None, scores: str = "victims",
+             prefixes: PrefixCache | None = None) -> ComparedRun:
+    """Replay (recorded under `record_root` when given), reusing a recording.
+    An unrecorded run may resume from `prefixes` (a recording sees every step)."""
     if record_root is None:
         result = replay(program, budget=budget, policy=policy, timeout=timeout,
-                        interventions=interventions)
+                        interventions=interventions, prefixes=prefixes)
         return ComparedRun(result.summary.to_json(), None)
     target = default_recording_dir(program, budget, ratio, policy, interventions,
                                    root=record_root)

@@ -16,7 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..sweep.holes import HolesReport, PolicyHoles, analyze, load_points
+from ..sweep.holes import (
+    HolesReport,
+    PolicyHoles,
+    analyze,
+    connect,
+    load_points,
+    open_sweep,
+)
 from ..sweep.runner import SweepObserver, run_sweep
 from ..sweep.store import SweepParams
 
@@ -90,9 +97,14 @@ def compare_policies(trace, policies: tuple[str, ...], *, ratio_from: float, rat
 
 
 def comparison_of(sweep: str | os.PathLike) -> PolicyComparison:
-    """The comparison of the policies of an existing sweep folder."""
-    report = analyze(sweep)
-    points = load_points(sweep)
+    """The comparison of the policies of an existing sweep folder: its holes
+    and its points asked of one connection (the sweep's questions installed once)."""
+    con = connect(open_sweep(sweep))
+    try:
+        report = analyze(sweep, con=con)
+        points = load_points(sweep, con=con)
+    finally:
+        con.close()
     peak = report.trace.peak
     standings = [_standing(p, points.get(p.policy, []), report) for p in report.policies]
     return PolicyComparison(report.trace.name, peak, report.range_bytes, report.params.exact,

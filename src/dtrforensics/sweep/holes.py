@@ -361,25 +361,28 @@ def open_sweep(path: str | os.PathLike) -> SweepStore:
     return store
 
 
-def load_points(path: str | os.PathLike) -> dict[str, list[dict]]:
-    """Every sampled point (sample_points), per policy, in budget order."""
+def load_points(path: str | os.PathLike,
+                con: duckdb.DuckDBPyConnection | None = None) -> dict[str, list[dict]]:
+    """Every sampled point (sample_points), per policy, in budget order; `con`:
+    a connection from `connect` to reuse."""
     store = open_sweep(path)
     files = _files(store)
     out: dict[str, list[dict]] = {p: [] for p in store.params.policies}
     if not files:
         return out
-    con = connect(store)
+    con = con or connect(store)
     for r in fetch_dicts(con, "SELECT * FROM sample_points(?)", [files]):
         out.setdefault(r["policy"], []).append(r)
     return out
 
 
 def analyze(path: str | os.PathLike, *, threshold: float | None = None,
-            policies: list[str] | None = None) -> HolesReport:
+            policies: list[str] | None = None,
+            con: duckdb.DuckDBPyConnection | None = None) -> HolesReport:
     """Holes, edges, timeouts and regime switches of the sweep at `path`.
 
     threshold: relative overhead jump for a regime switch (default: the
-    sweep's --overhead-jump).
+    sweep's --overhead-jump); con: a connection from `connect` to reuse.
     """
     store = open_sweep(path)
     params = store.params
@@ -392,7 +395,7 @@ def analyze(path: str | os.PathLike, *, threshold: float | None = None,
                          f"it has {', '.join(params.policies)}")
     lo, hi = store.range_bytes
     files = _files(store)
-    res = _run_all(connect(store), files, (lo, hi), params, threshold) if files else None
+    res = _run_all(con or connect(store), files, (lo, hi), params, threshold) if files else None
     results = [_policy(res, policy, params, (lo, hi), store.trace.peak) for policy in wanted]
     return HolesReport(store.path, store.trace, params, (lo, hi), threshold,
                        store.status, results)
