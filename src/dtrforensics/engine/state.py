@@ -138,7 +138,8 @@ class MachineState:
 
     @classmethod
     def new(cls, g: KernelGraph, budget: int, remat_limit: int,
-            stream_capacity: int = STREAM_CAPACITY) -> "MachineState":
+            stream_capacity: int = STREAM_CAPACITY,
+            arena_size: int | None = None) -> "MachineState":
         n = len(g.tensor_op)
         sc = np.zeros(L.N_SCALARS, dtype=np.int64)
         sc[L.S_CLOCK] = 1
@@ -151,7 +152,7 @@ class MachineState:
         sc[L.S_POLICY_FAULT] = -1
         sc[L.S_NO_CANDIDATE] = -1
         sc[L.S_STOP_CMD] = -1   # no command boundary to stop at (engine/prefixes.py sets one)
-        regions = new_regions(n)
+        regions = new_regions(n, arena_size)
         sc[L.S_FREE_SLOTS] = len(regions.free_slots)
         sc[L.S_REMAT_LIMIT] = remat_limit
         st = np.zeros((len(STATE_ROWS), n), dtype=np.int64)
@@ -202,15 +203,17 @@ class MachineState:
             stream_chunks=tuple(stream_chunks))
 
     @classmethod
-    def resume(cls, snap: "Snapshot", budget: int) -> "MachineState":
+    def resume(cls, snap: "Snapshot", budget: int,
+               arena_size: int | None = None) -> "MachineState":
         """A fresh state equal to the snapshot's, running at `budget` (which
-        the snapshot must admit: then every step so far would have been the same)."""
+        the snapshot must admit: then every step so far would have been the same),
+        with an arena of at least `arena_size` slots."""
         if not snap.admits(budget):
             raise ValueError(f"budget {budget} is outside the snapshot's prefix interval "
                              f"[{snap.lo}, {snap.hi}]")
         s = snap.state
         rg = s.regions
-        arena = np.zeros(snap.arena_len, dtype=np.int64)
+        arena = np.zeros(max(snap.arena_len, arena_size or 0), dtype=np.int64)
         arena[:len(rg.arena)] = rg.arena
         bits = np.zeros(snap.bit_rows, dtype=np.uint64)
         used = rg.bit_slot[rg.bit_slot >= 0]
