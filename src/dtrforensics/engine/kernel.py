@@ -1178,14 +1178,9 @@ def _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, cand, cand
         _out_of_memory(g, sc, ev, evf, emit, t, request)
         return
     decision = sc[S_EVICTIONS]
-    if pol[P_CUSTOM]:
-        victim = _choose_custom(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
-                                sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid,
-                                iv_force, score_fn, locked, probe, decision, t, request)
-    else:
-        victim = _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
-                         sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid, iv_force,
-                         decision, t, request)
+    victim = _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
+                     sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid, iv_force,
+                     score_fn, locked, probe, decision, t, request)
     if victim == POLICY_FAULT:
         sc[S_POLICY_FAULT] = decision
         sc[S_STATUS] = STATUS_POLICY_FAULT
@@ -1803,6 +1798,12 @@ def _excluded(sc, iv_retain, iv_window, iv_forbid, decision, s):
 
 
 @njit(cache=True, inline="always")
+def _filtered(g, pol, locked, s):
+    """Whether a policy from a file's filters (min size, locked) leave storage s out."""
+    return g.tensor_size[s] < pol[P_MIN_SIZE] or (locked.shape[0] > 0 and locked[s] != 0)
+
+
+@njit(cache=True, inline="always")
 def _rank(s, score, victim, best, runner, runner_score):
     """§7.1's comparison of one more candidate: `<=` makes the last of equal
     scores the victim, and the victim it displaces becomes the runner-up.
@@ -1816,48 +1817,63 @@ def _rank(s, score, victim, best, runner, runner_score):
 
 @njit(cache=True)
 def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_cands,
-            iv_retain, iv_window, iv_forbid, iv_force, decision, t, request):
-    """§7.1: scan the pool in order; the last of equal minimal scores wins, the
-    first zero stops the scan. Returns the victim, NO_VICTIM when every
-    candidate is excluded, FORCED_NOT_CANDIDATE when a forced victim (§14) is
-    not a candidate. Scores are float-first; only a storage that could be the
-    victim or the runner-up is scored exactly (§7.3)."""
+            iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe,
+            decision, t, request):
+    """§7.1 for every policy: scan the pool in order, the last of equal minimal
+    scores wins, the first zero stops the scan. Candidates: the pool less what
+    a policy from a file filters out (min size, locked) and what an
+    intervention excludes (§14). A built-in scores float-first, exactly only
+    a possible victim or runner-up (§7.3); a policy from a file is one call of
+    its compiled score. Returns the victim or NO_VICTIM (S_NO_CANDIDATE notes
+    a pool the filters emptied), FORCED_NOT_CANDIDATE or POLICY_FAULT (the
+    candidate's features in `probe`)."""
     st_size = g.tensor_size
-    material = st[R_MATERIAL]
     st_compute = st[R_COMPUTE]
     last_access = st[R_LAST_ACCESS]
     pool_next = st[R_POOL_NEXT]
+    custom = pol[P_CUSTOM] != 0
     fresh = pol[P_FRESH] != 0
-    reg_compute = rg.compute
     forbids = iv_forbid.shape[0] > 0
-    best = np.inf
-    victim = NO_VICTIM
-    runner = -1
-    runner_score = np.inf
-    position = 0
+    forced = _forced_victim(iv_force, decision)
+    forced_score = np.nan
+    victim, best, runner, runner_score = NO_VICTIM, np.inf, -1, np.inf
+    position, filtered = 0, 0
     s = sc[S_POOL_HEAD]
     while s != -1:
+        if custom and _filtered(g, pol, locked, s):
+            filtered += 1
+            s = pool_next[s]
+            continue
         if (iv_retain[s] or forbids) and _excluded(sc, iv_retain, iv_window, iv_forbid,
                                                    decision, s):
             s = pool_next[s]
             continue
-        if fresh:
-            fwd, bwd = _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark,
-                                             scratch, s)
+        if custom:
+            score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn, probe, s,
+                                  decision, position, request)
+            if not score >= 0.0:
+                return POLICY_FAULT
+            if s == forced:
+                forced_score = score
+            fwd = probe[FT_FWD_COMPUTE]
+            bwd = probe[FT_BWD_COMPUTE]
         else:
-            fwd = reg_compute[2 * s]
-            bwd = reg_compute[2 * s + 1]
-        score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK], fwd, bwd,
-                       emit_cands)
-        sc[S_SCORE_EVALS] += 1
-        if not emit_cands:
-            bound = score * (1.0 - APPROX_MARGIN)
-            if bound > best and bound > runner_score:
-                position += 1
-                s = pool_next[s]
-                continue  # certainly neither the victim nor the runner-up
-            score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK], fwd, bwd,
-                           True)
+            if fresh:
+                fwd, bwd = _fresh_neighbourhoods(g, pol, sc, st[R_MATERIAL], st_compute, mark,
+                                                 scratch, s)
+            else:
+                fwd, bwd = rg.compute[2 * s], rg.compute[2 * s + 1]
+            score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK], fwd,
+                           bwd, emit_cands)
+            sc[S_SCORE_EVALS] += 1
+            if not emit_cands:
+                bound = score * (1.0 - APPROX_MARGIN)
+                if bound > best and bound > runner_score:
+                    position += 1
+                    s = pool_next[s]
+                    continue  # certainly neither the victim nor the runner-up
+                score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK],
+                               fwd, bwd, True)
         if emit_cands:
             _record_candidate(sc, cand, candf, decision, s, position, st_compute[s], fwd, bwd,
                               st_size[s], sc[S_CLOCK] - last_access[s], score)
@@ -1867,16 +1883,15 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
         if score == 0.0:
             break
         s = pool_next[s]
-    forced = _forced_victim(iv_force, decision)
+    if victim == NO_VICTIM and filtered > 0:
+        sc[S_NO_CANDIDATE] = decision
     if forced >= 0:
-        if not st[R_IN_POOL, forced] or _excluded(sc, iv_retain, iv_window, iv_forbid,
-                                                   decision, forced):
-            return FORCED_NOT_CANDIDATE
-        if forced != victim:
-            runner = victim
-            runner_score = best
-            victim = forced
-            best = _exact_score(g, pol, sc, st, mark, scratch, rg, forced)
+        victim, best, runner, runner_score = _impose(
+            g, pol, sc, st, mark, scratch, rg, iv_retain, iv_window, iv_forbid, score_fn,
+            locked, probe, decision, request, forced, forced_score, victim, best, runner,
+            runner_score)
+        if victim < 0:
+            return victim
     if victim >= 0 and emit:
         _emit_eviction(g, pol, sc, st, mark, scratch, rg, ev, evf, decision, t, request,
                        victim, best, runner, runner_score)
@@ -1884,75 +1899,28 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
 
 
 @njit(cache=True)
-def _choose_custom(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_cands,
-                   iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe,
-                   decision, t, request):
-    """§7.1 for a policy from a file: the policy's filters (min size, locked
-    storages) and the interventions leave the candidates; the scan and its tie
-    rule are the built-ins', with one call of the compiled score per candidate.
-    Returns the victim, NO_VICTIM (and notes the decision in S_NO_CANDIDATE
-    when the policy's filters emptied a non-empty pool), FORCED_NOT_CANDIDATE,
-    or POLICY_FAULT with the candidate's features in `probe`."""
-    st_size = g.tensor_size
-    pool_next = st[R_POOL_NEXT]
-    min_size = pol[P_MIN_SIZE]
-    has_locked = locked.shape[0] > 0
-    forbids = iv_forbid.shape[0] > 0
-    forced = _forced_victim(iv_force, decision)
-    forced_score = np.nan
-    filtered = 0
-    best = np.inf
-    victim = NO_VICTIM
-    runner = -1
-    runner_score = np.inf
-    position = 0
-    s = sc[S_POOL_HEAD]
-    while s != -1:
-        if st_size[s] < min_size or (has_locked and locked[s] != 0):
-            filtered += 1
-            s = pool_next[s]
-            continue
-        if (iv_retain[s] or forbids) and _excluded(sc, iv_retain, iv_window, iv_forbid,
-                                                   decision, s):
-            s = pool_next[s]
-            continue
-        score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn, probe, s, decision,
-                              position, request)
-        if not score >= 0.0:
-            return POLICY_FAULT
-        if emit_cands:
-            _record_candidate(sc, cand, candf, decision, s, position, probe[FT_OWN_COMPUTE],
-                              probe[FT_FWD_COMPUTE], probe[FT_BWD_COMPUTE], st_size[s],
-                              probe[FT_STALENESS], score)
-        if s == forced:
-            forced_score = score
-        position += 1
-        victim, best, runner, runner_score = _rank(s, score, victim, best, runner,
-                                                   runner_score)
-        if score == 0.0:
-            break
-        s = pool_next[s]
-    if victim == NO_VICTIM and filtered > 0:
-        sc[S_NO_CANDIDATE] = decision
-    if forced >= 0:
-        if not st[R_IN_POOL, forced] or st_size[forced] < min_size or (
-                has_locked and locked[forced] != 0) or _excluded(
-                sc, iv_retain, iv_window, iv_forbid, decision, forced):
-            return FORCED_NOT_CANDIDATE
-        if forced != victim:
-            if forced_score != forced_score:  # after the scan stopped at a zero
-                forced_score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn,
-                                             probe, forced, decision, -1, request)
-                if not forced_score >= 0.0:
-                    return POLICY_FAULT
-            runner = victim
-            runner_score = best
-            victim = forced
-            best = forced_score
-    if victim >= 0 and emit:
-        _emit_eviction(g, pol, sc, st, mark, scratch, rg, ev, evf, decision, t, request,
-                       victim, best, runner, runner_score)
-    return victim
+def _impose(g, pol, sc, st, mark, scratch, rg, iv_retain, iv_window, iv_forbid, score_fn,
+            locked, probe, decision, request, forced, forced_score, victim, best, runner,
+            runner_score):
+    """§14: a forced victim replaces the scan's, which becomes the runner-up.
+    `forced_score`: its score if the scan met it (NaN if not). Returns
+    (victim, score, runner, runner score); the victim is FORCED_NOT_CANDIDATE
+    when the forced storage is not a candidate, POLICY_FAULT when a policy from
+    a file faults on it."""
+    custom = pol[P_CUSTOM] != 0
+    if not st[R_IN_POOL, forced] or (custom and _filtered(g, pol, locked, forced)) or \
+            _excluded(sc, iv_retain, iv_window, iv_forbid, decision, forced):
+        return FORCED_NOT_CANDIDATE, best, runner, runner_score
+    if forced == victim:
+        return victim, best, runner, runner_score
+    if not custom:
+        forced_score = _exact_score(g, pol, sc, st, mark, scratch, rg, forced)
+    elif forced_score != forced_score:  # after the scan stopped at a zero
+        forced_score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn, probe,
+                                     forced, decision, -1, request)
+        if not forced_score >= 0.0:
+            return POLICY_FAULT, best, runner, runner_score
+    return forced, forced_score, victim, best
 
 
 @njit(cache=True)
