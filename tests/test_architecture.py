@@ -226,7 +226,6 @@ LONG_MARK = "# long:"
 # Long functions being split on other branches now: each leaves this list when its
 # split lands (a stale entry fails the test, so the list only shrinks).
 BEING_SPLIT = {
-    "dtrforensics.engine.kernel._absorb_interior",    # the engine refactor (issue 28)
     "dtrforensics.trace.parser._lower",
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -45,6 +45,8 @@ EVENT_CAPACITY = 1 << 16
 
 
 STRICT_INVARIANTS_ENV = "DTRF_STRICT_INVARIANTS"
+CHECK_REGIONS_ENV = "DTRF_CHECK_REGIONS"   # as engine.regions.CHECK_REGIONS_ENV
+CHECKED_SLICE_STEPS = 64   # with the regions' debug pass on, it runs this often
 
 
 class InterventionError(OptionError):
@@ -182,7 +184,9 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     (engine/prefixes.py); the result is the same as from op 0.
 
     The run proceeds in phases: setup, slices of kernel steps (each followed by
-    a drain of the buffers the kernel filled), finish. The neighbourhood arena
+    a drain of the buffers the kernel filled), finish. With the environment
+    variable DTRF_CHECK_REGIONS=1, the neighbourhoods' debug pass
+    (engine/regions.py `check`) runs after every few steps. The neighbourhood arena
     (`arena_size` slots at first; a default fits the trace) grows between
     slices; when one step needs more than the room left, the run starts again
     with an arena twice as large, and observers see each event once.
@@ -232,6 +236,7 @@ class _Run:
     locked: np.ndarray
     probe: np.ndarray
     watch: ScoreWatch
+    check_regions: Callable | None = None   # regions.check, when DTRF_CHECK_REGIONS=1
 
     @property
     def emit(self) -> bool:
@@ -271,18 +276,22 @@ def _setup(program, budget, ratio, policy, observers, timeout, interventions, th
     emit_cands = any(o.wants_candidates for o in observers)
     ev_cap = EVENT_CAPACITY if emit else 1
     cand_cap = max(EVENT_CAPACITY, 4 * (n + 8)) if emit_cands else 1
+    check_regions = None
+    if os.environ.get(CHECK_REGIONS_ENV) == "1":
+        from .regions import check as check_regions  # numba: only a checked run imports it
     buffers = (np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64),
                np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64),
                np.zeros((cand_cap, N_CANDIDATE_COLUMNS), dtype=np.int64),
                np.zeros(cand_cap, dtype=np.float64))
     return _Run(
         ctx=ctx, graph=graph, base=base, observers=observers, started=started, debug=debug,
-        slice_steps=SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS, buffers=buffers,
+        slice_steps=(CHECKED_SLICE_STEPS if check_regions else
+                     SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS), buffers=buffers,
         rooms=(int(graph.op_n_outputs.max()) + 8, n + 8),
         interventions=interventions.arrays(n), params=policy.params(),
         score_fn=policy.score_address(),
         locked=policy.locked_mask(program), probe=np.zeros(N_FEATURES, dtype=np.int64),
-        watch=ScoreWatch.for_policy(policy, started, timeout))
+        watch=ScoreWatch.for_policy(policy, started, timeout), check_regions=check_regions)
 
 
 class NoSharing:
@@ -394,6 +403,8 @@ def _slices(run: _Run, state: MachineState, stream_chunks: list, sharing, feed: 
         if status == L.STATUS_ARENA_FULL and not timed_out:
             raise _ArenaFull(len(state.regions.arena))
         _drain(state, stream_chunks)
+        if run.check_regions is not None:
+            run.check_regions(state.regions, state.sc)
         if run.observers:
             feed.drain(state.sc, run.buffers)
         if status != L.STATUS_RUNNING or timed_out:

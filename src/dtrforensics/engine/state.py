@@ -25,7 +25,7 @@ Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "c
                                  "memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats",
                                  "memo_acc", "memo_stack", "memo_gate",
                                  "block_order"])  # the last nine: WORK_FIELDS
-Regions.__doc__ = """Evicted neighbourhoods, two per storage (region 2*s forward, 2*s+1
+Regions.__doc__ = """Evicted neighbourhoods (engine/regions.py), two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
 arena; `compute` is each region's interior compute; large sets have a
 membership bitset (a row of `bits`, taken from the `free_slots` stack), and
@@ -34,7 +34,7 @@ interiors, and large frontiers made by shared walks.
 `memo_*` is work space of the shared walks of one direction's rebuilds
 (kernel._shared_rebuilds: memo rows, and masked walks, which borrow memo_row,
 memo_node and the first rows of memo_int and memo_fr; memo_gate holds how
-either has fared lately), and `block_order` of the arena's compaction; not
+either has fared lately, slots `layout.G_*`), and `block_order` of the arena's compaction; not
 state (a snapshot holds None there)."""
 
 ARENA_MIN = 1 << 22
@@ -74,7 +74,7 @@ def _work_space(n_tensors: int) -> dict:
                 memo_stats=np.full((rows, 2), -1, dtype=np.int64),
                 memo_acc=np.zeros((2, words), dtype=np.uint64),
                 memo_stack=np.zeros((rows + 1, 2), dtype=np.int64),
-                memo_gate=np.zeros(5, dtype=np.int64))
+                memo_gate=np.zeros(L.N_GATES, dtype=np.int64))
 
 
 def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
