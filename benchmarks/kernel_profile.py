@@ -36,6 +36,7 @@ if __name__ == "__main__" and "NUMBA_CACHE_DIR" not in os.environ:
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dtrforensics.engine import kernel as K  # noqa: E402
+from dtrforensics.engine import regions as R  # noqa: E402
 from dtrforensics.engine.replay import replay  # noqa: E402
 from dtrforensics.trace import load_trace  # noqa: E402
 
@@ -64,14 +65,14 @@ def perf_map(path: Path) -> int:
     """Write the perf map of every compiled kernel function; returns how many."""
     rows = set()
     with tempfile.TemporaryDirectory() as tmp:
-        for attr in dir(K):
-            dispatcher = getattr(K, attr)
+        for module, attr in [(m, a) for m in (K, R) for a in dir(m)]:
+            dispatcher = getattr(module, attr)
             for cres in getattr(dispatcher, "overloads", {}).values():
                 try:
                     obj = cres.library._get_compiled_object()
                 except RuntimeError:
                     continue  # loaded from a cache: no object file
-                o = Path(tmp) / f"{attr}.o"
+                o = Path(tmp) / f"{module.__name__}.{attr}.o"
                 o.write_bytes(obj)
                 symbols = {}
                 for line in subprocess.run(["nm", "-S", "--defined-only", str(o)],

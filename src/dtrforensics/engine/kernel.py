@@ -12,12 +12,17 @@ runs as plain Python (the test suite checks that form against the oracle).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit as numba_njit
-from numba.core import types
-from numba.cpython.unsafe.numbers import trailing_zeros
-from numba.extending import intrinsic, overload
 
 from ..trace.program import CMD_COMPUTE, CMD_GET, CMD_RELEASE
+from .bitsets import (
+    bits_compute,
+    bits_count_range,
+    bits_list,
+    clear_bit,
+    lowest_bit,
+    njit,
+    set_bit,
+)
 from .exactdiv import exact_ratio
 from .features import (
     FT_BACKWARD,
@@ -92,6 +97,11 @@ from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by th
     FR_PHASE,
     FR_REMAT,
     FR_TENSOR,
+    G_MASK_COST,
+    G_MASK_ROUNDS,
+    G_MASK_SAVED,
+    G_MEMO_FAILURES,
+    G_MEMO_SKIP,
     N_SCALARS,
     NEVER,
     NO_HI,
@@ -193,16 +203,17 @@ from .policies import (
     P_SIZE,
     P_STALENESS,
 )
+from .regions import (  # noqa: F401  (kernel.compact_arena is an entry point)
+    BITSET_MIN,
+    absorb,
+    build,
+    build_bits,
+    build_from_bits,
+    clear,
+    compact_arena,
+    frontier_members,
+)
 from .score_call import call_score
-
-
-def njit(*args, **options):
-    """numba's njit without its runtime's reference counting. The kernel never
-    allocates (every array comes from the driver, which owns it), and counting
-    references cost atomic operations on every call that passes the graph or
-    the regions (a third of a small trace's replay)."""
-    return numba_njit(*args, _nrt=False, **options)
-
 
 # What `_choose` returns instead of a storage when it finds no victim.
 NO_VICTIM = -1              # every pool member is excluded by an intervention
@@ -334,173 +345,11 @@ def check_invariants(g, sc, st):
     return found
 
 
-# ---------------------------------------------------------------- regions
+# ---------------------------------------------------------------- walks (§8.2)
 
-# Evicted neighbourhoods (semantics.md §8), laid out as in state.Regions. Each
-# of the 2n regions (2*s forward, 2*s+1 backward) has two sets: its interior
-# (set id r) and frontier (set id 2n + r), stored as blocks of one int64 arena
-# (start/cap/len per set). A set that grows past its block moves to a new
-# block at the arena's top; abandoned blocks are reclaimed by compaction. Any
-# call that may allocate can move blocks, so code re-reads `rg.start` after it.
-# Large sets also get a membership bitset (a row of `rg.bits`), so absorb tests
-# membership in O(1) instead of re-marking them. A large set made by a shared
-# walk is its bitset alone (no block: cap 0, len its member count): listing
-# hundreds of members per rebuild cost more than the rebuild itself.
-BITSET_MIN = 64
-
-
-@njit(cache=True, inline="always")
-def _bits_only(rg, k):
-    """Whether set k is its bitset alone, with no block."""
-    return rg.bit_slot[k] >= 0 and rg.cap[k] == 0
-
-
-@njit(cache=True)
-def compact_arena(rg, sc):
-    """Slide live blocks down over abandoned ones (blocks keep their order)."""
-    order = rg.block_order
-    m = 0
-    for k in range(rg.start.shape[0]):
-        if rg.cap[k] != 0:
-            order[m] = k
-            m += 1
-    _heapsort_by(rg.start, order, m)
-    top = 0
-    arena = rg.arena
-    for i in range(m):
-        k = order[i]
-        cap = rg.cap[k]
-        src = rg.start[k]
-        n = rg.len[k]
-        if src != top:
-            for j in range(n):
-                arena[top + j] = arena[src + j]
-            rg.start[k] = top
-        top += cap
-    sc[S_ARENA_TOP] = top
-
-
-@njit(cache=True)
-def _heapsort_by(keys, idx, m):
-    """Sort idx[:m] by keys[idx] in place (heapsort: no allocation)."""
-    for start in range(m // 2 - 1, -1, -1):
-        _sift_down(keys, idx, start, m)
-    for end in range(m - 1, 0, -1):
-        idx[0], idx[end] = idx[end], idx[0]
-        _sift_down(keys, idx, 0, end)
-
-
-@njit(cache=True, inline="always")
-def _sift_down(keys, idx, root, end):
-    while True:
-        child = 2 * root + 1
-        if child >= end:
-            return
-        if child + 1 < end and keys[idx[child + 1]] > keys[idx[child]]:
-            child += 1
-        if keys[idx[root]] >= keys[idx[child]]:
-            return
-        idx[root], idx[child] = idx[child], idx[root]
-        root = child
-
-
-@njit(cache=True)
-def _ensure(rg, sc, k, extra):
-    """Room in set k for `extra` more members; returns False if the arena is
-    exhausted even after compaction (the driver then reruns with a larger one)."""
-    n = rg.len[k]
-    need = n + extra
-    if need <= rg.cap[k]:
-        return True
-    cap = max(8, 2 * need)
-    if sc[S_ARENA_TOP] + cap > rg.arena.shape[0]:
-        compact_arena(rg, sc)
-        if sc[S_ARENA_TOP] + cap > rg.arena.shape[0]:
-            sc[S_STATUS] = STATUS_ARENA_FULL
-            return False
-    new = sc[S_ARENA_TOP]
-    sc[S_ARENA_TOP] = new + cap
-    old = rg.start[k]
-    arena = rg.arena
-    for j in range(n):
-        arena[new + j] = arena[old + j]
-    rg.start[k] = new
-    rg.cap[k] = cap
-    return True
-
-
-@njit(cache=True, inline="always")
-def _in_bits(bits, slot, x):
-    return (bits[slot, x >> 6] >> np.uint64(x & 63)) & np.uint64(1) != 0
-
-
-@njit(cache=True, inline="always")
-def _set_bit(bits, slot, x):
-    bits[slot, x >> 6] |= np.uint64(1) << np.uint64(x & 63)
-
-
-@njit(cache=True, inline="always")
-def _clear_bit(bits, slot, x):
-    bits[slot, x >> 6] &= ~(np.uint64(1) << np.uint64(x & 63))
-
-
-def _lowest_bit(x):
-    """Index of the lowest set bit of a nonzero uint64 (cttz when compiled)."""
-    x = int(x)
-    return (x & -x).bit_length() - 1
-
-
-@overload(_lowest_bit)
-def _lowest_bit_compiled(x):
-    return lambda x: np.int64(trailing_zeros(x))
-
-
-def _popcount(x):
-    """Number of set bits of a uint64 (ctpop when compiled)."""
-    return bin(int(x)).count("1")
-
-
-@intrinsic
-def _ctpop(typingctx, x):
-    """LLVM's population count of a uint64."""
-    def codegen(context, builder, signature, args):
-        return builder.ctpop(args[0])
-    return types.uint64(types.uint64), codegen
-
-
-@overload(_popcount)
-def _popcount_compiled(x):
-    return lambda x: np.int64(_ctpop(x))
-
-
-@njit(cache=True, inline="always")
-def _drop_index(rg, sc, k):
-    slot = rg.bit_slot[k]
-    if slot >= 0:
-        rg.bit_slot[k] = -1
-        rg.free_slots[sc[S_FREE_SLOTS]] = slot
-        sc[S_FREE_SLOTS] += 1
-
-
-@njit(cache=True, inline="always")
-def _index(rg, sc, k):
-    """Give set k a membership bitset if it is large (and a bitset is free)."""
-    n = rg.len[k]
-    if n < BITSET_MIN:
-        _drop_index(rg, sc, k)
-        return
-    slot = rg.bit_slot[k]
-    if slot < 0:
-        if sc[S_FREE_SLOTS] == 0:
-            return
-        sc[S_FREE_SLOTS] -= 1
-        slot = rg.free_slots[sc[S_FREE_SLOTS]]
-        rg.bit_slot[k] = slot
-    rg.bits[slot, :] = 0
-    base = rg.start[k]
-    for i in range(n):
-        _set_bit(rg.bits, slot, rg.arena[base + i])
-
+# A region's sets are kept by engine/regions.py (build, contains, iterate,
+# absorb); here they are computed: a plain walk from one base, or the shared
+# walks of many bases after a compute (below).
 
 @njit(cache=True)
 def _walk(g, sc, material, st_compute, mark, out_int, out_fr, base, backward):
@@ -544,43 +393,6 @@ def _walk(g, sc, material, st_compute, mark, out_int, out_fr, base, backward):
     return n_int, n_fr, comp
 
 
-@njit(cache=True, inline="always")
-def _take_slot(rg, sc, k):
-    """A bitset row for set k (kept if it has one); False when none is free."""
-    if rg.bit_slot[k] >= 0:
-        return True
-    if sc[S_FREE_SLOTS] == 0:
-        return False
-    sc[S_FREE_SLOTS] -= 1
-    rg.bit_slot[k] = rg.free_slots[sc[S_FREE_SLOTS]]
-    return True
-
-
-@njit(cache=True, inline="always")
-def _store(rg, sc, k, src, n):
-    if k < rg.n_regions and n >= BITSET_MIN and _take_slot(rg, sc, k):
-        slot = rg.bit_slot[k]
-        rg.bits[slot, :] = 0
-        for i in range(n):
-            _set_bit(rg.bits, slot, src[i])
-        rg.len[k] = n
-        rg.cap[k] = 0  # an indexed interior is its bitset alone; its block becomes garbage
-        return
-    rg.len[k] = 0
-    if rg.cap[k] > 4 * max(n, 8):
-        rg.cap[k] = 2 * max(n, 8)  # the block's tail becomes garbage for compaction
-    if not _ensure(rg, sc, k, n):
-        return
-    base = rg.start[k]
-    for i in range(n):
-        rg.arena[base + i] = src[i]
-    rg.len[k] = n
-    if k < rg.n_regions:
-        _drop_index(rg, sc, k)
-    else:
-        _index(rg, sc, k)
-
-
 @njit(cache=True)
 def _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
     """§8.2: recompute one region of storage s from scratch."""
@@ -590,281 +402,10 @@ def _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
     frontier = scratch[SCRATCH_FRONTIER]
     n_int, n_fr, comp = _walk(g, sc, material, st_compute, mark, interior, frontier, s,
                               backward)
-    _store(rg, sc, r, interior, n_int)
-    _store(rg, sc, rg.n_regions + r, frontier, n_fr)
+    build(rg, sc, r, interior, n_int)
+    build(rg, sc, rg.n_regions + r, frontier, n_fr)
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
-
-
-@njit(cache=True)
-def _clear(rg, sc, r):
-    """§8.3: empty region r (its blocks become garbage for compaction)."""
-    f = rg.n_regions + r
-    rg.len[r] = 0
-    rg.len[f] = 0
-    rg.cap[r] = 0  # blocks become garbage for compaction
-    rg.cap[f] = 0
-    rg.fr_live[r] = 0
-    rg.compute[r] = 0
-    _drop_index(rg, sc, r)
-    _drop_index(rg, sc, f)
-
-
-@njit(cache=True)
-def frontier_members(rg, r, out, mark, epoch):
-    """The live, distinct members of region r's frontier into `out`; returns the
-    count. (An indexed frontier's block may hold removed or repeated entries,
-    its bitset is the truth; a frontier that is its bitset alone has no block.)"""
-    f = rg.n_regions + r
-    slot = rg.bit_slot[f]
-    n = 0
-    if _bits_only(rg, f):
-        for w in range(rg.bits.shape[1]):
-            b = rg.bits[slot, w]
-            while b:
-                low = b & (~b + np.uint64(1))
-                b ^= low
-                x = w * 64 + _lowest_bit(low)
-                if mark[x] != epoch:
-                    mark[x] = epoch
-                    out[n] = x
-                    n += 1
-        return n
-    base = rg.start[f]
-    for i in range(rg.len[f]):
-        x = rg.arena[base + i]
-        if slot >= 0 and not _in_bits(rg.bits, slot, x):
-            continue
-        if mark[x] == epoch:
-            continue
-        mark[x] = epoch
-        out[n] = x
-        n += 1
-    return n
-
-
-@njit(cache=True)
-def _compact_frontier(rg, f):
-    """Drop removed and repeated entries of an indexed frontier's block."""
-    slot = rg.bit_slot[f]
-    base = rg.start[f]
-    n = 0
-    for i in range(rg.len[f]):
-        x = rg.arena[base + i]
-        if _in_bits(rg.bits, slot, x):
-            _clear_bit(rg.bits, slot, x)
-            rg.arena[base + n] = x
-            n += 1
-    for i in range(n):
-        _set_bit(rg.bits, slot, rg.arena[base + i])
-    rg.len[f] = n
-
-
-@njit(cache=True)
-def _absorb(sc, st_compute, mark, rg, r, e, r2):
-    """§8.3: region r absorbs evicted storage e, whose region of the same
-    direction is r2 (each set in whichever form it has: a list, a list with
-    a bitset, or a bitset alone)."""
-    sc[S_ABSORBS] += 1
-    arena = rg.arena
-    bits = rg.bits
-    # frontier: remove e, add r2's frontier (set union)
-    f = rg.n_regions + r
-    f2 = rg.n_regions + r2
-    if _bits_only(rg, f):
-        _absorb_frontier_bits(sc, rg, r, e, f, f2)
-        _absorb_interior(sc, st_compute, mark, rg, r, e, r2)
-        return
-    if not _ensure(rg, sc, f, rg.len[f2]):
-        return
-    fslot = rg.bit_slot[f]
-    fbase = rg.start[f]
-    epoch = 0
-    if fslot >= 0:
-        if _in_bits(bits, fslot, e):
-            _clear_bit(bits, fslot, e)
-            rg.fr_live[r] -= 1
-        else:
-            sc[S_FRONTIER_MISSES] += 1  # §8.3: the reference asserts e is there
-    else:
-        n = rg.len[f]
-        found = False
-        for i in range(n):
-            if arena[fbase + i] == e:
-                arena[fbase + i] = arena[fbase + n - 1]
-                rg.len[f] = n - 1
-                rg.fr_live[r] = n - 1
-                found = True
-                break
-        if not found:
-            sc[S_FRONTIER_MISSES] += 1  # §8.3: the reference asserts e is there
-        sc[S_EPOCH] += 1
-        epoch = sc[S_EPOCH]
-        for i in range(rg.len[f]):
-            mark[arena[fbase + i]] = epoch
-    f2slot = rg.bit_slot[f2]
-    n = rg.len[f]
-    if _bits_only(rg, f2):
-        for w in range(bits.shape[1]):
-            b = bits[f2slot, w]
-            while b:
-                low = b & (~b + np.uint64(1))
-                b ^= low
-                n = _frontier_add(arena, bits, mark, fslot, fbase, epoch,
-                                  w * 64 + _lowest_bit(low), n)
-    else:
-        f2base = rg.start[f2]
-        for i in range(rg.len[f2]):
-            x = arena[f2base + i]
-            if f2slot >= 0 and not _in_bits(bits, f2slot, x):
-                continue
-            n = _frontier_add(arena, bits, mark, fslot, fbase, epoch, x, n)
-    rg.fr_live[r] += n - rg.len[f]
-    rg.len[f] = n
-    if fslot >= 0:
-        if n > 2 * rg.fr_live[r] + 32:
-            _compact_frontier(rg, f)
-    elif n >= BITSET_MIN:
-        _index(rg, sc, f)
-    # interior: new members are (r2.interior - r.interior) + {e}; e's compute always counts
-    _absorb_interior(sc, st_compute, mark, rg, r, e, r2)
-
-
-@njit(cache=True, inline="always")
-def _frontier_add(arena, bits, mark, fslot, fbase, epoch, x, n):
-    """Append x to a listed frontier of n entries at fbase unless it is there
-    (its bitset, else the `epoch` marks, tells); returns the new length."""
-    if fslot >= 0:
-        if _in_bits(bits, fslot, x):
-            return n
-        _set_bit(bits, fslot, x)
-    else:
-        if mark[x] == epoch:
-            return n
-        mark[x] = epoch
-    arena[fbase + n] = x
-    return n + 1
-
-
-@njit(cache=True)
-def _absorb_frontier_bits(sc, rg, r, e, f, f2):
-    """The frontier half of `_absorb` for a frontier that is its bitset alone."""
-    bits = rg.bits
-    fslot = rg.bit_slot[f]
-    if _in_bits(bits, fslot, e):
-        _clear_bit(bits, fslot, e)
-        rg.fr_live[r] -= 1
-    else:
-        sc[S_FRONTIER_MISSES] += 1  # §8.3: the reference asserts e is there
-    added = 0
-    f2slot = rg.bit_slot[f2]
-    if f2slot >= 0:
-        for w in range(bits.shape[1]):
-            d = bits[f2slot, w] & ~bits[fslot, w]
-            if d:
-                bits[fslot, w] |= d
-                added += _popcount(d)
-    else:
-        base2 = rg.start[f2]
-        for i in range(rg.len[f2]):
-            x = rg.arena[base2 + i]
-            if not _in_bits(bits, fslot, x):
-                _set_bit(bits, fslot, x)
-                added += 1
-    rg.fr_live[r] += added
-    rg.len[f] = rg.fr_live[r]
-
-
-@njit(cache=True, inline="always")
-def _absorb_interior(sc, st_compute, mark, rg, r, e, r2):
-    """The interior half of `_absorb`. An interior with a bitset row is that
-    bitset alone (`len` counts its members); others are arena lists."""
-    arena = rg.arena
-    bits = rg.bits
-    slot = rg.bit_slot[r]
-    slot2 = rg.bit_slot[r2]
-    n2 = rg.len[r2]
-    sc[S_ABSORB_WORK] += n2
-    added = 0
-    e_new = False  # e among r2's members that r lacked
-    if slot >= 0:
-        e_before = _in_bits(bits, slot, e)
-        count = 0
-        if slot2 >= 0:
-            for w in range(bits.shape[1]):
-                d = bits[slot2, w] & ~bits[slot, w]
-                if d:
-                    bits[slot, w] |= d
-                    while d:
-                        low = d & (~d + np.uint64(1))
-                        added += st_compute[w * 64 + _lowest_bit(low)]
-                        count += 1
-                        d ^= low
-        else:
-            base2 = rg.start[r2]
-            for i in range(n2):
-                x = arena[base2 + i]
-                if not _in_bits(bits, slot, x):
-                    _set_bit(bits, slot, x)
-                    added += st_compute[x]
-                    count += 1
-        e_new = not e_before and _in_bits(bits, slot, e)
-        if not e_new:
-            added += st_compute[e]
-            if not e_before:
-                _set_bit(bits, slot, e)
-                count += 1
-        rg.len[r] += count
-        rg.compute[r] += added
-        return
-    if not _ensure(rg, sc, r, n2 + 1):
-        return
-    arena = rg.arena
-    sc[S_EPOCH] += 2
-    in_r = sc[S_EPOCH] - 1
-    in_diff = sc[S_EPOCH]
-    base = rg.start[r]
-    n_before = rg.len[r]
-    for i in range(n_before):
-        mark[arena[base + i]] = in_r
-    sc[S_ABSORB_WORK] += n_before
-    n = n_before
-    if slot2 >= 0:
-        for w in range(bits.shape[1]):
-            d = bits[slot2, w]
-            while d:
-                low = d & (~d + np.uint64(1))
-                x = w * 64 + _lowest_bit(low)
-                d ^= low
-                if mark[x] == in_r:
-                    continue
-                mark[x] = in_diff
-                added += st_compute[x]
-                arena[base + n] = x
-                n += 1
-    else:
-        base2 = rg.start[r2]
-        for i in range(n2):
-            x = arena[base2 + i]
-            if mark[x] == in_diff or mark[x] == in_r:
-                continue
-            mark[x] = in_diff
-            added += st_compute[x]
-            arena[base + n] = x
-            n += 1
-    if mark[e] != in_diff:
-        added += st_compute[e]
-        if mark[e] != in_r:
-            arena[base + n] = e
-            n += 1
-    rg.len[r] = n
-    rg.compute[r] += added
-    if n >= BITSET_MIN and _take_slot(rg, sc, r):
-        slot = rg.bit_slot[r]
-        bits[slot, :] = 0
-        for i in range(n):
-            _set_bit(bits, slot, arena[base + i])
-        rg.cap[r] = 0
 
 
 # ---------------------------------------------------------------- scoring
@@ -1178,14 +719,9 @@ def _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, cand, cand
         _out_of_memory(g, sc, ev, evf, emit, t, request)
         return
     decision = sc[S_EVICTIONS]
-    if pol[P_CUSTOM]:
-        victim = _choose_custom(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
-                                sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid,
-                                iv_force, score_fn, locked, probe, decision, t, request)
-    else:
-        victim = _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
-                         sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid, iv_force,
-                         decision, t, request)
+    victim = _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
+                     sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid, iv_force,
+                     score_fn, locked, probe, decision, t, request)
     if victim == POLICY_FAULT:
         sc[S_POLICY_FAULT] = decision
         sc[S_STATUS] = STATUS_POLICY_FAULT
@@ -1263,13 +799,13 @@ def _evict(g, pol, sc, st, mark, scratch, rg, s):
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rb, members, mark, sc[S_EPOCH])
         for i in range(n):
-            _absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + FORWARD, s, rf)
+            absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + FORWARD, s, rf)
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rf, members, mark, sc[S_EPOCH])
         for i in range(n):
-            _absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + BACKWARD, s, rb)
-        _clear(rg, sc, rf)
-        _clear(rg, sc, rb)
+            absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + BACKWARD, s, rb)
+        clear(rg, sc, rf)
+        clear(rg, sc, rb)
 
 
 @njit(cache=True)
@@ -1361,7 +897,7 @@ def _rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
 # union over its non-resident neighbours, the same sets as `_walk` (§8.2). It
 # needs the non-resident part to be acyclic (views can close cycles) and the
 # memo rows to suffice; otherwise that rebuild walks as before, and later
-# rounds walk plainly for a while (`memo_gate[0:2]`: failures, rounds left to skip).
+# rounds walk plainly for a while (`memo_gate` G_MEMO_FAILURES, G_MEMO_SKIP).
 # Where memo rows do not pay, bases with large regions take masked walks instead.
 MEMO_MIN_BASES = 16
 MEMO_WORDS_PER_BASE = 2    # a shared walk costs bitset words per edge, a plain one a visit per base
@@ -1377,12 +913,13 @@ def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_ba
     words = rg.memo_int.shape[1]
     gate = rg.memo_gate
     use_memo = n_bases >= MEMO_MIN_BASES and n_bases * MEMO_WORDS_PER_BASE >= words
-    if use_memo and gate[1] > 0:
-        gate[1] -= 1  # backing off after failed attempts
+    if use_memo and gate[G_MEMO_SKIP] > 0:
+        gate[G_MEMO_SKIP] -= 1  # backing off after failed attempts
         use_memo = False
     if not use_memo and n_bases >= 2 and _large_regions(rg, bases, n_bases, backward):
-        gate[4] += 1
-        if (gate[3] >= MASK_MIN_SHARING * gate[2]) or gate[4] % MASK_PROBE_EVERY == 0:
+        gate[G_MASK_ROUNDS] += 1
+        if (gate[G_MASK_SAVED] >= MASK_MIN_SHARING * gate[G_MASK_COST]
+                or gate[G_MASK_ROUNDS] % MASK_PROBE_EVERY == 0):
             per_walk = min(MASK_BASES, rg.memo_int.shape[0])
             cost = 0
             served = 0
@@ -1391,8 +928,8 @@ def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_ba
                                       min(per_walk, n_bases - j), backward)
                 cost += c
                 served += n
-            gate[2] += cost - (gate[2] >> MASK_MEMORY)
-            gate[3] += served - (gate[3] >> MASK_MEMORY)
+            gate[G_MASK_COST] += cost - (gate[G_MASK_COST] >> MASK_MEMORY)
+            gate[G_MASK_SAVED] += served - (gate[G_MASK_SAVED] >> MASK_MEMORY)
             return
     memo_tried = use_memo
     used = 0
@@ -1404,8 +941,8 @@ def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_ba
                 continue
             used = -used - 1
             use_memo = False
-            gate[0] += 1
-            gate[1] = 1 << min(gate[0], MEMO_MAX_BACKOFF)
+            gate[G_MEMO_FAILURES] += 1
+            gate[G_MEMO_SKIP] = 1 << min(gate[G_MEMO_FAILURES], MEMO_MAX_BACKOFF)
         _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward)
     for r in range(used):
         rg.memo_row[rg.memo_node[r]] = 0
@@ -1423,11 +960,11 @@ def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_ba
 MASK_BASES = 64          # bases per masked walk: one bit of a uint64 each
 MASK_MIN_INTERIOR = 128  # mean interior, as the regions stood before, that may pay for one
 MASK_MIN_SHARING = 2.0   # visits plain walks would make per visit a masked walk costs,
-                         # over recent masked walks (memo_gate[2:4]: cost, visits saved,
+                         # over recent masked walks (memo_gate G_MASK_COST, G_MASK_SAVED:
                          # decaying by 2**-MASK_MEMORY a walk); below it, plain walks,
                          # with a masked walk every MASK_PROBE_EVERY-th time
 MASK_MEMORY = 4
-MASK_PROBE_EVERY = 16    # memo_gate[4]: rounds that could have taken a masked walk
+MASK_PROBE_EVERY = 16    # per G_MASK_ROUNDS: rounds that could have taken a masked walk
 MASK_SCANS_PER_VISIT = 8  # ids a pass scans in the time of one visit (the gate's cost)
 
 
@@ -1473,10 +1010,10 @@ def _mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, bac
     for j in range(n_bases):
         r = 2 * bases[j] + backward
         sc[S_REBUILDS] += 1
-        n_int = _bits_count_range(rg.memo_int[j], lo_w, hi_w)
-        _store_set(rg, sc, r, rg.memo_int[j], n_int, lo_w, hi_w, words, interior)
-        n_fr = _bits_count_range(rg.memo_fr[j], lo_w, hi_w)
-        _store_set(rg, sc, rg.n_regions + r, rg.memo_fr[j], n_fr, lo_w, hi_w, words, frontier)
+        n_int = bits_count_range(rg.memo_int[j], lo_w, hi_w)
+        build_from_bits(rg, sc, r, rg.memo_int[j], n_int, lo_w, hi_w, words, interior)
+        n_fr = bits_count_range(rg.memo_fr[j], lo_w, hi_w)
+        build_from_bits(rg, sc, rg.n_regions + r, rg.memo_fr[j], n_fr, lo_w, hi_w, words, frontier)
         rg.compute[r] = rg.memo_node[j]
         rg.fr_live[r] = n_fr
         served += n_int + 1
@@ -1552,12 +1089,12 @@ def _mask_collect(material, st_compute, mask, interiors, frontiers, computes, lo
         xbit = one << np.uint64(x & 63)
         if material[x]:
             while m:
-                frontiers[_lowest_bit(m), xw] |= xbit
+                frontiers[lowest_bit(m), xw] |= xbit
                 m &= m - one
         else:
             c = st_compute[x]
             while m:
-                j = _lowest_bit(m)
+                j = lowest_bit(m)
                 m &= m - one
                 interiors[j, xw] |= xbit
                 computes[j] += c
@@ -1590,7 +1127,7 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
         if u == base:
             continue
         if material[u]:
-            _set_bit(rg.memo_acc, 1, u)
+            set_bit(rg.memo_acc, 1, u)
             continue
         if rg.memo_row[u] <= 0:
             used = _memo_walk(sc, material, rg.memo_row, rg.memo_node, rg.memo_int, rg.memo_fr,
@@ -1604,7 +1141,7 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
         for w in range(words):
             acc_int[w] |= rg.memo_int[row, w]
             acc_fr[w] |= rg.memo_fr[row, w]
-    _clear_bit(rg.memo_acc, 1, base)
+    clear_bit(rg.memo_acc, 1, base)
     sc[S_REBUILDS] += 1
     sc[S_WALK_VISITS] += 1
     r = 2 * base + backward
@@ -1612,19 +1149,19 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
     if row_runs == 1:
         n_int, comp = _memo_stats(rg, st_compute, last_row, words)
     else:
-        n_int = _bits_count_range(acc_int, 0, words - 1)
-    if n_int >= BITSET_MIN and _store_bits(rg, sc, r, acc_int, n_int, words):
+        n_int = bits_count_range(acc_int, 0, words - 1)
+    if n_int >= BITSET_MIN and build_bits(rg, sc, r, acc_int, n_int, words):
         if comp < 0:
-            comp = _bits_compute(acc_int, st_compute, words)
+            comp = bits_compute(acc_int, st_compute, words)
     else:
         interior = scratch[SCRATCH_INTERIOR]
-        n_int = _bits_list(acc_int, words, interior)
+        n_int = bits_list(acc_int, words, interior)
         comp = 0
         for i in range(n_int):
             comp += st_compute[interior[i]]
-        _store(rg, sc, r, interior, n_int)
-    n_fr = _bits_count_range(acc_fr, 0, words - 1)
-    _store_set(rg, sc, rg.n_regions + r, acc_fr, n_fr, 0, words - 1, words,
+        build(rg, sc, r, interior, n_int)
+    n_fr = bits_count_range(acc_fr, 0, words - 1)
+    build_from_bits(rg, sc, rg.n_regions + r, acc_fr, n_fr, 0, words - 1, words,
                scratch[SCRATCH_FRONTIER])
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
@@ -1632,76 +1169,11 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
 
 
 @njit(cache=True, inline="always")
-def _store_bits(rg, sc, k, bits, n, words):
-    """Make set k the bitset `bits` (n members) alone, with no block; False,
-    changing nothing, when no bitset row is free."""
-    if not _take_slot(rg, sc, k):
-        return False
-    slot = rg.bit_slot[k]
-    for w in range(words):
-        rg.bits[slot, w] = bits[w]
-    rg.len[k] = n
-    rg.cap[k] = 0  # its block, if any, becomes garbage for compaction
-    return True
-
-
-@njit(cache=True, inline="always")
-def _store_set(rg, sc, k, bits, n, lo_w, hi_w, words, out):
-    """Make set k the n members of `bits` (zero outside words lo_w..hi_w): the
-    bitset alone when large and a bitset row is free, else a listed block (`out`
-    is scratch for the list)."""
-    if not (n >= BITSET_MIN and _store_bits(rg, sc, k, bits, n, words)):
-        _bits_list_range(bits, lo_w, hi_w, out)
-        _store(rg, sc, k, out, n)
-
-
-@njit(cache=True, inline="always")
-def _bits_list(bits, words, out):
-    """The members of a bitset, in increasing order, into `out`; returns how many."""
-    return _bits_list_range(bits, 0, words - 1, out)
-
-
-@njit(cache=True, inline="always")
-def _bits_count_range(bits, lo_w, hi_w):
-    """The number of members of a bitset whose words outside [lo_w, hi_w] are zero."""
-    n = 0
-    for w in range(lo_w, hi_w + 1):
-        n += _popcount(bits[w])
-    return n
-
-
-@njit(cache=True, inline="always")
-def _bits_list_range(bits, lo_w, hi_w, out):
-    """`_bits_list` of a bitset whose words outside [lo_w, hi_w] are zero."""
-    n = 0
-    for w in range(lo_w, hi_w + 1):
-        b = bits[w]
-        while b:
-            out[n] = w * 64 + _lowest_bit(b)
-            n += 1
-            b &= b - np.uint64(1)
-    return n
-
-
-@njit(cache=True, inline="always")
-def _bits_compute(bits, st_compute, words):
-    """The summed compute of a bitset's members."""
-    comp = 0
-    for w in range(words):
-        b = bits[w]
-        while b:
-            low = b & (~b + np.uint64(1))
-            comp += st_compute[w * 64 + _lowest_bit(low)]
-            b ^= low
-    return comp
-
-
-@njit(cache=True, inline="always")
 def _memo_stats(rg, st_compute, row, words):
     """(members, compute) of a memo row's interior, counted once per row."""
     if rg.memo_stats[row, 0] < 0:
-        rg.memo_stats[row, 0] = _bits_count_range(rg.memo_int[row], 0, words - 1)
-        rg.memo_stats[row, 1] = _bits_compute(rg.memo_int[row], st_compute, words)
+        rg.memo_stats[row, 0] = bits_count_range(rg.memo_int[row], 0, words - 1)
+        rg.memo_stats[row, 1] = bits_compute(rg.memo_int[row], st_compute, words)
     return rg.memo_stats[row, 0], rg.memo_stats[row, 1]
 
 
@@ -1739,7 +1211,7 @@ def _memo_walk(sc, material, memo_row, memo_node, memo_int, memo_fr, memo_stats,
             u = nbr[e]
             e += 1
             if material[u]:
-                _set_bit(memo_fr, row, u)
+                set_bit(memo_fr, row, u)
                 continue
             su = memo_row[u]
             if su < 0:
@@ -1776,7 +1248,7 @@ def _memo_open(memo_row, memo_node, memo_int, memo_fr, memo_stats, x, row, words
     for w in range(words):
         memo_int[row, w] = 0
         memo_fr[row, w] = 0
-    _set_bit(memo_int, row, x)
+    set_bit(memo_int, row, x)
 
 
 @njit(cache=True, inline="always")
@@ -1803,6 +1275,12 @@ def _excluded(sc, iv_retain, iv_window, iv_forbid, decision, s):
 
 
 @njit(cache=True, inline="always")
+def _filtered(g, pol, locked, s):
+    """Whether a policy from a file's filters (min size, locked) leave storage s out."""
+    return g.tensor_size[s] < pol[P_MIN_SIZE] or (locked.shape[0] > 0 and locked[s] != 0)
+
+
+@njit(cache=True, inline="always")
 def _rank(s, score, victim, best, runner, runner_score):
     """§7.1's comparison of one more candidate: `<=` makes the last of equal
     scores the victim, and the victim it displaces becomes the runner-up.
@@ -1816,48 +1294,63 @@ def _rank(s, score, victim, best, runner, runner_score):
 
 @njit(cache=True)
 def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_cands,
-            iv_retain, iv_window, iv_forbid, iv_force, decision, t, request):
-    """§7.1: scan the pool in order; the last of equal minimal scores wins, the
-    first zero stops the scan. Returns the victim, NO_VICTIM when every
-    candidate is excluded, FORCED_NOT_CANDIDATE when a forced victim (§14) is
-    not a candidate. Scores are float-first; only a storage that could be the
-    victim or the runner-up is scored exactly (§7.3)."""
+            iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe,
+            decision, t, request):
+    """§7.1 for every policy: scan the pool in order, the last of equal minimal
+    scores wins, the first zero stops the scan. Candidates: the pool less what
+    a policy from a file filters out (min size, locked) and what an
+    intervention excludes (§14). A built-in scores float-first, exactly only
+    a possible victim or runner-up (§7.3); a policy from a file is one call of
+    its compiled score. Returns the victim or NO_VICTIM (S_NO_CANDIDATE notes
+    a pool the filters emptied), FORCED_NOT_CANDIDATE or POLICY_FAULT (the
+    candidate's features in `probe`)."""
     st_size = g.tensor_size
-    material = st[R_MATERIAL]
     st_compute = st[R_COMPUTE]
     last_access = st[R_LAST_ACCESS]
     pool_next = st[R_POOL_NEXT]
+    custom = pol[P_CUSTOM] != 0
     fresh = pol[P_FRESH] != 0
-    reg_compute = rg.compute
     forbids = iv_forbid.shape[0] > 0
-    best = np.inf
-    victim = NO_VICTIM
-    runner = -1
-    runner_score = np.inf
-    position = 0
+    forced = _forced_victim(iv_force, decision)
+    forced_score = np.nan
+    victim, best, runner, runner_score = NO_VICTIM, np.inf, -1, np.inf
+    position, filtered = 0, 0
     s = sc[S_POOL_HEAD]
     while s != -1:
+        if custom and _filtered(g, pol, locked, s):
+            filtered += 1
+            s = pool_next[s]
+            continue
         if (iv_retain[s] or forbids) and _excluded(sc, iv_retain, iv_window, iv_forbid,
                                                    decision, s):
             s = pool_next[s]
             continue
-        if fresh:
-            fwd, bwd = _fresh_neighbourhoods(g, pol, sc, material, st_compute, mark,
-                                             scratch, s)
+        if custom:
+            score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn, probe, s,
+                                  decision, position, request)
+            if not score >= 0.0:
+                return POLICY_FAULT
+            if s == forced:
+                forced_score = score
+            fwd = probe[FT_FWD_COMPUTE]
+            bwd = probe[FT_BWD_COMPUTE]
         else:
-            fwd = reg_compute[2 * s]
-            bwd = reg_compute[2 * s + 1]
-        score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK], fwd, bwd,
-                       emit_cands)
-        sc[S_SCORE_EVALS] += 1
-        if not emit_cands:
-            bound = score * (1.0 - APPROX_MARGIN)
-            if bound > best and bound > runner_score:
-                position += 1
-                s = pool_next[s]
-                continue  # certainly neither the victim nor the runner-up
-            score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK], fwd, bwd,
-                           True)
+            if fresh:
+                fwd, bwd = _fresh_neighbourhoods(g, pol, sc, st[R_MATERIAL], st_compute, mark,
+                                                 scratch, s)
+            else:
+                fwd, bwd = rg.compute[2 * s], rg.compute[2 * s + 1]
+            score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK], fwd,
+                           bwd, emit_cands)
+            sc[S_SCORE_EVALS] += 1
+            if not emit_cands:
+                bound = score * (1.0 - APPROX_MARGIN)
+                if bound > best and bound > runner_score:
+                    position += 1
+                    s = pool_next[s]
+                    continue  # certainly neither the victim nor the runner-up
+                score = _score(pol, st_compute[s], st_size[s], last_access[s], sc[S_CLOCK],
+                               fwd, bwd, True)
         if emit_cands:
             _record_candidate(sc, cand, candf, decision, s, position, st_compute[s], fwd, bwd,
                               st_size[s], sc[S_CLOCK] - last_access[s], score)
@@ -1867,16 +1360,15 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
         if score == 0.0:
             break
         s = pool_next[s]
-    forced = _forced_victim(iv_force, decision)
+    if victim == NO_VICTIM and filtered > 0:
+        sc[S_NO_CANDIDATE] = decision
     if forced >= 0:
-        if not st[R_IN_POOL, forced] or _excluded(sc, iv_retain, iv_window, iv_forbid,
-                                                   decision, forced):
-            return FORCED_NOT_CANDIDATE
-        if forced != victim:
-            runner = victim
-            runner_score = best
-            victim = forced
-            best = _exact_score(g, pol, sc, st, mark, scratch, rg, forced)
+        victim, best, runner, runner_score = _impose(
+            g, pol, sc, st, mark, scratch, rg, iv_retain, iv_window, iv_forbid, score_fn,
+            locked, probe, decision, request, forced, forced_score, victim, best, runner,
+            runner_score)
+        if victim < 0:
+            return victim
     if victim >= 0 and emit:
         _emit_eviction(g, pol, sc, st, mark, scratch, rg, ev, evf, decision, t, request,
                        victim, best, runner, runner_score)
@@ -1884,75 +1376,28 @@ def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_
 
 
 @njit(cache=True)
-def _choose_custom(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_cands,
-                   iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe,
-                   decision, t, request):
-    """§7.1 for a policy from a file: the policy's filters (min size, locked
-    storages) and the interventions leave the candidates; the scan and its tie
-    rule are the built-ins', with one call of the compiled score per candidate.
-    Returns the victim, NO_VICTIM (and notes the decision in S_NO_CANDIDATE
-    when the policy's filters emptied a non-empty pool), FORCED_NOT_CANDIDATE,
-    or POLICY_FAULT with the candidate's features in `probe`."""
-    st_size = g.tensor_size
-    pool_next = st[R_POOL_NEXT]
-    min_size = pol[P_MIN_SIZE]
-    has_locked = locked.shape[0] > 0
-    forbids = iv_forbid.shape[0] > 0
-    forced = _forced_victim(iv_force, decision)
-    forced_score = np.nan
-    filtered = 0
-    best = np.inf
-    victim = NO_VICTIM
-    runner = -1
-    runner_score = np.inf
-    position = 0
-    s = sc[S_POOL_HEAD]
-    while s != -1:
-        if st_size[s] < min_size or (has_locked and locked[s] != 0):
-            filtered += 1
-            s = pool_next[s]
-            continue
-        if (iv_retain[s] or forbids) and _excluded(sc, iv_retain, iv_window, iv_forbid,
-                                                   decision, s):
-            s = pool_next[s]
-            continue
-        score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn, probe, s, decision,
-                              position, request)
-        if not score >= 0.0:
-            return POLICY_FAULT
-        if emit_cands:
-            _record_candidate(sc, cand, candf, decision, s, position, probe[FT_OWN_COMPUTE],
-                              probe[FT_FWD_COMPUTE], probe[FT_BWD_COMPUTE], st_size[s],
-                              probe[FT_STALENESS], score)
-        if s == forced:
-            forced_score = score
-        position += 1
-        victim, best, runner, runner_score = _rank(s, score, victim, best, runner,
-                                                   runner_score)
-        if score == 0.0:
-            break
-        s = pool_next[s]
-    if victim == NO_VICTIM and filtered > 0:
-        sc[S_NO_CANDIDATE] = decision
-    if forced >= 0:
-        if not st[R_IN_POOL, forced] or st_size[forced] < min_size or (
-                has_locked and locked[forced] != 0) or _excluded(
-                sc, iv_retain, iv_window, iv_forbid, decision, forced):
-            return FORCED_NOT_CANDIDATE
-        if forced != victim:
-            if forced_score != forced_score:  # after the scan stopped at a zero
-                forced_score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn,
-                                             probe, forced, decision, -1, request)
-                if not forced_score >= 0.0:
-                    return POLICY_FAULT
-            runner = victim
-            runner_score = best
-            victim = forced
-            best = forced_score
-    if victim >= 0 and emit:
-        _emit_eviction(g, pol, sc, st, mark, scratch, rg, ev, evf, decision, t, request,
-                       victim, best, runner, runner_score)
-    return victim
+def _impose(g, pol, sc, st, mark, scratch, rg, iv_retain, iv_window, iv_forbid, score_fn,
+            locked, probe, decision, request, forced, forced_score, victim, best, runner,
+            runner_score):
+    """§14: a forced victim replaces the scan's, which becomes the runner-up.
+    `forced_score`: its score if the scan met it (NaN if not). Returns
+    (victim, score, runner, runner score); the victim is FORCED_NOT_CANDIDATE
+    when the forced storage is not a candidate, POLICY_FAULT when a policy from
+    a file faults on it."""
+    custom = pol[P_CUSTOM] != 0
+    if not st[R_IN_POOL, forced] or (custom and _filtered(g, pol, locked, forced)) or \
+            _excluded(sc, iv_retain, iv_window, iv_forbid, decision, forced):
+        return FORCED_NOT_CANDIDATE, best, runner, runner_score
+    if forced == victim:
+        return victim, best, runner, runner_score
+    if not custom:
+        forced_score = _exact_score(g, pol, sc, st, mark, scratch, rg, forced)
+    elif forced_score != forced_score:  # after the scan stopped at a zero
+        forced_score = _custom_score(g, pol, sc, st, mark, scratch, rg, score_fn, probe,
+                                     forced, decision, -1, request)
+        if not forced_score >= 0.0:
+            return POLICY_FAULT, best, runner, runner_score
+    return forced, forced_score, victim, best
 
 
 @njit(cache=True)

@@ -40,6 +40,14 @@ FRAME_ROWS = ("tensor", "remat", "phase", "index", "pending_start", "pending_cou
 # Directions of an evicted neighbourhood (semantics.md §8.1): region 2*s + d.
 FORWARD, BACKWARD = 0, 1
 
+# Slots of `Regions.memo_gate`: how the shared walks of rebuilds have fared
+# lately (kernel._shared_rebuilds). Memo rows: failed attempts, and rebuild
+# rounds left to walk plainly before trying again; masked walks: their recent
+# cost and the visits they saved (decaying sums, in visits), and the rounds
+# that could have taken one (every MASK_PROBE_EVERY-th takes one regardless).
+G_MEMO_FAILURES, G_MEMO_SKIP, G_MASK_COST, G_MASK_SAVED, G_MASK_ROUNDS = range(5)
+N_GATES = 5
+
 # Rows of the work matrix `scratch` (no state: reused by every step).
 (SCRATCH_INTERIOR, SCRATCH_FRONTIER, SCRATCH_NEW_RESIDENT, SCRATCH_AFFECTED,
  SCRATCH_MEMBERS) = range(5)

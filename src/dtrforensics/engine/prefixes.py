@@ -364,3 +364,44 @@ class Sharing:
         r.final_sc, r.stream, r.frontier, r.status, r.complete = sc, stream, frontier, status, True
         if self.can_splice:
             self.cache.publish(self.family, r)
+
+
+class PrefixSharing:
+    """The prefix sharing strategy `replay` takes with a cache (its default,
+    `replay.NoSharing`, does nothing): each start resumes from the furthest
+    snapshot the budget admits, and the run snapshots, checkpoints and splices
+    through a `Sharing`. A run started again (a larger arena) begins afresh."""
+
+    cuts_slices = True
+
+    def __init__(self, cache: PrefixCache, family: tuple, sched_kind: np.ndarray,
+                 can_splice: bool):
+        self.cache, self.family = cache, family
+        self.sched_kind, self.can_splice = sched_kind, can_splice
+        self.sharing: Sharing | None = None
+
+    def begin(self, graph, budget: int, remat_limit: int,
+              arena_size: int | None) -> tuple[MachineState, list]:
+        start = self.cache.best(self.family, budget)
+        state = (MachineState.new(graph, budget, remat_limit, arena_size=arena_size)
+                 if start is None else MachineState.resume(start, budget, arena_size))
+        self.sharing = Sharing(self.cache, self.family, budget, start, state, self.sched_kind,
+                               self.can_splice)
+        return state, list(start.stream_chunks) if start is not None else []
+
+    def slice_limit(self, sc: np.ndarray, steps: int) -> int:
+        return self.sharing.slice_limit(sc, steps)
+
+    def after_slice(self, state: MachineState, stream_chunks: list) -> Splice | None:
+        return self.sharing.after_slice(state, stream_chunks)
+
+    def finish(self, state: MachineState, stream: np.ndarray, frontier, status: int,
+               complete: bool) -> None:
+        self.sharing.finish(state, stream, frontier, status, complete)
+
+    def finished(self, sc: np.ndarray, spliced: Splice | None) -> None:
+        """Count the run in the cache's statistics."""
+        sharing = self.sharing
+        spliced_steps = spliced.steps if spliced is not None else 0
+        steps_run = int(sc[L.S_STEPS]) - sharing.resumed_at - spliced_steps
+        self.cache.finished(self.family, sharing.resumed_at, steps_run, spliced_steps)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -45,6 +45,8 @@ EVENT_CAPACITY = 1 << 16
 
 
 STRICT_INVARIANTS_ENV = "DTRF_STRICT_INVARIANTS"
+CHECK_REGIONS_ENV = "DTRF_CHECK_REGIONS"   # as engine.regions.CHECK_REGIONS_ENV
+CHECKED_SLICE_STEPS = 64   # with the regions' debug pass on, it runs this often
 
 
 class InterventionError(OptionError):
@@ -137,6 +139,7 @@ class RunResult:
     stream: np.ndarray                 # (n, 4): kind (0 pressure, 1 dead), storage, op id, clock
     frontier: Frontier | None = None
     state: MachineState | None = field(default=None, repr=False)
+    arena_reruns: int = 0    # times one step outgrew the arena and the run started again
 
     @property
     def victims(self) -> np.ndarray:
@@ -166,7 +169,8 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
            policy: str | Policy = "dtr", observers: tuple[Observer, ...] | list = (),
            timeout: float | None = None, interventions: Interventions | None = None,
            thrash_factor: float = DEFAULT_THRASH_FACTOR, keep_state: bool = False,
-           debug: bool = False, prefixes: PrefixCache | None = None) -> RunResult:
+           debug: bool = False, prefixes: PrefixCache | None = None,
+           arena_size: int | None = None) -> RunResult:
     """Replay `program` under a budget exactly as the reference simulator.
 
     The invariants of semantics.md §13 are checked at the end of the run, and
@@ -178,7 +182,84 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     snapshot of an earlier run that its budget admits, ends early when it
     meets that run again, and leaves snapshots and checkpoints of its own
     (engine/prefixes.py); the result is the same as from op 0.
+
+    The run proceeds in phases: setup, slices of kernel steps (each followed by
+    a drain of the buffers the kernel filled), finish. With the environment
+    variable DTRF_CHECK_REGIONS=1, the neighbourhoods' debug pass
+    (engine/regions.py `check`) runs after every few steps. The neighbourhood arena
+    (`arena_size` slots at first; a default fits the trace) grows between
+    slices; when one step needs more than the room left, the run starts again
+    with an arena twice as large, and observers see each event once.
     """
+    run = _setup(program, budget, ratio, policy, observers, timeout, interventions,
+                 thrash_factor, debug)
+    for obs in run.observers:
+        obs.on_start(run.ctx)
+    sharing = _sharing(run, prefixes, keep_state)
+    feed = _Feed(run.observers)
+    reruns = 0
+    while True:
+        try:
+            result = _attempt(run, sharing, feed, keep_state, arena_size)
+        except _ArenaFull as full:
+            arena_size, reruns = 2 * full.size, reruns + 1
+            continue
+        result.arena_reruns = reruns
+        return result
+
+
+class _ArenaFull(Exception):
+    """One step needed more neighbourhood arena than was left (STATUS_ARENA_FULL)."""
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.size = size
+
+
+@dataclass
+class _Run:
+    """What the setup phase makes: the run's context and the kernel's arguments
+    that stay the same from slice to slice."""
+
+    ctx: ReplayContext
+    graph: KernelGraph
+    base: Baseline
+    observers: tuple[Observer, ...]
+    started: float
+    debug: bool
+    slice_steps: int
+    buffers: tuple          # event ints, event floats, candidate ints, candidate scores
+    rooms: tuple[int, int]  # event and candidate rows one step may write
+    interventions: tuple    # retain, window, forbid, force (kernel arrays)
+    params: np.ndarray      # the policy's (policies.P_*)
+    score_fn: int
+    locked: np.ndarray
+    probe: np.ndarray
+    watch: ScoreWatch
+    check_regions: Callable | None = None   # regions.check, when DTRF_CHECK_REGIONS=1
+
+    @property
+    def emit(self) -> bool:
+        return bool(self.observers)
+
+    @property
+    def emit_cands(self) -> bool:
+        return any(o.wants_candidates for o in self.observers)
+
+    def run_slice(self, state: MachineState, steps: int) -> int:
+        """Up to `steps` kernel steps from `state`; the kernel's status."""
+        ev, evf, cand, candf = self.buffers
+        return self.watch.call(
+            compiled.run_slice,
+            self.graph, self.params, state.sc, state.st, state.frames,
+            state.pending, state.scratch, state.mark, state.regions, state.stream,
+            ev, evf, cand, candf, *self.interventions, self.score_fn, self.locked,
+            self.probe, steps, *self.rooms)
+
+
+def _setup(program, budget, ratio, policy, observers, timeout, interventions, thrash_factor,
+           debug) -> _Run:
+    """The setup phase: options checked, the context and the kernel's buffers."""
     started = time.perf_counter()
     graph, base = prepared(program)
     budget, ratio = resolve_budget(program, budget, ratio)
@@ -190,128 +271,200 @@ def replay(program: Program, *, budget: int | None = None, ratio: float | None =
     remat_limit = int((thrash_factor - 1.0) * base.model_compute)
     ctx = ReplayContext(program, budget, ratio, policy, interventions, remat_limit, timeout)
     observers = tuple(observers)
-    for obs in observers:
-        obs.on_start(ctx)
-
     n = program.n_tensors
-    sharing = None
-    if prefixes is not None and not observers:
-        from .prefixes import Sharing  # numba-compiled digests: only sweeps import them
-        family = _family(program, policy, interventions, remat_limit)
-        start = prefixes.best(family, budget)
-        state = (MachineState.new(graph, budget, remat_limit) if start is None
-                 else MachineState.resume(start, budget))
-        stream_chunks = list(start.stream_chunks) if start is not None else []
-        can_splice = not (keep_state or interventions.forbid or interventions.force
-                          or (policy.custom is not None and policy.custom.reads_history))
-        sharing = Sharing(prefixes, family, budget, start, state, graph.sched_kind, can_splice)
-    else:
-        state = MachineState.new(graph, budget, remat_limit)
-        stream_chunks = []
     emit = bool(observers)
     emit_cands = any(o.wants_candidates for o in observers)
-    state.sc[L.S_EMIT] = emit
-    state.sc[L.S_EMIT_CANDS] = emit_cands
-    state.sc[L.S_DEBUG] = debug
     ev_cap = EVENT_CAPACITY if emit else 1
-    ev = np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64)
-    evf = np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64)
     cand_cap = max(EVENT_CAPACITY, 4 * (n + 8)) if emit_cands else 1
-    cand = np.zeros((cand_cap, N_CANDIDATE_COLUMNS), dtype=np.int64)
-    candf = np.zeros(cand_cap, dtype=np.float64)
-    event_room = int(graph.op_n_outputs.max()) + 8
-    cand_room = n + 8
-    retain, window, forbid, force = interventions.arrays(n)
-    policy_params = policy.params()
-    score_fn, locked = policy.score_address(), policy.locked_mask(program)
-    watch = ScoreWatch.for_policy(policy, started, timeout)
-    probe = np.zeros(N_FEATURES, dtype=np.int64)
-    slice_steps = SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS
-    seq = 0
-    timed_out = False
-    spliced = None
+    check_regions = None
+    if os.environ.get(CHECK_REGIONS_ENV) == "1":
+        from .regions import check as check_regions  # numba: only a checked run imports it
+    buffers = (np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64),
+               np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64),
+               np.zeros((cand_cap, N_CANDIDATE_COLUMNS), dtype=np.int64),
+               np.zeros(cand_cap, dtype=np.float64))
+    return _Run(
+        ctx=ctx, graph=graph, base=base, observers=observers, started=started, debug=debug,
+        slice_steps=(CHECKED_SLICE_STEPS if check_regions else
+                     SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS), buffers=buffers,
+        rooms=(int(graph.op_n_outputs.max()) + 8, n + 8),
+        interventions=interventions.arrays(n), params=policy.params(),
+        score_fn=policy.score_address(),
+        locked=policy.locked_mask(program), probe=np.zeros(N_FEATURES, dtype=np.int64),
+        watch=ScoreWatch.for_policy(policy, started, timeout), check_regions=check_regions)
+
+
+class NoSharing:
+    """Prefix sharing's default strategy: every run starts at op 0 and runs to
+    its end alone. `engine.prefixes.PrefixSharing` is the one that shares."""
+
+    cuts_slices = False   # whether slices end early (then the clock is read by steps run)
+
+    def begin(self, graph: KernelGraph, budget: int, remat_limit: int,
+              arena_size: int | None) -> tuple[MachineState, list]:
+        """The state the run starts from and the eviction stream it carries."""
+        return MachineState.new(graph, budget, remat_limit, arena_size=arena_size), []
+
+    def slice_limit(self, sc: np.ndarray, steps: int) -> int:
+        return steps
+
+    def after_slice(self, state: MachineState, stream_chunks: list):
+        """The rest of the run taken from another run, or None."""
+        return None
+
+    def finish(self, state, stream, frontier, status, complete) -> None:
+        """The run ended on its own (not spliced)."""
+
+    def finished(self, sc: np.ndarray, spliced) -> None:
+        """The run ended, either way."""
+
+
+def _sharing(run: _Run, prefixes: PrefixCache | None, keep_state: bool):
+    """The prefix sharing strategy: with a cache, only for unobserved runs."""
+    if prefixes is None or run.observers:
+        return NoSharing()
+    from .prefixes import PrefixSharing  # numba-compiled digests: only sweeps import them
+    ctx = run.ctx
+    custom = ctx.policy.custom
+    can_splice = not (keep_state or ctx.interventions.forbid or ctx.interventions.force
+                      or (custom is not None and custom.reads_history))
+    family = _family(ctx.program, ctx.policy, ctx.interventions, ctx.remat_limit)
+    return PrefixSharing(prefixes, family, run.graph.sched_kind, can_splice)
+
+
+class _Feed:
+    """The drain of buffered events and candidates to observers, each handed
+    over once: a run started again with a larger arena makes the same events
+    again, and those already handed over are skipped."""
+
+    def __init__(self, observers: tuple[Observer, ...]):
+        self.observers = observers
+        self.cand_observers = tuple(o for o in observers if o.wants_candidates)
+        self.handed = [0, 0]   # events, candidates given to observers so far
+        self.made = [0, 0]     # events, candidates this attempt made so far
+
+    def restart(self) -> None:
+        self.made = [0, 0]
+
+    def _fresh(self, kind: int, n: int) -> int:
+        """How many of the n rows just made were handed over before (a rerun's)."""
+        skip = min(n, max(0, self.handed[kind] - self.made[kind]))
+        self.made[kind] += n
+        self.handed[kind] = max(self.handed[kind], self.made[kind])
+        return skip
+
+    def drain(self, sc: np.ndarray, buffers: tuple) -> None:
+        ev, evf, cand, candf = buffers
+        n_ev = int(sc[L.S_N_EVENTS])
+        if n_ev:
+            skip = self._fresh(0, n_ev)
+            if skip < n_ev:
+                batch = EventBatch(self.made[0] - n_ev + skip, ev[skip:n_ev], evf[skip:n_ev])
+                for obs in self.observers:
+                    obs.on_events(batch)
+            sc[L.S_N_EVENTS] = 0
+        n_c = int(sc[L.S_N_CANDS])
+        if n_c:
+            skip = self._fresh(1, n_c)
+            if skip < n_c:
+                cbatch = CandidateBatch(cand[skip:n_c], candf[skip:n_c])
+                for obs in self.cand_observers:
+                    obs.on_candidates(cbatch)
+            sc[L.S_N_CANDS] = 0
+
+
+def _attempt(run: _Run, sharing, feed: _Feed, keep_state: bool,
+             arena_size: int | None) -> RunResult:
+    """One run from the start: slices until the end, then the finish phase."""
+    ctx = run.ctx
+    state, stream_chunks = sharing.begin(run.graph, ctx.budget, ctx.remat_limit, arena_size)
+    state.sc[L.S_EMIT] = run.emit
+    state.sc[L.S_EMIT_CANDS] = run.emit_cands
+    state.sc[L.S_DEBUG] = run.debug
+    feed.restart()
+    status, timed_out, spliced = _slices(run, state, stream_chunks, sharing, feed)
+    return _finish(run, state, stream_chunks, sharing, status, timed_out, spliced, keep_state)
+
+
+def _slices(run: _Run, state: MachineState, stream_chunks: list, sharing, feed: _Feed):
+    """The slice phase: kernel slices, each followed by a drain, until the run
+    ends, times out or is spliced; returns (status, timed out, splice)."""
+    timeout = run.ctx.timeout
     unclocked = 0  # steps since the wall clock was last looked at
     while True:
-        steps = slice_steps if sharing is None else sharing.slice_limit(state.sc, slice_steps)
+        steps = sharing.slice_limit(state.sc, run.slice_steps)
         before_steps = int(state.sc[L.S_STEPS])
-        status = watch.call(
-            compiled.run_slice,
-            graph, policy_params, state.sc, state.st, state.frames, state.pending,
-            state.scratch, state.mark, state.regions, state.stream, ev, evf, cand, candf,
-            retain, window, forbid, force, score_fn, locked, probe, steps, event_room, cand_room)
-        timed_out = watch.stopped       # a loop of the score stopped at the deadline
+        status = run.run_slice(state, steps)
+        timed_out = run.watch.stopped       # a loop of the score stopped at the deadline
         if status == L.STATUS_POLICY_FAULT and not timed_out:
             op = int(state.sc[L.S_CUR_OP])
-            raise PolicyError(policy.custom.describe_fault(
-                probe, op_label(op, program.op_name(op))))
-        if status == L.STATUS_ARENA_FULL:
-            raise RuntimeError("neighbourhood arena exhausted within one step; "
-                               "this trace needs a larger ARENA_MIN in engine/state.py")
-        if state.sc[L.S_ARENA_TOP] * 4 > len(state.regions.arena) * 3:
-            state.regions = grow_arena(state.regions, state.sc)
-        if state.sc[L.S_N_STREAM] >= len(state.stream):
-            stream_chunks.append(state.stream.copy())
-            state.sc[L.S_N_STREAM] = 0
-        if emit:
-            n_ev = int(state.sc[L.S_N_EVENTS])
-            if n_ev:
-                batch = EventBatch(seq, ev[:n_ev], evf[:n_ev])
-                for obs in observers:
-                    obs.on_events(batch)
-                seq += n_ev
-                state.sc[L.S_N_EVENTS] = 0
-            n_c = int(state.sc[L.S_N_CANDS])
-            if n_c:
-                cbatch = CandidateBatch(cand[:n_c], candf[:n_c])
-                for obs in observers:
-                    if obs.wants_candidates:
-                        obs.on_candidates(cbatch)
-                state.sc[L.S_N_CANDS] = 0
+            raise PolicyError(run.ctx.policy.custom.describe_fault(
+                run.probe, op_label(op, run.ctx.program.op_name(op))))
+        if status == L.STATUS_ARENA_FULL and not timed_out:
+            raise _ArenaFull(len(state.regions.arena))
+        _drain(state, stream_chunks)
+        if run.check_regions is not None:
+            run.check_regions(state.regions, state.sc)
+        if run.observers:
+            feed.drain(state.sc, run.buffers)
         if status != L.STATUS_RUNNING or timed_out:
-            break
-        if sharing is not None:
-            spliced = sharing.after_slice(state, stream_chunks)
-            if spliced is not None:
-                status = spliced.status
-                break
+            return status, timed_out, None
+        spliced = sharing.after_slice(state, stream_chunks)
+        if spliced is not None:
+            return spliced.status, False, spliced
         # slices cut short for sharing look at the clock as often as whole ones
         unclocked += int(state.sc[L.S_STEPS]) - before_steps
-        if timeout is not None and (sharing is None or unclocked >= slice_steps):
+        if timeout is not None and (not sharing.cuts_slices or unclocked >= run.slice_steps):
             unclocked = 0
-            if time.perf_counter() - started > timeout:
-                timed_out = True
-                break
+            if time.perf_counter() - run.started > timeout:
+                return status, True, None
 
+
+def _drain(state: MachineState, stream_chunks: list) -> None:
+    """Room for the next slice: the arena compacted or grown, the eviction
+    stream's full buffer moved out."""
+    if state.sc[L.S_ARENA_TOP] * 4 > len(state.regions.arena) * 3:
+        state.regions = grow_arena(state.regions, state.sc)
+    if state.sc[L.S_N_STREAM] >= len(state.stream):
+        stream_chunks.append(state.stream.copy())
+        state.sc[L.S_N_STREAM] = 0
+
+
+def _finish(run: _Run, state: MachineState, stream_chunks: list, sharing, status: int,
+            timed_out: bool, spliced, keep_state: bool) -> RunResult:
+    """The finish phase: the stream, the OOM frontier, the invariants, the summary."""
+    ctx = run.ctx
     if spliced is not None:
         sc, stream, frontier = spliced.sc, spliced.stream, spliced.frontier
-        sc[L.S_BUDGET] = budget
+        sc[L.S_BUDGET] = ctx.budget
     else:
         sc = state.sc
         stream_chunks.append(state.stream[:int(sc[L.S_N_STREAM])].copy())
         stream = np.concatenate(stream_chunks)
         frontier = None
         if status == L.STATUS_OOM and not timed_out:
-            depth = int(sc[L.S_DEPTH])
-            failing = int(state.frames[0, depth - 1])
-            request = int(program.op_total_size[program.tensor_op[failing]])
-            frontier = build_frontier(program, state, request)
-            for obs in observers:
+            frontier = _oom_frontier(ctx.program, state)
+            for obs in run.observers:
                 obs.on_oom(frontier)
-        compiled.check_invariants(graph, sc, state.st)   # a spliced run's rest was checked in its donor
-        if sharing is not None:
-            sharing.finish(state, stream, frontier, status, complete=not timed_out)
-    if sharing is not None:
-        steps_run = int(sc[L.S_STEPS]) - sharing.resumed_at - (spliced.steps if spliced else 0)
-        prefixes.finished(sharing.family, sharing.resumed_at, steps_run,
-                          spliced.steps if spliced else 0)
-    summary = _summarize(program, base, ctx, sc, status, timed_out, stream, frontier,
-                         time.perf_counter() - started)
+        compiled.check_invariants(run.graph, sc, state.st)  # a spliced run's rest was checked in its donor
+        sharing.finish(state, stream, frontier, status, complete=not timed_out)
+    sharing.finished(sc, spliced)
+    summary = _summarize(ctx.program, run.base, ctx, sc, status, timed_out, stream, frontier,
+                         time.perf_counter() - run.started)
     if summary.anomalies and os.environ.get(STRICT_INVARIANTS_ENV) == "1":
-        raise InvariantError(f"{program.name} at budget {budget} ({policy.name}): "
+        raise InvariantError(f"{ctx.program.name} at budget {ctx.budget} ({ctx.policy.name}): "
                              f"{summary.anomalies} broken invariants (semantics.md §13)")
-    for obs in observers:
+    for obs in run.observers:
         obs.on_finish(summary)
     return RunResult(summary, stream, frontier, state if keep_state else None)
+
+
+def _oom_frontier(program: Program, state: MachineState) -> Frontier:
+    """The frontier of the failed allocation (the innermost frame's tensor)."""
+    depth = int(state.sc[L.S_DEPTH])
+    failing = int(state.frames[0, depth - 1])
+    request = int(program.op_total_size[program.tensor_op[failing]])
+    return build_frontier(program, state, request)
 
 
 def _family(program: Program, policy: Policy, interventions: Interventions,

@@ -25,7 +25,7 @@ Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "c
                                  "memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats",
                                  "memo_acc", "memo_stack", "memo_gate",
                                  "block_order"])  # the last nine: WORK_FIELDS
-Regions.__doc__ = """Evicted neighbourhoods, two per storage (region 2*s forward, 2*s+1
+Regions.__doc__ = """Evicted neighbourhoods (engine/regions.py), two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
 arena; `compute` is each region's interior compute; large sets have a
 membership bitset (a row of `bits`, taken from the `free_slots` stack), and
@@ -34,7 +34,7 @@ interiors, and large frontiers made by shared walks.
 `memo_*` is work space of the shared walks of one direction's rebuilds
 (kernel._shared_rebuilds: memo rows, and masked walks, which borrow memo_row,
 memo_node and the first rows of memo_int and memo_fr; memo_gate holds how
-either has fared lately), and `block_order` of the arena's compaction; not
+either has fared lately, slots `layout.G_*`), and `block_order` of the arena's compaction; not
 state (a snapshot holds None there)."""
 
 ARENA_MIN = 1 << 22
@@ -74,7 +74,7 @@ def _work_space(n_tensors: int) -> dict:
                 memo_stats=np.full((rows, 2), -1, dtype=np.int64),
                 memo_acc=np.zeros((2, words), dtype=np.uint64),
                 memo_stack=np.zeros((rows + 1, 2), dtype=np.int64),
-                memo_gate=np.zeros(5, dtype=np.int64))
+                memo_gate=np.zeros(L.N_GATES, dtype=np.int64))
 
 
 def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
@@ -138,7 +138,8 @@ class MachineState:
 
     @classmethod
     def new(cls, g: KernelGraph, budget: int, remat_limit: int,
-            stream_capacity: int = STREAM_CAPACITY) -> "MachineState":
+            stream_capacity: int = STREAM_CAPACITY,
+            arena_size: int | None = None) -> "MachineState":
         n = len(g.tensor_op)
         sc = np.zeros(L.N_SCALARS, dtype=np.int64)
         sc[L.S_CLOCK] = 1
@@ -151,7 +152,7 @@ class MachineState:
         sc[L.S_POLICY_FAULT] = -1
         sc[L.S_NO_CANDIDATE] = -1
         sc[L.S_STOP_CMD] = -1   # no command boundary to stop at (engine/prefixes.py sets one)
-        regions = new_regions(n)
+        regions = new_regions(n, arena_size)
         sc[L.S_FREE_SLOTS] = len(regions.free_slots)
         sc[L.S_REMAT_LIMIT] = remat_limit
         st = np.zeros((len(STATE_ROWS), n), dtype=np.int64)
@@ -202,15 +203,17 @@ class MachineState:
             stream_chunks=tuple(stream_chunks))
 
     @classmethod
-    def resume(cls, snap: "Snapshot", budget: int) -> "MachineState":
+    def resume(cls, snap: "Snapshot", budget: int,
+               arena_size: int | None = None) -> "MachineState":
         """A fresh state equal to the snapshot's, running at `budget` (which
-        the snapshot must admit: then every step so far would have been the same)."""
+        the snapshot must admit: then every step so far would have been the same),
+        with an arena of at least `arena_size` slots."""
         if not snap.admits(budget):
             raise ValueError(f"budget {budget} is outside the snapshot's prefix interval "
                              f"[{snap.lo}, {snap.hi}]")
         s = snap.state
         rg = s.regions
-        arena = np.zeros(snap.arena_len, dtype=np.int64)
+        arena = np.zeros(max(snap.arena_len, arena_size or 0), dtype=np.int64)
         arena[:len(rg.arena)] = rg.arena
         bits = np.zeros(snap.bit_rows, dtype=np.uint64)
         used = rg.bit_slot[rg.bit_slot >= 0]

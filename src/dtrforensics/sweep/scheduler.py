@@ -166,7 +166,11 @@ class Scheduler:
                             continue
                         self._check_time()
                         lane = self.lanes.choose(point, backend.capacity, source.queue_per_worker)
-                        inflight[backend.submit(point, self.timeout, lane)] = point
+                        try:
+                            fut = backend.submit(point, self.timeout, lane)
+                        except cf.process.BrokenProcessPool:   # the lane's worker died already
+                            raise self._died(backend, point, inflight.values()) from None
+                        inflight[fut] = point
                 if not inflight:
                     break
                 for fut in backend.wait(inflight, self._wait_seconds()):

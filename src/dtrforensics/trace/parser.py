@@ -215,21 +215,53 @@ def parse_lines(lines, path: str = "<memory>", name: str | None = None,
 
 def _lower(records: list[tuple[int, dict]], path: str, name: str, sha256: str,
            last_line_no: int) -> Program:
-    b = _Builder(path)
-    name_map: dict[str, int] = {}
-    refs: dict[int, int] = {}
-    in_backward = False
-    pos = 0
-    n = len(records)
+    """Lower the program's records to ops and commands (semantics.md §2.2)."""
+    lowering = _Lowering(records, path, last_line_no)
+    while lowering.pos < len(records):
+        line_no, rec = records[lowering.pos]
+        lowering.pos += 1
+        instr = rec["INSTRUCTION"]
+        step = _STEPS.get(instr)
+        if step is not None:
+            step(lowering, line_no, rec)
+        elif instr == "ANNOTATE":
+            if rec.get("ANNOTATION") == "BACKWARD":
+                lowering.in_backward = True
+        elif instr in ("MEMORY", "ALIAS"):
+            raise TraceError(path, line_no,
+                             f"{instr} for {rec.get('NAME')!r} does not follow a CONSTANT or CALL")
+        else:
+            raise TraceError(path, line_no, f"unknown instruction {instr!r}")
+    b = lowering.b
+    if not b.op_cost:
+        raise TraceError(path, None, "the trace contains no operators")
+    for tid in lowering.name_map.values():
+        if lowering.refs[tid] > 0:
+            b.command(CMD_PIN, tid)
+    return b.program(name, sha256)
 
-    def take(kind: str, for_name: str, after: str, after_line: int) -> tuple[int, dict]:
-        nonlocal pos
-        if pos >= n:
-            raise TraceError(path, last_line_no,
+
+class _Lowering:
+    """The state of one lowering: the names in scope, their reference counts,
+    whether the backward pass began, and the next record."""
+
+    def __init__(self, records: list[tuple[int, dict]], path: str, last_line_no: int):
+        self.b = _Builder(path)
+        self.records, self.path, self.last_line_no = records, path, last_line_no
+        self.name_map: dict[str, int] = {}
+        self.refs: dict[int, int] = {}
+        self.in_backward = False
+        self.pos = 0
+
+    def take(self, kind: str, for_name: str, after: str, after_line: int) -> tuple[int, dict]:
+        """The next record, which must be the `kind` line for `for_name`."""
+        path = self.path
+        if self.pos >= len(self.records):
+            raise TraceError(path, self.last_line_no,
                              f"truncated file: {after} on line {after_line} is not followed by "
                              f"its {kind} line for {for_name!r}")
-        line_no, record = records[pos]
-        pos += 1
+        line_no, record = self.records[self.pos]
+        self.pos += 1
         if record["INSTRUCTION"] != kind:
             raise TraceError(path, line_no,
                              f"expected {kind} for {for_name!r} after {after} on line "
@@ -241,118 +273,123 @@ def _lower(records: list[tuple[int, dict]], path: str, name: str, sha256: str,
                              f"needs {for_name!r}")
         return line_no, record
 
-    def lookup(tensor_name: str, line_no: int, role: str) -> int:
+    def lookup(self, tensor_name: str, line_no: int, role: str) -> int:
         try:
-            return name_map[tensor_name]
+            return self.name_map[tensor_name]
         except KeyError:
-            raise TraceError(path, line_no, f"{role} {tensor_name!r} was never defined") from None
+            raise TraceError(self.path, line_no,
+                             f"{role} {tensor_name!r} was never defined") from None
 
-    while pos < n:
-        line_no, rec = records[pos]
-        pos += 1
-        instr = rec["INSTRUCTION"]
-        if instr == "CONSTANT":
-            cname = _field(rec, "NAME", path, line_no)
-            if cname in name_map:
-                raise TraceError(path, line_no, f"result name {cname!r} is already defined")
-            mline, mem = take("MEMORY", cname, "CONSTANT", line_no)
-            size = _nonneg_int(_field(mem, "MEMORY", path, mline), "MEMORY", path, mline)
-            (tid,) = b.add_op(line_no, CONSTANT_OP_NAME, 0, [], [size], [-1], [cname], in_backward)
-            b.command(CMD_PIN, tid)
-            name_map[cname] = tid
-            refs[tid] = 1
-        elif instr == "CALL":
-            results = _name_list(_field(rec, "RESULT", path, line_no), "RESULT", path, line_no)
-            op_name = _field(rec, "NAME", path, line_no)
-            if not isinstance(op_name, str):
-                raise TraceError(path, line_no, f"NAME must be a string, got {op_name!r}")
-            arg_names = _name_list(_field(rec, "ARGS", path, line_no), "ARGS", path, line_no)
-            cost = _nonneg_int(_field(rec, "TIME", path, line_no), "TIME", path, line_no)
-            in_backward = in_backward or "backward" in op_name
-            sizes, aliases = [], []
-            for result in results:
-                mline, mem = take("MEMORY", result, "CALL", line_no)
-                sizes.append(_nonneg_int(_field(mem, "MEMORY", path, mline), "MEMORY", path, mline))
-                aline, ali = take("ALIAS", result, "CALL", line_no)
-                try:
-                    alias = int(_field(ali, "ALIAS", path, aline))
-                except (TypeError, ValueError):
-                    raise TraceError(path, aline, f"ALIAS is not an integer: {ali.get('ALIAS')!r}") from None
-                if alias < -1 or alias >= len(arg_names):
-                    raise TraceError(path, aline,
-                                     f"ALIAS index {alias} out of range for {len(arg_names)} argument(s)")
-                aliases.append(alias)
-            args = [lookup(a, line_no, "argument") for a in arg_names]
-            for result in results:
-                if result in name_map:
-                    raise TraceError(path, line_no, f"result name {result!r} is already defined")
-            if len(set(results)) != len(results):
-                raise TraceError(path, line_no, "RESULT lists the same name twice")
-            tids = b.add_op(line_no, op_name, cost, args, sizes, aliases, results, in_backward)
-            for result, tid in zip(results, tids):
-                name_map[result] = tid
-                refs[tid] = 1
-        elif instr == "MUTATE":
-            op_name = _field(rec, "NAME", path, line_no)
-            arg_names = _name_list(_field(rec, "ARGS", path, line_no), "ARGS", path, line_no)
-            mutated = _field(rec, "MUTATE", path, line_no)
-            if not isinstance(mutated, list) or not all(isinstance(m, int) for m in mutated):
-                raise TraceError(path, line_no, f"MUTATE must be a list of argument indices, got {mutated!r}")
-            for m in mutated:
-                if m < 0 or m >= len(arg_names):
-                    raise TraceError(path, line_no,
-                                     f"MUTATE index {m} out of range for {len(arg_names)} argument(s)")
-            cost = _nonneg_int(_field(rec, "TIME", path, line_no), "TIME", path, line_no)
-            in_backward = in_backward or "backward" in str(op_name)
-            args = [lookup(a, line_no, "argument") for a in arg_names]
-            sizes = [b.storage_size_of(args[m]) for m in mutated]
-            new_names = [b.tensor_name(args[m]) + "$" for m in mutated]
-            tids = b.add_op(line_no, str(op_name), cost, args, sizes, [-1] * len(mutated),
-                            new_names, in_backward)
-            for m, tid in zip(mutated, tids):
-                old = name_map[arg_names[m]]
-                name_map[arg_names[m]] = tid
-                refs[tid] = 1
-                refs[old] -= 1
-                b.command(CMD_RELEASE, old)
-        elif instr == "COPY":
-            dst, src = _field(rec, "DST", path, line_no), _field(rec, "SRC", path, line_no)
-            if dst in name_map:
-                raise TraceError(path, line_no, f"COPY destination {dst!r} is already defined")
-            tid = lookup(src, line_no, "SRC")
-            name_map[dst] = tid
-            refs[tid] += 1
-            b.command(CMD_GET, tid)
-        elif instr == "COPY_FROM":
-            dst, src = _field(rec, "DST", path, line_no), _field(rec, "SRC", path, line_no)
-            old = lookup(dst, line_no, "DST")
-            tid = lookup(src, line_no, "SRC")
-            name_map[dst] = tid
-            refs[old] -= 1
-            refs[tid] += 1
+    def field(self, rec: dict, key: str, line_no: int):
+        return _field(rec, key, self.path, line_no)
+
+    def constant(self, line_no: int, rec: dict) -> None:
+        path = self.path
+        cname = self.field(rec, "NAME", line_no)
+        if cname in self.name_map:
+            raise TraceError(path, line_no, f"result name {cname!r} is already defined")
+        mline, mem = self.take("MEMORY", cname, "CONSTANT", line_no)
+        size = _nonneg_int(_field(mem, "MEMORY", path, mline), "MEMORY", path, mline)
+        (tid,) = self.b.add_op(line_no, CONSTANT_OP_NAME, 0, [], [size], [-1], [cname],
+                               self.in_backward)
+        self.b.command(CMD_PIN, tid)
+        self.name_map[cname] = tid
+        self.refs[tid] = 1
+
+    def call(self, line_no: int, rec: dict) -> None:
+        path = self.path
+        results = _name_list(self.field(rec, "RESULT", line_no), "RESULT", path, line_no)
+        op_name = self.field(rec, "NAME", line_no)
+        if not isinstance(op_name, str):
+            raise TraceError(path, line_no, f"NAME must be a string, got {op_name!r}")
+        arg_names = _name_list(self.field(rec, "ARGS", line_no), "ARGS", path, line_no)
+        cost = _nonneg_int(self.field(rec, "TIME", line_no), "TIME", path, line_no)
+        self.in_backward = self.in_backward or "backward" in op_name
+        sizes, aliases = [], []
+        for result in results:
+            mline, mem = self.take("MEMORY", result, "CALL", line_no)
+            sizes.append(_nonneg_int(_field(mem, "MEMORY", path, mline), "MEMORY", path, mline))
+            aliases.append(self._alias(result, line_no, len(arg_names)))
+        args = [self.lookup(a, line_no, "argument") for a in arg_names]
+        for result in results:
+            if result in self.name_map:
+                raise TraceError(path, line_no, f"result name {result!r} is already defined")
+        if len(set(results)) != len(results):
+            raise TraceError(path, line_no, "RESULT lists the same name twice")
+        tids = self.b.add_op(line_no, op_name, cost, args, sizes, aliases, results,
+                             self.in_backward)
+        for result, tid in zip(results, tids):
+            self.name_map[result] = tid
+            self.refs[tid] = 1
+
+    def _alias(self, result: str, line_no: int, n_args: int) -> int:
+        """The ALIAS line after a result's MEMORY line: an argument index or -1."""
+        path = self.path
+        aline, ali = self.take("ALIAS", result, "CALL", line_no)
+        try:
+            alias = int(_field(ali, "ALIAS", path, aline))
+        except (TypeError, ValueError):
+            raise TraceError(path, aline, f"ALIAS is not an integer: {ali.get('ALIAS')!r}") from None
+        if alias < -1 or alias >= n_args:
+            raise TraceError(path, aline,
+                             f"ALIAS index {alias} out of range for {n_args} argument(s)")
+        return alias
+
+    def mutate(self, line_no: int, rec: dict) -> None:
+        path, b = self.path, self.b
+        op_name = self.field(rec, "NAME", line_no)
+        arg_names = _name_list(self.field(rec, "ARGS", line_no), "ARGS", path, line_no)
+        mutated = self.field(rec, "MUTATE", line_no)
+        if not isinstance(mutated, list) or not all(isinstance(m, int) for m in mutated):
+            raise TraceError(path, line_no, f"MUTATE must be a list of argument indices, got {mutated!r}")
+        for m in mutated:
+            if m < 0 or m >= len(arg_names):
+                raise TraceError(path, line_no,
+                                 f"MUTATE index {m} out of range for {len(arg_names)} argument(s)")
+        cost = _nonneg_int(self.field(rec, "TIME", line_no), "TIME", path, line_no)
+        self.in_backward = self.in_backward or "backward" in str(op_name)
+        args = [self.lookup(a, line_no, "argument") for a in arg_names]
+        sizes = [b.storage_size_of(args[m]) for m in mutated]
+        new_names = [b.tensor_name(args[m]) + "$" for m in mutated]
+        tids = b.add_op(line_no, str(op_name), cost, args, sizes, [-1] * len(mutated),
+                        new_names, self.in_backward)
+        for m, tid in zip(mutated, tids):
+            old = self.name_map[arg_names[m]]
+            self.name_map[arg_names[m]] = tid
+            self.refs[tid] = 1
+            self.refs[old] -= 1
             b.command(CMD_RELEASE, old)
-            b.command(CMD_GET, tid)
-        elif instr == "RELEASE":
-            rname = _field(rec, "NAME", path, line_no)
-            if rname in name_map:
-                tid = name_map[rname]
-                refs[tid] -= 1
-                b.command(CMD_RELEASE, tid)
-        elif instr == "ANNOTATE":
-            if rec.get("ANNOTATION") == "BACKWARD":
-                in_backward = True
-        elif instr in ("MEMORY", "ALIAS"):
-            raise TraceError(path, line_no,
-                             f"{instr} for {rec.get('NAME')!r} does not follow a CONSTANT or CALL")
-        else:
-            raise TraceError(path, line_no, f"unknown instruction {instr!r}")
 
-    if not b.op_cost:
-        raise TraceError(path, None, "the trace contains no operators")
-    for tid in name_map.values():
-        if refs[tid] > 0:
-            b.command(CMD_PIN, tid)
-    return b.program(name, sha256)
+    def copy(self, line_no: int, rec: dict) -> None:
+        dst, src = self.field(rec, "DST", line_no), self.field(rec, "SRC", line_no)
+        if dst in self.name_map:
+            raise TraceError(self.path, line_no, f"COPY destination {dst!r} is already defined")
+        tid = self.lookup(src, line_no, "SRC")
+        self.name_map[dst] = tid
+        self.refs[tid] += 1
+        self.b.command(CMD_GET, tid)
+
+    def copy_from(self, line_no: int, rec: dict) -> None:
+        dst, src = self.field(rec, "DST", line_no), self.field(rec, "SRC", line_no)
+        old = self.lookup(dst, line_no, "DST")
+        tid = self.lookup(src, line_no, "SRC")
+        self.name_map[dst] = tid
+        self.refs[old] -= 1
+        self.refs[tid] += 1
+        self.b.command(CMD_RELEASE, old)
+        self.b.command(CMD_GET, tid)
+
+    def release(self, line_no: int, rec: dict) -> None:
+        rname = self.field(rec, "NAME", line_no)
+        if rname in self.name_map:
+            tid = self.name_map[rname]
+            self.refs[tid] -= 1
+            self.b.command(CMD_RELEASE, tid)
+
+
+_STEPS = {"CONSTANT": _Lowering.constant, "CALL": _Lowering.call, "MUTATE": _Lowering.mutate,
+          "COPY": _Lowering.copy, "COPY_FROM": _Lowering.copy_from,
+          "RELEASE": _Lowering.release}
 
 
 def parse_file(path: str | Path, name: str | None = None) -> Program:

@@ -1,0 +1,108 @@
+"""Bitsets over storage ids for the compiled kernel: rows of uint64 words,
+and the compiler settings every kernel module shares (`njit`).
+
+Bit scans compile to single instructions (cttz, ctpop); run as plain Python
+(`NUMBA_DISABLE_JIT=1`) they are the obvious loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit as numba_njit
+from numba.core import types
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic, overload
+
+
+def njit(*args, **options):
+    """numba's njit without its runtime's reference counting. The kernel never
+    allocates (every array comes from the driver, which owns it), and counting
+    references cost atomic operations on every call that passes the graph or
+    the regions (a third of a small trace's replay)."""
+    return numba_njit(*args, _nrt=False, **options)
+
+
+@njit(cache=True, inline="always")
+def in_bits(bits, slot, x):
+    """Whether x is in row `slot` of `bits`."""
+    return (bits[slot, x >> 6] >> np.uint64(x & 63)) & np.uint64(1) != 0
+
+
+@njit(cache=True, inline="always")
+def set_bit(bits, slot, x):
+    bits[slot, x >> 6] |= np.uint64(1) << np.uint64(x & 63)
+
+
+@njit(cache=True, inline="always")
+def clear_bit(bits, slot, x):
+    bits[slot, x >> 6] &= ~(np.uint64(1) << np.uint64(x & 63))
+
+
+def lowest_bit(x):
+    """Index of the lowest set bit of a nonzero uint64 (cttz when compiled)."""
+    x = int(x)
+    return (x & -x).bit_length() - 1
+
+
+@overload(lowest_bit)
+def _lowest_bit_compiled(x):
+    return lambda x: np.int64(trailing_zeros(x))
+
+
+def popcount(x):
+    """Number of set bits of a uint64 (ctpop when compiled)."""
+    return bin(int(x)).count("1")
+
+
+@intrinsic
+def _ctpop(typingctx, x):
+    """LLVM's population count of a uint64."""
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+    return types.uint64(types.uint64), codegen
+
+
+@overload(popcount)
+def _popcount_compiled(x):
+    return lambda x: np.int64(_ctpop(x))
+
+
+@njit(cache=True, inline="always")
+def bits_list(bits, words, out):
+    """The members of a bitset, in increasing order, into `out`; returns how many."""
+    return bits_list_range(bits, 0, words - 1, out)
+
+
+@njit(cache=True, inline="always")
+def bits_count_range(bits, lo_w, hi_w):
+    """The number of members of a bitset whose words outside [lo_w, hi_w] are zero."""
+    n = 0
+    for w in range(lo_w, hi_w + 1):
+        n += popcount(bits[w])
+    return n
+
+
+@njit(cache=True, inline="always")
+def bits_list_range(bits, lo_w, hi_w, out):
+    """`bits_list` of a bitset whose words outside [lo_w, hi_w] are zero."""
+    n = 0
+    for w in range(lo_w, hi_w + 1):
+        b = bits[w]
+        while b:
+            out[n] = w * 64 + lowest_bit(b)
+            n += 1
+            b &= b - np.uint64(1)
+    return n
+
+
+@njit(cache=True, inline="always")
+def bits_compute(bits, st_compute, words):
+    """The summed compute of a bitset's members."""
+    comp = 0
+    for w in range(words):
+        b = bits[w]
+        while b:
+            low = b & (~b + np.uint64(1))
+            comp += st_compute[w * 64 + lowest_bit(low)]
+            b ^= low
+    return comp
