@@ -13,7 +13,14 @@ import typer
 from .common import report_sweep, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, check_policies, output_folder, split_policies
+from .options import (
+    POLICY_HELP,
+    SCHEDULER_HELP,
+    check_policies,
+    output_folder,
+    split_policies,
+    sweep_engine,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -38,7 +45,7 @@ def sweep(
     timeout: Annotated[Optional[float], typer.Option(help="Wall-clock limit per run (s); a timed-out point is unresolved.")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores; 1 runs in this process).")] = None,
     engine: Annotated[Optional[str], typer.Option(help="process (default), dask (with --scheduler) or inline.")] = None,
-    scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address, e.g. tcp://host:8786.")] = None,
+    scheduler: Annotated[Optional[str], typer.Option(help=SCHEDULER_HELP)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_folder, help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
     max_points: Annotated[int, typer.Option(help="Refuse a sweep that could make more runs than this (grid, interior, refinement and exact runs, all policies).")] = 100_000,
     flush_rows: Annotated[int, typer.Option(help="Runs per Parquet part file (a kill loses at most one unflushed batch; batches are also flushed every 2 s).")] = 64,
@@ -49,15 +56,12 @@ def sweep(
     """Replay TRACE over a range of budgets, in parallel, resumably; then map its holes."""
     from ..render.console import err_console
     from ..sweep.resume import sweep_folder
-    from ..sweep.runner import ENGINES, check_size, run_sweep
+    from ..sweep.runner import check_size, run_sweep
     from ..sweep.store import SweepParams
     from ..trace import load_trace
 
     policies = split_policies(policy)
-    if engine is not None and engine not in ENGINES:
-        raise CommandError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
-    if (engine == "dask") != (scheduler is not None):
-        raise CommandError("--engine dask and --scheduler ADDRESS go together")
+    engine = sweep_engine(engine, scheduler)
     if jobs is not None and jobs < 1:
         raise CommandError("--jobs must be >= 1")
     if flush_rows < 1:

@@ -58,9 +58,11 @@ class Mapper:
     spent in this invocation or `until` (a monotonic time) comes."""
 
     def __init__(self, workdir: Path, *, map_seconds: float, run_timeout: float | None,
-                 jobs: int | None, progress: Progress | None = None):
+                 jobs: int | None, scheduler: str | None = None,
+                 progress: Progress | None = None):
         self.workdir = Path(workdir)
         self.map_seconds, self.run_timeout, self.jobs = map_seconds, run_timeout, jobs
+        self.scheduler = scheduler      # a Dask scheduler's address: the maps run there
         self.progress = progress or (lambda _p: None)
         self.ledger_path = self.workdir / LEDGER
         self.ledger: dict[str, float] = (json.loads(self.ledger_path.read_text())
@@ -111,7 +113,7 @@ class Mapper:
                                       time.monotonic() - started, self.map_seconds))
 
         if _run_until(self.program(spec.trace), spec, self._timeout(store, spec), folder, stop,
-                      jobs=self.jobs, report=report) and by_deadline:
+                      jobs=self.jobs, scheduler=self.scheduler, report=report) and by_deadline:
             self.out_of_time = True
         spent = time.monotonic() - started
         self.progress(MapProgress(self.index, self.total, spec, share, spent,
@@ -154,7 +156,8 @@ class Mapper:
 
 
 def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, until: float, *,
-               jobs: int | None, report: Callable[[float], None]) -> bool:
+               jobs: int | None, report: Callable[[float], None],
+               scheduler: str | None = None) -> bool:
     """The one call of `run_sweep`: run or resume the map of `spec` into `folder`
     until the monotonic time `until`, calling `report` with the certified share
     (exact walk) or the share of grid points run as runs finish; True when the
@@ -175,7 +178,9 @@ def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, unti
 
     # With run_sweep(deadline=...) (branch sweep), this line becomes
     # `return run_sweep(..., deadline=until).stopped is not None`.
+    engine = "dask" if scheduler else None
     return _stop_at(until, lambda: run_sweep(program, spec.params(timeout), folder, jobs=jobs,
+                                             engine=engine, scheduler=scheduler,
                                              observer=Watch(), max_points=MAX_WALK_RUNS))
 
 
