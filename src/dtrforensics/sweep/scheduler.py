@@ -36,6 +36,9 @@ class SweepObserver:
     def coverage(self, fractions: dict[str, float]) -> None:
         """Exact walk: certified fraction of the range, per policy."""
 
+    def estimated(self, estimate) -> None:
+        """Before any stage: what the sweep will cost (`sweep/estimate.py`), when asked."""
+
 
 # --- point sources --------------------------------------------------------------------
 
