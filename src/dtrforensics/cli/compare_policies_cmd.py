@@ -51,6 +51,7 @@ def compare_policies_command(
     from ..render.console import wide_console
     from ..render.policy_comparison import comparison_json, comparison_view, finish_lines
     from ..render.sweep import print_commands
+    from ..sweep.estimate import START_SAMPLES
     from ..sweep.resume import sweep_folder
     from ..sweep.store import SweepParams
     from ..trace import load_trace
@@ -76,7 +77,7 @@ def compare_policies_command(
         result = compare_policies(program, policies, ratio_from=ratio_from, ratio_to=ratio_to,
                                   step=step, exact=exact, out=out, jobs=jobs, timeout=timeout,
                                   max_runs=max_runs, observer=observer, engine=engine,
-                                  scheduler=scheduler)
+                                  scheduler=scheduler, estimate_samples=START_SAMPLES)
     figures = _figure(result, figure if figure is not None else out / "compare-policies")
     if as_json:
         print_json({**comparison_json(result), "figures": [str(p) for p in figures]})

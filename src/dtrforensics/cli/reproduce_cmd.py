@@ -117,7 +117,7 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
           + (f" for at most {total_seconds:g} s" if total_seconds else ""), file=sys.stderr)
     with (_bar(err, map_seconds) if err.is_terminal else _lines()) as show:
         result = findings(work, map_seconds=map_seconds, run_timeout=run_timeout, jobs=jobs,
-                          scheduler=scheduler, progress=show,
+                          scheduler=scheduler, progress=show, on_estimate=_say_estimate,
                           total_seconds=None if total_seconds is None else
                           total_seconds - (time.perf_counter() - started))
     command = (f"dtrf reproduce --findings -o {out} --map-seconds {map_seconds:g} "
@@ -127,6 +127,14 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
                           wall_seconds=time.perf_counter() - started)
     print(f"findings: {path}" + (" (partial: the time ran out; the next run resumes)"
                                  if result.out_of_time else ""), file=sys.stderr)
+
+
+def _say_estimate(spec, estimate) -> None:
+    """A long map's cost, on stderr before it runs."""
+    from ..render.sweep import estimate_line
+    if estimate.long:
+        print(f"{spec.name} {spec.policy_name} {spec.ratio_from:g}-{spec.ratio_to:g}: "
+              + estimate_line(estimate), file=sys.stderr, flush=True)
 
 
 LINE_SECONDS = 10.0     # a running map's progress line, at most this often

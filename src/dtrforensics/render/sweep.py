@@ -374,4 +374,6 @@ def estimate_line(est, workers: tuple[int, ...] = ()) -> str:
     on = ", ".join(f"{duration(est.wall_seconds(n))} on {n} worker{'s' * (n > 1)}" for n in ns)
     return (f"estimate: about {est.executions:,.0f} {kind} in the range{runs}, "
             f"{est.cpu_seconds / 3600:,.3g} CPU-hours: about {on} "
-            f"(calibrated from {est.sample_runs:,} runs in {est.sample_seconds:.1f} s)")
+            f"(calibrated from {est.sample_runs:,} runs in {est.sample_seconds:.1f} s"
+            + (f"; {est.cut} of its walks cut short for time: a low estimate" if est.cut else "")
+            + ")")

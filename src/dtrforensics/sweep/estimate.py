@@ -32,10 +32,11 @@ from . import grid
 from .exact import WALK_ROUND
 from .store import Point, SweepParams
 
-SAMPLES = 8             # strata per policy for `dtrf sweep --estimate`
-START_SAMPLES = 4       # per policy, when a sweep starts (its line is printed when long)
+SAMPLES = 16            # strata per policy for `dtrf sweep --estimate`
+START_SAMPLES = 8       # per policy, when a sweep starts (its line is printed when long)
 WIDE = 1000             # an interval of at least 1/WIDE of the range is wide
 CLUSTER_RUNS = 64       # runs of the walk below a wide interval, at most
+CALIBRATION_SECONDS = 60.0  # wall time the walks below wide intervals may take, at most
 LONG_SECONDS = 60.0     # CPU seconds from which a sweep is long
 SEED = 0
 
@@ -71,6 +72,7 @@ class Estimate:
     executions: float
     runs: float
     capped: bool                # --max-runs stops the walk before the range is done
+    cut: int                    # walks below wide intervals cut by the calibration's time
     cpu_seconds: float
     walk_cpu_seconds: float     # of which the exact walk's (at most WALK_ROUND runs at once)
     workers: int
@@ -90,6 +92,7 @@ class Estimate:
                 "samples": self.samples, "sample_runs": self.sample_runs,
                 "sample_seconds": self.sample_seconds,
                 "executions": self.executions, "runs": self.runs, "capped": self.capped,
+                "cut_walks": self.cut,
                 "cpu_seconds": self.cpu_seconds, "cpu_hours": self.cpu_seconds / 3600,
                 "workers": self.workers, "wall_seconds": self.wall_seconds()}
 
@@ -115,7 +118,7 @@ def wide(rng: tuple[int, int]) -> int:
 
 def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int],
                  samples: list[Sample], *, workers: int, sample_seconds: float = 0.0,
-                 sample_runs: int | None = None) -> Estimate:
+                 sample_runs: int | None = None, cut: int = 0) -> Estimate:
     """The estimate the samples give (module docstring)."""
     grid_points = len(grid.plan_grid(params, peak)) + len(grid.plan_interior(params, peak))
     executions = runs = cpu = walk_cpu = 0.0
@@ -146,8 +149,7 @@ def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int
         walk_cpu += t * made / n if n else 0.0
     return Estimate(trace, params.exact, len(params.policies), len(samples),
                     sum(1 + s.narrow for s in samples) if sample_runs is None else sample_runs,
-                    sample_seconds,
-                    executions, runs, capped, cpu, walk_cpu, workers)
+                    sample_seconds, executions, runs, capped, cut, cpu, walk_cpu, workers)
 
 
 class _Chain:
@@ -183,10 +185,14 @@ class _Chain:
 
 
 def calibrate(backend, program: Program, params: SweepParams, peak: int,
-              rng: tuple[int, int], per_policy: int = SAMPLES) -> Estimate:
+              rng: tuple[int, int], per_policy: int = SAMPLES,
+              seconds: float = CALIBRATION_SECONDS) -> Estimate:
     """Run the calibration on `backend` (a chain per stratum, all at once) and
-    estimate. A grid samples one run per stratum; an exact map walks."""
+    estimate. A grid samples one run per stratum; an exact map walks, and once
+    `seconds` have passed the walks below wide intervals stop where they are
+    (counted as cut: the estimate is then a low one)."""
     started = time.perf_counter()
+    cut = 0
     chains = [_Chain(p, b, w) for p, b, w in plan_samples(params, rng, per_policy)]
     todo = [(c, c.budget) for c in reversed(chains)]
     inflight: dict = {}
@@ -200,10 +206,12 @@ def calibrate(backend, program: Program, params: SweepParams, peak: int,
         for fut in backend.wait(inflight, 0.25):
             chain = inflight.pop(fut)
             below = chain.absorb(fut.result(), rng, params.exact)
-            if below is not None:
-                todo.append((chain, below))
+            if below is not None and time.perf_counter() - started > seconds:
+                cut += 1
+            elif below is not None:         # after every stratum's first run: breadth first
+                todo.insert(0, (chain, below))
     return from_samples(program.name, params, peak, rng, [c.sample() for c in chains],
-                        workers=backend.capacity, sample_runs=runs,
+                        workers=backend.capacity, sample_runs=runs, cut=cut,
                         sample_seconds=time.perf_counter() - started)
 
 
