@@ -12,9 +12,11 @@ interval J (at least 1/`WIDE` of the range), walks down from J through the
 narrow intervals below it, as the map itself will, up to the next wide one
 (at most `CLUSTER_RUNS` runs). J and its narrow followers are one unit; a
 stratum of width W whose budget landed in J stands for W / |J| units, with
-their runs and times: an unbiased count of the units when no cluster is cut
-short (a budget landing in a narrow interval counts nothing: its unit is the
-wide one above it). A grid's runs are counted, not estimated; their time is
+their runs: an unbiased count of the units when no cluster is cut short (a
+budget landing in a narrow interval counts nothing: its unit is the wide one
+above it). A unit's time is its runs at the mean time of its narrow runs (the
+map reaches J resuming from the unit above, as they do; the calibration's
+own run of J starts cold). A grid's runs are counted, not estimated; their time is
 the sampled runs' mean.
 
 The exact walk keeps at most `WALK_ROUND` runs per policy in flight, so more
@@ -140,7 +142,10 @@ def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int
             elif s.width >= wide(rng) or s.weight <= s.width:
                 share = s.weight / max(s.width, params.resolution)
                 n += share * (1 + s.narrow)
-                t += share * (s.seconds + s.narrow_seconds)
+                # the map reaches J from the unit above, resuming as its narrow
+                # runs do; the calibration's run of J started cold
+                t += share * ((1 + s.narrow) * s.narrow_seconds / s.narrow if s.narrow
+                              else s.seconds)
         made = min(n, params.max_runs)
         capped |= n > params.max_runs
         executions += n
