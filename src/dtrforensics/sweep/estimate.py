@@ -39,6 +39,7 @@ START_SAMPLES = 8       # per policy, when a sweep starts (its line is printed w
 WIDE = 1000             # an interval of at least 1/WIDE of the range is wide
 CLUSTER_RUNS = 64       # runs of the walk below a wide interval, at most
 CALIBRATION_SECONDS = 60.0  # wall time the walks below wide intervals may take, at most
+ESTIMATE_SECONDS = 300.0    # the same for `dtrf sweep --estimate`, which does nothing else
 LONG_SECONDS = 60.0     # CPU seconds from which a sweep is long
 SEED = 0
 

@@ -134,10 +134,11 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
 
 def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | None = None,
                    engine: str | None = None, scheduler: str | None = None,
-                   samples: int = 16, start_method: str = DEFAULT_START_METHOD) -> Estimate:
+                   samples: int = 16, seconds: float = 300.0,
+                   start_method: str = DEFAULT_START_METHOD) -> Estimate:
     """What the sweep `params` of `trace` would cost (`estimate.py`), from
-    `samples` calibration runs per policy on the backend it would run on; no
-    sweep folder is made."""
+    `samples` strata per policy calibrated on the backend it would run on, the
+    walks below wide intervals for at most `seconds`; no sweep folder is made."""
     params.validate()
     if isinstance(trace, Program):
         program = trace
@@ -152,7 +153,7 @@ def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | Non
                            scheduler=scheduler, start_method=start_method)
     try:
         estimate = calibrate(backend, program, params, base.peak,
-                             grid.range_bytes(params, base.peak), samples)
+                             grid.range_bytes(params, base.peak), samples, seconds)
     except BaseException:
         backend.close(abort=True)
         raise
