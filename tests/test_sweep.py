@@ -341,6 +341,14 @@ main()
 """
 
 
+def interruptible() -> None:
+    """In the child before exec: Ctrl-C as a terminal delivers it. A test run as
+    a background job inherits SIGINT ignored (and may have it blocked); Python
+    then installs no KeyboardInterrupt handler and the sweep never hears it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def start_and_stop(args, out, sig, parts, tmp_path):
     """Start the CLI sweep with its store patched to stop right after the flush that
     makes `parts` part files (rows flushed, the sweep unable to go on), send `sig` to
@@ -350,7 +358,8 @@ def start_and_stop(args, out, sig, parts, tmp_path):
     env = dict(os.environ, HOLD_AT_PARTS=str(parts), HELD_MARK=str(mark))
     proc = subprocess.Popen([sys.executable, str(script), *map(str, args)], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=interruptible)
     try:
         while not mark.exists():
             assert proc.poll() is None, "the sweep ended before it could be stopped"
@@ -361,14 +370,13 @@ def start_and_stop(args, out, sig, parts, tmp_path):
     return code
 
 
-@pytest.mark.slow
 def test_resume_after_ctrl_c_and_kill(logs, tmp_path):
     """Ctrl-C, then kill -9, then a resume that completes the sweep exactly.
 
-    Under `make test-full` only: run alone or with tests/test_sweep.py it
-    passes in seconds, but inside the whole default suite the interrupted
-    sweep (two single-worker pools) has not exited within 120 s in three of
-    four runs; the cause is not found yet."""
+    The sweep is started with SIGINT at its default and unblocked
+    (`interruptible`): run from a background job, the suite inherits it
+    ignored, and an ignored SIGINT is what kept the interrupted sweep from
+    exiting when this test ran inside the whole suite."""
     out = tmp_path / "s"
     args = ["sweep", logs["chain"], "--from", "0.3", "--to", "0.9", "--step", "0.01",
             "--jobs", "2", "--flush-rows", "2", "--out", out, "--no-progress"]
