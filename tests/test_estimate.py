@@ -150,3 +150,11 @@ def test_a_long_sweep_says_its_estimate_first(tmp_path, monkeypatch):
     code, _, err, exc = cli(*args, "--out", tmp_path / "b")
     assert code == 0, (err, exc)
     assert "estimate: about " in err and err.index("estimate:") < err.index("runs in")
+
+
+def test_the_sweeps_own_wall_time_is_at_the_parallelism_its_calibration_achieved():
+    params = SweepParams(0.1, 0.9, 0.1)
+    samples = [E.Sample("dtr", 10, 1, 5, 2.0)]
+    est = E.from_samples("t", params, 1000, (100, 900), samples, workers=4, parallelism=1.5)
+    assert est.wall_seconds() == est.cpu_seconds / 1.5      # four workers sharing 1.5 cores
+    assert est.wall_seconds(4) == est.cpu_seconds / 4       # four with a core each

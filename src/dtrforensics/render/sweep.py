@@ -365,13 +365,16 @@ def duration(seconds: float) -> str:
 
 def estimate_line(est, workers: tuple[int, ...] = ()) -> str:
     """One line: executions, CPU-hours, and about how long on the sweep's workers
-    (and on each of `workers`), with what the estimate was calibrated from."""
+    at the parallelism its calibration achieved (and on each of `workers`, with a
+    core each), with what the estimate was calibrated from."""
     kind = "distinct executions" if est.exact else "runs"
     runs = ("" if round(est.runs) == round(est.executions) else
             f"; --max-runs stops this sweep after about {est.runs:,.0f} runs"
             if est.capped else f"; this sweep makes about {est.runs:,.0f} runs")
-    ns = sorted({est.workers, *workers})
-    on = ", ".join(f"{duration(est.wall_seconds(n))} on {n} worker{'s' * (n > 1)}" for n in ns)
+    ns = sorted(set(workers) - {est.workers})
+    on = ", ".join([f"{duration(est.wall_seconds(n))} on {n} free worker{'s' * (n > 1)}"
+                    for n in ns] + [f"{duration(est.wall_seconds())} on this sweep's "
+                                    f"{est.workers} worker{'s' * (est.workers > 1)}"])
     return (f"estimate: about {est.executions:,.0f} {kind} in the range{runs}, "
             f"{est.cpu_seconds / 3600:,.3g} CPU-hours: about {on} "
             f"(calibrated from {est.sample_runs:,} runs in {est.sample_seconds:.1f} s"

@@ -79,10 +79,15 @@ class Estimate:
     cpu_seconds: float
     walk_cpu_seconds: float     # of which the exact walk's (at most WALK_ROUND runs at once)
     workers: int
+    parallelism: float = 0.0    # runs at once the calibration achieved (0: not measured)
 
     def wall_seconds(self, workers: int | None = None) -> float:
-        """About how long on `workers` (default: the sweep's) runs at once."""
+        """About how long on `workers` runs at once; by default the sweep's, at
+        the parallelism its calibration achieved on them (workers sharing
+        cores with other work run fewer runs at once than there are workers)."""
         n = max(1, workers or self.workers)
+        if workers is None and self.parallelism:
+            n = max(1.0, min(n, self.parallelism))
         walk = self.walk_cpu_seconds / min(n, WALK_ROUND * self.policies)
         return (self.cpu_seconds - self.walk_cpu_seconds) / n + walk
 
@@ -97,7 +102,8 @@ class Estimate:
                 "executions": self.executions, "runs": self.runs, "capped": self.capped,
                 "cut_walks": self.cut,
                 "cpu_seconds": self.cpu_seconds, "cpu_hours": self.cpu_seconds / 3600,
-                "workers": self.workers, "wall_seconds": self.wall_seconds()}
+                "workers": self.workers, "parallelism": self.parallelism,
+                "wall_seconds": self.wall_seconds()}
 
 
 def plan_samples(params: SweepParams, rng: tuple[int, int], per_policy: int,
@@ -121,7 +127,8 @@ def wide(rng: tuple[int, int]) -> int:
 
 def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int],
                  samples: list[Sample], *, workers: int, sample_seconds: float = 0.0,
-                 sample_runs: int | None = None, cut: int = 0) -> Estimate:
+                 sample_runs: int | None = None, cut: int = 0,
+                 parallelism: float = 0.0) -> Estimate:
     """The estimate the samples give (module docstring)."""
     grid_points = len(grid.plan_grid(params, peak)) + len(grid.plan_interior(params, peak))
     executions = runs = cpu = walk_cpu = 0.0
@@ -155,7 +162,8 @@ def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int
         walk_cpu += t * made / n if n else 0.0
     return Estimate(trace, params.exact, len(params.policies), len(samples),
                     sum(1 + s.narrow for s in samples) if sample_runs is None else sample_runs,
-                    sample_seconds, executions, runs, capped, cut, cpu, walk_cpu, workers)
+                    sample_seconds, executions, runs, capped, cut, cpu, walk_cpu, workers,
+                    parallelism)
 
 
 class _Chain:
@@ -202,7 +210,7 @@ def calibrate(backend, program: Program, params: SweepParams, peak: int,
     chains = [_Chain(p, b, w) for p, b, w in plan_samples(params, rng, per_policy)]
     todo = [(c, c.budget) for c in reversed(chains)]
     inflight: dict = {}
-    runs = 0
+    runs, run_seconds = 0, 0.0
     while todo or inflight:
         while todo and len(inflight) < 2 * backend.capacity:
             chain, budget = todo.pop()
@@ -211,14 +219,17 @@ def calibrate(backend, program: Program, params: SweepParams, peak: int,
             runs += 1
         for fut in backend.wait(inflight, 0.25):
             chain = inflight.pop(fut)
-            below = chain.absorb(fut.result(), rng, params.exact)
+            row = fut.result()
+            run_seconds += row["wall_seconds"]
+            below = chain.absorb(row, rng, params.exact)
             if below is not None and time.perf_counter() - started > seconds:
                 cut += 1
             elif below is not None:         # after every stratum's first run: breadth first
                 todo.insert(0, (chain, below))
+    wall = time.perf_counter() - started
     return from_samples(program.name, params, peak, rng, [c.sample() for c in chains],
                         workers=backend.capacity, sample_runs=runs, cut=cut,
-                        sample_seconds=time.perf_counter() - started)
+                        sample_seconds=wall, parallelism=run_seconds / wall if wall else 0.0)
 
 
 def _width(row: dict, rng: tuple[int, int]) -> int | None:
