@@ -158,3 +158,15 @@ def test_the_sweeps_own_wall_time_is_at_the_parallelism_its_calibration_achieved
     est = E.from_samples("t", params, 1000, (100, 900), samples, workers=4, parallelism=1.5)
     assert est.wall_seconds() == est.cpu_seconds / 1.5      # four workers sharing 1.5 cores
     assert est.wall_seconds(4) == est.cpu_seconds / 4       # four with a core each
+
+
+def test_a_findings_map_hears_its_estimate_before_it_runs(tmp_path):
+    from dtrforensics.reproduce.findings import plan as P
+    from dtrforensics.reproduce.findings import run as RUN
+    spec = P.MapSpec("hole", "dtr", 0.90, 0.93, "public")
+    heard, shares = [], []
+    import time
+    RUN._run_until(load_trace("hole"), spec, None, tmp_path / "m", time.monotonic() + 600, jobs=1,
+                   report=shares.append, on_estimate=heard.append)
+    assert len(heard) == 1 and heard[0].exact and heard[0].executions >= 1
+    assert shares and shares[-1] == 1.0                  # then the map ran to its end
