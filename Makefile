@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/sweep_share.py
 	$(BIN)/python benchmarks/shared_work.py
+	$(BIN)/python benchmarks/cluster.py
 	$(BIN)/python benchmarks/trace_cache.py
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/torch_record.py

@@ -488,25 +488,6 @@ def test_process_pool_and_repeats(logs, tmp_path):
     assert [r for r in table(tmp_path / "p") if r["rep"] == 0] == table(tmp_path / "i")
 
 
-def test_dask_local_cluster(logs, tmp_path):
-    distributed = pytest.importorskip("distributed")
-    params = SweepParams(0.3, 1.0, 0.02, exact=True)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
-        result = runner.run_sweep(logs["hole"], params, tmp_path / "d", engine="dask",
-                                  scheduler=cluster.scheduler_address)
-    assert result.coverage == {"dtr": 1.0}
-    runner.run_sweep(logs["hole"], params, tmp_path / "i", jobs=1)
-    cols = ("policy", "budget", "rep", *EXECUTION_COLUMNS)
-    on_dask = {(r["policy"], r["budget"]): [r[c] for c in cols] for r in table(tmp_path / "d")}
-    inline = {(r["policy"], r["budget"]): [r[c] for c in cols] for r in table(tmp_path / "i")}
-    common = set(on_dask) & set(inline)                  # walk steps may differ, grid points not
-    assert len(common) >= 36
-    assert all(on_dask[k] == inline[k] for k in common)
-    assert holes.analyze(tmp_path / "d").policy("dtr").exact.merged == \
-        holes.analyze(tmp_path / "i").policy("dtr").exact.merged
-
-
 # --- the CLI ----------------------------------------------------------------------------
 
 def test_cli_sweep_holes_and_plot(logs, tmp_path):

@@ -52,3 +52,8 @@ class PolicyError(UserError):
     """A policy from a file that cannot be loaded or compiled, or whose score
     failed (raised, NaN, negative) during a replay: the message names the file
     and line, and the decision where it happened."""
+
+
+class ClusterError(UserError):
+    """The cluster a sweep runs on cannot be reached, or was lost while it ran:
+    the runs finished before are kept and the same command resumes the sweep."""

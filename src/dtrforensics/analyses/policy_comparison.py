@@ -85,14 +85,17 @@ def compare_policies(trace, policies: tuple[str, ...], *, ratio_from: float, rat
                      step: float | None = None, exact: bool = False,
                      out: str | os.PathLike, jobs: int | None = None,
                      timeout: float | None = None, max_runs: int = 2000,
-                     observer: SweepObserver | None = None) -> PolicyComparison:
+                     observer: SweepObserver | None = None, engine: str | None = None,
+                     scheduler: str | None = None, estimate_samples: int = 0
+                     ) -> PolicyComparison:
     """Sweep `policies` over [ratio_from, ratio_to] into `out` (resumed if there)
-    and compare them."""
+    and compare them; `engine` and `scheduler` say where the runs go (`run_sweep`)."""
     params = SweepParams(ratio_from=ratio_from, ratio_to=ratio_to, step=step,
                          policies=tuple(policies), exact=exact, timeout=timeout,
                          max_runs=max_runs)
     params.validate()
-    run_sweep(trace, params, out, jobs=jobs, observer=observer)
+    run_sweep(trace, params, out, jobs=jobs, observer=observer, engine=engine,
+              scheduler=scheduler, estimate_samples=estimate_samples)
     return comparison_of(out)
 
 

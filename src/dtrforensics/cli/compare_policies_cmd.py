@@ -12,11 +12,13 @@ from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import (
     POLICY_HELP,
+    SCHEDULER_HELP,
     check_policies,
     check_timeout,
     output_file,
     output_folder,
     split_policies,
+    sweep_engine,
 )
 
 
@@ -34,6 +36,7 @@ def compare_policies_command(
     max_runs: Annotated[int, typer.Option(help="Exact mode: at most this many walk runs per policy.")] = 2000,
     timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per run (s); a timed-out point is unresolved.")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
+    scheduler: Annotated[Optional[str], typer.Option(help=SCHEDULER_HELP)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_folder, help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest with the same parameters, to resume).")] = None,
     figure: Annotated[Optional[Path], typer.Option(callback=output_file, help="Figure path without suffix (default SWEEP/compare-policies): .png and .svg.")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
@@ -48,12 +51,14 @@ def compare_policies_command(
     from ..render.console import wide_console
     from ..render.policy_comparison import comparison_json, comparison_view, finish_lines
     from ..render.sweep import print_commands
+    from ..sweep.estimate import START_SAMPLES
     from ..sweep.resume import sweep_folder
     from ..sweep.store import SweepParams
     from ..trace import load_trace
 
     if jobs is not None and jobs < 1:
         raise CommandError("--jobs must be >= 1")
+    engine = sweep_engine(None, scheduler)
     policies = split_policies(policy)
     if len(set(policies)) != len(policies):
         raise CommandError("--policy names a policy twice")
@@ -71,7 +76,8 @@ def compare_policies_command(
                   progress=not no_progress) as observer:
         result = compare_policies(program, policies, ratio_from=ratio_from, ratio_to=ratio_to,
                                   step=step, exact=exact, out=out, jobs=jobs, timeout=timeout,
-                                  max_runs=max_runs, observer=observer)
+                                  max_runs=max_runs, observer=observer, engine=engine,
+                                  scheduler=scheduler, estimate_samples=START_SAMPLES)
     figures = _figure(result, figure if figure is not None else out / "compare-policies")
     if as_json:
         print_json({**comparison_json(result), "figures": [str(p) for p in figures]})

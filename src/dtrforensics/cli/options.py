@@ -197,3 +197,20 @@ def factory_settings(pairs: list[str], given: dict[str, object]) -> dict[str, ob
             raise CommandError(f"--set {pair} and --{key.replace('_', '-')} {given[key]} both set {key}: give one")
         settings[key] = _setting_value(value)
     return settings
+
+
+SCHEDULER_HELP = ("A Dask scheduler's address (tcp://host:8786): run the points on its "
+                  "cluster (docs/cluster.md); implies --engine dask.")
+
+
+def sweep_engine(engine: str | None, scheduler: str | None) -> str | None:
+    """`--engine` and `--scheduler` as the sweep takes them: a scheduler address
+    means the dask engine, and the dask engine needs one."""
+    from ..sweep.backends import ENGINES
+    if engine is not None and engine not in ENGINES:
+        raise CommandError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    if scheduler is not None and engine in (None, "dask"):
+        return "dask"
+    if (engine == "dask") != (scheduler is not None):
+        raise CommandError("--engine dask and --scheduler ADDRESS go together")
+    return engine

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from .errors import CommandError
-from .options import POLICY_HELP, check_policy, output_folder
+from .options import POLICY_HELP, SCHEDULER_HELP, check_policy, output_folder
 
 
 def register(app: typer.Typer) -> None:
@@ -27,6 +27,7 @@ def reproduce_command(
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified.")] = 120.0,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="With --findings: worker processes (default: one per core).")] = None,
     total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", help="With --findings: finish within this many seconds: the running map stops, maps not reached are read as stored, and findings.md says it is partial (the next run resumes).")] = None,
+    scheduler: Annotated[Optional[str], typer.Option(help="With --findings: " + SCHEDULER_HELP)] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help="The policy that stands in for DTR in every claim about DTR (the ablation claims keep their ablations): do the findings hold under it? " + POLICY_HELP)] = "dtr",
 ) -> None:
     """Both DTR studies' published numbers beside ours, with a verdict each, and their
@@ -40,8 +41,11 @@ def reproduce_command(
         if policy != "dtr":
             raise CommandError("--findings maps the built-in policies; --policy goes with the "
                                "claims (drop --findings), or use dtrf compare-policies")
-        _findings(out, map_seconds, run_timeout, jobs, total_seconds)
+        _findings(out, map_seconds, run_timeout, jobs, total_seconds, scheduler)
         return
+    if scheduler is not None:
+        raise CommandError("--scheduler goes with --findings (the claims' runs are short "
+                           "and run here)")
     from ..errors import UserError
     from ..render.console import err_console, wide_console
     from ..render.reproduce import print_reproduction
@@ -87,7 +91,7 @@ def _claim_work(out: Path, *, create: bool = True) -> None:
 
 
 def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | None,
-              total_seconds: float | None) -> None:
+              total_seconds: float | None, scheduler: str | None) -> None:
     """`--findings`: run or resume the maps with progress on stderr (a bar on a
     terminal, a line per map and every few seconds elsewhere), write findings.md;
     `total_seconds` counts from here."""
@@ -109,10 +113,12 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
     err = err_console()
     work = out / "work" / "findings"
     print(f"findings: mapping into {work}"
+          + (f" on the Dask cluster at {scheduler}" if scheduler else "")
           + (f" for at most {total_seconds:g} s" if total_seconds else ""), file=sys.stderr)
     with (_bar(err, map_seconds) if err.is_terminal else _lines()) as show:
         result = findings(work, map_seconds=map_seconds, run_timeout=run_timeout, jobs=jobs,
-                          progress=show, total_seconds=None if total_seconds is None else
+                          scheduler=scheduler, progress=show, on_estimate=_say_estimate,
+                          total_seconds=None if total_seconds is None else
                           total_seconds - (time.perf_counter() - started))
     command = (f"dtrf reproduce --findings -o {out} --map-seconds {map_seconds:g} "
                f"--run-timeout {run_timeout:g}"
@@ -121,6 +127,14 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
                           wall_seconds=time.perf_counter() - started)
     print(f"findings: {path}" + (" (partial: the time ran out; the next run resumes)"
                                  if result.out_of_time else ""), file=sys.stderr)
+
+
+def _say_estimate(spec, estimate) -> None:
+    """A long map's cost, on stderr before it runs."""
+    from ..render.sweep import estimate_line
+    if estimate.long:
+        print(f"{spec.name} {spec.policy_name} {spec.ratio_from:g}-{spec.ratio_to:g}: "
+              + estimate_line(estimate), file=sys.stderr, flush=True)
 
 
 LINE_SECONDS = 10.0     # a running map's progress line, at most this often

@@ -13,7 +13,14 @@ import typer
 from .common import report_sweep, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, check_policies, output_folder, split_policies
+from .options import (
+    POLICY_HELP,
+    SCHEDULER_HELP,
+    check_policies,
+    output_folder,
+    split_policies,
+    sweep_engine,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -38,26 +45,25 @@ def sweep(
     timeout: Annotated[Optional[float], typer.Option(help="Wall-clock limit per run (s); a timed-out point is unresolved.")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores; 1 runs in this process).")] = None,
     engine: Annotated[Optional[str], typer.Option(help="process (default), dask (with --scheduler) or inline.")] = None,
-    scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address, e.g. tcp://host:8786.")] = None,
+    scheduler: Annotated[Optional[str], typer.Option(help=SCHEDULER_HELP)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_folder, help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
     max_points: Annotated[int, typer.Option(help="Refuse a sweep that could make more runs than this (grid, interior, refinement and exact runs, all policies).")] = 100_000,
     flush_rows: Annotated[int, typer.Option(help="Runs per Parquet part file (a kill loses at most one unflushed batch; batches are also flushed every 2 s).")] = 64,
     max_seconds: Annotated[Optional[float], typer.Option(help="Stop cleanly after this many seconds (runs in flight are dropped); the same command continues the sweep.")] = None,
+    estimate: Annotated[bool, typer.Option("--estimate", help="Only say what the sweep would cost (executions, CPU-hours, time on the workers), from a short sample of runs; store nothing.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the holes report as JSON.")] = False,
 ) -> None:
     """Replay TRACE over a range of budgets, in parallel, resumably; then map its holes."""
     from ..render.console import err_console
+    from ..sweep.estimate import START_SAMPLES
     from ..sweep.resume import sweep_folder
-    from ..sweep.runner import ENGINES, check_size, run_sweep
+    from ..sweep.runner import check_size, run_sweep
     from ..sweep.store import SweepParams
     from ..trace import load_trace
 
     policies = split_policies(policy)
-    if engine is not None and engine not in ENGINES:
-        raise CommandError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
-    if (engine == "dask") != (scheduler is not None):
-        raise CommandError("--engine dask and --scheduler ADDRESS go together")
+    engine = sweep_engine(engine, scheduler)
     if jobs is not None and jobs < 1:
         raise CommandError("--jobs must be >= 1")
     if flush_rows < 1:
@@ -75,6 +81,9 @@ def sweep(
     check_size(params, max_points)
     program = load_trace(trace)
     announce_compile()
+    if estimate:
+        _estimate(program, params, jobs, engine, scheduler, as_json)
+        return
     out = out if out is not None else sweep_folder(program.name, program.sha256, params)
     import time
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
@@ -82,9 +91,25 @@ def sweep(
                   progress=not no_progress) as observer:
         result = run_sweep(program, params, out, jobs=jobs, engine=engine, scheduler=scheduler,
                            observer=observer, flush_rows=flush_rows, max_points=max_points,
-                           deadline=deadline)
+                           deadline=deadline, estimate_samples=START_SAMPLES)
     err_console().print(f"{result.ran} runs in {result.seconds:.1f} s"
               + (f", {result.skipped} already stored (resumed)" if result.skipped else "")
               + ("; stopped at --max-seconds: the same command continues it"
                  if result.stopped else ""))
     report_sweep(out, None, None, as_json)
+
+
+def _estimate(program, params, jobs, engine, scheduler, as_json: bool) -> None:
+    """`--estimate`: the calibration sample alone, its estimate on stdout."""
+    from ..render.console import err_console
+    from ..render.sweep import estimate_line
+    from ..sweep.estimate import ESTIMATE_SECONDS, SAMPLES
+    from ..sweep.runner import estimate_sweep
+    err_console().print(f"estimating the sweep of {program.name} from {SAMPLES} samples per policy")
+    est = estimate_sweep(program, params, jobs=jobs, engine=engine, scheduler=scheduler,
+                         samples=SAMPLES, seconds=ESTIMATE_SECONDS)
+    if as_json:
+        from .common import print_json
+        print_json(est.to_json())
+    else:
+        print(estimate_line(est, workers=(1,)))

@@ -317,6 +317,12 @@ class SweepProgress:
     def __exit__(self, *exc):
         self.progress.stop()
 
+    def estimated(self, estimate) -> None:
+        """A long sweep says what it will cost before it spends it."""
+        if estimate.long:
+            self.progress.console.print(estimate_line(estimate), highlight=False,
+                                        soft_wrap=True)
+
     def stage(self, name: str, todo: int, skipped: int) -> None:
         self.counts = {"ok": 0, "fail": 0, "unresolved": 0}
         self.exact = name == "exact"
@@ -344,3 +350,33 @@ class SweepProgress:
             mean = sum(fractions.values()) / len(fractions)
             self.progress.update(self.task, completed=int(mean * 1000),
                                  description=f"exact {mean:6.1%}")
+
+
+def duration(seconds: float) -> str:
+    """A rough duration: '40 s', '12 min', '3.5 h', '9.2 days'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.1f} days"
+
+
+def estimate_line(est, workers: tuple[int, ...] = ()) -> str:
+    """One line: executions, CPU-hours, and about how long on the sweep's workers
+    at the parallelism its calibration achieved (and on each of `workers`, with a
+    core each), with what the estimate was calibrated from."""
+    kind = "distinct executions" if est.exact else "runs"
+    runs = ("" if round(est.runs) == round(est.executions) else
+            f"; --max-runs stops this sweep after about {est.runs:,.0f} runs"
+            if est.capped else f"; this sweep makes about {est.runs:,.0f} runs")
+    ns = sorted(set(workers) - {est.workers})
+    on = ", ".join([f"{duration(est.wall_seconds(n))} on {n} free worker{'s' * (n > 1)}"
+                    for n in ns] + [f"{duration(est.wall_seconds())} on this sweep's "
+                                    f"{est.workers} worker{'s' * (est.workers > 1)}"])
+    return (f"estimate: about {est.executions:,.0f} {kind} in the range{runs}, "
+            f"{est.cpu_seconds / 3600:,.3g} CPU-hours: about {on} "
+            f"(calibrated from {est.sample_runs:,} runs in {est.sample_seconds:.1f} s"
+            + (f"; {est.cut} of its walks cut short for time: a low estimate" if est.cut else "")
+            + ")")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ..engine.prefixes import PrefixCache
 from ..engine.replay import prepared, replay
+from ..errors import ClusterError
 from ..trace.program import Program
 from .store import Point, row_from_summary
 
@@ -191,7 +192,13 @@ class ProcessBackend:
 
 
 class DaskBackend:
-    """Tasks on a Dask distributed cluster; a worker plugin installs the program."""
+    """Tasks on a Dask distributed cluster given by its scheduler's address; a
+    worker plugin installs the program on every worker, those that join later
+    too. A worker lost mid-map costs nothing but time: the scheduler reruns its
+    points elsewhere (results are deterministic). The scheduler lost is a
+    `ClusterError`; what finished is stored and the sweep resumes."""
+
+    CAPACITY_SECONDS = 2.0      # how often the cluster's thread count is read again
 
     def __init__(self, program: Program, thrash_factor: float, scheduler: str,
                  jobs: int | None = None):
@@ -200,12 +207,33 @@ class DaskBackend:
         except ImportError:
             raise ImportError("--engine dask needs the 'dask' extra: "
                               "pip install 'dtrforensics[dask]'") from None
-        self.sha256 = program.sha256
-        self.client = Client(scheduler, timeout="30s")
+        _quiet_dask_client()
+        self.sha256, self.address, self.jobs = program.sha256, scheduler, jobs
+        try:
+            # waits dask's connect timeout (distributed.comm.timeouts.connect, 30 s)
+            self.client = Client(scheduler)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ClusterError(f"cannot reach the Dask scheduler at {scheduler} "
+                               f"({_first_line(exc)}): is `dask scheduler` running there?"
+                               ) from None
         self.client.register_plugin(_program_plugin(program, thrash_factor),
                                     name=f"dtrf-program-{program.sha256[:16]}")
-        threads = sum(self.client.nthreads().values())
-        self.capacity = jobs or max(1, threads)
+        self._capacity, self._read_at = 1, float("-inf")
+
+    @property
+    def capacity(self) -> int:
+        """Runs at once: `jobs`, else the cluster's worker threads now (workers
+        may join or leave while a sweep runs)."""
+        if self.jobs:
+            return self.jobs
+        now = time.monotonic()
+        if now - self._read_at >= self.CAPACITY_SECONDS:
+            self._read_at = now
+            try:
+                self._capacity = max(1, sum(self.client.nthreads().values()))
+            except Exception:  # noqa: BLE001 - the scheduler's loss shows up in the results
+                pass
+        return self._capacity
 
     def submit(self, point: Point, timeout: float | None, lane: int = 0):
         return self.client.submit(run_point, self.sha256, point, timeout, pure=False)
@@ -213,14 +241,44 @@ class DaskBackend:
     def wait(self, futures, timeout: float) -> list:
         from distributed import wait
         futures = list(futures)
+        if self.client.status != "running":     # the scheduler lost: they fail as cancelled
+            return futures
         try:
             wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
         except TimeoutError:
             pass
         return [f for f in futures if f.done()]
 
+    def failure(self, exc: BaseException) -> str | None:
+        """What a failed point's exception says about the cluster: 'scheduler'
+        (connection lost), 'worker' (its task killed every worker it ran on), or
+        None (the run itself failed)."""
+        from distributed import KilledWorker
+        if isinstance(exc, KilledWorker):
+            return "worker"
+        if isinstance(exc, cf.CancelledError) or self.client.status not in ("running",):
+            return "scheduler"
+        return None
+
     def close(self, abort: bool = False) -> None:
-        self.client.close()
+        try:
+            self.client.close(timeout=5 if abort else 30)
+        except Exception:  # noqa: BLE001 - a lost scheduler: nothing left to close
+            pass
+
+
+def _quiet_dask_client() -> None:
+    """The client's own log lines (reconnect attempts, the traceback of a lost
+    connection) would bury the one line a sweep says about it."""
+    import logging
+    for name in ("distributed.client", "distributed.utils", "distributed.core",
+                 "distributed.comm", "distributed.batched"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _program_plugin(program: Program, thrash_factor: float):

@@ -32,6 +32,7 @@ from .backends import (  # noqa: F401
     default_jobs,
     make_backend,
 )
+from .estimate import Estimate, calibrate
 from .exact import ExactWalk, Gap, WalkRounds
 from .scheduler import OutOfTime, Scheduler, StageCount, Static, SweepObserver, WorkerDiedError  # noqa: F401
 from .store import Point, SweepParams, SweepStore, TraceInfo
@@ -76,7 +77,7 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
               scheduler: str | None = None, observer: SweepObserver | None = None,
               start_method: str = DEFAULT_START_METHOD, flush_rows: int = 64,
               flush_seconds: float = 2.0, max_points: int = MAX_POINTS,
-              deadline: float | None = None) -> SweepResult:
+              deadline: float | None = None, estimate_samples: int = 0) -> SweepResult:
     """Run (or resume, or extend) the sweep `params` of `trace` into the folder `out`.
 
     `trace`: a trace spec or path (see `load_trace`), or a Program read from a
@@ -86,6 +87,8 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     runs, drops those in flight, stores what finished and returns with
     `stopped == "deadline"` (status "stopped" in sweep.json; the same call
     resumes it). A run already under way in this process (jobs=1) ends first.
+    `estimate_samples`: first run that many calibration runs per policy and tell
+    the observer what the sweep will cost (`estimate.py`; not when it is complete).
     """
     started = time.perf_counter()
     params.validate()
@@ -106,6 +109,8 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     lo, hi = grid.range_bytes(params, peak)
     store = SweepStore(out, flush_rows=flush_rows, flush_seconds=flush_seconds)
     resumed = store.open_or_create(params, info, (lo, hi))
+    if resumed and store.read_doc().get("status") == "complete":
+        estimate_samples = 0
     store.acquire()
     result = SweepResult(store.path, info, resumed)
     sched = None
@@ -114,7 +119,8 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
         sched = Scheduler(store, store.read_runs().to_pylist(), observer, params.timeout,
                            deadline)
         _run_stages(sched, program, params, peak, (lo, hi), result, engine=engine, jobs=jobs,
-                    scheduler=scheduler, start_method=start_method)
+                    scheduler=scheduler, start_method=start_method,
+                    estimate_samples=estimate_samples)
     except OutOfTime:
         result.stopped = "deadline"
     except BaseException:
@@ -124,6 +130,35 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     result.stages = sched.counts
     result.seconds = time.perf_counter() - started
     return result
+
+
+def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | None = None,
+                   engine: str | None = None, scheduler: str | None = None,
+                   samples: int = 16, seconds: float = 300.0,
+                   start_method: str = DEFAULT_START_METHOD) -> Estimate:
+    """What the sweep `params` of `trace` would cost (`estimate.py`), from
+    `samples` strata per policy calibrated on the backend it would run on, the
+    walks below wide intervals for at most `seconds`; no sweep folder is made."""
+    params.validate()
+    if isinstance(trace, Program):
+        program = trace
+    else:
+        from ..trace import load_trace
+        program = load_trace(trace)
+    jobs = validate.jobs(jobs or default_jobs())
+    engine = engine or ("inline" if jobs == 1 else "process")
+    _, base = prepared(program)
+    validate.ratio(params.ratio_to, "--to", base.peak)
+    backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
+                           scheduler=scheduler, start_method=start_method)
+    try:
+        estimate = calibrate(backend, program, params, base.peak,
+                             grid.range_bytes(params, base.peak), samples, seconds)
+    except BaseException:
+        backend.close(abort=True)
+        raise
+    backend.close()
+    return estimate
 
 
 def _leave(store: SweepStore, status: str, sched: "Scheduler | None") -> None:
@@ -137,11 +172,14 @@ def _leave(store: SweepStore, status: str, sched: "Scheduler | None") -> None:
 
 def _run_stages(sched: Scheduler, program: Program, params: SweepParams, peak: int,
                 rng: tuple[int, int], result: SweepResult, *, engine: str, jobs: int,
-                scheduler: str | None, start_method: str) -> None:
+                scheduler: str | None, start_method: str, estimate_samples: int = 0) -> None:
     """Every stage in order on one backend (repeats on their own fresh pools)."""
     backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
                            scheduler=scheduler, start_method=start_method)
     try:
+        if estimate_samples:
+            sched.observer.estimated(calibrate(backend, program, params, peak, rng,
+                                               estimate_samples))
         _sample_stages(sched, backend, params, peak, sched.observer)
         if params.exact:
             walks = _exact_walks(sched, params, rng)

@@ -15,7 +15,7 @@ import concurrent.futures as cf
 import time
 from dataclasses import dataclass
 
-from ..errors import UserError
+from ..errors import ClusterError, UserError
 from .store import Point, SweepStore
 
 # --- progress -------------------------------------------------------------------------
@@ -35,6 +35,9 @@ class SweepObserver:
 
     def coverage(self, fractions: dict[str, float]) -> None:
         """Exact walk: certified fraction of the range, per policy."""
+
+    def estimated(self, estimate) -> None:
+        """Before any stage: what the sweep will cost (`sweep/estimate.py`), when asked."""
 
 
 # --- point sources --------------------------------------------------------------------
@@ -140,6 +143,22 @@ class Scheduler:
             f"{point.ratio:.6g}, {point.stage} stage); the runs finished before it are kept "
             f"in {self.store.path}: rerun the same command to resume")
 
+    def _lost(self, backend, point: Point, others, exc: BaseException) -> UserError | None:
+        """The error for a point that failed because its worker or the cluster
+        was lost (None: the run itself failed, its exception stands)."""
+        if isinstance(exc, cf.process.BrokenProcessPool):
+            return self._died(backend, point, others)
+        kind = backend.failure(exc) if hasattr(backend, "failure") else None
+        if kind == "worker":        # the task killed every worker it ran on: it names itself
+            return self._died(backend, point, ())
+        if kind == "scheduler":
+            return ClusterError(
+                f"the Dask scheduler at {backend.address} is gone (connection lost); the "
+                f"{len(self.rows):,} runs finished are kept in {self.store.path}: rerun the "
+                f"same command to resume, with --scheduler of a running cluster or "
+                f"without --engine dask")
+        return None
+
     def _wait_seconds(self) -> float:
         if self.deadline is None:
             return 0.25
@@ -177,8 +196,11 @@ class Scheduler:
                     point = inflight.pop(fut)
                     try:
                         row = fut.result()
-                    except cf.process.BrokenProcessPool:
-                        raise self._died(backend, point, inflight.values()) from None
+                    except Exception as exc:
+                        lost = self._lost(backend, point, inflight.values(), exc)
+                        if lost is None:
+                            raise
+                        raise lost from None
                     self.lanes.finished(point, row)
                     self.store.append(row)
                     self.rows.append(row)
@@ -189,7 +211,10 @@ class Scheduler:
                 self.store.maybe_flush()
         finally:
             for fut in inflight:
-                fut.cancel()
+                try:
+                    fut.cancel()
+                except Exception:  # noqa: BLE001 - a cluster lost: nothing left to cancel
+                    pass
             self.lanes.inflight.clear()
             self.lanes.order.clear()
             self.store.flush()

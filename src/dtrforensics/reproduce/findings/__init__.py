@@ -103,17 +103,19 @@ def record_zoo(workdir: Path, name: str) -> Path:
 
 
 def findings(workdir: Path, *, map_seconds: float = 600.0, run_timeout: float | None = 120.0,
-             jobs: int | None = None, progress: Progress | None = None,
-             total_seconds: float | None = None, traces: tuple[str, ...] = P.PUBLIC,
+             jobs: int | None = None, scheduler: str | None = None,
+             progress: Progress | None = None, on_estimate=None, total_seconds: float | None = None, traces: tuple[str, ...] = P.PUBLIC,
              zoo: tuple[str, ...] = P.ZOO, ratio_range: tuple[float, float] = P.RANGE,
              zoo_range: tuple[float, float] = P.ZOO_RANGE) -> Findings:
     """Run (or resume) every map the findings need, and read them. Within
     `total_seconds` of the call everything is done: the map running when the
-    time is up stops, and the maps not reached are read as they are stored."""
+    time is up stops, and the maps not reached are read as they are stored.
+    `scheduler`: a Dask scheduler's address, to run the maps on its cluster;
+    `on_estimate(spec, estimate)` hears what each map will cost before it runs."""
     clock = Clock(total_seconds)
     workdir = Path(workdir)
     m = Mapper(workdir, map_seconds=map_seconds, run_timeout=run_timeout, jobs=jobs,
-               progress=progress)
+               scheduler=scheduler, progress=progress, on_estimate=on_estimate)
     d = _Driver(m, clock)
     out = Findings(settings={"map_seconds": map_seconds, "run_timeout": run_timeout,
                              "total_seconds": total_seconds, "range": ratio_range,

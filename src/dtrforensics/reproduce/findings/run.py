@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...engine.policies import POLICIES
 from ...fsutil import atomic_path
+from ...sweep.estimate import START_SAMPLES
 from ...sweep.store import SweepStore, SweepStoreError
 from .plan import MAX_WALK_RUNS, STUDY_RUN_LIMIT, MapSpec
 
@@ -58,9 +59,13 @@ class Mapper:
     spent in this invocation or `until` (a monotonic time) comes."""
 
     def __init__(self, workdir: Path, *, map_seconds: float, run_timeout: float | None,
-                 jobs: int | None, progress: Progress | None = None):
+                 jobs: int | None, scheduler: str | None = None,
+                 progress: Progress | None = None,
+                 on_estimate: Callable[[MapSpec, object], None] | None = None):
         self.workdir = Path(workdir)
         self.map_seconds, self.run_timeout, self.jobs = map_seconds, run_timeout, jobs
+        self.scheduler = scheduler      # a Dask scheduler's address: the maps run there
+        self.on_estimate = on_estimate  # hears each map's cost (sweep/estimate.py) first
         self.progress = progress or (lambda _p: None)
         self.ledger_path = self.workdir / LEDGER
         self.ledger: dict[str, float] = (json.loads(self.ledger_path.read_text())
@@ -111,7 +116,9 @@ class Mapper:
                                       time.monotonic() - started, self.map_seconds))
 
         if _run_until(self.program(spec.trace), spec, self._timeout(store, spec), folder, stop,
-                      jobs=self.jobs, report=report) and by_deadline:
+                      jobs=self.jobs, scheduler=self.scheduler, report=report,
+                      on_estimate=(None if self.on_estimate is None else
+                                   lambda est: self.on_estimate(spec, est))) and by_deadline:
             self.out_of_time = True
         spent = time.monotonic() - started
         self.progress(MapProgress(self.index, self.total, spec, share, spent,
@@ -154,7 +161,9 @@ class Mapper:
 
 
 def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, until: float, *,
-               jobs: int | None, report: Callable[[float], None]) -> bool:
+               jobs: int | None, report: Callable[[float], None],
+               scheduler: str | None = None,
+               on_estimate: Callable[[object], None] | None = None) -> bool:
     """The one call of `run_sweep`: run or resume the map of `spec` into `folder`
     until the monotonic time `until`, calling `report` with the certified share
     (exact walk) or the share of grid points run as runs finish; True when the
@@ -173,10 +182,17 @@ def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, unti
             if spec.step:
                 report(self.done / spec.planned)
 
+        def estimated(self, estimate) -> None:
+            on_estimate(estimate)
+
     # With run_sweep(deadline=...) (branch sweep), this line becomes
     # `return run_sweep(..., deadline=until).stopped is not None`.
+    engine = "dask" if scheduler else None
     return _stop_at(until, lambda: run_sweep(program, spec.params(timeout), folder, jobs=jobs,
-                                             observer=Watch(), max_points=MAX_WALK_RUNS))
+                                             engine=engine, scheduler=scheduler,
+                                             observer=Watch(), max_points=MAX_WALK_RUNS,
+                                             estimate_samples=START_SAMPLES if on_estimate
+                                             else 0))
 
 
 def _stop_at(until: float, sweep: Callable[[], object]) -> bool:

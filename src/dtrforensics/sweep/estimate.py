@@ -1,0 +1,240 @@
+"""What a sweep will cost, known before it is spent: executions, CPU time and
+wall time on N workers, calibrated from a short sample of runs.
+
+A run at budget b certifies the interval I(b) of budgets that yield its
+execution; an exact map makes one run per interval. On the public traces a
+few wide intervals hold almost every byte of a range and the many narrow ones
+(a few bytes each) come in runs just below a wide one, so budgets drawn
+uniformly would nearly always land in a wide interval and count the wide ones
+alone. The calibration therefore draws one budget in each of a few equal
+strata of the range (per policy, seeded) and, when it lands in a wide
+interval J (at least 1/`WIDE` of the range), walks down from J through the
+narrow intervals below it, as the map itself will, up to the next wide one
+(at most `CLUSTER_RUNS` runs). J and its narrow followers are one unit; a
+stratum of width W whose budget landed in J stands for W / |J| units, with
+their runs: an unbiased count of the units when no cluster is cut short (a
+budget landing in a narrow interval counts nothing: its unit is the wide one
+above it). A unit's time is its runs at the mean time of its narrow runs (the
+map reaches J resuming from the unit above, as they do; the calibration's
+own run of J starts cold). A grid's runs are counted, not estimated; their time is
+the sampled runs' mean.
+
+The exact walk keeps at most `WALK_ROUND` runs per policy in flight, so more
+workers than that do not shorten it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from ..trace.program import Program
+from . import grid
+from .exact import WALK_ROUND
+from .store import Point, SweepParams
+
+SAMPLES = 16            # strata per policy for `dtrf sweep --estimate`
+START_SAMPLES = 8       # per policy, when a sweep starts (its line is printed when long)
+WIDE = 1000             # an interval of at least 1/WIDE of the range is wide
+CLUSTER_RUNS = 64       # runs of the walk below a wide interval, at most
+CALIBRATION_SECONDS = 60.0  # wall time the walks below wide intervals may take, at most
+ESTIMATE_SECONDS = 300.0    # the same for `dtrf sweep --estimate`, which does nothing else
+LONG_SECONDS = 60.0     # CPU seconds from which a sweep is long
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One stratum's calibration: the bytes of the range it stands for, those
+    its budget's certificate covers inside the range (None: it certified
+    nothing, e.g. timed out), its run time, and the narrow intervals walked
+    below it (their count and time)."""
+
+    policy: str
+    budget: int
+    weight: int
+    width: int | None
+    seconds: float
+    narrow: int = 0             # narrow intervals walked below it
+    narrow_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A sweep's cost, estimated. `executions`: distinct executions in the
+    range (exact) or grid points, all policies; `runs`: what this sweep makes
+    of them (`--max-runs` caps the walk); `cpu_seconds`: their total run time."""
+
+    trace: str
+    exact: bool
+    policies: int
+    samples: int                # strata sampled, all policies
+    sample_runs: int            # calibration runs made (the walks below wide intervals too)
+    sample_seconds: float       # wall time the calibration took
+    executions: float
+    runs: float
+    capped: bool                # --max-runs stops the walk before the range is done
+    cut: int                    # walks below wide intervals cut by the calibration's time
+    cpu_seconds: float
+    walk_cpu_seconds: float     # of which the exact walk's (at most WALK_ROUND runs at once)
+    workers: int
+    parallelism: float = 0.0    # runs at once the calibration achieved (0: not measured)
+
+    def wall_seconds(self, workers: int | None = None) -> float:
+        """About how long on `workers` runs at once; by default the sweep's, at
+        the parallelism its calibration achieved on them (workers sharing
+        cores with other work run fewer runs at once than there are workers)."""
+        n = max(1, workers or self.workers)
+        if workers is None and self.parallelism:
+            n = max(1.0, min(n, self.parallelism))
+        walk = self.walk_cpu_seconds / min(n, WALK_ROUND * self.policies)
+        return (self.cpu_seconds - self.walk_cpu_seconds) / n + walk
+
+    @property
+    def long(self) -> bool:
+        return self.cpu_seconds >= LONG_SECONDS
+
+    def to_json(self) -> dict:
+        return {"trace": self.trace, "exact": self.exact, "policies": self.policies,
+                "samples": self.samples, "sample_runs": self.sample_runs,
+                "sample_seconds": self.sample_seconds,
+                "executions": self.executions, "runs": self.runs, "capped": self.capped,
+                "cut_walks": self.cut,
+                "cpu_seconds": self.cpu_seconds, "cpu_hours": self.cpu_seconds / 3600,
+                "workers": self.workers, "parallelism": self.parallelism,
+                "wall_seconds": self.wall_seconds()}
+
+
+def plan_samples(params: SweepParams, rng: tuple[int, int], per_policy: int,
+                 seed: int = SEED) -> list[tuple[str, int, int]]:
+    """(policy, budget, weight): one seeded budget in each of `per_policy` equal
+    strata of the range, the same budgets for every policy."""
+    lo, hi = rng
+    k = max(1, min(per_policy, hi - lo + 1))
+    draw = random.Random(f"{seed}:{lo}:{hi}:{k}")
+    strata = []
+    for s in range(k):
+        a, b = lo + (hi - lo + 1) * s // k, lo + (hi - lo + 1) * (s + 1) // k - 1
+        strata.append((draw.randint(a, b), b - a + 1))
+    return [(policy, budget, weight) for policy in params.policies for budget, weight in strata]
+
+
+def wide(rng: tuple[int, int]) -> int:
+    """The narrowest interval that is wide in the range `rng`."""
+    return max(1, (rng[1] - rng[0] + 1) // WIDE)
+
+
+def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int],
+                 samples: list[Sample], *, workers: int, sample_seconds: float = 0.0,
+                 sample_runs: int | None = None, cut: int = 0,
+                 parallelism: float = 0.0) -> Estimate:
+    """The estimate the samples give (module docstring)."""
+    grid_points = len(grid.plan_grid(params, peak)) + len(grid.plan_interior(params, peak))
+    executions = runs = cpu = walk_cpu = 0.0
+    capped = False
+    for policy in params.policies:
+        mine = [s for s in samples if s.policy == policy]
+        if not mine:
+            continue
+        points = grid_points / len(params.policies)
+        executions += points
+        runs += points
+        cpu += points * sum(s.seconds for s in mine) / len(mine)
+        if not params.exact:
+            continue
+        n = t = 0.0
+        for s in mine:
+            if s.width is None:             # no certificate: one run for the stratum
+                n, t = n + 1, t + s.seconds
+            elif s.width >= wide(rng) or s.weight <= s.width:
+                share = s.weight / max(s.width, params.resolution)
+                n += share * (1 + s.narrow)
+                # the map reaches J from the unit above, resuming as its narrow
+                # runs do; the calibration's run of J started cold
+                t += share * ((1 + s.narrow) * s.narrow_seconds / s.narrow if s.narrow
+                              else s.seconds)
+        made = min(n, params.max_runs)
+        capped |= n > params.max_runs
+        executions += n
+        runs += made
+        cpu += t * made / n if n else 0.0
+        walk_cpu += t * made / n if n else 0.0
+    return Estimate(trace, params.exact, len(params.policies), len(samples),
+                    sum(1 + s.narrow for s in samples) if sample_runs is None else sample_runs,
+                    sample_seconds, executions, runs, capped, cut, cpu, walk_cpu, workers,
+                    parallelism)
+
+
+class _Chain:
+    """One stratum's calibration: its budget's run, then the walk down through
+    the narrow intervals below it."""
+
+    def __init__(self, policy: str, budget: int, weight: int):
+        self.policy, self.budget, self.weight = policy, budget, weight
+        self.width: int | None = None
+        self.seconds, self.narrow, self.narrow_seconds = 0.0, 0, 0.0
+        self.first = True
+
+    def absorb(self, row: dict, rng: tuple[int, int], walk: bool) -> int | None:
+        """Take a run's row; the next budget to run, or None when done."""
+        width = _width(row, rng)
+        if self.first:
+            self.first, self.width, self.seconds = False, width, row["wall_seconds"]
+            wide_one = width is not None and width >= wide(rng)
+        elif width is None or width >= wide(rng):
+            return None                     # the next wide interval: the unit ends
+        else:
+            self.narrow += 1
+            self.narrow_seconds += row["wall_seconds"]
+            wide_one = True
+        below = (row["interval_lo"] or 0) - 1
+        if not walk or not wide_one or below < rng[0] or self.narrow >= CLUSTER_RUNS:
+            return None
+        return below
+
+    def sample(self) -> Sample:
+        return Sample(self.policy, self.budget, self.weight, self.width, self.seconds,
+                      self.narrow, self.narrow_seconds)
+
+
+def calibrate(backend, program: Program, params: SweepParams, peak: int,
+              rng: tuple[int, int], per_policy: int = SAMPLES,
+              seconds: float = CALIBRATION_SECONDS) -> Estimate:
+    """Run the calibration on `backend` (a chain per stratum, all at once) and
+    estimate. A grid samples one run per stratum; an exact map walks, and once
+    `seconds` have passed the walks below wide intervals stop where they are
+    (counted as cut: the estimate is then a low one)."""
+    started = time.perf_counter()
+    cut = 0
+    chains = [_Chain(p, b, w) for p, b, w in plan_samples(params, rng, per_policy)]
+    todo = [(c, c.budget) for c in reversed(chains)]
+    inflight: dict = {}
+    runs, run_seconds = 0, 0.0
+    while todo or inflight:
+        while todo and len(inflight) < 2 * backend.capacity:
+            chain, budget = todo.pop()
+            point = Point(chain.policy, budget, 0, budget / peak, "exact")
+            inflight[backend.submit(point, params.timeout, len(inflight))] = chain
+            runs += 1
+        for fut in backend.wait(inflight, 0.25):
+            chain = inflight.pop(fut)
+            row = fut.result()
+            run_seconds += row["wall_seconds"]
+            below = chain.absorb(row, rng, params.exact)
+            if below is not None and time.perf_counter() - started > seconds:
+                cut += 1
+            elif below is not None:         # after every stratum's first run: breadth first
+                todo.insert(0, (chain, below))
+    wall = time.perf_counter() - started
+    return from_samples(program.name, params, peak, rng, [c.sample() for c in chains],
+                        workers=backend.capacity, sample_runs=runs, cut=cut,
+                        sample_seconds=wall, parallelism=run_seconds / wall if wall else 0.0)
+
+
+def _width(row: dict, rng: tuple[int, int]) -> int | None:
+    """Bytes of the range the row's certificate covers (None: it has none)."""
+    if row["interval_lo"] is None:
+        return None
+    hi = rng[1] if row["interval_hi"] is None else min(row["interval_hi"], rng[1])
+    return max(1, hi - max(row["interval_lo"], rng[0]) + 1)

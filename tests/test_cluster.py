@@ -1,0 +1,190 @@
+"""Sweeps, policy comparisons and findings maps on a real Dask cluster.
+
+The cluster is a `dask scheduler` and `dask worker` processes on loopback
+(tests/dask_cluster.py), sharing no memory with the test: the points reach
+the workers as tasks and come back as rows. What a cluster run stores is
+what a local run stores, row for row; a worker killed mid-map loses nothing;
+the scheduler gone is one error line, and the sweep resumes elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from dask_cluster import loopback_cluster
+from test_sweep import chain_log, hole_log, keys, table
+
+from dtrforensics.sweep import runner
+from dtrforensics.sweep.store import SweepParams, SweepStore
+
+pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster-logs")
+    out = {}
+    for name, log in (("hole", hole_log()), ("chain", chain_log())):
+        path = root / f"{name}.log"
+        path.write_text(log.text())
+        out[name] = str(path)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with loopback_cluster(tmp_path_factory.mktemp("cluster"), workers=2) as c:
+        yield c
+
+
+def dtrf(*args, stdin=None, script=None, **env):
+    env = {**os.environ, "COLUMNS": "160", **env}
+    head = [sys.executable, str(script)] if script else [sys.executable, "-m",
+                                                        "dtrforensics.cli.main"]
+    return subprocess.run([*head, *map(str, args)], capture_output=True, text=True, env=env,
+                          input=stdin, timeout=300)
+
+
+def test_an_exact_sweep_on_the_cluster_stores_the_local_rows(logs, cluster, tmp_path):
+    args = ["sweep", logs["hole"], "--from", "0.3", "--to", "1.0", "--exact",
+            "--policy", "dtr,lru", "--no-progress"]
+    on = dtrf(*args, "--scheduler", cluster.address, "--out", tmp_path / "d")
+    assert on.returncode == 0, on.stderr
+    here = dtrf(*args, "--jobs", "1", "--out", tmp_path / "i")
+    assert here.returncode == 0, here.stderr
+    assert len(table(tmp_path / "d")) > 30
+    assert table(tmp_path / "d") == table(tmp_path / "i")
+    workers = {r["worker"] for r in SweepStore(tmp_path / "d").read_runs().to_pylist()}
+    local = {r["worker"] for r in SweepStore(tmp_path / "i").read_runs().to_pylist()}
+    assert workers.isdisjoint(local)          # the points ran in the cluster's processes
+
+
+def test_compare_policies_on_the_cluster_stores_the_local_rows(logs, cluster, tmp_path):
+    args = ["compare-policies", logs["hole"], "--policy", "dtr,compute-only",
+            "--from", "0.5", "--to", "1.0", "--exact", "--no-progress",
+            "--json"]
+    on = dtrf(*args, "--scheduler", cluster.address, "--out", tmp_path / "d")
+    assert on.returncode == 0, on.stderr
+    here = dtrf(*args, "--jobs", "1", "--out", tmp_path / "i")
+    assert here.returncode == 0, here.stderr
+    assert table(tmp_path / "d") == table(tmp_path / "i")
+    assert on.stdout.replace(str(tmp_path / "d"), "") == here.stdout.replace(str(tmp_path / "i"), "")
+
+
+def test_findings_maps_on_the_cluster_store_the_local_rows(cluster, tmp_path):
+    from dtrforensics.reproduce import findings as F
+    window = (0.90, 0.93)
+    for where, scheduler, jobs in (("d", cluster.address, None), ("i", None, 1)):
+        F.findings(tmp_path / where, map_seconds=600, run_timeout=None, jobs=jobs,
+                   scheduler=scheduler, traces=("hole",), zoo=(), ratio_range=window)
+    maps = sorted(p.name for p in (tmp_path / "i" / "maps").iterdir())
+    assert maps and maps == sorted(p.name for p in (tmp_path / "d" / "maps").iterdir())
+    def rows(where, name):          # a knob policy's file lives in the working folder
+        return [{**r, "policy": r["policy"].replace(str(tmp_path / where), "WORK")}
+                for r in table(tmp_path / where / "maps" / name)]
+    for name in maps:
+        assert rows("d", name) == rows("i", name)
+
+
+def test_a_worker_killed_mid_map_loses_nothing(logs, tmp_path):
+    """SIGKILL to one of two workers while the map runs: the scheduler reruns
+    its points (those running and those whose results it held) on the other."""
+    params = SweepParams(0.3, 0.9, 0.01)
+    with loopback_cluster(tmp_path / "cluster", workers=2) as c:
+        pids = {w.pid for w in c.workers}
+
+        class KillOne(runner.SweepObserver):
+            done = 0
+
+            def finished(self, row: dict) -> None:
+                self.done += 1
+                if self.done == 10:       # the worker that ran this point: it holds results
+                    pid = int(row["worker"].rsplit(":", 1)[1])
+                    c.kill_worker(next(i for i, w in enumerate(c.workers) if w.pid == pid))
+
+        result = runner.run_sweep(logs["chain"], params, tmp_path / "d", engine="dask",
+                                  scheduler=c.address, observer=KillOne())
+    assert result.ran == 61 and SweepStore(tmp_path / "d").read_doc()["status"] == "complete"
+    ran_on = {int(r["worker"].rsplit(":", 1)[1])
+              for r in SweepStore(tmp_path / "d").read_runs().to_pylist()}
+    assert ran_on == pids                     # both ran points; the survivor finished the map
+    runner.run_sweep(logs["chain"], params, tmp_path / "i", jobs=1)
+    assert table(tmp_path / "d") == table(tmp_path / "i")
+
+
+HOLDING_SWEEP = """
+import os, sys
+from pathlib import Path
+from dtrforensics.cli.main import main
+from dtrforensics.sweep.store import SweepStore
+
+flush = SweepStore.flush
+
+
+def flush_then_hold(self):
+    path = flush(self)
+    if len(self.part_files()) == 1 and not Path(os.environ["HELD_MARK"]).exists():
+        Path(os.environ["HELD_MARK"]).write_text(str(path))
+        sys.stdin.readline()              # until the test has killed the scheduler
+    return path
+
+
+SweepStore.flush = flush_then_hold
+sys.argv = ["dtrf", *sys.argv[1:]]
+main()
+"""
+
+
+def test_the_scheduler_gone_is_one_error_line_and_the_sweep_resumes(logs, tmp_path):
+    out, mark, script = tmp_path / "s", tmp_path / "held", tmp_path / "holding_sweep.py"
+    script.write_text(HOLDING_SWEEP, encoding="utf-8")
+    args = ["sweep", logs["chain"], "--from", "0.3", "--to", "0.9", "--step", "0.01",
+            "--flush-rows", "4", "--no-progress", "--out", out]
+    with loopback_cluster(tmp_path / "cluster", workers=2) as c:
+        proc = subprocess.Popen([sys.executable, str(script), *map(str, args),
+                                 "--scheduler", c.address],
+                                env={**os.environ, "HELD_MARK": str(mark), "COLUMNS": "160",
+                                     # how long the client tries to reconnect (30 s by default)
+                                     "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"},
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            limit = time.monotonic() + 120
+            while not mark.exists():
+                assert proc.poll() is None, proc.communicate()[1]
+                assert time.monotonic() < limit
+                time.sleep(0.02)
+            c.kill_scheduler()
+            _, err = proc.communicate("go\n", timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err
+    assert f"the Dask scheduler at {c.address} is gone" in lines[0] and str(out) in lines[0]
+    assert SweepStore(out).read_doc()["status"] == "interrupted"
+    kept = len(keys(out))
+    assert 1 <= kept < 61
+    done = dtrf(*args, "--jobs", "1")                # resumed here, without the cluster
+    assert done.returncode == 0, done.stderr
+    assert f"{kept} already stored (resumed)" in done.stderr
+    runner.run_sweep(logs["chain"], SweepParams(0.3, 0.9, 0.01), tmp_path / "ref", jobs=1)
+    assert table(out) == table(tmp_path / "ref")
+
+
+def test_no_scheduler_at_the_address_is_one_error_line(logs, tmp_path):
+    import socket
+    with socket.socket() as s:                       # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = dtrf("sweep", logs["hole"], "--from", "0.5", "--to", "1.0", "--step", "0.1",
+               "--scheduler", f"tcp://127.0.0.1:{port}", "--out", tmp_path / "s",
+               DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        f"error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}")

@@ -1,0 +1,172 @@
+"""A sweep's cost estimated before it is spent (`sweep/estimate.py`).
+
+The calibration is checked against partitions whose executions are known:
+a planted partition answered by a fake backend (wide intervals, each with a
+run of narrow ones below it) and the engine's own partition of a synthetic
+trace, walked budget by budget.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+
+from test_sweep import cli, hole_log, walk
+
+from dtrforensics.sweep import estimate as E
+from dtrforensics.sweep import grid
+from dtrforensics.sweep.backends import InlineBackend
+from dtrforensics.sweep.store import Point, SweepParams
+from dtrforensics.trace import load_trace
+
+
+class PartitionBackend:
+    """Answers a point from a planted partition [(lo, hi)], every run `seconds` long."""
+
+    capacity = 3
+
+    def __init__(self, partition, seconds=1.0):
+        self.partition, self.seconds, self.runs = partition, seconds, 0
+
+    def submit(self, point, timeout, lane=0):
+        self.runs += 1
+        lo, hi = next((a, b) for a, b in self.partition if a <= point.budget <= b)
+        fut = cf.Future()
+        fut.set_result({"interval_lo": lo, "interval_hi": hi, "wall_seconds": self.seconds})
+        return fut
+
+    def wait(self, futures, timeout):
+        return list(futures)
+
+
+class Prog:
+    name = "planted"
+
+
+def planted(units: int, wide: int, narrow: int, start: int = 0):
+    """`units` times: `narrow` one-byte intervals, then a wide one above them."""
+    out, b = [], start
+    for _ in range(units):
+        for _ in range(narrow):
+            out.append((b, b))
+            b += 1
+        out.append((b, b + wide - 1))
+        b += wide
+    return out
+
+
+def test_narrow_runs_below_wide_intervals_are_counted():
+    part = planted(units=40, wide=5000, narrow=7)            # 320 executions, 8 per unit
+    rng = (part[0][0], part[-1][1])
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    backend = PartitionBackend(part, seconds=0.5)
+    est = E.calibrate(backend, Prog(), params, peak=rng[1] + 1, rng=rng, per_policy=8)
+    assert abs(est.executions - len(part)) / len(part) < 0.01
+    assert abs(est.cpu_seconds - 0.5 * len(part)) / (0.5 * len(part)) < 0.01
+    assert est.sample_runs == backend.runs < len(part) / 4     # a sample, not the map
+    assert est.samples == 8
+    # uniform budgets alone would count the wide intervals only
+    alone = E.from_samples("planted", params, rng[1] + 1, rng,
+                           [E.Sample(s.policy, s.budget, s.weight, s.width, s.seconds)
+                            for s in _samples(part, params, rng)], workers=1)
+    assert alone.executions < len(part) / 4
+
+
+def _samples(part, params, rng):
+    chains = [E._Chain(p, b, w) for p, b, w in E.plan_samples(params, rng, 8)]
+    backend = PartitionBackend(part)
+    for c in chains:
+        c.absorb(backend.submit(Point(c.policy, c.budget, 0, 0.0, "exact"), None).result(),
+                 rng, walk=False)
+    return [c.sample() for c in chains]
+
+
+def test_the_run_limit_caps_runs_not_executions():
+    part = planted(units=40, wide=5000, narrow=7)
+    rng = (part[0][0], part[-1][1])
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100)
+    est = E.calibrate(PartitionBackend(part), Prog(), params, peak=rng[1] + 1, rng=rng)
+    assert est.capped and est.runs == 100 and est.executions > 300
+    assert abs(est.cpu_seconds - 100) < 1e-6
+
+
+def test_one_stratum_per_byte_counts_the_engines_executions_exactly(tmp_path):
+    path = tmp_path / "hole.log"
+    path.write_text(hole_log().text())
+    program = load_trace(str(path))
+    params = SweepParams(0.5, 1.0, exact=True, max_runs=100_000)
+    peak = 536
+    rng = grid.range_bytes(params, peak)
+    truth = [(lo, hi) for lo, hi, _ in walk(program) if hi is None or hi >= rng[0]]
+    truth = [(lo, hi) for lo, hi in truth if lo <= rng[1]]
+    est = E.calibrate(InlineBackend(program, params.thrash_factor), program, params, peak, rng,
+                      per_policy=rng[1] - rng[0] + 1)
+    assert E.wide(rng) == 1                 # a narrow range: every interval is wide
+    assert round(est.executions, 9) == len(truth)
+
+
+def test_a_grid_is_counted_and_timed_by_the_sample_mean():
+    params = SweepParams(0.1, 0.9, 0.1, interior=2, policies=("dtr", "lru"))
+    samples = [E.Sample("dtr", 10, 1, 5, 2.0), E.Sample("dtr", 20, 1, 5, 4.0),
+               E.Sample("lru", 10, 1, 5, 1.0)]
+    est = E.from_samples("t", params, 1000, (100, 900), samples, workers=4)
+    points = len(grid.plan_grid(params, 1000)) + len(grid.plan_interior(params, 1000))
+    assert est.executions == est.runs == points
+    assert est.cpu_seconds == points / 2 * 3.0 + points / 2 * 1.0
+    assert est.wall_seconds(2) == est.cpu_seconds / 2 and est.wall_seconds() == est.cpu_seconds / 4
+
+
+def test_the_walk_uses_at_most_its_round_of_workers():
+    params = SweepParams(0.1, 0.9, exact=True)
+    est = E.from_samples("t", params, 1000, (100, 900), [E.Sample("dtr", 500, 801, 801, 8.0)],
+                         workers=64)
+    assert est.executions == 1 and est.cpu_seconds == 8.0
+    assert est.wall_seconds() == 8.0 / E.WALK_ROUND
+
+
+def test_sweep_estimate_stores_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "hole.log"
+    path.write_text(hole_log().text())
+    code, out, err, exc = cli("sweep", path, "--from", "0.5", "--to", "1.0", "--exact",
+                              "--jobs", "1", "--estimate", "--json")
+    assert code == 0, (err, exc)
+    est = json.loads(out)
+    assert est["executions"] >= 1 and est["cpu_seconds"] > 0 and est["sample_runs"] >= 1
+    assert not (tmp_path / "recordings").exists()
+    code, out, err, exc = cli("sweep", path, "--from", "0.5", "--to", "1.0", "--exact",
+                              "--jobs", "1", "--estimate")
+    assert code == 0 and out.startswith("estimate: about ")
+
+
+def test_a_long_sweep_says_its_estimate_first(tmp_path, monkeypatch):
+    path = tmp_path / "hole.log"
+    path.write_text(hole_log().text())
+    args = ("sweep", path, "--from", "0.5", "--to", "1.0", "--exact", "--jobs", "1",
+            "--no-progress")
+    code, _, err, exc = cli(*args, "--out", tmp_path / "a")
+    assert code == 0 and "estimate:" not in err          # short: nothing to say
+    monkeypatch.setattr(E, "LONG_SECONDS", 0.0)
+    code, _, err, exc = cli(*args, "--out", tmp_path / "b")
+    assert code == 0, (err, exc)
+    assert "estimate: about " in err and err.index("estimate:") < err.index("runs in")
+
+
+def test_the_sweeps_own_wall_time_is_at_the_parallelism_its_calibration_achieved():
+    params = SweepParams(0.1, 0.9, 0.1)
+    samples = [E.Sample("dtr", 10, 1, 5, 2.0)]
+    est = E.from_samples("t", params, 1000, (100, 900), samples, workers=4, parallelism=1.5)
+    assert est.wall_seconds() == est.cpu_seconds / 1.5      # four workers sharing 1.5 cores
+    assert est.wall_seconds(4) == est.cpu_seconds / 4       # four with a core each
+
+
+def test_a_findings_map_hears_its_estimate_before_it_runs(tmp_path):
+    from dtrforensics.reproduce.findings import plan as P
+    from dtrforensics.reproduce.findings import run as RUN
+    spec = P.MapSpec("hole", "dtr", 0.90, 0.93, "public")
+    heard, shares = [], []
+    import time
+    RUN._run_until(load_trace("hole"), spec, None, tmp_path / "m", time.monotonic() + 600, jobs=1,
+                   report=shares.append, on_estimate=heard.append)
+    assert len(heard) == 1 and heard[0].exact and heard[0].executions >= 1
+    assert shares and shares[-1] == 1.0                  # then the map ran to its end
