@@ -28,7 +28,7 @@ from dtrforensics.engine.replay import replay
 from dtrforensics.render.sweep import holes_view
 from dtrforensics.sweep import backends, grid, holes, runner
 from dtrforensics.sweep.exact import ExactWalk
-from dtrforensics.sweep.store import EXECUTION_COLUMNS, ParamsMismatch, SweepParams, SweepStore
+from dtrforensics.sweep.store import ParamsMismatch, SweepParams, SweepStore
 
 VOLATILE = ("wall_seconds", "worker", "finished_at")
 
