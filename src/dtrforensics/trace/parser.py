@@ -221,7 +221,7 @@ def _lower(records: list[tuple[int, dict]], path: str, name: str, sha256: str,
         line_no, rec = records[lowering.pos]
         lowering.pos += 1
         instr = rec["INSTRUCTION"]
-        step = _STEPS.get(instr)
+        step = _STEPS.get(instr) if isinstance(instr, str) else None
         if step is not None:
             step(lowering, line_no, rec)
         elif instr == "ANNOTATE":
