@@ -32,7 +32,7 @@ from .backends import (  # noqa: F401
     default_jobs,
     make_backend,
 )
-from .estimate import Estimate, calibrate
+from .estimate import ESTIMATE_SECONDS, SAMPLES, Estimate, calibrate
 from .exact import ExactWalk, Gap, WalkRounds
 from .scheduler import OutOfTime, Scheduler, StageCount, Static, SweepObserver, WorkerDiedError  # noqa: F401
 from .store import Point, SweepParams, SweepStore, TraceInfo
@@ -94,16 +94,8 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     params.validate()
     check_size(params, max_points)
     observer = observer or SweepObserver()
-    if isinstance(trace, Program):
-        program = trace
-    else:
-        from ..trace import load_trace
-        program = load_trace(trace)
-    jobs = validate.jobs(jobs or default_jobs())
-    engine = engine or ("inline" if jobs == 1 else "process")
-    _, base = prepared(program)
+    program, base, jobs, engine = _prepare(trace, params, jobs, engine)
     peak = base.peak
-    validate.ratio(params.ratio_to, "--to", peak)
     validate.thrash_limit(params.thrash_factor, base.model_compute)
     info = TraceInfo(program.name, program.sha256, str(program.source), peak, base.model_compute)
     lo, hi = grid.range_bytes(params, peak)
@@ -132,14 +124,10 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     return result
 
 
-def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | None = None,
-                   engine: str | None = None, scheduler: str | None = None,
-                   samples: int = 16, seconds: float = 300.0,
-                   start_method: str = DEFAULT_START_METHOD) -> Estimate:
-    """What the sweep `params` of `trace` would cost (`estimate.py`), from
-    `samples` strata per policy calibrated on the backend it would run on, the
-    walks below wide intervals for at most `seconds`; no sweep folder is made."""
-    params.validate()
+def _prepare(trace: str | Program, params: SweepParams, jobs: int | None,
+             engine: str | None):
+    """The trace loaded and prepared, `--to` checked against its peak, the jobs and
+    engine settled: what a sweep and its estimate both start from."""
     if isinstance(trace, Program):
         program = trace
     else:
@@ -149,6 +137,18 @@ def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | Non
     engine = engine or ("inline" if jobs == 1 else "process")
     _, base = prepared(program)
     validate.ratio(params.ratio_to, "--to", base.peak)
+    return program, base, jobs, engine
+
+
+def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | None = None,
+                   engine: str | None = None, scheduler: str | None = None,
+                   samples: int = SAMPLES, seconds: float = ESTIMATE_SECONDS,
+                   start_method: str = DEFAULT_START_METHOD) -> Estimate:
+    """What the sweep `params` of `trace` would cost (`estimate.py`), from
+    `samples` strata per policy calibrated on the backend it would run on, the
+    walks below wide intervals for at most `seconds`; no sweep folder is made."""
+    params.validate()
+    program, base, jobs, engine = _prepare(trace, params, jobs, engine)
     backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
                            scheduler=scheduler, start_method=start_method)
     try:
