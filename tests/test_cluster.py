@@ -16,7 +16,7 @@ import time
 
 import pytest
 from dask_cluster import loopback_cluster
-from test_sweep import chain_log, hole_log, keys, table
+from test_sweep import keys, table, write_logs
 
 from dtrforensics.sweep import runner
 from dtrforensics.sweep.store import SweepParams, SweepStore
@@ -26,13 +26,7 @@ pytest.importorskip("distributed")
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cluster-logs")
-    out = {}
-    for name, log in (("hole", hole_log()), ("chain", chain_log())):
-        path = root / f"{name}.log"
-        path.write_text(log.text())
-        out[name] = str(path)
-    return out
+    return write_logs(tmp_path_factory.mktemp("cluster-logs"))
 
 
 @pytest.fixture(scope="module")

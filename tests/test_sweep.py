@@ -69,9 +69,16 @@ def chain_log(n: int = 200, seed: int = 1) -> Log:
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("logs")
+    return write_logs(tmp_path_factory.mktemp("logs"), padded=True)
+
+
+def write_logs(root, padded: bool = False) -> dict[str, str]:
+    """The sweep tests' logs written into `root`: name -> path."""
+    logs = [("hole", hole_log()), ("chain", chain_log())]
+    if padded:
+        logs.insert(1, ("padded", hole_log(6665)))
     out = {}
-    for name, log in (("hole", hole_log()), ("padded", hole_log(6665)), ("chain", chain_log())):
+    for name, log in logs:
         path = root / f"{name}.log"
         path.write_text(log.text())
         out[name] = str(path)

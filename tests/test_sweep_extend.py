@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_sweep import chain_log, hole_log, table
+from test_sweep import table, write_logs
 
 from dtrforensics.sweep import holes, runner, scheduler
 from dtrforensics.sweep.store import ParamsMismatch, SweepParams, SweepStore
@@ -15,13 +15,7 @@ from dtrforensics.sweep.store import ParamsMismatch, SweepParams, SweepStore
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("logs")
-    out = {}
-    for name, log in (("hole", hole_log()), ("chain", chain_log())):
-        path = root / f"{name}.log"
-        path.write_text(log.text())
-        out[name] = str(path)
-    return out
+    return write_logs(tmp_path_factory.mktemp("logs"))
 
 
 class Clock(runner.SweepObserver):
