@@ -33,7 +33,7 @@ from .hooks import (
 from .policies import Policy, get_policy
 from .score_watch import ScoreWatch
 from .state import MachineState, grow_arena
-from .summary import MaxPinned, OomInfo, RunSummary, victims_sha256
+from .summary import MaxPinned, OomInfo, RunSummary, distinct_count, victims_sha256
 
 if TYPE_CHECKING:
     from .prefixes import PrefixCache
@@ -500,8 +500,7 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
         outcome=outcome, clock=int(sc[L.S_CLOCK]), remat_compute=remat,
         overhead=(base.model_compute + remat) / base.model_compute if base.model_compute else None,
         evictions=int(sc[L.S_EVICTIONS]), dead_frees=int(sc[L.S_DEAD]),
-        distinct_evicted=len(set(pressure.tolist())),   # not np.unique: its first call
-        stream_distinct=len(set(stream[:, 1].tolist())),  # imports numpy.ma (12 ms)
+        distinct_evicted=distinct_count(pressure), stream_distinct=distinct_count(stream[:, 1]),
         remats=int(sc[L.S_REMATS]), collateral_remats=int(sc[L.S_COLLATERAL]),
         max_depth=int(sc[L.S_MAX_DEPTH]), max_pinned=max_pinned, oom=oom,
         victims_sha256=victims_sha256(pressure.tolist()),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class MaxPinned:
@@ -79,7 +81,17 @@ class RunSummary:
         return out
 
 
-def victims_sha256(victims) -> str:
+def victims_sha256(victims: list[int]) -> str:
     """SHA-256 of "[" + ", ".join(victim storage ids) + "]", as the reference computes it."""
-    text = "[" + ", ".join(str(int(v)) for v in victims) + "]"
+    text = "[" + ", ".join(map(str, victims)) + "]"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def distinct_count(values: np.ndarray) -> int:
+    """How many distinct values: sorted and counted in numpy (a Python set of tens of
+    thousands of ids costs milliseconds a replay; np.unique's first call imports
+    numpy.ma, 12 ms)."""
+    if len(values) == 0:
+        return 0
+    ordered = np.sort(values)
+    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1
