@@ -125,7 +125,7 @@ def test_forked_workers_resume_from_the_parents_snapshots():
     scratch = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1,
                                  share=False))
     assert parallel == scratch
-    assert "resume" not in explain_module._WORKER   # dropped when the search ends
+    assert not explain_module._WORKER   # dropped when the search ends
 
 
 def test_recorded_attempts_replay_from_op_0_and_agree(tmp_path):
@@ -157,11 +157,31 @@ def test_an_unrecorded_control_is_made_once(monkeypatch, share, controls):
         made.append(interventions.control)
         return real(program, interventions=interventions, **kwargs)
     monkeypatch.setattr(explain_module, "run_once", counted)
-    explain_module._WORKER.clear()
     result = explain(load_trace("hole"), budget=HOLE_INSIDE, record_root=None, jobs=1,
                      share=share)
     assert made.count(True) == controls and result.control_matches
     assert made.count(False) == len(result.attempts)
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_search_keeps_nothing_for_the_next(monkeypatch, first):
+    """Each search makes its own controls, the unshared one from op 0, in
+    either order: nothing a share=True search made leaks into the next."""
+    runs: list[tuple[bool, bool]] = []
+    real = explain_module.run_once
+
+    def counted(program, *, interventions, prefixes=None, **kwargs):
+        runs.append((interventions.control, prefixes is None))
+        return real(program, interventions=interventions, prefixes=prefixes, **kwargs)
+    monkeypatch.setattr(explain_module, "run_once", counted)
+    p = load_trace("hole")
+    for share in (first, not first):
+        runs.clear()
+        result = explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1, share=share)
+        controls = [from_op_0 for control, from_op_0 in runs if control]
+        assert len(controls) == (1 if share else 2) and result.control_matches
+        if not share:
+            assert all(from_op_0 for _, from_op_0 in runs)
 
 
 @pytest.mark.parametrize("loaded", [False, True])

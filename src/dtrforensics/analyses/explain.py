@@ -210,50 +210,55 @@ def search_rounds(candidates: list, forced: list, kinds: tuple[str, ...], max_co
     return [SearchRound(kind, size, n, tried.count((kind, size))) for kind, size, n in exist]
 
 
-# --- worker processes: the program is loaded once per process ---------------------
+# --- one search's state: made per search, in each process that runs its attempts ----
 
-_WORKER: dict = {}
+
+@dataclass
+class _Search:
+    """What one search's attempts share in one process: the program, the
+    failing run's resume points (None: from op 0) and, once made, the
+    attempts' control. It lives as long as the search (a worker process, as
+    long as the search's pool), so nothing leaks into the next search."""
+
+    program: Program
+    resume: ResumePoints | None = None
+    control: ComparedRun | None = None
+
+
+_WORKER: list[_Search] = []   # in a worker process: its search (set by the initializer)
 
 
 def _init_worker(source: str, name: str) -> None:
     from ..trace.cache import load_program
-    _WORKER["program"] = load_program(source, name)
+    inherited = _WORKER[0] if _WORKER else None   # forked: the parent's search
+    _WORKER[:] = [_Search(load_program(source, name), inherited and inherited.resume,
+                          inherited and inherited.control)]
 
 
-def _control_key(program: Program, budget: int, policy: str) -> tuple:
-    return ("control", program.sha256, budget, policy)
-
-
-def _run(program: Program, interventions: Interventions, record_root: Path | None,
+def _run(search: _Search, interventions: Interventions, record_root: Path | None,
          **common) -> ComparedRun:
-    """One run of the search, resumed from the failing run's snapshots when this
-    process holds them (`_WORKER["resume"]`, inherited by forked workers)."""
-    resume = _WORKER.get("resume")
+    """One run of the search, resumed from the failing run's snapshots when
+    the search holds them."""
+    resume = search.resume
     if resume is not None:
         resume.expect(interventions)
-    return run_once(program, interventions=interventions, record_root=record_root,
+    return run_once(search.program, interventions=interventions, record_root=record_root,
                     prefixes=resume, **common)
 
 
-def _attempt(program: Program, change: Change, budget: int, ratio: float | None,
+def _attempt(search: _Search, change: Change, budget: int, ratio: float | None,
              policy: str, record_root: Path | None, timeout: float | None,
              baseline: dict) -> Attempt:
     common = dict(budget=budget, ratio=ratio, policy=policy, timeout=timeout)
-    # One control per trace content, budget and policy in each process (a
-    # program parsed from memory has no content hash: its control is not kept).
-    key = _control_key(program, budget, policy) if program.sha256 else None
-    control = _WORKER.get(key) if key else None
-    if control is None:
-        control = _run(program, Interventions(control=True), None, **common)
-        if key:
-            _WORKER[key] = control
-    run = _run(program, change.interventions(), record_root, **common)
-    return Attempt(change, run.summary, same_execution(control.summary, baseline),
+    if search.control is None:   # one control per search in each process
+        search.control = _run(search, Interventions(control=True), None, **common)
+    run = _run(search, change.interventions(), record_root, **common)
+    return Attempt(change, run.summary, same_execution(search.control.summary, baseline),
                    str(run.recording) if run.recording else None)
 
 
 def _attempt_in_worker(*args) -> Attempt:
-    return _attempt(_WORKER["program"], *args)
+    return _attempt(_WORKER[0], *args)
 
 
 def explain(program: Program, *, ratio: float | None = None, budget: int | None = None,
@@ -291,20 +296,13 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     order = search_order(out.candidates, out.forced, kinds, max_combo)
     plan = list(itertools.islice(order, max_attempts))
     exhausted = next(order, None) is None
-    _WORKER["resume"] = shared
-    try:
-        control = _run(program, Interventions(control=True), record_root, budget=budget,
-                       ratio=ratio, policy=policy, timeout=timeout)
-        if share is not False and record_root is None and program.sha256 \
-                and control.summary["outcome"] != "timeout":
-            # unrecorded, it is the attempts' control in this process (and in
-            # workers forked from it): the same run, made once
-            _WORKER[_control_key(program, budget, policy)] = control
-        args = [(change, budget, ratio, policy, record_root, timeout, baseline)
-                for change in plan]
-        enough = _run_attempts(program, args, jobs, out, plan, stop_after_fixes, on_attempt)
-    finally:
-        _WORKER.pop("resume", None)
+    search = _Search(program, shared)
+    control = _run(search, Interventions(control=True), record_root, budget=budget,
+                   ratio=ratio, policy=policy, timeout=timeout)
+    if share is not False and record_root is None and control.summary["outcome"] != "timeout":
+        search.control = control   # unrecorded, it is the attempts' control: made once
+    args = [(change, budget, ratio, policy, record_root, timeout, baseline) for change in plan]
+    enough = _run_attempts(search, args, jobs, out, plan, stop_after_fixes, on_attempt)
     index = {change: i for i, change in enumerate(plan)}
     out.attempts.sort(key=lambda a: index[a.change])
     out.rounds = search_rounds(out.candidates, out.forced, kinds, max_combo, out.attempts)
@@ -329,7 +327,7 @@ def _resume_points(share: bool | None, recorded: bool) -> ResumePoints | None:
     return ResumePoints()
 
 
-def _run_attempts(program: Program, args: list[tuple], jobs: int | None, out: Explanation,
+def _run_attempts(search: _Search, args: list[tuple], jobs: int | None, out: Explanation,
                   plan: list[Change], stop_after_fixes: int | None,
                   on_attempt: Callable[[Attempt, int, int], None] | None) -> bool:
     """Every planned attempt, here or in worker processes, into `out.attempts`
@@ -343,15 +341,19 @@ def _run_attempts(program: Program, args: list[tuple], jobs: int | None, out: Ex
         return stop_after_fixes is not None and len(out.fixes) >= stop_after_fixes
 
     if jobs == 1 or len(plan) <= 1:
-        _WORKER["program"] = program
-        return any(finish(_attempt(program, *a)) for a in args)
-    # forked workers inherit _WORKER["resume"]: the failing run's snapshots
-    with ProcessPoolExecutor(max_workers=min(jobs, len(plan)), initializer=_init_worker,
-                             initargs=(program.source, program.name)) as pool:
-        futures = [pool.submit(_attempt_in_worker, *a) for a in args]
-        for future in as_completed(futures):
-            if finish(future.result()):
-                for f in futures:
-                    f.cancel()
-                return True
+        return any(finish(_attempt(search, *a)) for a in args)
+    # forked workers inherit the search's resume points and control
+    program = search.program
+    _WORKER[:] = [search]
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(plan)), initializer=_init_worker,
+                                 initargs=(program.source, program.name)) as pool:
+            futures = [pool.submit(_attempt_in_worker, *a) for a in args]
+            for future in as_completed(futures):
+                if finish(future.result()):
+                    for f in futures:
+                        f.cancel()
+                    return True
+    finally:
+        _WORKER.clear()
     return False
