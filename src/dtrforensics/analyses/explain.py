@@ -84,10 +84,14 @@ class Change:
 
 @dataclass(frozen=True)
 class Attempt:
+    """One change's run. `resumed`: it started from one of the failing run's
+    snapshots, not op 0 (how, not what: left out of the JSON)."""
+
     change: Change
     summary: dict
     control_matches: bool
     recording: str | None
+    resumed: bool = False
 
     @property
     def retain(self) -> tuple[int, ...]:
@@ -236,14 +240,18 @@ def _init_worker(source: str, name: str) -> None:
 
 
 def _run(search: _Search, interventions: Interventions, record_root: Path | None,
-         **common) -> ComparedRun:
+         **common) -> tuple[ComparedRun, bool]:
     """One run of the search, resumed from the failing run's snapshots when
-    the search holds them."""
+    the search holds them; whether it was."""
     resume = search.resume
-    if resume is not None:
-        resume.expect(interventions)
-    return run_once(search.program, interventions=interventions, record_root=record_root,
-                    prefixes=resume, **common)
+    if resume is None:
+        return run_once(search.program, interventions=interventions, record_root=record_root,
+                        **common), False
+    resume.expect(interventions)
+    before = resume.resumed
+    run = run_once(search.program, interventions=interventions, record_root=record_root,
+                   prefixes=resume, **common)
+    return run, resume.resumed > before
 
 
 def _attempt(search: _Search, change: Change, budget: int, ratio: float | None,
@@ -251,10 +259,10 @@ def _attempt(search: _Search, change: Change, budget: int, ratio: float | None,
              baseline: dict) -> Attempt:
     common = dict(budget=budget, ratio=ratio, policy=policy, timeout=timeout)
     if search.control is None:   # one control per search in each process
-        search.control = _run(search, Interventions(control=True), None, **common)
-    run = _run(search, change.interventions(), record_root, **common)
+        search.control = _run(search, Interventions(control=True), None, **common)[0]
+    run, resumed = _run(search, change.interventions(), record_root, **common)
     return Attempt(change, run.summary, same_execution(search.control.summary, baseline),
-                   str(run.recording) if run.recording else None)
+                   str(run.recording) if run.recording else None, resumed)
 
 
 def _attempt_in_worker(*args) -> Attempt:
@@ -298,7 +306,7 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     exhausted = next(order, None) is None
     search = _Search(program, shared)
     control = _run(search, Interventions(control=True), record_root, budget=budget,
-                   ratio=ratio, policy=policy, timeout=timeout)
+                   ratio=ratio, policy=policy, timeout=timeout)[0]
     if share is not False and record_root is None and control.summary["outcome"] != "timeout":
         search.control = control   # unrecorded, it is the attempts' control: made once
     args = [(change, budget, ratio, policy, record_root, timeout, baseline) for change in plan]
