@@ -130,6 +130,21 @@ def test_worker_processes_resume_from_the_parents_snapshots():
     assert not explain_module._WORKER   # dropped when the search ends
 
 
+def test_worker_processes_start_the_same_way_on_every_platform(monkeypatch):
+    """Never this platform's default (fork on Linux): a clean process, which
+    gets the search's state only through the pool's initializer."""
+    made = []
+    real = explain_module.ProcessPoolExecutor
+
+    def kept(*args, mp_context=None, **kwargs):
+        made.append(mp_context.get_start_method())
+        return real(*args, mp_context=mp_context, **kwargs)
+    monkeypatch.setattr(explain_module, "ProcessPoolExecutor", kept)
+    explain(load_trace("hole"), budget=HOLE_INSIDE, record_root=None, jobs=2, share=True)
+    assert made == [explain_module.START_METHOD]
+    assert explain_module.START_METHOD in ("forkserver", "spawn")
+
+
 def test_recorded_attempts_replay_from_op_0_and_agree(tmp_path):
     p = load_trace("hole")
     recorded = comparable(explain(p, budget=HOLE_INSIDE, record_root=tmp_path, jobs=1))

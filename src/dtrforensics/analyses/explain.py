@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import os
 import sys
 from collections.abc import Iterator
@@ -230,13 +231,36 @@ class _Search:
 
 
 _WORKER: list[_Search] = []   # in a worker process: its search (set by the initializer)
+# Worker processes start the same way on every platform, from a clean process
+# (never a fork of this one, whose threads may hold locks): forkserver, or
+# spawn where there is none. What they need comes through the initializer.
+START_METHOD = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                else "spawn")
 
 
-def _init_worker(source: str, name: str) -> None:
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """The pool's start method. The fork server imports the search's modules
+    and loads the compiled code once per process (explain_preload.py), so
+    the workers of every search start ready."""
+    context = multiprocessing.get_context(START_METHOD)
+    if START_METHOD == "forkserver":   # no effect once this process's server runs
+        context.set_forkserver_preload([__name__, f"{__package__}.explain_preload"])
+    return context
+
+
+def _start_workers_server() -> None:
+    """Start the fork server now, so that it imports and loads in parallel with
+    this process's first runs, not after them."""
+    _worker_context()
+    if START_METHOD == "forkserver":
+        from multiprocessing import forkserver
+        forkserver.ensure_running()
+
+
+def _init_worker(source: str, name: str, resume: ResumePoints | None,
+                 control: ComparedRun | None) -> None:
     from ..trace.cache import load_program
-    inherited = _WORKER[0] if _WORKER else None   # forked: the parent's search
-    _WORKER[:] = [_Search(load_program(source, name), inherited and inherited.resume,
-                          inherited and inherited.control)]
+    _WORKER[:] = [_Search(load_program(source, name), resume, control)]
 
 
 def _run(search: _Search, interventions: Interventions, record_root: Path | None,
@@ -287,6 +311,8 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     if unknown or not kinds:
         raise ValueError(f"kinds are among {', '.join(KINDS)}, got {', '.join(kinds) or 'none'}")
     budget, ratio = resolve_budget(program, budget, ratio)
+    if jobs != 1 and max_attempts > 1:
+        _start_workers_server()   # it loads while the failing run replays here
     shared = _resume_points(share, record_root is not None)
     failing = replay(program, budget=budget, policy=policy, timeout=timeout, prefixes=shared)
     baseline = failing.summary.to_json()
@@ -350,18 +376,15 @@ def _run_attempts(search: _Search, args: list[tuple], jobs: int | None, out: Exp
 
     if jobs == 1 or len(plan) <= 1:
         return any(finish(_attempt(search, *a)) for a in args)
-    # forked workers inherit the search's resume points and control
-    program = search.program
-    _WORKER[:] = [search]
-    try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(plan)), initializer=_init_worker,
-                                 initargs=(program.source, program.name)) as pool:
-            futures = [pool.submit(_attempt_in_worker, *a) for a in args]
-            for future in as_completed(futures):
-                if finish(future.result()):
-                    for f in futures:
-                        f.cancel()
-                    return True
-    finally:
-        _WORKER.clear()
+    # each worker gets the failing run's snapshots and the control, once
+    resume = search.resume.portable() if search.resume is not None else None
+    initargs = (search.program.source, search.program.name, resume, search.control)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(plan)), mp_context=_worker_context(),
+                             initializer=_init_worker, initargs=initargs) as pool:
+        futures = [pool.submit(_attempt_in_worker, *a) for a in args]
+        for future in as_completed(futures):
+            if finish(future.result()):
+                for f in futures:
+                    f.cancel()
+                return True
     return False
