@@ -198,7 +198,7 @@ def search_order(candidates: list[RetentionCandidate], forced: list[ForcedVictim
     if "retain" not in kinds:
         return
     evicted = {c.storage: c.last_evicted_op for c in candidates}
-    for size in range(2, max_combo + 1):
+    for size in range(2, min(max_combo, len(evicted)) + 1):   # no larger set exists
         for combo in itertools.combinations(list(evicted), size):
             kept = tuple(sorted(combo))
             yield Change(retain=kept, evicted_at_op=tuple(evicted[s] for s in kept))
@@ -207,8 +207,9 @@ def search_order(candidates: list[RetentionCandidate], forced: list[ForcedVictim
 def search_rounds(candidates: list, forced: list, kinds: tuple[str, ...], max_combo: int,
                   attempts: list[Attempt]) -> list[SearchRound]:
     """How many changes of each kind and size exist, and how many were tried."""
+    sizes = range(1, max(1, min(max_combo, len(candidates))) + 1)   # no larger set exists
     exist = [("retain", size, math.comb(len(candidates), size))
-             for size in range(1, max_combo + 1)] if "retain" in kinds else []
+             for size in sizes] if "retain" in kinds else []
     if "force_victim" in kinds:
         exist.insert(min(1, len(exist)), ("force_victim", 1, len(forced)))
     tried = [(a.kind, a.change.size) for a in attempts]
@@ -310,6 +311,9 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     unknown = set(kinds) - set(KINDS)
     if unknown or not kinds:
         raise ValueError(f"kinds are among {', '.join(KINDS)}, got {', '.join(kinds) or 'none'}")
+    if min(max_attempts, max_combo) < 1:
+        raise ValueError(f"max_attempts and max_combo are at least 1, got {max_attempts} "
+                         f"and {max_combo}")
     budget, ratio = resolve_budget(program, budget, ratio)
     if jobs != 1 and max_attempts > 1:
         _start_workers_server()   # it loads while the failing run replays here
@@ -328,7 +332,7 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
             program, failing, completing, policy=policy, timeout=timeout,
             last_decisions=last_decisions, probes=probes)
     order = search_order(out.candidates, out.forced, kinds, max_combo)
-    plan = list(itertools.islice(order, max_attempts))
+    plan = list(itertools.islice(order, min(max_attempts, sys.maxsize)))
     exhausted = next(order, None) is None
     search = _Search(program, shared)
     control = _run(search, Interventions(control=True), record_root, budget=budget,
