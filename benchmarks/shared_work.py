@@ -32,23 +32,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from common import timed
 
-from dtrforensics.analyses.explain import explain  # noqa: E402
-from dtrforensics.analyses.policy_comparison import compare_policies, comparison_of  # noqa: E402
-from dtrforensics.engine import replay as replay_module  # noqa: E402
-from dtrforensics.sweep.holes import analyze, load_points  # noqa: E402
-from dtrforensics.trace import load_trace  # noqa: E402
+from dtrforensics.analyses.explain import explain
+from dtrforensics.analyses.policy_comparison import compare_policies, comparison_of
+from dtrforensics.engine import replay as replay_module
+from dtrforensics.sweep.holes import analyze, load_points
+from dtrforensics.trace import load_trace
 
 EXPLAIN_POINTS = [("resnet32", 0.104, 32)]
 LONG_POINTS = [("inceptionv4", 0.235, 6)]
 POLICIES = ("dtr", "no-staleness", "no-size", "compute-only")
-
-
-def timed(fn):
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    return out, time.process_time() - cpu, time.perf_counter() - wall
 
 
 def comparable(result) -> tuple:
