@@ -315,7 +315,8 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
         raise ValueError(f"max_attempts and max_combo are at least 1, got {max_attempts} "
                          f"and {max_combo}")
     budget, ratio = resolve_budget(program, budget, ratio)
-    if jobs != 1 and max_attempts > 1:
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    if jobs > 1 and max_attempts > 1:
         _start_workers_server()   # it loads while the failing run replays here
     shared = _resume_points(share, record_root is not None)
     failing = replay(program, budget=budget, policy=policy, timeout=timeout, prefixes=shared)
@@ -365,12 +366,11 @@ def _resume_points(share: bool | None, recorded: bool) -> ResumePoints | None:
     return ResumePoints()
 
 
-def _run_attempts(search: _Search, args: list[tuple], jobs: int | None, out: Explanation,
+def _run_attempts(search: _Search, args: list[tuple], jobs: int, out: Explanation,
                   plan: list[Change], stop_after_fixes: int | None,
                   on_attempt: Callable[[Attempt, int, int], None] | None) -> bool:
     """Every planned attempt, here or in worker processes, into `out.attempts`
     as they finish; whether enough fixes stopped the search."""
-    jobs = max(1, jobs or os.cpu_count() or 1)
 
     def finish(attempt: Attempt) -> bool:
         out.attempts.append(attempt)
