@@ -5,6 +5,7 @@ they are from op 0."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -143,6 +144,20 @@ def test_worker_processes_start_the_same_way_on_every_platform(monkeypatch):
     explain(load_trace("hole"), budget=HOLE_INSIDE, record_root=None, jobs=2, share=True)
     assert made == [explain_module.START_METHOD]
     assert explain_module.START_METHOD in ("forkserver", "spawn")
+
+
+def test_unasked_short_attempts_run_here_long_ones_in_workers(monkeypatch):
+    """Without `jobs`, a search whose attempts take less than starting workers
+    runs them in this process."""
+    made = []
+    monkeypatch.setattr(explain_module, "ProcessPoolExecutor",
+                        lambda *args, **kwargs: made.append(1) or pytest.fail("no pool"))
+    result = explain(load_trace("hole"), budget=HOLE_INSIDE, record_root=None)
+    assert len(result.attempts) > 1 and not made
+    assert explain_module._workers(None, 4, 0.001) == 1
+    assert explain_module._workers(None, 4, explain_module.WORKER_START_SECONDS) == \
+        (os.cpu_count() or 1)
+    assert explain_module._workers(3, 4, 0.001) == 3
 
 
 def test_recorded_attempts_replay_from_op_0_and_agree(tmp_path):

@@ -237,6 +237,10 @@ _WORKER: list[_Search] = []   # in a worker process: its search (set by the init
 # spawn where there is none. What they need comes through the initializer.
 START_METHOD = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
                 else "spawn")
+# About what starting the workers of one search costs (the fork server's
+# imports and compiled code, then each worker's program and snapshots): 1.4 to
+# 1.8 s of wall time measured on two loaded cores, one-shot `dtrf explain`.
+WORKER_START_SECONDS = 2.0
 
 
 def _worker_context() -> multiprocessing.context.BaseContext:
@@ -315,8 +319,7 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
         raise ValueError(f"max_attempts and max_combo are at least 1, got {max_attempts} "
                          f"and {max_combo}")
     budget, ratio = resolve_budget(program, budget, ratio)
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    if jobs > 1 and max_attempts > 1:
+    if jobs is not None and jobs > 1 and max_attempts > 1:
         _start_workers_server()   # it loads while the failing run replays here
     shared = _resume_points(share, record_root is not None)
     failing = replay(program, budget=budget, policy=policy, timeout=timeout, prefixes=shared)
@@ -341,6 +344,7 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     if share is not False and record_root is None and control.summary["outcome"] != "timeout":
         search.control = control   # unrecorded, it is the attempts' control: made once
     args = [(change, budget, ratio, policy, record_root, timeout, baseline) for change in plan]
+    jobs = _workers(jobs, len(plan), baseline["wall_seconds"])
     enough = _run_attempts(search, args, jobs, out, plan, stop_after_fixes, on_attempt)
     index = {change: i for i, change in enumerate(plan)}
     out.attempts.sort(key=lambda a: index[a.change])
@@ -351,6 +355,16 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     out.control_matches = (same_execution(control.summary, baseline) and rerun_matches
                            and out.all_controls_match)
     return out
+
+
+def _workers(jobs: int | None, attempts: int, failing_seconds: float) -> int:
+    """Processes for the attempts: `jobs`; unset, every core once the attempts
+    (about a failing run each) take longer than starting workers does."""
+    if jobs is not None:
+        return max(1, jobs)
+    if attempts * failing_seconds < WORKER_START_SECONDS:
+        return 1
+    return os.cpu_count() or 1
 
 
 def _resume_points(share: bool | None, recorded: bool) -> ResumePoints | None:
