@@ -18,20 +18,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests"))
+from common import range_options
+from dask_cluster import loopback_cluster
 
-from dask_cluster import loopback_cluster  # noqa: E402
-
-from dtrforensics.sweep.runner import run_sweep  # noqa: E402
-from dtrforensics.sweep.store import EXECUTION_COLUMNS, SweepParams, SweepStore  # noqa: E402
-from dtrforensics.trace import load_trace  # noqa: E402
+from dtrforensics.sweep.runner import run_sweep
+from dtrforensics.sweep.store import EXECUTION_COLUMNS, SweepParams, SweepStore
+from dtrforensics.trace import load_trace
 
 
 def rows(path: Path) -> list[tuple]:
@@ -41,9 +37,7 @@ def rows(path: Path) -> list[tuple]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", default="lstm")
-    ap.add_argument("--from", dest="ratio_from", type=float, default=0.25)
-    ap.add_argument("--to", dest="ratio_to", type=float, default=0.28)
+    range_options(ap, "lstm", 0.25, 0.28)
     ap.add_argument("--max-runs", type=int, default=16)
     ap.add_argument("--workers", default="1,2,4")
     args = ap.parse_args()

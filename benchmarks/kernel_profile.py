@@ -29,16 +29,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # noqa: F401  (this checkout's src/ first on the path)
+
 if __name__ == "__main__" and "NUMBA_CACHE_DIR" not in os.environ:
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="dtrf-profile-cache-")
     atexit.register(shutil.rmtree, os.environ["NUMBA_CACHE_DIR"], True)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from dtrforensics.engine import kernel as K  # noqa: E402
-from dtrforensics.engine import regions as R  # noqa: E402
-from dtrforensics.engine.replay import replay  # noqa: E402
-from dtrforensics.trace import load_trace  # noqa: E402
+from dtrforensics.engine import kernel as K
+from dtrforensics.engine import regions as R
+from dtrforensics.engine.replay import replay
+from dtrforensics.trace import load_trace
 
 
 def function_name(symbol: str) -> str:

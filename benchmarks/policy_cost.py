@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from common import ROOT
 
-from dtrforensics.engine.policies import get_policy  # noqa: E402
-from dtrforensics.engine.replay import prepared, replay  # noqa: E402
-from dtrforensics.trace import load_trace  # noqa: E402
+from dtrforensics.engine.policies import get_policy
+from dtrforensics.engine.replay import prepared, replay
+from dtrforensics.trace import load_trace
 
 POINTS = (("resnet32", 0.104), ("resnet32", 0.107), ("tv_densenet121", 0.4),
           ("inceptionv4", 0.5), ("transformer", 0.4), ("unet", 0.44), ("treelstm", 0.7),

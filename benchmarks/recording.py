@@ -31,13 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from common import ROOT
 
-from dtrforensics.engine.hooks import Observer  # noqa: E402
-from dtrforensics.engine.replay import replay  # noqa: E402
-from dtrforensics.recorder.record import record_run  # noqa: E402
-from dtrforensics.trace.cache import load_program  # noqa: E402
+from dtrforensics.engine.hooks import Observer
+from dtrforensics.engine.replay import replay
+from dtrforensics.recorder.record import record_run
+from dtrforensics.trace.cache import load_program
 
 POINTS = (("resnet32", 0.104), ("lstm", 0.264))
 # Ratios use the best (minimum) time of each mode over --repeat interleaved runs.

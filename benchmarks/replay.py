@@ -29,11 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+from common import ROOT
 
-from dtrforensics.engine.replay import replay  # noqa: E402
-from dtrforensics.trace import parse_file  # noqa: E402
+from dtrforensics.engine.replay import replay
+from dtrforensics.trace import parse_file
 
 MEDIAN_GOAL = 100.0
 FLOOR_GOAL = 40.0

@@ -31,12 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common import children_cpu
 
 HEAVY = ("dtrforensics.analyses", "dtrforensics.engine", "numba", "duckdb", "pyarrow",
          "textual", "matplotlib")
@@ -52,11 +53,6 @@ def dtrf_cmd(*args: str) -> list[str]:
     script = Path(sys.executable).with_name("dtrf")
     return [str(script), *args] if script.exists() else \
         [sys.executable, "-m", "dtrforensics.cli.main", *args]
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def timed(cmd: list[str], repeat: int, stdin: str | None = None,

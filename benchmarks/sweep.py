@@ -24,20 +24,18 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from common import range_options
 
-from dtrforensics.engine.replay import prepared, replay  # noqa: E402
-from dtrforensics.sweep import grid  # noqa: E402
-from dtrforensics.sweep.runner import default_jobs, run_sweep  # noqa: E402
-from dtrforensics.sweep.store import SweepParams, SweepStore  # noqa: E402
-from dtrforensics.trace import load_trace  # noqa: E402
+from dtrforensics.engine.replay import prepared, replay
+from dtrforensics.sweep import grid
+from dtrforensics.sweep.runner import default_jobs, run_sweep
+from dtrforensics.sweep.store import SweepParams, SweepStore
+from dtrforensics.trace import load_trace
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", default="resnet32")
-    ap.add_argument("--from", dest="ratio_from", type=float, default=0.05)
-    ap.add_argument("--to", dest="ratio_to", type=float, default=0.60)
+    range_options(ap, "resnet32", 0.05, 0.60)
     ap.add_argument("--step", type=float, default=0.001)
     ap.add_argument("--policy", default="dtr")
     ap.add_argument("--jobs", type=int, default=None, help="workers (default: all cores)")

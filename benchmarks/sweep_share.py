@@ -33,13 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from common import range_options
 
-from dtrforensics.engine.replay import prepared, replay  # noqa: E402
-from dtrforensics.sweep import backends, runner  # noqa: E402
-from dtrforensics.sweep.holes import analyze  # noqa: E402
-from dtrforensics.sweep.store import SweepParams, SweepStore  # noqa: E402
-from dtrforensics.trace import load_trace  # noqa: E402
+from dtrforensics.engine.replay import prepared, replay
+from dtrforensics.sweep import backends, runner
+from dtrforensics.sweep.holes import analyze
+from dtrforensics.sweep.store import SweepParams, SweepStore
+from dtrforensics.trace import load_trace
 
 PUBLIC = ("resnet32", "tv_densenet121", "inceptionv4", "transformer", "unet", "treelstm", "lstm",
           "unroll_gan")
@@ -129,9 +129,7 @@ def full_map(program, lo: float, hi: float, jobs: int, limit: float, run_timeout
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", default="resnet32")
-    ap.add_argument("--from", dest="ratio_from", type=float, default=0.05)
-    ap.add_argument("--to", dest="ratio_to", type=float, default=0.60)
+    range_options(ap, "resnet32", 0.05, 0.60, option="--traces")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--limit-seconds", type=float, default=600.0)
     ap.add_argument("--compare-runs", type=int, default=200)

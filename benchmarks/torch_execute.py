@@ -34,13 +34,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
+import common  # noqa: F401  (this checkout's src/ first on the path)
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 

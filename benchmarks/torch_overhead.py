@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
 import torch
+from common import ROOT
 
 from dtrforensics.analyses.floor import floor
 from dtrforensics.torch.execute import prepare

@@ -28,13 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+import common  # noqa: F401  (this checkout's src/ first on the path)
+import torch
 
-import torch  # noqa: E402
-
-from dtrforensics.torch import record  # noqa: E402
-from dtrforensics.torch.spec import build  # noqa: E402
+from dtrforensics.torch import record
+from dtrforensics.torch.spec import build
 
 LLAMA_7B = {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}

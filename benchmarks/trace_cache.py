@@ -15,13 +15,12 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import common  # noqa: F401  (this checkout's src/ first on the path)
 
-from dtrforensics.trace import registry  # noqa: E402
-from dtrforensics.trace.cache import CACHE_HIT, CACHE_MISS, load_program_with_status  # noqa: E402
-from dtrforensics.trace.parser import parse_file  # noqa: E402
+from dtrforensics.trace import registry
+from dtrforensics.trace.cache import CACHE_HIT, CACHE_MISS, load_program_with_status
+from dtrforensics.trace.parser import parse_file
 
 
 def best_of(repeat: int, fn) -> float:

@@ -119,6 +119,22 @@ def test_every_single_is_tried_before_a_pair_and_the_rest_is_counted():
         singles + math.comb(6, 2))
 
 
+def test_bounds_past_what_exists_change_nothing():
+    """Sets larger than the candidates do not exist, nor attempts past every
+    change: a search asked for far more does the whole search, no more."""
+    p = mixed_log().program("mixed")
+    whole = explain(p, budget=MIXED_BUDGET, record_root=None, jobs=1, max_attempts=10_000,
+                    max_combo=6)
+    huge = explain(p, budget=MIXED_BUDGET, record_root=None, jobs=1, max_attempts=10**30,
+                   max_combo=10**6)
+    assert len(whole.candidates) == 6 and whole.stopped == huge.stopped == "exhausted"
+    assert [a.change for a in huge.attempts] == [a.change for a in whole.attempts]
+    assert [r.to_json() for r in huge.rounds] == [r.to_json() for r in whole.rounds]
+    assert max(r.size for r in huge.rounds) == 6
+    with pytest.raises(ValueError, match="at least 1"):
+        explain(p, budget=MIXED_BUDGET, record_root=None, jobs=1, max_combo=0)
+
+
 def test_stopping_at_the_first_fix_says_so():
     result = explain(planted(), budget=BUDGET, record_root=None, jobs=1, stop_after_fixes=1)
     assert len(result.fixes) == 1 and result.stopped == "first"
@@ -130,7 +146,9 @@ def test_retentions_only_search_no_nearby_budget():
                      kinds=("retain",))
     assert result.nearby is None and result.forced == []
     assert [a.kind for a in result.attempts] == ["retain"]
-    assert [r.kind for r in result.rounds] == ["retain", "retain"]
+    # sizes up to the default 2, where such sets exist (one candidate: singles)
+    assert [(r.kind, r.size) for r in result.rounds] == [
+        ("retain", size) for size in range(1, min(2, len(result.candidates)) + 1)]
 
 
 def test_unknown_kind_is_refused():

@@ -5,6 +5,7 @@ they are from op 0."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -118,14 +119,45 @@ def test_the_embedded_hole_resumes_its_attempts_and_finds_the_same_fixes(monkeyp
     assert cache.resumed >= len(scratch[1]) // 2 and cache.stats.steps_skipped > 0
 
 
-def test_forked_workers_resume_from_the_parents_snapshots():
+def test_worker_processes_resume_from_the_parents_snapshots():
+    """The attempts run in worker processes resume (the same result as from
+    op 0, sooner): the parent's snapshots reach them."""
     p = load_trace("hole")
-    parallel = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=2,
-                                  share=True))
-    scratch = comparable(explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1,
-                                 share=False))
-    assert parallel == scratch
-    assert "resume" not in explain_module._WORKER   # dropped when the search ends
+    shared = explain(p, budget=HOLE_INSIDE, record_root=None, jobs=2, share=True)
+    unshared = explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1, share=False)
+    assert comparable(shared) == comparable(unshared)
+    assert len(shared.attempts) > 1 and not any(a.resumed for a in unshared.attempts)
+    assert sum(a.resumed for a in shared.attempts) >= len(shared.attempts) // 2
+    assert not explain_module._WORKER   # dropped when the search ends
+
+
+def test_worker_processes_start_the_same_way_on_every_platform(monkeypatch):
+    """Never this platform's default (fork on Linux): a clean process, which
+    gets the search's state only through the pool's initializer."""
+    made = []
+    real = explain_module.ProcessPoolExecutor
+
+    def kept(*args, mp_context=None, **kwargs):
+        made.append(mp_context.get_start_method())
+        return real(*args, mp_context=mp_context, **kwargs)
+    monkeypatch.setattr(explain_module, "ProcessPoolExecutor", kept)
+    explain(load_trace("hole"), budget=HOLE_INSIDE, record_root=None, jobs=2, share=True)
+    assert made == [explain_module.START_METHOD]
+    assert explain_module.START_METHOD in ("forkserver", "spawn")
+
+
+def test_unasked_short_attempts_run_here_long_ones_in_workers(monkeypatch):
+    """Without `jobs`, a search whose attempts take less than starting workers
+    runs them in this process."""
+    made = []
+    monkeypatch.setattr(explain_module, "ProcessPoolExecutor",
+                        lambda *args, **kwargs: made.append(1) or pytest.fail("no pool"))
+    result = explain(load_trace("hole"), budget=HOLE_INSIDE, record_root=None)
+    assert len(result.attempts) > 1 and not made
+    assert explain_module._workers(None, 4, 0.001) == 1
+    assert explain_module._workers(None, 4, explain_module.WORKER_START_SECONDS) == \
+        (os.cpu_count() or 1)
+    assert explain_module._workers(3, 4, 0.001) == 3
 
 
 def test_recorded_attempts_replay_from_op_0_and_agree(tmp_path):
@@ -157,11 +189,31 @@ def test_an_unrecorded_control_is_made_once(monkeypatch, share, controls):
         made.append(interventions.control)
         return real(program, interventions=interventions, **kwargs)
     monkeypatch.setattr(explain_module, "run_once", counted)
-    explain_module._WORKER.clear()
     result = explain(load_trace("hole"), budget=HOLE_INSIDE, record_root=None, jobs=1,
                      share=share)
     assert made.count(True) == controls and result.control_matches
     assert made.count(False) == len(result.attempts)
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_search_keeps_nothing_for_the_next(monkeypatch, first):
+    """Each search makes its own controls, the unshared one from op 0, in
+    either order: nothing a share=True search made leaks into the next."""
+    runs: list[tuple[bool, bool]] = []
+    real = explain_module.run_once
+
+    def counted(program, *, interventions, prefixes=None, **kwargs):
+        runs.append((interventions.control, prefixes is None))
+        return real(program, interventions=interventions, prefixes=prefixes, **kwargs)
+    monkeypatch.setattr(explain_module, "run_once", counted)
+    p = load_trace("hole")
+    for share in (first, not first):
+        runs.clear()
+        result = explain(p, budget=HOLE_INSIDE, record_root=None, jobs=1, share=share)
+        controls = [from_op_0 for control, from_op_0 in runs if control]
+        assert len(controls) == (1 if share else 2) and result.control_matches
+        if not share:
+            assert all(from_op_0 for _, from_op_0 in runs)
 
 
 @pytest.mark.parametrize("loaded", [False, True])

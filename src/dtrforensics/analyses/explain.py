@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import os
 import sys
 from collections.abc import Iterator
@@ -84,10 +85,14 @@ class Change:
 
 @dataclass(frozen=True)
 class Attempt:
+    """One change's run. `resumed`: it started from one of the failing run's
+    snapshots, not op 0 (how, not what: left out of the JSON)."""
+
     change: Change
     summary: dict
     control_matches: bool
     recording: str | None
+    resumed: bool = False
 
     @property
     def retain(self) -> tuple[int, ...]:
@@ -193,7 +198,7 @@ def search_order(candidates: list[RetentionCandidate], forced: list[ForcedVictim
     if "retain" not in kinds:
         return
     evicted = {c.storage: c.last_evicted_op for c in candidates}
-    for size in range(2, max_combo + 1):
+    for size in range(2, min(max_combo, len(evicted)) + 1):   # no larger set exists
         for combo in itertools.combinations(list(evicted), size):
             kept = tuple(sorted(combo))
             yield Change(retain=kept, evicted_at_op=tuple(evicted[s] for s in kept))
@@ -202,58 +207,95 @@ def search_order(candidates: list[RetentionCandidate], forced: list[ForcedVictim
 def search_rounds(candidates: list, forced: list, kinds: tuple[str, ...], max_combo: int,
                   attempts: list[Attempt]) -> list[SearchRound]:
     """How many changes of each kind and size exist, and how many were tried."""
+    sizes = range(1, max(1, min(max_combo, len(candidates))) + 1)   # no larger set exists
     exist = [("retain", size, math.comb(len(candidates), size))
-             for size in range(1, max_combo + 1)] if "retain" in kinds else []
+             for size in sizes] if "retain" in kinds else []
     if "force_victim" in kinds:
         exist.insert(min(1, len(exist)), ("force_victim", 1, len(forced)))
     tried = [(a.kind, a.change.size) for a in attempts]
     return [SearchRound(kind, size, n, tried.count((kind, size))) for kind, size, n in exist]
 
 
-# --- worker processes: the program is loaded once per process ---------------------
-
-_WORKER: dict = {}
+# --- one search's state: made per search, in each process that runs its attempts ----
 
 
-def _init_worker(source: str, name: str) -> None:
+@dataclass
+class _Search:
+    """What one search's attempts share in one process: the program, the
+    failing run's resume points (None: from op 0) and, once made, the
+    attempts' control. It lives as long as the search (a worker process, as
+    long as the search's pool), so nothing leaks into the next search."""
+
+    program: Program
+    resume: ResumePoints | None = None
+    control: ComparedRun | None = None
+
+
+_WORKER: list[_Search] = []   # in a worker process: its search (set by the initializer)
+# Worker processes start the same way on every platform, from a clean process
+# (never a fork of this one, whose threads may hold locks): forkserver, or
+# spawn where there is none. What they need comes through the initializer.
+START_METHOD = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                else "spawn")
+# About what starting the workers of one search costs (the fork server's
+# imports and compiled code, then each worker's program and snapshots): 1.4 to
+# 1.8 s of wall time measured on two loaded cores, one-shot `dtrf explain`.
+WORKER_START_SECONDS = 2.0
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """The pool's start method. The fork server imports the search's modules
+    and loads the compiled code once per process (explain_preload.py), so
+    the workers of every search start ready."""
+    context = multiprocessing.get_context(START_METHOD)
+    if START_METHOD == "forkserver":   # no effect once this process's server runs
+        context.set_forkserver_preload([__name__, f"{__package__}.explain_preload"])
+    return context
+
+
+def _start_workers_server() -> None:
+    """Start the fork server now, so that it imports and loads in parallel with
+    this process's first runs, not after them."""
+    _worker_context()
+    if START_METHOD == "forkserver":
+        from multiprocessing import forkserver
+        forkserver.ensure_running()
+
+
+def _init_worker(source: str, name: str, resume: ResumePoints | None,
+                 control: ComparedRun | None) -> None:
     from ..trace.cache import load_program
-    _WORKER["program"] = load_program(source, name)
+    _WORKER[:] = [_Search(load_program(source, name), resume, control)]
 
 
-def _control_key(program: Program, budget: int, policy: str) -> tuple:
-    return ("control", program.sha256, budget, policy)
+def _run(search: _Search, interventions: Interventions, record_root: Path | None,
+         **common) -> tuple[ComparedRun, bool]:
+    """One run of the search, resumed from the failing run's snapshots when
+    the search holds them; whether it was."""
+    resume = search.resume
+    if resume is None:
+        return run_once(search.program, interventions=interventions, record_root=record_root,
+                        **common), False
+    resume.expect(interventions)
+    before = resume.resumed
+    run = run_once(search.program, interventions=interventions, record_root=record_root,
+                   prefixes=resume, **common)
+    return run, resume.resumed > before
 
 
-def _run(program: Program, interventions: Interventions, record_root: Path | None,
-         **common) -> ComparedRun:
-    """One run of the search, resumed from the failing run's snapshots when this
-    process holds them (`_WORKER["resume"]`, inherited by forked workers)."""
-    resume = _WORKER.get("resume")
-    if resume is not None:
-        resume.expect(interventions)
-    return run_once(program, interventions=interventions, record_root=record_root,
-                    prefixes=resume, **common)
-
-
-def _attempt(program: Program, change: Change, budget: int, ratio: float | None,
+def _attempt(search: _Search, change: Change, budget: int, ratio: float | None,
              policy: str, record_root: Path | None, timeout: float | None,
              baseline: dict) -> Attempt:
     common = dict(budget=budget, ratio=ratio, policy=policy, timeout=timeout)
-    # One control per trace content, budget and policy in each process (a
-    # program parsed from memory has no content hash: its control is not kept).
-    key = _control_key(program, budget, policy) if program.sha256 else None
-    control = _WORKER.get(key) if key else None
-    if control is None:
-        control = _run(program, Interventions(control=True), None, **common)
-        if key:
-            _WORKER[key] = control
-    run = _run(program, change.interventions(), record_root, **common)
-    return Attempt(change, run.summary, same_execution(control.summary, baseline),
-                   str(run.recording) if run.recording else None)
+    if search.control is None:   # one control per search in each process
+        search.control = _run(search, Interventions(control=True), None, **common)[0]
+    run, resumed = _run(search, change.interventions(), record_root, **common)
+    return Attempt(change, run.summary, same_execution(search.control.summary, baseline),
+                   str(run.recording) if run.recording else None, resumed)
 
 
 def _attempt_in_worker(*args) -> Attempt:
-    return _attempt(_WORKER["program"], *args)
+    return _attempt(_WORKER[0], *args)
 
 
 def explain(program: Program, *, ratio: float | None = None, budget: int | None = None,
@@ -273,7 +315,12 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     unknown = set(kinds) - set(KINDS)
     if unknown or not kinds:
         raise ValueError(f"kinds are among {', '.join(KINDS)}, got {', '.join(kinds) or 'none'}")
+    if min(max_attempts, max_combo) < 1:
+        raise ValueError(f"max_attempts and max_combo are at least 1, got {max_attempts} "
+                         f"and {max_combo}")
     budget, ratio = resolve_budget(program, budget, ratio)
+    if jobs is not None and jobs > 1 and max_attempts > 1:
+        _start_workers_server()   # it loads while the failing run replays here
     shared = _resume_points(share, record_root is not None)
     failing = replay(program, budget=budget, policy=policy, timeout=timeout, prefixes=shared)
     baseline = failing.summary.to_json()
@@ -289,22 +336,16 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
             program, failing, completing, policy=policy, timeout=timeout,
             last_decisions=last_decisions, probes=probes)
     order = search_order(out.candidates, out.forced, kinds, max_combo)
-    plan = list(itertools.islice(order, max_attempts))
+    plan = list(itertools.islice(order, min(max_attempts, sys.maxsize)))
     exhausted = next(order, None) is None
-    _WORKER["resume"] = shared
-    try:
-        control = _run(program, Interventions(control=True), record_root, budget=budget,
-                       ratio=ratio, policy=policy, timeout=timeout)
-        if share is not False and record_root is None and program.sha256 \
-                and control.summary["outcome"] != "timeout":
-            # unrecorded, it is the attempts' control in this process (and in
-            # workers forked from it): the same run, made once
-            _WORKER[_control_key(program, budget, policy)] = control
-        args = [(change, budget, ratio, policy, record_root, timeout, baseline)
-                for change in plan]
-        enough = _run_attempts(program, args, jobs, out, plan, stop_after_fixes, on_attempt)
-    finally:
-        _WORKER.pop("resume", None)
+    search = _Search(program, shared)
+    control = _run(search, Interventions(control=True), record_root, budget=budget,
+                   ratio=ratio, policy=policy, timeout=timeout)[0]
+    if share is not False and record_root is None and control.summary["outcome"] != "timeout":
+        search.control = control   # unrecorded, it is the attempts' control: made once
+    args = [(change, budget, ratio, policy, record_root, timeout, baseline) for change in plan]
+    jobs = _workers(jobs, len(plan), baseline["wall_seconds"])
+    enough = _run_attempts(search, args, jobs, out, plan, stop_after_fixes, on_attempt)
     index = {change: i for i, change in enumerate(plan)}
     out.attempts.sort(key=lambda a: index[a.change])
     out.rounds = search_rounds(out.candidates, out.forced, kinds, max_combo, out.attempts)
@@ -314,6 +355,16 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     out.control_matches = (same_execution(control.summary, baseline) and rerun_matches
                            and out.all_controls_match)
     return out
+
+
+def _workers(jobs: int | None, attempts: int, failing_seconds: float) -> int:
+    """Processes for the attempts: `jobs`; unset, every core once the attempts
+    (about a failing run each) take longer than starting workers does."""
+    if jobs is not None:
+        return max(1, jobs)
+    if attempts * failing_seconds < WORKER_START_SECONDS:
+        return 1
+    return os.cpu_count() or 1
 
 
 def _resume_points(share: bool | None, recorded: bool) -> ResumePoints | None:
@@ -329,12 +380,11 @@ def _resume_points(share: bool | None, recorded: bool) -> ResumePoints | None:
     return ResumePoints()
 
 
-def _run_attempts(program: Program, args: list[tuple], jobs: int | None, out: Explanation,
+def _run_attempts(search: _Search, args: list[tuple], jobs: int, out: Explanation,
                   plan: list[Change], stop_after_fixes: int | None,
                   on_attempt: Callable[[Attempt, int, int], None] | None) -> bool:
     """Every planned attempt, here or in worker processes, into `out.attempts`
     as they finish; whether enough fixes stopped the search."""
-    jobs = max(1, jobs or os.cpu_count() or 1)
 
     def finish(attempt: Attempt) -> bool:
         out.attempts.append(attempt)
@@ -343,11 +393,12 @@ def _run_attempts(program: Program, args: list[tuple], jobs: int | None, out: Ex
         return stop_after_fixes is not None and len(out.fixes) >= stop_after_fixes
 
     if jobs == 1 or len(plan) <= 1:
-        _WORKER["program"] = program
-        return any(finish(_attempt(program, *a)) for a in args)
-    # forked workers inherit _WORKER["resume"]: the failing run's snapshots
-    with ProcessPoolExecutor(max_workers=min(jobs, len(plan)), initializer=_init_worker,
-                             initargs=(program.source, program.name)) as pool:
+        return any(finish(_attempt(search, *a)) for a in args)
+    # each worker gets the failing run's snapshots and the control, once
+    resume = search.resume.portable() if search.resume is not None else None
+    initargs = (search.program.source, search.program.name, resume, search.control)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(plan)), mp_context=_worker_context(),
+                             initializer=_init_worker, initargs=initargs) as pool:
         futures = [pool.submit(_attempt_in_worker, *a) for a in args]
         for future in as_completed(futures):
             if finish(future.result()):

@@ -96,6 +96,15 @@ class ResumePoints(PrefixCache):
         self.expected: Interventions | None = None
         self.resumed = 0
 
+    def portable(self) -> "ResumePoints":
+        """What another process needs to resume runs with a change (the failing
+        run's family and points, without the run records behind them): small
+        enough to send to a worker process."""
+        out = ResumePoints(self.even_spacing, self.max_points, max_bytes=self.max_bytes)
+        out.plain = self.plain
+        out.points = [replace(p, run=None) for p in self.points]
+        return out
+
     def expect(self, interventions: Interventions) -> None:
         """The change of the next run (and of every later one: runs with a
         change come after the failing run and its probes). They never splice,

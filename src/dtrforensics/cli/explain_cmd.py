@@ -10,7 +10,14 @@ import typer
 
 from .common import RecordRoot, budget_args, require_control
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, at_least, check_policy, check_timeout
+from .options import POLICY_HELP, at_least, between, check_policy, check_timeout
+
+# Each attempt is one replay of the trace: 100,000 of them is hours already.
+MAX_ATTEMPTS = 100_000
+# Every smaller change is tried before a retained set of k, and there are at
+# least 2**k - 2 of those (k candidates or more): with at most MAX_ATTEMPTS
+# attempts no set larger than this is ever reached.
+MAX_COMBO = 16
 
 
 def register(app: typer.Typer) -> None:
@@ -27,12 +34,12 @@ def explain_command(
     ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of peak memory.")] = None,
     budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
-    max_attempts: Annotated[int, typer.Option(callback=at_least(1), help="At most this many changes are tried, every single change before any combination.")] = 32,
-    max_combo: Annotated[int, typer.Option(callback=at_least(1), help="Largest retained set tried (1 = singles only).")] = 2,
+    max_attempts: Annotated[int, typer.Option(callback=between(1, MAX_ATTEMPTS), help=f"At most this many changes are tried (each one replay of the trace), every single change before any combination; 1 to {MAX_ATTEMPTS:,}.")] = 32,
+    max_combo: Annotated[int, typer.Option(callback=between(1, MAX_COMBO), help=f"Largest retained set tried (1 = singles only), 1 to {MAX_COMBO}. With n candidates there are C(n, k) sets of k, tried only after every smaller change, of which there are at least 2^k - 2: past {MAX_COMBO}, more than --max-attempts allows.")] = 2,
     last_decisions: Annotated[int, typer.Option(callback=at_least(0), help="Force the runner-up at this many of the failing run's last decisions.")] = 16,
     kind: Annotated[Optional[list[Kind]], typer.Option(help="Search only these changes (repeatable; default both).")] = None,
     timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per attempt, seconds (a timed-out attempt is unresolved).")] = None,
-    jobs: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Parallel processes (default: all cores).")] = None,
+    jobs: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Parallel processes (default: all cores, once the attempts take longer than starting them, about 2 s).")] = None,
     first: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Stop after this many fixes are found.")] = None,
     record_root: RecordRoot = "recordings/explain",
     as_json: Annotated[bool, typer.Option("--json", help="Print {fixes, tried, untried, search, control, ...} as JSON.")] = False,

@@ -211,7 +211,7 @@ class StepRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         op = f"op {func.overloadpacket.__name__} ({func})"
         self._check_op(func, op)
-        inputs, mutated = _schema_tensors(func, args, kwargs)
+        inputs, mutated = schema_tensors(func, args, kwargs)
         if func.overloadpacket.__name__ in LIFTS and inputs and self.fake \
                 and type(inputs[0]) in PLAIN_TYPES:
             return self._lift(func, args, kwargs, op)
@@ -418,24 +418,33 @@ def tensors_in(value) -> list:
     return []
 
 
-def _schema_tensors(func, args: tuple, kwargs: dict) -> tuple[list, list[int]]:
-    """The op's tensor arguments in schema order, and the positions it writes."""
+def schema_tensors(func, args: tuple, kwargs: dict,
+                   params: Sequence[tuple[int, str, bool]] | None = None) -> tuple[list, list[int]]:
+    """The op's tensor arguments in schema order, and the positions it writes.
+    `params`: the (position, name, written) arguments to read; by default every
+    argument of the schema, with the writes it does not mark (`UNDECLARED_WRITES`).
+    The runtime passes only those whose type can hold a tensor: the same tensors,
+    found without flattening every integer list."""
+    if params is None:
+        written = UNDECLARED_WRITES.get(func.overloadpacket.__name__, ())
+        if written and not _argument(func, args, kwargs, "training"):
+            written = ()
+        params = [(index, name, is_write or name in written)
+                  for index, (name, is_write) in enumerate(schema_arguments(func))]
     tensors: list = []
     mutated: list[int] = []
-    written = UNDECLARED_WRITES.get(func.overloadpacket.__name__, ())
-    if written and not _argument(func, args, kwargs, "training"):
-        written = ()
-    for index, (name, is_write) in enumerate(schema_arguments(func)):
+    for index, name, writes in params:
         if index < len(args):
             value = args[index]
         elif name in kwargs:
             value = kwargs[name]
         else:
             continue
-        for t in tensors_in(value):
-            if (is_write or name in written) and len(tensors) not in mutated:
-                mutated.append(len(tensors))
-            tensors.append(t)
+        for t in (value if isinstance(value, (list, tuple)) else (value,)):   # tensors_in, inline
+            if isinstance(t, torch.Tensor):
+                if writes and len(tensors) not in mutated:
+                    mutated.append(len(tensors))
+                tensors.append(t)
     return tensors, mutated
 
 

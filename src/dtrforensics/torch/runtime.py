@@ -69,10 +69,10 @@ from .recorder import (
     UNDECLARED_WRITES,
     RecordError,
     StepRecorder,
-    _schema_tensors,
     op_name_of,
     output_tensors,
     schema_arguments,
+    schema_tensors,
     storage_key,
 )
 
@@ -326,7 +326,7 @@ def _mapped(fn, x, kind):
 
 def _template(func, args: tuple, kwargs: dict):
     """args and kwargs with every tensor replaced by its slot, numbered in the
-    order `_schema_tensors` lists them."""
+    order `schema_tensors` lists them."""
     counter = iter(range(1 << 62))
 
     def slot(t):
@@ -382,30 +382,6 @@ def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None, str | None,
         info = _OP_INFO[id(func)] = (name, params, REJECTED_OPS.get(name),
                                      torch.Tag.nondeterministic_seeded in func.tags, func)
     return info
-
-
-def _tensor_arguments(func, args: tuple, kwargs: dict, params) -> tuple[list, list[int]]:
-    """`recorder._schema_tensors` looking only at the schema arguments whose type
-    can hold a tensor (`params`, from `_op_info`): the same tensors in the same
-    order, without flattening every integer list (a difference would show as a
-    log line that differs from the recording)."""
-    if params is None:
-        return _schema_tensors(func, args, kwargs)
-    tensors: list = []
-    mutated: list[int] = []
-    for index, name, writes in params:
-        if index < len(args):
-            value = args[index]
-        elif name in kwargs:
-            value = kwargs[name]
-        else:
-            continue
-        for t in (value if isinstance(value, (list, tuple)) else (value,)):
-            if isinstance(t, torch.Tensor):
-                if writes and len(tensors) not in mutated:
-                    mutated.append(len(tensors))
-                tensors.append(t)
-    return tensors, mutated
 
 
 @dataclass
@@ -729,7 +705,7 @@ class Executor(StepRecorder):
             raise RecordError(f"{op} {self.where()}: cannot be recorded faithfully: {rejected}")
         if self.log.diverged is not None:
             raise ScheduleError(self.log.divergence())
-        inputs, mutated = _tensor_arguments(func, args, kwargs, params)
+        inputs, mutated = schema_tensors(func, args, kwargs, params)
         self._busy = True
         try:
             # a tensor already named was checked when it was named
