@@ -170,3 +170,37 @@ def test_a_findings_map_hears_its_estimate_before_it_runs(tmp_path):
                    report=shares.append, on_estimate=heard.append)
     assert len(heard) == 1 and heard[0].exact and heard[0].executions >= 1
     assert shares and shares[-1] == 1.0                  # then the map ran to its end
+
+
+def test_a_resumed_sweep_with_a_short_deadline_makes_progress(tmp_path, monkeypatch):
+    """The calibration keeps to the sweep's deadline and runs for a new sweep
+    only: every call of a sweep stopped by its deadline stores more runs."""
+    import time
+
+    from test_sweep import chain_log
+
+    from dtrforensics.sweep import backends, runner
+    path = tmp_path / "chain.log"
+    path.write_text(chain_log().text())
+    slow = backends.run_point
+
+    def run_point(*args):           # every run takes a while: calibrating is not cheap
+        time.sleep(0.1)
+        return slow(*args)
+
+    monkeypatch.setattr(backends, "run_point", run_point)
+    heard = []
+
+    class Hear(runner.SweepObserver):
+        def estimated(self, estimate):
+            heard.append(estimate)
+
+    params = SweepParams(0.3, 1.0, exact=True)
+    stored = []
+    for _ in range(3):
+        result = runner.run_sweep(str(path), params, tmp_path / "s", jobs=1, observer=Hear(),
+                                  deadline=time.monotonic() + 1.0, estimate_samples=8)
+        assert result.stopped == "deadline"
+        stored.append(len(runner.SweepStore(tmp_path / "s").read_runs()))
+    assert 0 < stored[0] < stored[1] < stored[2]
+    assert len(heard) == 1 and heard[0].cut      # the first call's, cut short for time

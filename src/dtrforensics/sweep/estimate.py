@@ -144,6 +144,8 @@ def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int
         if not params.exact:
             continue
         n = t = 0.0
+        # strata the calibration had no time for: the others stand for them
+        scale = (rng[1] - rng[0] + 1) / sum(s.weight for s in mine)
         for s in mine:
             if s.width is None:             # no certificate: one run for the stratum
                 n, t = n + 1, t + s.seconds
@@ -154,6 +156,7 @@ def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int
                 # runs do; the calibration's run of J started cold
                 t += share * ((1 + s.narrow) * s.narrow_seconds / s.narrow if s.narrow
                               else s.seconds)
+        n, t = n * scale, t * scale
         made = min(n, params.max_runs)
         capped |= n > params.max_runs
         executions += n
@@ -198,38 +201,90 @@ class _Chain:
                       self.narrow, self.narrow_seconds)
 
 
+class Calibration:
+    """The calibration as a point source for the sweep's scheduler: every
+    stratum's first run, then the walks below wide intervals, breadth first,
+    until `seconds` have passed since its first point (the walks left are cut).
+    Chains that meet at one budget share its run."""
+
+    queue_per_worker = 2
+
+    def __init__(self, params: SweepParams, peak: int, rng: tuple[int, int],
+                 per_policy: int, seconds: float):
+        self.params, self.peak, self.rng, self.seconds = params, peak, rng, seconds
+        self.chains = [_Chain(p, b, w) for p, b, w in plan_samples(params, rng, per_policy)]
+        self.todo = [(c, c.budget) for c in self.chains]      # taken from the front
+        self.waiting: dict[tuple, list[_Chain]] = {}          # point key -> chains
+        self.rows: dict[tuple, dict] = {}                     # rows seen, by point key
+        self.started: float | None = None
+        self.runs, self.run_seconds, self.cut = 0, 0.0, 0
+
+    def take(self, n: int) -> list[Point]:
+        if self.started is None:
+            self.started = time.perf_counter()
+        out: list[Point] = []
+        while self.todo and len(out) < n:
+            chain, budget = self.todo.pop(0)
+            point = Point(chain.policy, budget, 0, budget / self.peak, "exact")
+            if point.key in self.rows:          # another chain's run: no run of its own
+                self._advance(chain, self.rows[point.key])
+            elif point.key in self.waiting:
+                self.waiting[point.key].append(chain)
+            else:
+                self.waiting[point.key] = [chain]
+                self.runs += 1
+                out.append(point)
+        return out
+
+    def absorb(self, point: Point, row: dict) -> None:
+        self.rows[point.key] = row
+        self.run_seconds += row["wall_seconds"]
+        for chain in self.waiting.pop(point.key, []):
+            self._advance(chain, row)
+
+    def _advance(self, chain: "_Chain", row: dict) -> None:
+        below = chain.absorb(row, self.rng, self.params.exact)
+        if below is not None and time.perf_counter() - self.started > self.seconds:
+            self.cut += 1
+        elif below is not None:
+            self.todo.append((chain, below))
+
+    def estimate(self, name: str, workers: int, stopped: bool = False) -> Estimate:
+        """The estimate of the runs absorbed; `stopped`: the calibration ran out
+        of time, its unfinished chains count as cut (those with no first run
+        are left out: the others stand for the range)."""
+        wall = time.perf_counter() - self.started if self.started is not None else 0.0
+        cut = self.cut + (len(self.todo) + sum(map(len, self.waiting.values()))
+                          if stopped else 0)
+        return from_samples(name, self.params, self.peak, self.rng,
+                            [c.sample() for c in self.chains if not c.first],
+                            workers=workers, sample_runs=self.runs, cut=cut,
+                            sample_seconds=wall,
+                            parallelism=self.run_seconds / wall if wall else 0.0)
+
+
 def calibrate(backend, program: Program, params: SweepParams, peak: int,
               rng: tuple[int, int], per_policy: int = SAMPLES,
-              seconds: float = CALIBRATION_SECONDS) -> Estimate:
+              seconds: float = CALIBRATION_SECONDS, *, sched=None,
+              until: float | None = None) -> Estimate:
     """Run the calibration on `backend` (a chain per stratum, all at once) and
     estimate. A grid samples one run per stratum; an exact map walks, and once
     `seconds` have passed the walks below wide intervals stop where they are
-    (counted as cut: the estimate is then a low one)."""
-    started = time.perf_counter()
-    cut = 0
-    chains = [_Chain(p, b, w) for p, b, w in plan_samples(params, rng, per_policy)]
-    todo = [(c, c.budget) for c in reversed(chains)]
-    inflight: dict = {}
-    runs, run_seconds = 0, 0.0
-    while todo or inflight:
-        while todo and len(inflight) < 2 * backend.capacity:
-            chain, budget = todo.pop()
-            point = Point(chain.policy, budget, 0, budget / peak, "exact")
-            inflight[backend.submit(point, params.timeout, len(inflight))] = chain
-            runs += 1
-        for fut in backend.wait(inflight, 0.25):
-            chain = inflight.pop(fut)
-            row = fut.result()
-            run_seconds += row["wall_seconds"]
-            below = chain.absorb(row, rng, params.exact)
-            if below is not None and time.perf_counter() - started > seconds:
-                cut += 1
-            elif below is not None:         # after every stratum's first run: breadth first
-                todo.insert(0, (chain, below))
-    wall = time.perf_counter() - started
-    return from_samples(program.name, params, peak, rng, [c.sample() for c in chains],
-                        workers=backend.capacity, sample_runs=runs, cut=cut,
-                        sample_seconds=wall, parallelism=run_seconds / wall if wall else 0.0)
+    (counted as cut: the estimate is then a low one). The runs go through
+    `sched` (the sweep's scheduler: its deadline, its handling of lost workers and
+    clusters; by default one that stores nothing); at the monotonic instant
+    `until` the calibration stops, its runs in flight dropped, and estimates
+    from what finished."""
+    from .scheduler import OutOfTime, Scheduler, SweepObserver
+    sched = sched or Scheduler(None, [], SweepObserver(), params.timeout)
+    source = Calibration(params, peak, rng, per_policy, seconds)
+    try:
+        sched.run(backend, "calibrate", source, keep=False, until=until)
+    except OutOfTime:
+        if sched.deadline is not None and time.monotonic() >= sched.deadline:
+            raise                           # the sweep's own deadline: it stops
+        return source.estimate(program.name, backend.capacity, stopped=True)
+    return source.estimate(program.name, backend.capacity)
 
 
 def _width(row: dict, rng: tuple[int, int]) -> int | None:

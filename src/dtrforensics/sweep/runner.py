@@ -38,6 +38,7 @@ from .scheduler import OutOfTime, Scheduler, StageCount, Static, SweepObserver, 
 from .store import Point, SweepParams, SweepStore, TraceInfo
 
 MAX_POINTS = 100_000     # runs a sweep may plan unless asked for more (--max-points)
+CALIBRATION_SHARE = 0.5  # of a deadline's time, the most a new sweep's calibration takes
 
 
 @dataclass
@@ -87,8 +88,9 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     runs, drops those in flight, stores what finished and returns with
     `stopped == "deadline"` (status "stopped" in sweep.json; the same call
     resumes it). A run already under way in this process (jobs=1) ends first.
-    `estimate_samples`: first run that many calibration runs per policy and tell
-    the observer what the sweep will cost (`estimate.py`; not when it is complete).
+    `estimate_samples`: a new sweep first runs that many calibration runs per
+    policy (within half its time to the deadline; stored nowhere) and tells the
+    observer what it will cost (`estimate.py`); a resumed one does not again.
     """
     started = time.perf_counter()
     params.validate()
@@ -101,7 +103,7 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     lo, hi = grid.range_bytes(params, peak)
     store = SweepStore(out, flush_rows=flush_rows, flush_seconds=flush_seconds)
     resumed = store.open_or_create(params, info, (lo, hi))
-    if resumed and store.read_doc().get("status") == "complete":
+    if resumed:     # calibrated when it started: a resumed sweep goes on with its runs
         estimate_samples = 0
     store.acquire()
     result = SweepResult(store.path, info, resumed)
@@ -179,7 +181,8 @@ def _run_stages(sched: Scheduler, program: Program, params: SweepParams, peak: i
     try:
         if estimate_samples:
             sched.observer.estimated(calibrate(backend, program, params, peak, rng,
-                                               estimate_samples))
+                                               estimate_samples, sched=sched,
+                                               until=_calibration_ends(sched.deadline)))
         _sample_stages(sched, backend, params, peak, sched.observer)
         if params.exact:
             walks = _exact_walks(sched, params, rng)
@@ -195,6 +198,14 @@ def _run_stages(sched: Scheduler, program: Program, params: SweepParams, peak: i
     backend.close()
     if params.repeats:
         _repeat_stage(sched, program, params, jobs, sched.observer)
+
+
+def _calibration_ends(deadline: float | None) -> float | None:
+    """When a sweep with a deadline stops calibrating: half its time is left
+    to its runs."""
+    if deadline is None:
+        return None
+    return time.monotonic() + CALIBRATION_SHARE * max(0.0, deadline - time.monotonic())
 
 
 def _sample_stages(sched: Scheduler, backend, params: SweepParams, peak: int,
