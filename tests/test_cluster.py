@@ -182,3 +182,77 @@ def test_no_scheduler_at_the_address_is_one_error_line(logs, tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith(
         f"error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}")
+
+
+SLOW_RUNS = """
+import time
+from dtrforensics.sweep import backends
+
+# dask imports a preload more than once: slow the original down, once
+run_point = backends.__dict__.setdefault("fast_run_point", backends.run_point)
+
+
+def slow_run_point(*args):
+    time.sleep(0.5)
+    return run_point(*args)
+
+
+backends.run_point = slow_run_point
+"""
+
+
+def _kill_scheduler_when(tmp_path, args, ready) -> tuple[subprocess.Popen, str, str]:
+    """Run `dtrf *args` on a loopback cluster whose runs take half a second
+    each; kill its scheduler once `ready()` (the client is then waiting for
+    runs); (the process, its stderr, the scheduler's address)."""
+    preload = tmp_path / "slow_runs.py"
+    preload.write_text(SLOW_RUNS, encoding="utf-8")
+    with loopback_cluster(tmp_path / "cluster", workers=2, preload=str(preload)) as c:
+        proc = subprocess.Popen([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args),
+                                 "--scheduler", c.address],
+                                env={**os.environ, "COLUMNS": "160",
+                                     "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            limit = time.monotonic() + 120
+            while not ready():
+                assert proc.poll() is None, proc.communicate()[1]
+                if time.monotonic() > limit:
+                    proc.kill()
+                    raise AssertionError(proc.communicate()[1])
+                time.sleep(0.05)
+            c.kill_scheduler()
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return proc, err, c.address
+
+
+def test_the_scheduler_gone_while_the_client_waits_is_one_error_line(logs, tmp_path):
+    out = tmp_path / "s"
+    args = ["sweep", logs["chain"], "--from", "0.3", "--to", "0.9", "--step", "0.01",
+            "--flush-rows", "2", "--no-progress", "--out", out]
+    proc, err, address = _kill_scheduler_when(
+        tmp_path, args, lambda: any((out / "runs").glob("*.parquet")))
+    assert proc.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"the Dask scheduler at {address} is gone" in lines[0]
+    assert SweepStore(out).read_doc()["status"] == "interrupted"
+    done = dtrf(*args, "--jobs", "1")                # resumed here, without the cluster
+    assert done.returncode == 0, done.stderr
+    runner.run_sweep(logs["chain"], SweepParams(0.3, 0.9, 0.01), tmp_path / "ref", jobs=1)
+    assert table(out) == table(tmp_path / "ref")
+
+
+def test_the_scheduler_gone_while_calibrating_is_one_error_line(logs, tmp_path):
+    started = time.monotonic()
+    proc, err, address = _kill_scheduler_when(
+        tmp_path, ["sweep", logs["chain"], "--from", "0.3", "--to", "0.9", "--exact",
+                   "--estimate"], lambda: time.monotonic() > started + 8)
+    assert proc.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"the Dask scheduler at {address} is gone" in lines[0]

@@ -239,13 +239,16 @@ class DaskBackend:
         return self.client.submit(run_point, self.sha256, point, timeout, pure=False)
 
     def wait(self, futures, timeout: float) -> list:
+        """Those of `futures` done within `timeout` seconds. The scheduler lost
+        (before or during the wait) cancels them all: they are all done, and
+        each one's result then says so (`failure`)."""
         from distributed import wait
         futures = list(futures)
-        if self.client.status != "running":     # the scheduler lost: they fail as cancelled
+        if self.client.status != "running":
             return futures
         try:
             wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+        except (TimeoutError, cf.CancelledError):
             pass
         return [f for f in futures if f.done()]
 
