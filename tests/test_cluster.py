@@ -256,3 +256,43 @@ def test_the_scheduler_gone_while_calibrating_is_one_error_line(logs, tmp_path):
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert f"the Dask scheduler at {address} is gone" in lines[0]
+
+
+def test_an_empty_scheduler_address_is_one_error_line_and_makes_nothing(logs, tmp_path):
+    for args in (("--scheduler", ""), ("--scheduler", " "), ("--engine", "dask",
+                                                             "--scheduler", "")):
+        res = dtrf("sweep", logs["hole"], "--from", "0.5", "--to", "1.0", "--step", "0.1",
+                   *args, "--out", tmp_path / "s")
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.strip().splitlines()[-1].startswith(
+            "error: --engine dask needs --scheduler ADDRESS")
+        assert not (tmp_path / "s").exists()
+    with pytest.raises(ValueError, match="--scheduler ADDRESS"):
+        runner.run_sweep(logs["hole"], SweepParams(0.5, 1.0, 0.1), tmp_path / "s",
+                         engine="dask", scheduler="")
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_scheduler_without_workers_says_so_and_gives_up(logs, tmp_path, monkeypatch):
+    from dask_cluster import LoopbackCluster
+
+    from dtrforensics.errors import ClusterError
+    from dtrforensics.sweep import backends
+    monkeypatch.setattr(backends.DaskBackend, "WORKERS_SECONDS", 3.0)
+    heard = []
+
+    class Hear(runner.SweepObserver):
+        def notice(self, text):
+            heard.append(text)
+
+    cluster = LoopbackCluster(tmp_path / "cluster")
+    try:
+        address = cluster.start_scheduler()           # and no worker
+        with pytest.raises(ClusterError, match="had no workers for 3 s") as exc:
+            runner.run_sweep(logs["hole"], SweepParams(0.5, 1.0, 0.1), tmp_path / "s",
+                             engine="dask", scheduler=address, observer=Hear())
+    finally:
+        cluster.stop()
+    assert f"dask worker {address} --nthreads 1" in str(exc.value)
+    assert len(heard) == 1 and "has no workers yet: waiting" in heard[0]
+    assert not (tmp_path / "s").exists()             # nothing made: nothing to resume

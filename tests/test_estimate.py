@@ -204,3 +204,20 @@ def test_a_resumed_sweep_with_a_short_deadline_makes_progress(tmp_path, monkeypa
         stored.append(len(runner.SweepStore(tmp_path / "s").read_runs()))
     assert 0 < stored[0] < stored[1] < stored[2]
     assert len(heard) == 1 and heard[0].cut      # the first call's, cut short for time
+
+
+def test_the_estimate_line_wraps_and_says_no_zero_and_no_exponent():
+    from dtrforensics.render.sweep import duration, estimate_line
+    tiny = E.Estimate("t", True, 1, 8, 9, 0.01, 3.0, 3.0, False, 0, 0.004, 0.004, 2)
+    huge = E.Estimate("t", True, 2, 32, 900, 338.0, 526_000.0, 4000.0, True, 8,
+                      4171 * 3600.0, 4171 * 3600.0, 64, 1.5)
+    for est in (tiny, huge):
+        text = estimate_line(est, workers=(1, 4), prefix="lstm dtr 0.25-0.28: ")
+        lines = text.splitlines()
+        assert len(lines) > 1 and all(len(line) <= 80 for line in lines)
+        assert lines[0].startswith("lstm dtr 0.25-0.28: estimate: about ")
+        assert "e+" not in text and "e-" not in text
+        assert " 0 s" not in text and "0.0 s" not in text
+    assert "4,171 CPU-hours" in estimate_line(huge)
+    assert duration(0.004) == "under 0.1 s" and duration(0.3) == "0.3 s"
+    assert duration(0) == "0 s"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..engine.prefixes import PrefixCache
 from ..engine.replay import prepared, replay
-from ..errors import ClusterError
+from ..errors import ClusterError, OptionError
 from ..trace.program import Program
 from .store import Point, row_from_summary
 
@@ -199,9 +199,10 @@ class DaskBackend:
     `ClusterError`; what finished is stored and the sweep resumes."""
 
     CAPACITY_SECONDS = 2.0      # how often the cluster's thread count is read again
+    WORKERS_SECONDS = 600.0     # how long a cluster with no workers is waited for
 
     def __init__(self, program: Program, thrash_factor: float, scheduler: str,
-                 jobs: int | None = None):
+                 jobs: int | None = None, notice=None):
         try:
             from distributed import Client
         except ImportError:
@@ -219,6 +220,24 @@ class DaskBackend:
         self.client.register_plugin(_program_plugin(program, thrash_factor),
                                     name=f"dtrf-program-{program.sha256[:16]}")
         self._capacity, self._read_at = 1, float("-inf")
+        self._await_workers(notice or (lambda text: None))
+
+    def _await_workers(self, notice) -> None:
+        """Wait for a first worker, saying so: a cluster without workers would
+        otherwise hold every point in silence. ClusterError when none came in
+        `WORKERS_SECONDS`."""
+        if self.client.nthreads():
+            return
+        command = f"dask worker {self.address} --nthreads 1"
+        notice(f"the Dask scheduler at {self.address} has no workers yet: waiting for one "
+               f"(start them with `{command}`)")
+        try:
+            self.client.wait_for_workers(1, timeout=self.WORKERS_SECONDS)
+        except (TimeoutError, OSError) as exc:
+            self.close(abort=True)
+            raise ClusterError(f"the Dask scheduler at {self.address} had no workers for "
+                               f"{self.WORKERS_SECONDS:.0f} s ({_first_line(exc)}): start "
+                               f"some with `{command}`") from None
 
     @property
     def capacity(self) -> int:
@@ -310,17 +329,26 @@ def _program_plugin(program: Program, thrash_factor: float):
     return ProgramPlugin(program.sha256, payload, thrash_factor)
 
 
+def check_engine(engine: str, scheduler: str | None) -> None:
+    """OptionError unless `engine` is known and has the scheduler address it needs
+    (checked before a sweep makes anything)."""
+    if engine not in ENGINES:
+        raise OptionError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    if engine == "dask" and not (scheduler or "").strip():
+        raise OptionError("--engine dask needs --scheduler ADDRESS, a Dask scheduler's "
+                          "address such as tcp://host:8786")
+
+
 def make_backend(engine: str, program: Program, thrash_factor: float, *, jobs: int,
-                 scheduler: str | None = None, start_method: str = DEFAULT_START_METHOD):
+                 scheduler: str | None = None, start_method: str = DEFAULT_START_METHOD,
+                 notice=None):
+    """The backend `engine` names; `notice(text)` hears what it waits for."""
+    check_engine(engine, scheduler)
     if engine == "inline":
         return InlineBackend(program, thrash_factor)
     if engine == "process":
         return ProcessBackend(program, thrash_factor, jobs, start_method)
-    if engine == "dask":
-        if not scheduler:
-            raise ValueError("--engine dask needs --scheduler ADDRESS")
-        return DaskBackend(program, thrash_factor, scheduler)
-    raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    return DaskBackend(program, thrash_factor, scheduler.strip(), notice=notice)
 
 
 def default_jobs() -> int:

@@ -29,6 +29,7 @@ from .backends import (  # noqa: F401
     ENGINES,
     REPEAT_START_METHOD,
     ProcessBackend,
+    check_engine,
     default_jobs,
     make_backend,
 )
@@ -96,24 +97,31 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     params.validate()
     check_size(params, max_points)
     observer = observer or SweepObserver()
-    program, base, jobs, engine = _prepare(trace, params, jobs, engine)
+    program, base, jobs, engine = _prepare(trace, params, jobs, engine, scheduler)
     peak = base.peak
     validate.thrash_limit(params.thrash_factor, base.model_compute)
     info = TraceInfo(program.name, program.sha256, str(program.source), peak, base.model_compute)
     lo, hi = grid.range_bytes(params, peak)
-    store = SweepStore(out, flush_rows=flush_rows, flush_seconds=flush_seconds)
-    resumed = store.open_or_create(params, info, (lo, hi))
+    # the backend first: a cluster that cannot be reached leaves no folder behind
+    backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
+                           scheduler=scheduler, start_method=start_method,
+                           notice=observer.notice)
+    try:
+        store = SweepStore(out, flush_rows=flush_rows, flush_seconds=flush_seconds)
+        resumed = store.open_or_create(params, info, (lo, hi))
+        store.acquire()
+    except BaseException:
+        backend.close(abort=True)
+        raise
     if resumed:     # calibrated when it started: a resumed sweep goes on with its runs
         estimate_samples = 0
-    store.acquire()
     result = SweepResult(store.path, info, resumed)
     sched = None
     try:
         store.set_aside_corrupt()
         sched = Scheduler(store, store.read_runs().to_pylist(), observer, params.timeout,
                            deadline)
-        _run_stages(sched, program, params, peak, (lo, hi), result, engine=engine, jobs=jobs,
-                    scheduler=scheduler, start_method=start_method,
+        _run_stages(sched, backend, program, params, (lo, hi), result, jobs=jobs,
                     estimate_samples=estimate_samples)
     except OutOfTime:
         result.stopped = "deadline"
@@ -127,9 +135,11 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
 
 
 def _prepare(trace: str | Program, params: SweepParams, jobs: int | None,
-             engine: str | None):
+             engine: str | None, scheduler: str | None):
     """The trace loaded and prepared, `--to` checked against its peak, the jobs and
     engine settled: what a sweep and its estimate both start from."""
+    if engine is not None:
+        check_engine(engine, scheduler)
     if isinstance(trace, Program):
         program = trace
     else:
@@ -145,14 +155,17 @@ def _prepare(trace: str | Program, params: SweepParams, jobs: int | None,
 def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | None = None,
                    engine: str | None = None, scheduler: str | None = None,
                    samples: int = SAMPLES, seconds: float = ESTIMATE_SECONDS,
-                   start_method: str = DEFAULT_START_METHOD) -> Estimate:
+                   start_method: str = DEFAULT_START_METHOD,
+                   observer: SweepObserver | None = None) -> Estimate:
     """What the sweep `params` of `trace` would cost (`estimate.py`), from
     `samples` strata per policy calibrated on the backend it would run on, the
-    walks below wide intervals for at most `seconds`; no sweep folder is made."""
+    walks below wide intervals for at most `seconds`; no sweep folder is made.
+    `observer` hears only notices (what the backend waits for)."""
     params.validate()
-    program, base, jobs, engine = _prepare(trace, params, jobs, engine)
+    program, base, jobs, engine = _prepare(trace, params, jobs, engine, scheduler)
     backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
-                           scheduler=scheduler, start_method=start_method)
+                           scheduler=scheduler, start_method=start_method,
+                           notice=(observer or SweepObserver()).notice)
     try:
         estimate = calibrate(backend, program, params, base.peak,
                              grid.range_bytes(params, base.peak), samples, seconds)
@@ -172,12 +185,12 @@ def _leave(store: SweepStore, status: str, sched: "Scheduler | None") -> None:
         store.release()
 
 
-def _run_stages(sched: Scheduler, program: Program, params: SweepParams, peak: int,
-                rng: tuple[int, int], result: SweepResult, *, engine: str, jobs: int,
-                scheduler: str | None, start_method: str, estimate_samples: int = 0) -> None:
-    """Every stage in order on one backend (repeats on their own fresh pools)."""
-    backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
-                           scheduler=scheduler, start_method=start_method)
+def _run_stages(sched: Scheduler, backend, program: Program, params: SweepParams,
+                rng: tuple[int, int], result: SweepResult, *, jobs: int,
+                estimate_samples: int = 0) -> None:
+    """Every stage in order on `backend`, closed after them (repeats run on their
+    own fresh pools)."""
+    peak = result.trace.peak
     try:
         if estimate_samples:
             sched.observer.estimated(calibrate(backend, program, params, peak, rng,

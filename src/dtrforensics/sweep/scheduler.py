@@ -39,6 +39,9 @@ class SweepObserver:
     def estimated(self, estimate) -> None:
         """Before any stage: what the sweep will cost (`sweep/estimate.py`), when asked."""
 
+    def notice(self, text: str) -> None:
+        """What the sweep waits for, said once (e.g. a cluster with no workers yet)."""
+
 
 # --- point sources --------------------------------------------------------------------
 
