@@ -296,3 +296,29 @@ def test_a_scheduler_without_workers_says_so_and_gives_up(logs, tmp_path, monkey
     assert f"dask worker {address} --nthreads 1" in str(exc.value)
     assert len(heard) == 1 and "has no workers yet: waiting" in heard[0]
     assert not (tmp_path / "s").exists()             # nothing made: nothing to resume
+
+
+def test_workers_with_more_than_one_thread_are_refused(logs, tmp_path, monkeypatch):
+    """Runs in one process share its caches (prefixes, compiled scores), which
+    threads may not share: a worker runs one thread."""
+    from dask_cluster import LoopbackCluster
+    cluster = LoopbackCluster(tmp_path / "cluster")
+    try:
+        address = cluster.start_scheduler()
+        cluster.start_workers(1, nthreads=2)
+        res = dtrf("sweep", logs["hole"], "--from", "0.5", "--to", "1.0", "--step", "0.1",
+                   "--scheduler", address, "--out", tmp_path / "s")
+    finally:
+        cluster.stop()
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    line = res.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: 1 of the 1 Dask workers at {address} run 2 threads each")
+    assert f"`dask worker {address} --nthreads 1`" in line
+    assert not (tmp_path / "s").exists()
+    # a worker that joins later with more threads refuses its points
+    from dtrforensics.errors import ClusterError
+    from dtrforensics.sweep import backends
+    from dtrforensics.sweep.store import Point
+    monkeypatch.setattr(backends, "_WORKER_THREADS", 2)
+    with pytest.raises(ClusterError, match="--nthreads 1"):
+        backends.run_point("any", Point("dtr", 500, 0, 0.9, "grid"), None)

@@ -46,6 +46,22 @@ REPEAT_START_METHOD = "spawn"
 
 _PROGRAMS: dict[str, tuple[Program, float]] = {}
 _PREFIXES = PrefixCache()
+# Threads of the Dask worker this process is (1 elsewhere). The caches a run
+# leans on (_PREFIXES, the engine's compiled scores) are per process and not
+# thread-safe: a worker with more threads refuses to run points.
+_WORKER_THREADS = 1
+
+
+def one_thread_each(address: str, nthreads: dict) -> str | None:
+    """The error line for a cluster whose workers run more than one thread each
+    (`nthreads`: worker -> threads, as Dask reports it), else None."""
+    many = sorted({n for n in nthreads.values() if n > 1})
+    if not many:
+        return None
+    return (f"{sum(n > 1 for n in nthreads.values())} of the {len(nthreads)} Dask workers at "
+            f"{address} run {'/'.join(map(str, many))} threads each; a sweep needs one thread "
+            f"per worker process (its runs share per-process caches): start them with "
+            f"`dask worker {address} --nthreads 1`")
 
 
 def _install(program: Program, thrash_factor: float) -> None:
@@ -103,6 +119,11 @@ def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
     """Replay one point with the installed program; a runs-table row. Runs in
     one process share prefixes (nearby budgets resume from earlier snapshots),
     except confirmation repeats, which must not lean on other runs."""
+    if _WORKER_THREADS > 1:
+        raise ClusterError(f"a Dask worker that joined the sweep runs {_WORKER_THREADS} "
+                           f"threads; a sweep needs one thread per worker process (its runs "
+                           f"share per-process caches): start workers with `dask worker "
+                           f"ADDRESS --nthreads 1`")
     program, thrash = _PROGRAMS[sha256]
     result = replay(program, budget=point.budget, policy=point.policy, timeout=timeout,
                     thrash_factor=thrash,
@@ -227,7 +248,7 @@ class DaskBackend:
         otherwise hold every point in silence. ClusterError when none came in
         `WORKERS_SECONDS`."""
         if self.client.nthreads():
-            return
+            return self._check_threads()
         command = f"dask worker {self.address} --nthreads 1"
         notice(f"the Dask scheduler at {self.address} has no workers yet: waiting for one "
                f"(start them with `{command}`)")
@@ -238,6 +259,15 @@ class DaskBackend:
             raise ClusterError(f"the Dask scheduler at {self.address} had no workers for "
                                f"{self.WORKERS_SECONDS:.0f} s ({_first_line(exc)}): start "
                                f"some with `{command}`") from None
+        self._check_threads()
+
+    def _check_threads(self) -> None:
+        """ClusterError when a worker runs more than one thread (a worker that
+        joins later with more refuses its points: `run_point`)."""
+        problem = one_thread_each(self.address, self.client.nthreads())
+        if problem:
+            self.close(abort=True)
+            raise ClusterError(problem)
 
     @property
     def capacity(self) -> int:
@@ -324,6 +354,8 @@ def _program_plugin(program: Program, thrash_factor: float):
             self.sha256, self.payload, self.thrash_factor = sha256, payload, thrash_factor
 
         def setup(self, worker):
+            global _WORKER_THREADS
+            _WORKER_THREADS = worker.state.nthreads
             _install_from_ipc(self.sha256, self.payload, self.thrash_factor)
 
     return ProgramPlugin(program.sha256, payload, thrash_factor)
