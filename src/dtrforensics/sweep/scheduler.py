@@ -11,8 +11,8 @@ into one error naming it and the point it ran.
 from __future__ import annotations
 
 import bisect
-import concurrent.futures as cf
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from ..errors import ClusterError, UserError
@@ -157,7 +157,7 @@ class Scheduler:
     def _lost(self, backend, point: Point, others, exc: BaseException) -> UserError | None:
         """The error for a point that failed because its worker or the cluster
         was lost (None: the run itself failed, its exception stands)."""
-        if isinstance(exc, cf.process.BrokenProcessPool):
+        if isinstance(exc, BrokenProcessPool):
             return self._died(backend, point, others)
         kind = backend.failure(exc) if hasattr(backend, "failure") else None
         if kind == "worker":        # the task killed every worker it ran on: it names itself
@@ -204,7 +204,7 @@ class Scheduler:
                         lane = self.lanes.choose(point, backend.capacity, source.queue_per_worker)
                         try:
                             fut = backend.submit(point, self.timeout, lane)
-                        except cf.process.BrokenProcessPool:   # the lane's worker died already
+                        except BrokenProcessPool:   # the lane's worker died already
                             raise self._died(backend, point, inflight.values()) from None
                         inflight[fut] = point
                 if not inflight:
