@@ -221,3 +221,33 @@ def test_the_estimate_line_wraps_and_says_no_zero_and_no_exponent():
     assert "4,171 CPU-hours" in estimate_line(huge)
     assert duration(0.004) == "under 0.1 s" and duration(0.3) == "0.3 s"
     assert duration(0) == "0 s"
+
+
+def test_a_budget_landing_in_a_narrow_interval_walks_and_counts_its_unit(monkeypatch):
+    """Up to the wide interval above it, then down below it: the whole unit, landed
+    in with the probability of its span, not of its wide interval alone."""
+    part = planted(units=1, wide=5000, narrow=7)             # 0..6 narrow, 7..5006 wide
+    rng = (0, 5006)
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    monkeypatch.setattr(E, "plan_samples", lambda *a, **k: [("dtr", 3, 5007)])
+    backend = PartitionBackend(part)
+    est = E.calibrate(backend, Prog(), params, peak=5007, rng=rng, per_policy=1)
+    assert est.executions == len(part) == 8 and backend.runs == 8
+
+
+def test_intervals_just_wider_than_wide_do_not_swing_the_count():
+    """Wide intervals of very different widths (as LSTM's near its limit), with
+    narrow ones below some: most seeds' counts are within 2x."""
+    part, b = [], 0
+    for i in range(12):
+        for width in ((1_000_000, 20_400, 95_200, 20_400) if i % 2 else (700_000, 20_400)):
+            part.append((b, b + width - 1))
+            b += width
+    rng = (0, b - 1)
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    within = 0
+    for seed in range(40):
+        est = E.calibrate(PartitionBackend(part), Prog(), params, peak=b, rng=rng,
+                          per_policy=16, seed=seed)
+        within += 0.5 <= est.executions / len(part) <= 2
+    assert within >= 36
