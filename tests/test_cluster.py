@@ -291,6 +291,11 @@ def test_a_scheduler_without_workers_says_so_and_gives_up(logs, tmp_path, monkey
         with pytest.raises(ClusterError, match="had no workers for 3 s") as exc:
             runner.run_sweep(logs["hole"], SweepParams(0.5, 1.0, 0.1), tmp_path / "s",
                              engine="dask", scheduler=address, observer=Hear())
+        from dtrforensics.reproduce import findings as F
+        with pytest.warns(UserWarning, match="has no workers yet"), \
+                pytest.raises(ClusterError, match="had no workers"):
+            F.findings(tmp_path / "f", map_seconds=600, run_timeout=None, jobs=None,
+                       scheduler=address, traces=("hole",), zoo=(), ratio_range=(0.90, 0.93))
     finally:
         cluster.stop()
     assert f"dask worker {address} --nthreads 1" in str(exc.value)

@@ -183,6 +183,9 @@ def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, unti
         def estimated(self, estimate) -> None:
             on_estimate(estimate)
 
+        def notice(self, text: str) -> None:        # e.g. a cluster with no workers yet
+            warnings.warn(text, stacklevel=2)
+
     engine = "dask" if scheduler else None
     result = run_sweep(program, spec.params(timeout), folder, jobs=jobs, engine=engine,
                        scheduler=scheduler, observer=Watch(), max_points=MAX_WALK_RUNS,
