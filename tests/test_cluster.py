@@ -327,3 +327,31 @@ def test_workers_with_more_than_one_thread_are_refused(logs, tmp_path, monkeypat
     monkeypatch.setattr(backends, "_WORKER_THREADS", 2)
     with pytest.raises(ClusterError, match="--nthreads 1"):
         backends.run_point("any", Point("dtr", 500, 0, 0.9, "grid"), None)
+
+
+def test_the_last_worker_gone_is_said_and_given_up_on(logs, tmp_path, monkeypatch):
+    """Its points would wait for a worker in silence: the sweep says so, and
+    after a while stops with one error, its finished runs kept."""
+    from dtrforensics.errors import ClusterError
+    from dtrforensics.sweep import backends
+    monkeypatch.setattr(backends.DaskBackend, "WORKERS_SECONDS", 3.0)
+    preload = tmp_path / "slow_runs.py"
+    preload.write_text(SLOW_RUNS, encoding="utf-8")
+    heard = []
+    with loopback_cluster(tmp_path / "cluster", workers=1, preload=str(preload)) as c:
+
+        class KillIt(runner.SweepObserver):
+            def finished(self, row: dict) -> None:
+                if c.workers[0].poll() is None:
+                    c.kill_worker(0)
+
+            def notice(self, text: str) -> None:
+                heard.append(text)
+
+        with pytest.raises(ClusterError, match="has had no workers for 3 s") as exc:
+            runner.run_sweep(logs["chain"], SweepParams(0.3, 0.9, 0.01), tmp_path / "d",
+                             engine="dask", scheduler=c.address, observer=KillIt())
+    assert len(heard) == 1 and "has no workers left: waiting" in heard[0]
+    assert str(tmp_path / "d") in str(exc.value)
+    assert SweepStore(tmp_path / "d").read_doc()["status"] == "interrupted"
+    assert len(keys(tmp_path / "d")) >= 1

@@ -241,7 +241,10 @@ class DaskBackend:
         self.client.register_plugin(_program_plugin(program, thrash_factor),
                                     name=f"dtrf-program-{program.sha256[:16]}")
         self._capacity, self._read_at = 1, float("-inf")
-        self._await_workers(notice or (lambda text: None))
+        self.notice = notice or (lambda text: None)
+        self._alone_since: float | None = None     # when the last worker left
+        self._alone_read_at = float("-inf")
+        self._await_workers(self.notice)
 
     def _await_workers(self, notice) -> None:
         """Wait for a first worker, saying so: a cluster without workers would
@@ -299,7 +302,34 @@ class DaskBackend:
             wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
         except (TimeoutError, cf.CancelledError):
             pass
-        return [f for f in futures if f.done()]
+        done = [f for f in futures if f.done()]
+        if not done:
+            self._check_alone()
+        return done
+
+    def _check_alone(self) -> None:
+        """While points wait, the cluster's last worker gone is said once, and
+        after `WORKERS_SECONDS` without one is a ClusterError (the points would
+        wait in silence for ever)."""
+        now = time.monotonic()
+        if now - self._alone_read_at < self.CAPACITY_SECONDS:
+            return
+        self._alone_read_at = now
+        try:
+            threads = sum(self.client.nthreads().values())
+        except Exception:  # noqa: BLE001 - the scheduler's loss shows up in the results
+            return
+        self._capacity = max(1, threads)
+        if threads:
+            self._alone_since = None
+            return
+        if self._alone_since is None:
+            self._alone_since = now
+            self.notice(f"the Dask scheduler at {self.address} has no workers left: waiting "
+                        f"for one (start them with `dask worker {self.address} --nthreads 1`)")
+        elif now - self._alone_since >= self.WORKERS_SECONDS:
+            raise ClusterError(f"the Dask scheduler at {self.address} has had no workers for "
+                               f"{self.WORKERS_SECONDS:.0f} s")
 
     def failure(self, exc: BaseException) -> str | None:
         """What a failed point's exception says about the cluster: 'scheduler'

@@ -176,6 +176,13 @@ class Scheduler:
             return 0.25
         return max(0.0, min(0.25, min(ends) - time.monotonic()))
 
+    def _wait(self, backend, inflight: dict, until: float | None) -> list:
+        """The futures done; a cluster given up on says what the sweep keeps."""
+        try:
+            return backend.wait(inflight, self._wait_seconds(until))
+        except ClusterError as exc:
+            raise ClusterError(f"{exc}; {self._kept()}") from None
+
     def split(self, stage: str, points: list[Point]) -> list[Point]:
         """The points not stored yet (counted as skipped otherwise)."""
         count = self.counts.setdefault(stage, StageCount())
@@ -209,7 +216,7 @@ class Scheduler:
                         inflight[fut] = point
                 if not inflight:
                     break
-                for fut in backend.wait(inflight, self._wait_seconds(until)):
+                for fut in self._wait(backend, inflight, until):
                     point = inflight.pop(fut)
                     try:
                         row = fut.result()
