@@ -64,13 +64,16 @@ class LoopbackCluster:
         self.address = json.loads(file.read_text())["address"]
         return self.address
 
-    def start_workers(self, n: int) -> None:
+    def start_workers(self, n: int, preload: str | None = None, nthreads: int = 1) -> None:
+        """`n` more workers; `preload`: a Python file each runs first (`dask
+        worker --preload`), e.g. to slow its runs down."""
         from distributed import Client
         first = len(self.workers)
         for i in range(first, first + n):
             self.workers.append(self._spawn(
-                ["worker", self.address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                 "--host", "127.0.0.1", "--name", f"w{i}"], f"worker{i}.log"))
+                ["worker", self.address, "--nthreads", str(nthreads), "--no-nanny",
+                 "--no-dashboard", "--host", "127.0.0.1", "--name", f"w{i}",
+                 *(["--preload", preload] if preload else [])], f"worker{i}.log"))
         with Client(self.address, timeout="30s") as client:
             client.wait_for_workers(len([w for w in self.workers if w.poll() is None]),
                                     timeout=START_SECONDS)
@@ -93,11 +96,11 @@ class LoopbackCluster:
 
 
 @contextlib.contextmanager
-def loopback_cluster(root: Path, workers: int = 2):
+def loopback_cluster(root: Path, workers: int = 2, preload: str | None = None):
     cluster = LoopbackCluster(root)
     try:
         cluster.start_scheduler()
-        cluster.start_workers(workers)
+        cluster.start_workers(workers, preload)
         yield cluster
     finally:
         cluster.stop()

@@ -182,3 +182,176 @@ def test_no_scheduler_at_the_address_is_one_error_line(logs, tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith(
         f"error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}")
+
+
+SLOW_RUNS = """
+import time
+from dtrforensics.sweep import backends
+
+# dask imports a preload more than once: slow the original down, once
+run_point = backends.__dict__.setdefault("fast_run_point", backends.run_point)
+
+
+def slow_run_point(*args):
+    time.sleep(0.5)
+    return run_point(*args)
+
+
+backends.run_point = slow_run_point
+"""
+
+
+def _kill_scheduler_when(tmp_path, args, ready) -> tuple[subprocess.Popen, str, str]:
+    """Run `dtrf *args` on a loopback cluster whose runs take half a second
+    each; kill its scheduler once `ready()` (the client is then waiting for
+    runs); (the process, its stderr, the scheduler's address)."""
+    preload = tmp_path / "slow_runs.py"
+    preload.write_text(SLOW_RUNS, encoding="utf-8")
+    with loopback_cluster(tmp_path / "cluster", workers=2, preload=str(preload)) as c:
+        proc = subprocess.Popen([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args),
+                                 "--scheduler", c.address],
+                                env={**os.environ, "COLUMNS": "160",
+                                     "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            limit = time.monotonic() + 120
+            while not ready():
+                assert proc.poll() is None, proc.communicate()[1]
+                if time.monotonic() > limit:
+                    proc.kill()
+                    raise AssertionError(proc.communicate()[1])
+                time.sleep(0.05)
+            c.kill_scheduler()
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return proc, err, c.address
+
+
+def test_the_scheduler_gone_while_the_client_waits_is_one_error_line(logs, tmp_path):
+    out = tmp_path / "s"
+    args = ["sweep", logs["chain"], "--from", "0.3", "--to", "0.9", "--step", "0.01",
+            "--flush-rows", "2", "--no-progress", "--out", out]
+    proc, err, address = _kill_scheduler_when(
+        tmp_path, args, lambda: any((out / "runs").glob("*.parquet")))
+    assert proc.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"the Dask scheduler at {address} is gone" in lines[0]
+    assert SweepStore(out).read_doc()["status"] == "interrupted"
+    done = dtrf(*args, "--jobs", "1")                # resumed here, without the cluster
+    assert done.returncode == 0, done.stderr
+    runner.run_sweep(logs["chain"], SweepParams(0.3, 0.9, 0.01), tmp_path / "ref", jobs=1)
+    assert table(out) == table(tmp_path / "ref")
+
+
+def test_the_scheduler_gone_while_calibrating_is_one_error_line(logs, tmp_path):
+    started = time.monotonic()
+    proc, err, address = _kill_scheduler_when(
+        tmp_path, ["sweep", logs["chain"], "--from", "0.3", "--to", "0.9", "--exact",
+                   "--estimate"], lambda: time.monotonic() > started + 8)
+    assert proc.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"the Dask scheduler at {address} is gone" in lines[0]
+
+
+def test_an_empty_scheduler_address_is_one_error_line_and_makes_nothing(logs, tmp_path):
+    for args in (("--scheduler", ""), ("--scheduler", " "), ("--engine", "dask",
+                                                             "--scheduler", "")):
+        res = dtrf("sweep", logs["hole"], "--from", "0.5", "--to", "1.0", "--step", "0.1",
+                   *args, "--out", tmp_path / "s")
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.strip().splitlines()[-1].startswith(
+            "error: --engine dask needs --scheduler ADDRESS")
+        assert not (tmp_path / "s").exists()
+    with pytest.raises(ValueError, match="--scheduler ADDRESS"):
+        runner.run_sweep(logs["hole"], SweepParams(0.5, 1.0, 0.1), tmp_path / "s",
+                         engine="dask", scheduler="")
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_scheduler_without_workers_says_so_and_gives_up(logs, tmp_path, monkeypatch):
+    from dask_cluster import LoopbackCluster
+
+    from dtrforensics.errors import ClusterError
+    from dtrforensics.sweep import backends
+    monkeypatch.setattr(backends.DaskBackend, "WORKERS_SECONDS", 3.0)
+    heard = []
+
+    class Hear(runner.SweepObserver):
+        def notice(self, text):
+            heard.append(text)
+
+    cluster = LoopbackCluster(tmp_path / "cluster")
+    try:
+        address = cluster.start_scheduler()           # and no worker
+        with pytest.raises(ClusterError, match="had no workers for 3 s") as exc:
+            runner.run_sweep(logs["hole"], SweepParams(0.5, 1.0, 0.1), tmp_path / "s",
+                             engine="dask", scheduler=address, observer=Hear())
+        from dtrforensics.reproduce import findings as F
+        with pytest.warns(UserWarning, match="has no workers yet"), \
+                pytest.raises(ClusterError, match="had no workers"):
+            F.findings(tmp_path / "f", map_seconds=600, run_timeout=None, jobs=None,
+                       scheduler=address, traces=("hole",), zoo=(), ratio_range=(0.90, 0.93))
+    finally:
+        cluster.stop()
+    assert f"dask worker {address} --nthreads 1" in str(exc.value)
+    assert len(heard) == 1 and "has no workers yet: waiting" in heard[0]
+    assert not (tmp_path / "s").exists()             # nothing made: nothing to resume
+
+
+def test_workers_with_more_than_one_thread_are_refused(logs, tmp_path, monkeypatch):
+    """Runs in one process share its caches (prefixes, compiled scores), which
+    threads may not share: a worker runs one thread."""
+    from dask_cluster import LoopbackCluster
+    cluster = LoopbackCluster(tmp_path / "cluster")
+    try:
+        address = cluster.start_scheduler()
+        cluster.start_workers(1, nthreads=2)
+        res = dtrf("sweep", logs["hole"], "--from", "0.5", "--to", "1.0", "--step", "0.1",
+                   "--scheduler", address, "--out", tmp_path / "s")
+    finally:
+        cluster.stop()
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    line = res.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: 1 of the 1 Dask workers at {address} run 2 threads each")
+    assert f"`dask worker {address} --nthreads 1`" in line
+    assert not (tmp_path / "s").exists()
+    # a worker that joins later with more threads refuses its points
+    from dtrforensics.errors import ClusterError
+    from dtrforensics.sweep import backends
+    from dtrforensics.sweep.store import Point
+    monkeypatch.setattr(backends, "_WORKER_THREADS", 2)
+    with pytest.raises(ClusterError, match="--nthreads 1"):
+        backends.run_point("any", Point("dtr", 500, 0, 0.9, "grid"), None)
+
+
+def test_the_last_worker_gone_is_said_and_given_up_on(logs, tmp_path, monkeypatch):
+    """Its points would wait for a worker in silence: the sweep says so, and
+    after a while stops with one error, its finished runs kept."""
+    from dtrforensics.errors import ClusterError
+    from dtrforensics.sweep import backends
+    monkeypatch.setattr(backends.DaskBackend, "WORKERS_SECONDS", 3.0)
+    preload = tmp_path / "slow_runs.py"
+    preload.write_text(SLOW_RUNS, encoding="utf-8")
+    heard = []
+    with loopback_cluster(tmp_path / "cluster", workers=1, preload=str(preload)) as c:
+
+        class KillIt(runner.SweepObserver):
+            def finished(self, row: dict) -> None:
+                if c.workers[0].poll() is None:
+                    c.kill_worker(0)
+
+            def notice(self, text: str) -> None:
+                heard.append(text)
+
+        with pytest.raises(ClusterError, match="has had no workers for 3 s") as exc:
+            runner.run_sweep(logs["chain"], SweepParams(0.3, 0.9, 0.01), tmp_path / "d",
+                             engine="dask", scheduler=c.address, observer=KillIt())
+    assert len(heard) == 1 and "has no workers left: waiting" in heard[0]
+    assert str(tmp_path / "d") in str(exc.value)
+    assert SweepStore(tmp_path / "d").read_doc()["status"] == "interrupted"
+    assert len(keys(tmp_path / "d")) >= 1

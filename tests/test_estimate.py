@@ -170,3 +170,84 @@ def test_a_findings_map_hears_its_estimate_before_it_runs(tmp_path):
                    report=shares.append, on_estimate=heard.append)
     assert len(heard) == 1 and heard[0].exact and heard[0].executions >= 1
     assert shares and shares[-1] == 1.0                  # then the map ran to its end
+
+
+def test_a_resumed_sweep_with_a_short_deadline_makes_progress(tmp_path, monkeypatch):
+    """The calibration keeps to the sweep's deadline and runs for a new sweep
+    only: every call of a sweep stopped by its deadline stores more runs."""
+    import time
+
+    from test_sweep import chain_log
+
+    from dtrforensics.sweep import backends, runner
+    path = tmp_path / "chain.log"
+    path.write_text(chain_log().text())
+    slow = backends.run_point
+
+    def run_point(*args):           # every run takes a while: calibrating is not cheap
+        time.sleep(0.1)
+        return slow(*args)
+
+    monkeypatch.setattr(backends, "run_point", run_point)
+    heard = []
+
+    class Hear(runner.SweepObserver):
+        def estimated(self, estimate):
+            heard.append(estimate)
+
+    params = SweepParams(0.3, 1.0, exact=True)
+    stored = []
+    for _ in range(3):
+        result = runner.run_sweep(str(path), params, tmp_path / "s", jobs=1, observer=Hear(),
+                                  deadline=time.monotonic() + 1.0, estimate_samples=8)
+        assert result.stopped == "deadline"
+        stored.append(len(runner.SweepStore(tmp_path / "s").read_runs()))
+    assert 0 < stored[0] < stored[1] < stored[2]
+    assert len(heard) == 1 and heard[0].cut      # the first call's, cut short for time
+
+
+def test_the_estimate_line_wraps_and_says_no_zero_and_no_exponent():
+    from dtrforensics.render.sweep import duration, estimate_line
+    tiny = E.Estimate("t", True, 1, 8, 9, 0.01, 3.0, 3.0, False, 0, 0.004, 0.004, 2)
+    huge = E.Estimate("t", True, 2, 32, 900, 338.0, 526_000.0, 4000.0, True, 8,
+                      4171 * 3600.0, 4171 * 3600.0, 64, 1.5)
+    for est in (tiny, huge):
+        text = estimate_line(est, workers=(1, 4), prefix="lstm dtr 0.25-0.28: ")
+        lines = text.splitlines()
+        assert len(lines) > 1 and all(len(line) <= 80 for line in lines)
+        assert lines[0].startswith("lstm dtr 0.25-0.28: estimate: about ")
+        assert "e+" not in text and "e-" not in text
+        assert " 0 s" not in text and "0.0 s" not in text
+    assert "4,171 CPU-hours" in estimate_line(huge)
+    assert duration(0.004) == "under 0.1 s" and duration(0.3) == "0.3 s"
+    assert duration(0) == "0 s"
+
+
+def test_a_budget_landing_in_a_narrow_interval_walks_and_counts_its_unit(monkeypatch):
+    """Up to the wide interval above it, then down below it: the whole unit, landed
+    in with the probability of its span, not of its wide interval alone."""
+    part = planted(units=1, wide=5000, narrow=7)             # 0..6 narrow, 7..5006 wide
+    rng = (0, 5006)
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    monkeypatch.setattr(E, "plan_samples", lambda *a, **k: [("dtr", 3, 5007)])
+    backend = PartitionBackend(part)
+    est = E.calibrate(backend, Prog(), params, peak=5007, rng=rng, per_policy=1)
+    assert est.executions == len(part) == 8 and backend.runs == 8
+
+
+def test_intervals_just_wider_than_wide_do_not_swing_the_count():
+    """Wide intervals of very different widths (as LSTM's near its limit), with
+    narrow ones below some: most seeds' counts are within 2x."""
+    part, b = [], 0
+    for i in range(12):
+        for width in ((1_000_000, 20_400, 95_200, 20_400) if i % 2 else (700_000, 20_400)):
+            part.append((b, b + width - 1))
+            b += width
+    rng = (0, b - 1)
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    within = 0
+    for seed in range(40):
+        est = E.calibrate(PartitionBackend(part), Prog(), params, peak=b, rng=rng,
+                          per_policy=16, seed=seed)
+        within += 0.5 <= est.executions / len(part) <= 2
+    assert within >= 36

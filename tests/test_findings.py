@@ -373,3 +373,28 @@ def test_the_zoo_is_recorded_and_mapped_over_its_own_range(tmp_path):
     for budget in (m.range_bytes[0], m.range_bytes[1]):
         assert m.outcome_at(budget) == replay(program, budget=budget).summary.outcome
     assert "mapped under DTR over 0.95-1" in render(f, command="x", wall_seconds=0.0)
+
+
+def test_a_map_stopped_by_its_time_is_stopped_not_interrupted(tmp_path, monkeypatch):
+    """A map's time runs out in the middle of its runs: run_sweep's own deadline
+    stops it (status "stopped", what finished stored, no interrupt of the main
+    thread), and the same call later finishes it."""
+    import time
+
+    from dtrforensics.sweep import backends
+    fast = backends.run_point
+
+    def slow(*args):               # the map's runs outlast its time
+        time.sleep(0.3)
+        return fast(*args)
+
+    monkeypatch.setattr(backends, "run_point", slow)
+    spec = P.MapSpec("hole", "dtr", *WINDOW, "public")
+    assert RUN._run_until(load_trace("hole"), spec, None, tmp_path / "m",
+                          time.monotonic() + 0.5, jobs=1, report=lambda share: None)
+    store = SweepStore(tmp_path / "m")
+    assert store.read_doc()["status"] == "stopped" and len(store.read_runs()) > 0
+    monkeypatch.setattr(backends, "run_point", fast)
+    assert not RUN._run_until(load_trace("hole"), spec, None, tmp_path / "m",
+                              time.monotonic() + 600, jobs=1, report=lambda share: None)
+    assert SweepStore(tmp_path / "m").read_doc()["status"] == "complete"

@@ -518,3 +518,27 @@ def test_cli_sweep_holes_and_plot(logs, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"<svg" in svg.read_bytes()[:400]
     bad = dtrf("holes", tmp_path / "nothing")                # through main(): one clear line
     assert bad.returncode == 2 and "not a sweep directory" in bad.stderr
+
+
+FAILING_RUN = """
+import sys
+from dtrforensics.sweep import backends, runner
+from dtrforensics.sweep.store import SweepParams
+
+
+def boom(*args):
+    raise RuntimeError("boom")
+
+
+backends.run_point = boom
+runner.run_sweep(sys.argv[1], SweepParams(0.5, 1.0, 0.1), sys.argv[2], jobs=1)
+"""
+
+
+def test_a_run_that_fails_in_this_process_raises_its_own_error(logs, tmp_path):
+    """With jobs=1 no process pool is ever imported: a failing run's error is
+    its own, not one raised while asking whether a pool broke."""
+    res = subprocess.run([sys.executable, "-c", FAILING_RUN, logs["hole"], str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == "RuntimeError: boom", res.stderr[-2000:]

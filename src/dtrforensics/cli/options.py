@@ -206,11 +206,13 @@ SCHEDULER_HELP = ("A Dask scheduler's address (tcp://host:8786): run the points 
 def sweep_engine(engine: str | None, scheduler: str | None) -> str | None:
     """`--engine` and `--scheduler` as the sweep takes them: a scheduler address
     means the dask engine, and the dask engine needs one."""
-    from ..sweep.backends import ENGINES
+    from ..sweep.backends import ENGINES, check_engine
     if engine is not None and engine not in ENGINES:
         raise CommandError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     if scheduler is not None and engine in (None, "dask"):
-        return "dask"
-    if (engine == "dask") != (scheduler is not None):
+        engine = "dask"
+    elif (engine == "dask") != (scheduler is not None):
         raise CommandError("--engine dask and --scheduler ADDRESS go together")
+    if engine is not None:
+        check_engine(engine, scheduler)
     return engine

@@ -133,8 +133,9 @@ def _say_estimate(spec, estimate) -> None:
     """A long map's cost, on stderr before it runs."""
     from ..render.sweep import estimate_line
     if estimate.long:
-        print(f"{spec.name} {spec.policy_name} {spec.ratio_from:g}-{spec.ratio_to:g}: "
-              + estimate_line(estimate), file=sys.stderr, flush=True)
+        print(estimate_line(estimate, prefix=f"{spec.name} {spec.policy_name} "
+                                             f"{spec.ratio_from:g}-{spec.ratio_to:g}: "),
+              file=sys.stderr, flush=True)
 
 
 LINE_SECONDS = 10.0     # a running map's progress line, at most this often

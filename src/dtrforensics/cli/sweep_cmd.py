@@ -102,12 +102,14 @@ def sweep(
 def _estimate(program, params, jobs, engine, scheduler, as_json: bool) -> None:
     """`--estimate`: the calibration sample alone, its estimate on stdout."""
     from ..render.console import err_console
-    from ..render.sweep import estimate_line
+    from ..render.sweep import SweepProgress, estimate_line
     from ..sweep.estimate import ESTIMATE_SECONDS, SAMPLES
     from ..sweep.runner import estimate_sweep
-    err_console().print(f"estimating the sweep of {program.name} from {SAMPLES} samples per policy")
+    err = err_console()
+    err.print(f"estimating the sweep of {program.name} from {SAMPLES} samples per policy")
     est = estimate_sweep(program, params, jobs=jobs, engine=engine, scheduler=scheduler,
-                         samples=SAMPLES, seconds=ESTIMATE_SECONDS)
+                         samples=SAMPLES, seconds=ESTIMATE_SECONDS,
+                         observer=SweepProgress(err, enabled=False))
     if as_json:
         from .common import print_json
         print_json(est.to_json())

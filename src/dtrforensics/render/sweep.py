@@ -323,6 +323,10 @@ class SweepProgress:
             self.progress.console.print(estimate_line(estimate), highlight=False,
                                         soft_wrap=True)
 
+    def notice(self, text: str) -> None:
+        """What the sweep waits for: one line, as it starts waiting."""
+        self.progress.console.print(text, highlight=False, markup=False)
+
     def stage(self, name: str, todo: int, skipped: int) -> None:
         self.counts = {"ok": 0, "fail": 0, "unresolved": 0}
         self.exact = name == "exact"
@@ -353,7 +357,14 @@ class SweepProgress:
 
 
 def duration(seconds: float) -> str:
-    """A rough duration: '40 s', '12 min', '3.5 h', '9.2 days'."""
+    """A rough duration: '0.4 s', '40 s', '12 min', '3.5 h', '9.2 days'; a nonzero
+    time never reads as zero ('under 0.1 s')."""
+    if seconds <= 0:
+        return "0 s"
+    if seconds < 0.05:
+        return "under 0.1 s"
+    if seconds < 9.5:
+        return f"{seconds:.1f} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:
@@ -363,10 +374,24 @@ def duration(seconds: float) -> str:
     return f"{seconds / 86400:,.1f} days"
 
 
-def estimate_line(est, workers: tuple[int, ...] = ()) -> str:
-    """One line: executions, CPU-hours, and about how long on the sweep's workers
-    at the parallelism its calibration achieved (and on each of `workers`, with a
-    core each), with what the estimate was calibrated from."""
+def cpu_time(seconds: float) -> str:
+    """CPU time in words, in hours from an hour on: '12 min of CPU', '4,171 CPU-hours'
+    (never in scientific notation)."""
+    hours = seconds / 3600
+    if hours < 1:
+        return f"{duration(seconds)} of CPU"
+    return f"{hours:,.1f} CPU-hours" if hours < 100 else f"{hours:,.0f} CPU-hours"
+
+
+ESTIMATE_WIDTH = 80     # the estimate is wrapped to this many columns
+
+
+def estimate_line(est, workers: tuple[int, ...] = (), prefix: str = "") -> str:
+    """The estimate in words, after `prefix`: executions, CPU time, and about how
+    long on the sweep's workers at the parallelism its calibration achieved (and
+    on each of `workers`, with a core each), with what the estimate was
+    calibrated from; wrapped at `ESTIMATE_WIDTH` columns."""
+    import textwrap
     kind = "distinct executions" if est.exact else "runs"
     runs = ("" if round(est.runs) == round(est.executions) else
             f"; --max-runs stops this sweep after about {est.runs:,.0f} runs"
@@ -375,8 +400,10 @@ def estimate_line(est, workers: tuple[int, ...] = ()) -> str:
     on = ", ".join([f"{duration(est.wall_seconds(n))} on {n} free worker{'s' * (n > 1)}"
                     for n in ns] + [f"{duration(est.wall_seconds())} on this sweep's "
                                     f"{est.workers} worker{'s' * (est.workers > 1)}"])
-    return (f"estimate: about {est.executions:,.0f} {kind} in the range{runs}, "
-            f"{est.cpu_seconds / 3600:,.3g} CPU-hours: about {on} "
-            f"(calibrated from {est.sample_runs:,} runs in {est.sample_seconds:.1f} s"
+    text = (f"{prefix}estimate: about {est.executions:,.0f} {kind} in the range{runs}, "
+            f"{cpu_time(est.cpu_seconds)}: about {on} "
+            f"(calibrated from {est.sample_runs:,} runs in {duration(est.sample_seconds)}"
             + (f"; {est.cut} of its walks cut short for time: a low estimate" if est.cut else "")
             + ")")
+    return textwrap.fill(text, ESTIMATE_WIDTH, subsequent_indent="  ",
+                         break_long_words=False, break_on_hyphens=False)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..engine.prefixes import PrefixCache
 from ..engine.replay import prepared, replay
-from ..errors import ClusterError
+from ..errors import ClusterError, OptionError
 from ..trace.program import Program
 from .store import Point, row_from_summary
 
@@ -46,6 +46,22 @@ REPEAT_START_METHOD = "spawn"
 
 _PROGRAMS: dict[str, tuple[Program, float]] = {}
 _PREFIXES = PrefixCache()
+# Threads of the Dask worker this process is (1 elsewhere). The caches a run
+# leans on (_PREFIXES, the engine's compiled scores) are per process and not
+# thread-safe: a worker with more threads refuses to run points.
+_WORKER_THREADS = 1
+
+
+def one_thread_each(address: str, nthreads: dict) -> str | None:
+    """The error line for a cluster whose workers run more than one thread each
+    (`nthreads`: worker -> threads, as Dask reports it), else None."""
+    many = sorted({n for n in nthreads.values() if n > 1})
+    if not many:
+        return None
+    return (f"{sum(n > 1 for n in nthreads.values())} of the {len(nthreads)} Dask workers at "
+            f"{address} run {'/'.join(map(str, many))} threads each; a sweep needs one thread "
+            f"per worker process (its runs share per-process caches): start them with "
+            f"`dask worker {address} --nthreads 1`")
 
 
 def _install(program: Program, thrash_factor: float) -> None:
@@ -103,6 +119,11 @@ def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
     """Replay one point with the installed program; a runs-table row. Runs in
     one process share prefixes (nearby budgets resume from earlier snapshots),
     except confirmation repeats, which must not lean on other runs."""
+    if _WORKER_THREADS > 1:
+        raise ClusterError(f"a Dask worker that joined the sweep runs {_WORKER_THREADS} "
+                           f"threads; a sweep needs one thread per worker process (its runs "
+                           f"share per-process caches): start workers with `dask worker "
+                           f"ADDRESS --nthreads 1`")
     program, thrash = _PROGRAMS[sha256]
     result = replay(program, budget=point.budget, policy=point.policy, timeout=timeout,
                     thrash_factor=thrash,
@@ -199,9 +220,10 @@ class DaskBackend:
     `ClusterError`; what finished is stored and the sweep resumes."""
 
     CAPACITY_SECONDS = 2.0      # how often the cluster's thread count is read again
+    WORKERS_SECONDS = 600.0     # how long a cluster with no workers is waited for
 
     def __init__(self, program: Program, thrash_factor: float, scheduler: str,
-                 jobs: int | None = None):
+                 jobs: int | None = None, notice=None):
         try:
             from distributed import Client
         except ImportError:
@@ -219,6 +241,36 @@ class DaskBackend:
         self.client.register_plugin(_program_plugin(program, thrash_factor),
                                     name=f"dtrf-program-{program.sha256[:16]}")
         self._capacity, self._read_at = 1, float("-inf")
+        self.notice = notice or (lambda text: None)
+        self._alone_since: float | None = None     # when the last worker left
+        self._alone_read_at = float("-inf")
+        self._await_workers(self.notice)
+
+    def _await_workers(self, notice) -> None:
+        """Wait for a first worker, saying so: a cluster without workers would
+        otherwise hold every point in silence. ClusterError when none came in
+        `WORKERS_SECONDS`."""
+        if self.client.nthreads():
+            return self._check_threads()
+        command = f"dask worker {self.address} --nthreads 1"
+        notice(f"the Dask scheduler at {self.address} has no workers yet: waiting for one "
+               f"(start them with `{command}`)")
+        try:
+            self.client.wait_for_workers(1, timeout=self.WORKERS_SECONDS)
+        except (TimeoutError, OSError) as exc:
+            self.close(abort=True)
+            raise ClusterError(f"the Dask scheduler at {self.address} had no workers for "
+                               f"{self.WORKERS_SECONDS:.0f} s ({_first_line(exc)}): start "
+                               f"some with `{command}`") from None
+        self._check_threads()
+
+    def _check_threads(self) -> None:
+        """ClusterError when a worker runs more than one thread (a worker that
+        joins later with more refuses its points: `run_point`)."""
+        problem = one_thread_each(self.address, self.client.nthreads())
+        if problem:
+            self.close(abort=True)
+            raise ClusterError(problem)
 
     @property
     def capacity(self) -> int:
@@ -239,15 +291,45 @@ class DaskBackend:
         return self.client.submit(run_point, self.sha256, point, timeout, pure=False)
 
     def wait(self, futures, timeout: float) -> list:
+        """Those of `futures` done within `timeout` seconds. The scheduler lost
+        (before or during the wait) cancels them all: they are all done, and
+        each one's result then says so (`failure`)."""
         from distributed import wait
         futures = list(futures)
-        if self.client.status != "running":     # the scheduler lost: they fail as cancelled
+        if self.client.status != "running":
             return futures
         try:
             wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+        except (TimeoutError, cf.CancelledError):
             pass
-        return [f for f in futures if f.done()]
+        done = [f for f in futures if f.done()]
+        if not done:
+            self._check_alone()
+        return done
+
+    def _check_alone(self) -> None:
+        """While points wait, the cluster's last worker gone is said once, and
+        after `WORKERS_SECONDS` without one is a ClusterError (the points would
+        wait in silence for ever)."""
+        now = time.monotonic()
+        if now - self._alone_read_at < self.CAPACITY_SECONDS:
+            return
+        self._alone_read_at = now
+        try:
+            threads = sum(self.client.nthreads().values())
+        except Exception:  # noqa: BLE001 - the scheduler's loss shows up in the results
+            return
+        self._capacity = max(1, threads)
+        if threads:
+            self._alone_since = None
+            return
+        if self._alone_since is None:
+            self._alone_since = now
+            self.notice(f"the Dask scheduler at {self.address} has no workers left: waiting "
+                        f"for one (start them with `dask worker {self.address} --nthreads 1`)")
+        elif now - self._alone_since >= self.WORKERS_SECONDS:
+            raise ClusterError(f"the Dask scheduler at {self.address} has had no workers for "
+                               f"{self.WORKERS_SECONDS:.0f} s")
 
     def failure(self, exc: BaseException) -> str | None:
         """What a failed point's exception says about the cluster: 'scheduler'
@@ -302,22 +384,33 @@ def _program_plugin(program: Program, thrash_factor: float):
             self.sha256, self.payload, self.thrash_factor = sha256, payload, thrash_factor
 
         def setup(self, worker):
+            global _WORKER_THREADS
+            _WORKER_THREADS = worker.state.nthreads
             _install_from_ipc(self.sha256, self.payload, self.thrash_factor)
 
     return ProgramPlugin(program.sha256, payload, thrash_factor)
 
 
+def check_engine(engine: str, scheduler: str | None) -> None:
+    """OptionError unless `engine` is known and has the scheduler address it needs
+    (checked before a sweep makes anything)."""
+    if engine not in ENGINES:
+        raise OptionError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    if engine == "dask" and not (scheduler or "").strip():
+        raise OptionError("--engine dask needs --scheduler ADDRESS, a Dask scheduler's "
+                          "address such as tcp://host:8786")
+
+
 def make_backend(engine: str, program: Program, thrash_factor: float, *, jobs: int,
-                 scheduler: str | None = None, start_method: str = DEFAULT_START_METHOD):
+                 scheduler: str | None = None, start_method: str = DEFAULT_START_METHOD,
+                 notice=None):
+    """The backend `engine` names; `notice(text)` hears what it waits for."""
+    check_engine(engine, scheduler)
     if engine == "inline":
         return InlineBackend(program, thrash_factor)
     if engine == "process":
         return ProcessBackend(program, thrash_factor, jobs, start_method)
-    if engine == "dask":
-        if not scheduler:
-            raise ValueError("--engine dask needs --scheduler ADDRESS")
-        return DaskBackend(program, thrash_factor, scheduler)
-    raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    return DaskBackend(program, thrash_factor, scheduler.strip(), notice=notice)
 
 
 def default_jobs() -> int:

@@ -4,20 +4,24 @@ wall time on N workers, calibrated from a short sample of runs.
 A run at budget b certifies the interval I(b) of budgets that yield its
 execution; an exact map makes one run per interval. On the public traces a
 few wide intervals hold almost every byte of a range and the many narrow ones
-(a few bytes each) come in runs just below a wide one, so budgets drawn
-uniformly would nearly always land in a wide interval and count the wide ones
-alone. The calibration therefore draws one budget in each of a few equal
-strata of the range (per policy, seeded) and, when it lands in a wide
-interval J (at least 1/`WIDE` of the range), walks down from J through the
-narrow intervals below it, as the map itself will, up to the next wide one
-(at most `CLUSTER_RUNS` runs). J and its narrow followers are one unit; a
-stratum of width W whose budget landed in J stands for W / |J| units, with
-their runs: an unbiased count of the units when no cluster is cut short (a
-budget landing in a narrow interval counts nothing: its unit is the wide one
-above it). A unit's time is its runs at the mean time of its narrow runs (the
-map reaches J resuming from the unit above, as they do; the calibration's
-own run of J starts cold). A grid's runs are counted, not estimated; their time is
-the sampled runs' mean.
+come in runs just below a wide one, so budgets drawn uniformly would nearly
+always land in a wide interval and count the wide ones alone. The partition
+is therefore cut into units: a wide interval J (at least 1/`WIDE` of the
+range) and the narrow intervals below it, down to the next wide one. The
+calibration draws one budget in each of a few equal strata of the range (per
+policy, seeded) and walks the unit it lands in, as the map itself will: from
+J down through the narrow intervals; from a narrow interval up to the wide
+one above it, then down below where it landed (at most `CLUSTER_RUNS` runs).
+A stratum of width W whose budget landed in a unit spanning S bytes of the
+range stands for W / S units, with their intervals: an unbiased count when
+no unit is cut short, since a unit is landed in with probability S / W. (A
+threshold of wide against the whole range keeps the units few runs long
+where narrow intervals are dense; landing in a narrow interval counts its
+unit too, so intervals just narrower than wide do not each weigh W / |J|.)
+A unit's time is its intervals at the mean time of its walk runs (the map
+reaches each resuming from the one above, as they do; the calibration's
+first run starts cold). A grid's runs are counted, not estimated; their time
+is the sampled runs' mean.
 
 The exact walk keeps at most `WALK_ROUND` runs per policy in flight, so more
 workers than that do not shorten it.
@@ -36,8 +40,8 @@ from .store import Point, SweepParams
 
 SAMPLES = 16            # strata per policy for `dtrf sweep --estimate`
 START_SAMPLES = 8       # per policy, when a sweep starts (its line is printed when long)
-WIDE = 1000             # an interval of at least 1/WIDE of the range is wide
-CLUSTER_RUNS = 64       # runs of the walk below a wide interval, at most
+WIDE = 256              # an interval of at least 1/WIDE of the range is wide
+CLUSTER_RUNS = 64       # runs of the walk through a unit, at most
 CALIBRATION_SECONDS = 60.0  # wall time the walks below wide intervals may take, at most
 ESTIMATE_SECONDS = 300.0    # the same for `dtrf sweep --estimate`, which does nothing else
 LONG_SECONDS = 60.0     # CPU seconds from which a sweep is long
@@ -47,16 +51,16 @@ SEED = 0
 @dataclass(frozen=True)
 class Sample:
     """One stratum's calibration: the bytes of the range it stands for, those
-    its budget's certificate covers inside the range (None: it certified
-    nothing, e.g. timed out), its run time, and the narrow intervals walked
-    below it (their count and time)."""
+    its unit's certificates cover inside the range (None: its first run
+    certified nothing, e.g. timed out), its first run's time, and the other
+    intervals of its unit walked (their count and time)."""
 
     policy: str
     budget: int
     weight: int
     width: int | None
     seconds: float
-    narrow: int = 0             # narrow intervals walked below it
+    narrow: int = 0             # the unit's other intervals walked
     narrow_seconds: float = 0.0
 
 
@@ -144,16 +148,19 @@ def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int
         if not params.exact:
             continue
         n = t = 0.0
+        # strata the calibration had no time for: the others stand for them
+        scale = (rng[1] - rng[0] + 1) / sum(s.weight for s in mine)
         for s in mine:
             if s.width is None:             # no certificate: one run for the stratum
                 n, t = n + 1, t + s.seconds
-            elif s.width >= wide(rng) or s.weight <= s.width:
+            else:
                 share = s.weight / max(s.width, params.resolution)
                 n += share * (1 + s.narrow)
                 # the map reaches J from the unit above, resuming as its narrow
                 # runs do; the calibration's run of J started cold
                 t += share * ((1 + s.narrow) * s.narrow_seconds / s.narrow if s.narrow
                               else s.seconds)
+        n, t = n * scale, t * scale
         made = min(n, params.max_runs)
         capped |= n > params.max_runs
         executions += n
@@ -167,69 +174,139 @@ def from_samples(trace: str, params: SweepParams, peak: int, rng: tuple[int, int
 
 
 class _Chain:
-    """One stratum's calibration: its budget's run, then the walk down through
-    the narrow intervals below it."""
+    """One stratum's calibration: its budget's run, then the walk through its
+    unit: from a wide interval down through the narrow ones below it; from a
+    narrow one up to the wide one above it, then down below the landing."""
 
     def __init__(self, policy: str, budget: int, weight: int):
         self.policy, self.budget, self.weight = policy, budget, weight
-        self.width: int | None = None
+        self.width: int | None = None       # bytes of the range the unit's runs certify
         self.seconds, self.narrow, self.narrow_seconds = 0.0, 0, 0.0
-        self.first = True
+        self.first, self.up, self.landed = True, False, 0
 
     def absorb(self, row: dict, rng: tuple[int, int], walk: bool) -> int | None:
         """Take a run's row; the next budget to run, or None when done."""
         width = _width(row, rng)
         if self.first:
             self.first, self.width, self.seconds = False, width, row["wall_seconds"]
-            wide_one = width is not None and width >= wide(rng)
-        elif width is None or width >= wide(rng):
-            return None                     # the next wide interval: the unit ends
-        else:
-            self.narrow += 1
-            self.narrow_seconds += row["wall_seconds"]
-            wide_one = True
-        below = (row["interval_lo"] or 0) - 1
-        if not walk or not wide_one or below < rng[0] or self.narrow >= CLUSTER_RUNS:
+            if width is None or not walk:
+                return None
+            self.landed = row["interval_lo"]
+            self.up = width < wide(rng)
+            return self._next(row, rng)
+        if width is None or (not self.up and width >= wide(rng)):
+            return None                     # the next wide interval below: the unit ends
+        self.narrow += 1
+        self.narrow_seconds += row["wall_seconds"]
+        self.width += width
+        if self.up and width >= wide(rng):  # the unit's wide top: on below the landing
+            self.up = False
+            return self._down(self.landed, rng)
+        return self._next(row, rng)
+
+    def _next(self, row: dict, rng: tuple[int, int]) -> int | None:
+        if self.narrow >= CLUSTER_RUNS:
             return None
-        return below
+        if not self.up:
+            return self._down(row["interval_lo"], rng)
+        if row["interval_hi"] is not None and row["interval_hi"] < rng[1]:
+            return row["interval_hi"] + 1
+        self.up = False                     # the range's top: the unit has no wide one
+        return self._down(self.landed, rng)
+
+    def _down(self, lo: int, rng: tuple[int, int]) -> int | None:
+        return lo - 1 if lo - 1 >= rng[0] and self.narrow < CLUSTER_RUNS else None
 
     def sample(self) -> Sample:
         return Sample(self.policy, self.budget, self.weight, self.width, self.seconds,
                       self.narrow, self.narrow_seconds)
 
 
+class Calibration:
+    """The calibration as a point source for the sweep's scheduler: every
+    stratum's first run, then the walks below wide intervals, breadth first,
+    until `seconds` have passed since its first point (the walks left are cut).
+    Chains that meet at one budget share its run."""
+
+    queue_per_worker = 2
+
+    def __init__(self, params: SweepParams, peak: int, rng: tuple[int, int],
+                 per_policy: int, seconds: float, seed: int = SEED):
+        self.params, self.peak, self.rng, self.seconds = params, peak, rng, seconds
+        self.chains = [_Chain(p, b, w) for p, b, w in plan_samples(params, rng, per_policy,
+                                                                   seed)]
+        self.todo = [(c, c.budget) for c in self.chains]      # taken from the front
+        self.waiting: dict[tuple, list[_Chain]] = {}          # point key -> chains
+        self.rows: dict[tuple, dict] = {}                     # rows seen, by point key
+        self.started: float | None = None
+        self.runs, self.run_seconds, self.cut = 0, 0.0, 0
+
+    def take(self, n: int) -> list[Point]:
+        if self.started is None:
+            self.started = time.perf_counter()
+        out: list[Point] = []
+        while self.todo and len(out) < n:
+            chain, budget = self.todo.pop(0)
+            point = Point(chain.policy, budget, 0, budget / self.peak, "exact")
+            if point.key in self.rows:          # another chain's run: no run of its own
+                self._advance(chain, self.rows[point.key])
+            elif point.key in self.waiting:
+                self.waiting[point.key].append(chain)
+            else:
+                self.waiting[point.key] = [chain]
+                self.runs += 1
+                out.append(point)
+        return out
+
+    def absorb(self, point: Point, row: dict) -> None:
+        self.rows[point.key] = row
+        self.run_seconds += row["wall_seconds"]
+        for chain in self.waiting.pop(point.key, []):
+            self._advance(chain, row)
+
+    def _advance(self, chain: "_Chain", row: dict) -> None:
+        below = chain.absorb(row, self.rng, self.params.exact)
+        if below is not None and time.perf_counter() - self.started > self.seconds:
+            self.cut += 1
+        elif below is not None:
+            self.todo.append((chain, below))
+
+    def estimate(self, name: str, workers: int, stopped: bool = False) -> Estimate:
+        """The estimate of the runs absorbed; `stopped`: the calibration ran out
+        of time, its unfinished chains count as cut (those with no first run
+        are left out: the others stand for the range)."""
+        wall = time.perf_counter() - self.started if self.started is not None else 0.0
+        cut = self.cut + (len(self.todo) + sum(map(len, self.waiting.values()))
+                          if stopped else 0)
+        return from_samples(name, self.params, self.peak, self.rng,
+                            [c.sample() for c in self.chains if not c.first],
+                            workers=workers, sample_runs=self.runs, cut=cut,
+                            sample_seconds=wall,
+                            parallelism=self.run_seconds / wall if wall else 0.0)
+
+
 def calibrate(backend, program: Program, params: SweepParams, peak: int,
               rng: tuple[int, int], per_policy: int = SAMPLES,
-              seconds: float = CALIBRATION_SECONDS) -> Estimate:
+              seconds: float = CALIBRATION_SECONDS, *, sched=None,
+              until: float | None = None, seed: int = SEED) -> Estimate:
     """Run the calibration on `backend` (a chain per stratum, all at once) and
     estimate. A grid samples one run per stratum; an exact map walks, and once
     `seconds` have passed the walks below wide intervals stop where they are
-    (counted as cut: the estimate is then a low one)."""
-    started = time.perf_counter()
-    cut = 0
-    chains = [_Chain(p, b, w) for p, b, w in plan_samples(params, rng, per_policy)]
-    todo = [(c, c.budget) for c in reversed(chains)]
-    inflight: dict = {}
-    runs, run_seconds = 0, 0.0
-    while todo or inflight:
-        while todo and len(inflight) < 2 * backend.capacity:
-            chain, budget = todo.pop()
-            point = Point(chain.policy, budget, 0, budget / peak, "exact")
-            inflight[backend.submit(point, params.timeout, len(inflight))] = chain
-            runs += 1
-        for fut in backend.wait(inflight, 0.25):
-            chain = inflight.pop(fut)
-            row = fut.result()
-            run_seconds += row["wall_seconds"]
-            below = chain.absorb(row, rng, params.exact)
-            if below is not None and time.perf_counter() - started > seconds:
-                cut += 1
-            elif below is not None:         # after every stratum's first run: breadth first
-                todo.insert(0, (chain, below))
-    wall = time.perf_counter() - started
-    return from_samples(program.name, params, peak, rng, [c.sample() for c in chains],
-                        workers=backend.capacity, sample_runs=runs, cut=cut,
-                        sample_seconds=wall, parallelism=run_seconds / wall if wall else 0.0)
+    (counted as cut: the estimate is then a low one). The runs go through
+    `sched` (the sweep's scheduler: its deadline, its handling of lost workers and
+    clusters; by default one that stores nothing); at the monotonic instant
+    `until` the calibration stops, its runs in flight dropped, and estimates
+    from what finished. `seed` draws the strata's budgets."""
+    from .scheduler import OutOfTime, Scheduler, SweepObserver
+    sched = sched or Scheduler(None, [], SweepObserver(), params.timeout)
+    source = Calibration(params, peak, rng, per_policy, seconds, seed)
+    try:
+        sched.run(backend, "calibrate", source, keep=False, until=until)
+    except OutOfTime:
+        if sched.deadline is not None and time.monotonic() >= sched.deadline:
+            raise                           # the sweep's own deadline: it stops
+        return source.estimate(program.name, backend.capacity, stopped=True)
+    return source.estimate(program.name, backend.capacity)
 
 
 def _width(row: dict, rng: tuple[int, int]) -> int | None:

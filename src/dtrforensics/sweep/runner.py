@@ -29,6 +29,7 @@ from .backends import (  # noqa: F401
     ENGINES,
     REPEAT_START_METHOD,
     ProcessBackend,
+    check_engine,
     default_jobs,
     make_backend,
 )
@@ -38,6 +39,7 @@ from .scheduler import OutOfTime, Scheduler, StageCount, Static, SweepObserver, 
 from .store import Point, SweepParams, SweepStore, TraceInfo
 
 MAX_POINTS = 100_000     # runs a sweep may plan unless asked for more (--max-points)
+CALIBRATION_SHARE = 0.5  # of a deadline's time, the most a new sweep's calibration takes
 
 
 @dataclass
@@ -87,31 +89,39 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
     runs, drops those in flight, stores what finished and returns with
     `stopped == "deadline"` (status "stopped" in sweep.json; the same call
     resumes it). A run already under way in this process (jobs=1) ends first.
-    `estimate_samples`: first run that many calibration runs per policy and tell
-    the observer what the sweep will cost (`estimate.py`; not when it is complete).
+    `estimate_samples`: a new sweep first runs that many calibration runs per
+    policy (within half its time to the deadline; stored nowhere) and tells the
+    observer what it will cost (`estimate.py`); a resumed one does not again.
     """
     started = time.perf_counter()
     params.validate()
     check_size(params, max_points)
     observer = observer or SweepObserver()
-    program, base, jobs, engine = _prepare(trace, params, jobs, engine)
+    program, base, jobs, engine = _prepare(trace, params, jobs, engine, scheduler)
     peak = base.peak
     validate.thrash_limit(params.thrash_factor, base.model_compute)
     info = TraceInfo(program.name, program.sha256, str(program.source), peak, base.model_compute)
     lo, hi = grid.range_bytes(params, peak)
-    store = SweepStore(out, flush_rows=flush_rows, flush_seconds=flush_seconds)
-    resumed = store.open_or_create(params, info, (lo, hi))
-    if resumed and store.read_doc().get("status") == "complete":
+    # the backend first: a cluster that cannot be reached leaves no folder behind
+    backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
+                           scheduler=scheduler, start_method=start_method,
+                           notice=observer.notice)
+    try:
+        store = SweepStore(out, flush_rows=flush_rows, flush_seconds=flush_seconds)
+        resumed = store.open_or_create(params, info, (lo, hi))
+        store.acquire()
+    except BaseException:
+        backend.close(abort=True)
+        raise
+    if resumed:     # calibrated when it started: a resumed sweep goes on with its runs
         estimate_samples = 0
-    store.acquire()
     result = SweepResult(store.path, info, resumed)
     sched = None
     try:
         store.set_aside_corrupt()
         sched = Scheduler(store, store.read_runs().to_pylist(), observer, params.timeout,
                            deadline)
-        _run_stages(sched, program, params, peak, (lo, hi), result, engine=engine, jobs=jobs,
-                    scheduler=scheduler, start_method=start_method,
+        _run_stages(sched, backend, program, params, (lo, hi), result, jobs=jobs,
                     estimate_samples=estimate_samples)
     except OutOfTime:
         result.stopped = "deadline"
@@ -125,9 +135,11 @@ def run_sweep(trace: str | Program, params: SweepParams, out: str | os.PathLike,
 
 
 def _prepare(trace: str | Program, params: SweepParams, jobs: int | None,
-             engine: str | None):
+             engine: str | None, scheduler: str | None):
     """The trace loaded and prepared, `--to` checked against its peak, the jobs and
     engine settled: what a sweep and its estimate both start from."""
+    if engine is not None:
+        check_engine(engine, scheduler)
     if isinstance(trace, Program):
         program = trace
     else:
@@ -143,14 +155,17 @@ def _prepare(trace: str | Program, params: SweepParams, jobs: int | None,
 def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | None = None,
                    engine: str | None = None, scheduler: str | None = None,
                    samples: int = SAMPLES, seconds: float = ESTIMATE_SECONDS,
-                   start_method: str = DEFAULT_START_METHOD) -> Estimate:
+                   start_method: str = DEFAULT_START_METHOD,
+                   observer: SweepObserver | None = None) -> Estimate:
     """What the sweep `params` of `trace` would cost (`estimate.py`), from
     `samples` strata per policy calibrated on the backend it would run on, the
-    walks below wide intervals for at most `seconds`; no sweep folder is made."""
+    walks below wide intervals for at most `seconds`; no sweep folder is made.
+    `observer` hears only notices (what the backend waits for)."""
     params.validate()
-    program, base, jobs, engine = _prepare(trace, params, jobs, engine)
+    program, base, jobs, engine = _prepare(trace, params, jobs, engine, scheduler)
     backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
-                           scheduler=scheduler, start_method=start_method)
+                           scheduler=scheduler, start_method=start_method,
+                           notice=(observer or SweepObserver()).notice)
     try:
         estimate = calibrate(backend, program, params, base.peak,
                              grid.range_bytes(params, base.peak), samples, seconds)
@@ -170,16 +185,17 @@ def _leave(store: SweepStore, status: str, sched: "Scheduler | None") -> None:
         store.release()
 
 
-def _run_stages(sched: Scheduler, program: Program, params: SweepParams, peak: int,
-                rng: tuple[int, int], result: SweepResult, *, engine: str, jobs: int,
-                scheduler: str | None, start_method: str, estimate_samples: int = 0) -> None:
-    """Every stage in order on one backend (repeats on their own fresh pools)."""
-    backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
-                           scheduler=scheduler, start_method=start_method)
+def _run_stages(sched: Scheduler, backend, program: Program, params: SweepParams,
+                rng: tuple[int, int], result: SweepResult, *, jobs: int,
+                estimate_samples: int = 0) -> None:
+    """Every stage in order on `backend`, closed after them (repeats run on their
+    own fresh pools)."""
+    peak = result.trace.peak
     try:
         if estimate_samples:
             sched.observer.estimated(calibrate(backend, program, params, peak, rng,
-                                               estimate_samples))
+                                               estimate_samples, sched=sched,
+                                               until=_calibration_ends(sched.deadline)))
         _sample_stages(sched, backend, params, peak, sched.observer)
         if params.exact:
             walks = _exact_walks(sched, params, rng)
@@ -195,6 +211,14 @@ def _run_stages(sched: Scheduler, program: Program, params: SweepParams, peak: i
     backend.close()
     if params.repeats:
         _repeat_stage(sched, program, params, jobs, sched.observer)
+
+
+def _calibration_ends(deadline: float | None) -> float | None:
+    """When a sweep with a deadline stops calibrating: half its time is left
+    to its runs."""
+    if deadline is None:
+        return None
+    return time.monotonic() + CALIBRATION_SHARE * max(0.0, deadline - time.monotonic())
 
 
 def _sample_stages(sched: Scheduler, backend, params: SweepParams, peak: int,

@@ -11,8 +11,8 @@ into one error naming it and the point it ran.
 from __future__ import annotations
 
 import bisect
-import concurrent.futures as cf
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from ..errors import ClusterError, UserError
@@ -38,6 +38,9 @@ class SweepObserver:
 
     def estimated(self, estimate) -> None:
         """Before any stage: what the sweep will cost (`sweep/estimate.py`), when asked."""
+
+    def notice(self, text: str) -> None:
+        """What the sweep waits for, said once (e.g. a cluster with no workers yet)."""
 
 
 # --- point sources --------------------------------------------------------------------
@@ -112,9 +115,10 @@ class WorkerDiedError(UserError):
 
 class Scheduler:
     """Runs the points of one sweep call. `by_key` holds every stored row by its
-    key (policy, budget, rep): a stored point is taken from it, never rerun."""
+    key (policy, budget, rep): a stored point is taken from it, never rerun.
+    Without a store (an estimate alone) it keeps nothing."""
 
-    def __init__(self, store: SweepStore, rows: list[dict], observer: SweepObserver,
+    def __init__(self, store: SweepStore | None, rows: list[dict], observer: SweepObserver,
                  timeout: float | None, deadline: float | None = None):
         self.store, self.rows, self.observer, self.timeout = store, rows, observer, timeout
         self.deadline = deadline
@@ -126,9 +130,17 @@ class Scheduler:
     def done(self):
         return self.by_key.keys()
 
-    def _check_time(self) -> None:
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+    def _check_time(self, until: float | None = None) -> None:
+        ends = [t for t in (self.deadline, until) if t is not None]
+        if ends and time.monotonic() >= min(ends):
             raise OutOfTime
+
+    def _kept(self) -> str:
+        """What a lost sweep keeps, for its error line."""
+        if self.store is None:
+            return "nothing was stored"
+        return (f"the {len(self.rows):,} runs finished are kept in {self.store.path}: rerun "
+                f"the same command to resume")
 
     def _died(self, backend, point: Point, others) -> WorkerDiedError:
         """The error naming the worker that died and the point it was running: of
@@ -140,29 +152,36 @@ class Scheduler:
         who = backend.worker_name(lane) if hasattr(backend, "worker_name") else "a worker"
         return WorkerDiedError(
             f"{who} died while running {point.policy} at {point.budget:,} B (ratio "
-            f"{point.ratio:.6g}, {point.stage} stage); the runs finished before it are kept "
-            f"in {self.store.path}: rerun the same command to resume")
+            f"{point.ratio:.6g}, {point.stage} stage); {self._kept()}")
 
     def _lost(self, backend, point: Point, others, exc: BaseException) -> UserError | None:
         """The error for a point that failed because its worker or the cluster
         was lost (None: the run itself failed, its exception stands)."""
-        if isinstance(exc, cf.process.BrokenProcessPool):
+        if isinstance(exc, BrokenProcessPool):
             return self._died(backend, point, others)
         kind = backend.failure(exc) if hasattr(backend, "failure") else None
         if kind == "worker":        # the task killed every worker it ran on: it names itself
             return self._died(backend, point, ())
         if kind == "scheduler":
             return ClusterError(
-                f"the Dask scheduler at {backend.address} is gone (connection lost); the "
-                f"{len(self.rows):,} runs finished are kept in {self.store.path}: rerun the "
-                f"same command to resume, with --scheduler of a running cluster or "
-                f"without --engine dask")
+                f"the Dask scheduler at {backend.address} is gone (connection lost); "
+                f"{self._kept()}"
+                + (", with --scheduler of a running cluster or without --engine dask"
+                   if self.store is not None else ""))
         return None
 
-    def _wait_seconds(self) -> float:
-        if self.deadline is None:
+    def _wait_seconds(self, until: float | None = None) -> float:
+        ends = [t for t in (self.deadline, until) if t is not None]
+        if not ends:
             return 0.25
-        return max(0.0, min(0.25, self.deadline - time.monotonic()))
+        return max(0.0, min(0.25, min(ends) - time.monotonic()))
+
+    def _wait(self, backend, inflight: dict, until: float | None) -> list:
+        """The futures done; a cluster given up on says what the sweep keeps."""
+        try:
+            return backend.wait(inflight, self._wait_seconds(until))
+        except ClusterError as exc:
+            raise ClusterError(f"{exc}; {self._kept()}") from None
 
     def split(self, stage: str, points: list[Point]) -> list[Point]:
         """The points not stored yet (counted as skipped otherwise)."""
@@ -171,28 +190,33 @@ class Scheduler:
         count.skipped += len(points) - len(todo)
         return todo
 
-    def run(self, backend, stage: str, source) -> None:
-        count = self.counts.setdefault(stage, StageCount())
+    def run(self, backend, stage: str, source, *, keep: bool = True,
+            until: float | None = None) -> None:
+        """Run `source`'s points on `backend` until it has none left. `keep`:
+        store each row (a calibration's are only read); `until`: a monotonic
+        instant before the sweep's deadline at which this call stops the same
+        way (OutOfTime)."""
+        count = self.counts.setdefault(stage, StageCount()) if keep else StageCount()
         inflight: dict = {}
         try:
             while True:
-                self._check_time()
+                self._check_time(until)
                 room = backend.capacity * source.queue_per_worker - len(inflight)
                 if room > 0:
                     for point in source.take(room):
                         if point.key in self.by_key:      # stored by an earlier run
                             source.absorb(point, self.by_key[point.key])
                             continue
-                        self._check_time()
+                        self._check_time(until)
                         lane = self.lanes.choose(point, backend.capacity, source.queue_per_worker)
                         try:
                             fut = backend.submit(point, self.timeout, lane)
-                        except cf.process.BrokenProcessPool:   # the lane's worker died already
+                        except BrokenProcessPool:   # the lane's worker died already
                             raise self._died(backend, point, inflight.values()) from None
                         inflight[fut] = point
                 if not inflight:
                     break
-                for fut in backend.wait(inflight, self._wait_seconds()):
+                for fut in self._wait(backend, inflight, until):
                     point = inflight.pop(fut)
                     try:
                         row = fut.result()
@@ -202,13 +226,14 @@ class Scheduler:
                             raise
                         raise lost from None
                     self.lanes.finished(point, row)
-                    self.store.append(row)
-                    self.rows.append(row)
-                    self.by_key[point.key] = row
-                    count.ran += 1
+                    if keep:
+                        self._keep(point, row)
+                        count.ran += 1
                     source.absorb(point, row)
-                    self.observer.finished(row)
-                self.store.maybe_flush()
+                    if keep:
+                        self.observer.finished(row)
+                if self.store is not None:
+                    self.store.maybe_flush()
         finally:
             for fut in inflight:
                 try:
@@ -217,4 +242,11 @@ class Scheduler:
                     pass
             self.lanes.inflight.clear()
             self.lanes.order.clear()
-            self.store.flush()
+            if self.store is not None:
+                self.store.flush()
+
+    def _keep(self, point: Point, row: dict) -> None:
+        if self.store is not None:
+            self.store.append(row)
+        self.rows.append(row)
+        self.by_key[point.key] = row

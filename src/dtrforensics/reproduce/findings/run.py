@@ -7,10 +7,8 @@ together, is kept in `seconds.json` beside the maps.
 
 from __future__ import annotations
 
-import _thread
 import json
 import shutil
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -185,43 +183,14 @@ def _run_until(program, spec: MapSpec, timeout: float | None, folder: Path, unti
         def estimated(self, estimate) -> None:
             on_estimate(estimate)
 
-    # With run_sweep(deadline=...) (branch sweep), this line becomes
-    # `return run_sweep(..., deadline=until).stopped is not None`.
+        def notice(self, text: str) -> None:        # e.g. a cluster with no workers yet
+            warnings.warn(text, stacklevel=2)
+
     engine = "dask" if scheduler else None
-    return _stop_at(until, lambda: run_sweep(program, spec.params(timeout), folder, jobs=jobs,
-                                             engine=engine, scheduler=scheduler,
-                                             observer=Watch(), max_points=MAX_WALK_RUNS,
-                                             estimate_samples=START_SAMPLES if on_estimate
-                                             else 0))
-
-
-def _stop_at(until: float, sweep: Callable[[], object]) -> bool:
-    """Interim, until run_sweep takes a deadline: run `sweep`, interrupting the
-    main thread at the monotonic time `until` as Ctrl-C would (the sweep stops
-    its workers, flushes what finished and is left resumable); True when it
-    was stopped."""
-    lock, state = threading.Lock(), {"fired": False, "over": False}
-
-    def fire() -> None:
-        with lock:
-            if not state["over"]:
-                state["fired"] = True
-                _thread.interrupt_main()
-
-    timer = threading.Timer(max(0.0, until - time.monotonic()), fire)
-    try:
-        try:
-            timer.start()
-            sweep()
-        finally:
-            with lock:
-                state["over"] = True
-            timer.cancel()
-    except KeyboardInterrupt:
-        if not state["fired"]:
-            raise
-        return True
-    return False
+    result = run_sweep(program, spec.params(timeout), folder, jobs=jobs, engine=engine,
+                       scheduler=scheduler, observer=Watch(), max_points=MAX_WALK_RUNS,
+                       deadline=until, estimate_samples=START_SAMPLES if on_estimate else 0)
+    return result.stopped is not None
 
 
 def _set_aside_if_other_policy(folder: Path, spec: MapSpec) -> None:
