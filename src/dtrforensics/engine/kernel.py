@@ -756,7 +756,8 @@ def _compute_and_unlock(g, pol, sc, st, fr, scratch, mark, rg, ev, evf, emit, f)
     for i in range(g.op_arg_ptr[op], g.op_arg_ptr[op + 1]):
         _unlock(sc, st, g.tensor_size, g.tensor_storage[g.op_args[i]])
     if sc[S_REMAT_COMPUTE] > sc[S_REMAT_LIMIT]:
-        sc[S_STATUS] = STATUS_THRASHED
+        if sc[S_STATUS] == STATUS_RUNNING:   # an arena found full in this compute comes first
+            sc[S_STATUS] = STATUS_THRASHED
         return
     sc[S_PEND_TOP] = fr[FR_PENDING_START, f]
     sc[S_DEPTH] = f
