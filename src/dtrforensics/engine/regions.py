@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from .bitsets import bits_list_range, clear_bit, in_bits, lowest_bit, njit, popcount, set_bit
-from .layout import (
+from .layout import (  # noqa: F401  (CHECK_REGIONS_ENV: the debug pass's switch, named here too)
+    CHECK_REGIONS_ENV,
     S_ABSORB_WORK,
     S_ABSORBS,
     S_ARENA_TOP,
@@ -524,7 +525,9 @@ def _interior_absorb_listed(sc, st_compute, mark, rg, r, e, r2):
 
 # ---------------------------------------------------------------- the debug pass
 
-CHECK_REGIONS_ENV = "DTRF_CHECK_REGIONS"
+class RegionsBroken(AssertionError):
+    """A broken invariant of the neighbourhoods' sets, found by `check`; raised
+    explicitly, so that `python -O` does not strip the pass."""
 
 
 def _bit_members(rg, k) -> set[int]:
@@ -533,9 +536,9 @@ def _bit_members(rg, k) -> set[int]:
 
 
 def check(rg, sc) -> None:
-    """Assert the invariants of the sets' storage (simrd's style: a broken one
-    stops the run). Run between slices when DTRF_CHECK_REGIONS=1 (off by
-    default: it walks every set). What holds whatever the history:
+    """Check the invariants of the sets' storage, raising `RegionsBroken` at the
+    first broken one (simrd's style: it stops the run). Run between slices when
+    DTRF_CHECK_REGIONS=1 (off by default: it walks every set). What holds whatever the history:
     - bitset rows: each used row belongs to one set, the free stack holds the
       others, and only frontiers keep a block beside theirs (an interior with
       a row is that bitset alone);
@@ -550,16 +553,23 @@ def check(rg, sc) -> None:
     top = int(sc[S_ARENA_TOP])
     used = rg.bit_slot[rg.bit_slot >= 0]
     free = rg.free_slots[:int(sc[S_FREE_SLOTS])]
-    assert len(set(used.tolist())) == len(used), "a bitset row serves two sets"
-    assert not set(used.tolist()) & set(free.tolist()), "a used bitset row is on the free stack"
-    assert len(used) + len(free) == rg.bits.shape[0], "bitset rows lost or doubled"
-    assert 0 <= top <= len(rg.arena), f"arena top {top} outside the arena"
+    if len(set(used.tolist())) != len(used):
+        raise RegionsBroken("a bitset row serves two sets")
+    if set(used.tolist()) & set(free.tolist()):
+        raise RegionsBroken("a used bitset row is on the free stack")
+    if len(used) + len(free) != rg.bits.shape[0]:
+        raise RegionsBroken("bitset rows lost or doubled")
+    if not (0 <= top <= len(rg.arena)):
+        raise RegionsBroken(f"arena top {top} outside the arena")
     blocks = sorted((int(rg.start[k]), int(rg.cap[k]), k) for k in range(n_sets) if rg.cap[k] > 0)
     end = 0
     for start, cap, k in blocks:
-        assert start >= end, f"set {k}'s block overlaps the one before it"
-        assert start + cap <= top, f"set {k}'s block runs past the arena top"
-        assert rg.len[k] <= cap, f"set {k} holds more than its block"
+        if start < end:
+            raise RegionsBroken(f"set {k}'s block overlaps the one before it")
+        if start + cap > top:
+            raise RegionsBroken(f"set {k}'s block runs past the arena top")
+        if rg.len[k] > cap:
+            raise RegionsBroken(f"set {k} holds more than its block")
         end = start + cap
     for k in range(n_sets):
         _check_set(rg, k, k >= n_regions, k - n_regions if k >= n_regions else k)
@@ -571,17 +581,23 @@ def _check_set(rg, k: int, is_frontier: bool, r: int) -> None:
     listed = rg.arena[rg.start[k]:rg.start[k] + rg.len[k]].tolist() if rg.cap[k] > 0 else []
     if slot >= 0 and rg.cap[k] == 0:
         members = _bit_members(rg, k)
-        assert rg.len[k] == len(members), f"set {k}: len {rg.len[k]} != {len(members)} bits"
-        if is_frontier:
-            assert rg.fr_live[r] == len(members), f"frontier {k}: fr_live != its bits"
+        if rg.len[k] != len(members):
+            raise RegionsBroken(f"set {k}: len {rg.len[k]} != {len(members)} bits")
+        if is_frontier and rg.fr_live[r] != len(members):
+            raise RegionsBroken(f"frontier {k}: fr_live != its bits")
         return
     if slot >= 0:
-        assert is_frontier, f"interior {k} keeps a block beside its bitset"
+        if not is_frontier:
+            raise RegionsBroken(f"interior {k} keeps a block beside its bitset")
         members = _bit_members(rg, k)
-        assert members <= set(listed), f"frontier {k}: a bit with no entry in its block"
-        assert rg.fr_live[r] == len(members), f"frontier {k}: fr_live != its bits"
+        if not members <= set(listed):
+            raise RegionsBroken(f"frontier {k}: a bit with no entry in its block")
+        if rg.fr_live[r] != len(members):
+            raise RegionsBroken(f"frontier {k}: fr_live != its bits")
         return
-    assert rg.cap[k] > 0 or rg.len[k] == 0, f"set {k}: members but no block"
-    assert len(set(listed)) == len(listed), f"set {k}: a member listed twice"
-    if is_frontier:
-        assert rg.fr_live[r] == len(listed), f"frontier {k}: fr_live != its length"
+    if not (rg.cap[k] > 0 or rg.len[k] == 0):
+        raise RegionsBroken(f"set {k}: members but no block")
+    if len(set(listed)) != len(listed):
+        raise RegionsBroken(f"set {k}: a member listed twice")
+    if is_frontier and rg.fr_live[r] != len(listed):
+        raise RegionsBroken(f"frontier {k}: fr_live != its length")
