@@ -4,8 +4,9 @@ Run by `replay.py` when `DTRF_SIMRD` names an unpacked dtr-prototype `simrd`
 folder (commit eff53cc4). It reads a JSON request on stdin,
 `{"log": PATH, "points": [[policy, budget], ...]}`, parses the log once
 (untimed, as the reference's own evaluation does), measures the unconstrained
-baseline, then prints one JSON line per point: outcome, clock and the seconds
-spent inside the simulation alone.
+baseline, then prints one JSON line per point: outcome, clock and the CPU
+seconds spent inside the simulation alone (process time: the machine may be
+shared, and wall time then measures the neighbours too).
 
 The runtime is `RuntimeV2EagerOptimized` with the thrash limit of
 docs/semantics.md (rematerialization compute above 59 x the model compute).
@@ -48,7 +49,7 @@ def simulate(request: dict) -> None:
         heuristic = getattr(ablations, HEURISTICS[policy])()
         runtime = RuntimeV2EagerOptimized(budget, heuristic, remat_limit=59 * model_compute,
                                           trace=False, stats=False)
-        start = time.perf_counter()
+        start = time.process_time()
         try:
             callback(runtime)
             outcome = "ok"
@@ -56,7 +57,7 @@ def simulate(request: dict) -> None:
             outcome = "oom"
         except RematExceededError:
             outcome = "thrashed"
-        secs = time.perf_counter() - start
+        secs = time.process_time() - start
         print(json.dumps({"policy": policy, "budget": budget, "outcome": outcome,
                           "clock": runtime.clock, "secs": secs}), flush=True)
 

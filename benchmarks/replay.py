@@ -6,7 +6,9 @@ loaded, trace prepared: the best of three runs) and, when `DTRF_SIMRD` names an
 unpacked dtr-prototype `simrd` folder, by the reference simulator in a
 separate process in this same run (log parsed once and untimed, as its own
 evaluation does). Both executions must end with the same outcome and clock.
-It prints each point's two times and their ratio, the median, the smallest
+Times are CPU seconds of each process (`time.process_time`), so a busy
+machine slows both sides alike instead of charging a short point for its
+neighbours' work. It prints each point's two times and their ratio, the median, the smallest
 ratio, and the goals (issue 30): a median of at least 100x, no point below 40x,
 and the two slowest known points (LSTM 0.264, InceptionV4 0.235) within 2 s each.
 
@@ -74,9 +76,9 @@ def time_ours(program, ratio: float, policy: str, repeats: int = 3):
     replay(program, ratio=1.0)
     best, result = float("inf"), None
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         result = replay(program, ratio=ratio, policy=policy)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best, result.summary
 
 
@@ -148,9 +150,9 @@ def oracle_baseline(programs: dict, ours: dict) -> None:
     speed = []
     for (trace, policy, ratio), (secs, summary) in ours.items():
         if trace == "resnet32":
-            start = time.perf_counter()
+            start = time.process_time()
             oracle_run(programs[trace], summary.budget, policy)
-            speed.append((time.perf_counter() - start) / secs)
+            speed.append((time.process_time() - start) / secs)
     if speed:
         print(f"\nsame-run baseline: the oracle (tests/oracle.py) on {len(speed)} ResNet-32 points; "
               f"median engine speedup {statistics.median(speed):.1f}x")
