@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bitsets import bits_list_range, clear_bit, in_bits, lowest_bit, njit, popcount, set_bit
+from .bitsets import bits_list_range, clear_bit, in_bits, njit, pop_lowest, popcount, set_bit
 from .layout import (  # noqa: F401  (CHECK_REGIONS_ENV: the debug pass's switch, named here too)
     CHECK_REGIONS_ENV,
     S_ABSORB_WORK,
@@ -115,9 +115,8 @@ def frontier_members(rg, r, out, mark, epoch):
         for w in range(rg.bits.shape[1]):
             b = rg.bits[slot, w]
             while b:
-                low = b & (~b + np.uint64(1))
-                b ^= low
-                x = w * 64 + lowest_bit(low)
+                j, b = pop_lowest(b)
+                x = w * 64 + j
                 if mark[x] != epoch:
                     mark[x] = epoch
                     out[n] = x
@@ -339,10 +338,8 @@ def _frontier_union(sc, mark, rg, r, r2):
         for w in range(bits.shape[1]):
             b = bits[f2slot, w]
             while b:
-                low = b & (~b + np.uint64(1))
-                b ^= low
-                n = _frontier_add(arena, bits, mark, fslot, fbase, epoch,
-                                  w * 64 + lowest_bit(low), n)
+                j, b = pop_lowest(b)
+                n = _frontier_add(arena, bits, mark, fslot, fbase, epoch, w * 64 + j, n)
     else:
         f2base = rg.start[f2]
         for i in range(rg.len[f2]):
@@ -443,10 +440,9 @@ def _interior_absorb_bits(st_compute, rg, r, e, r2):
             if d:
                 bits[slot, w] |= d
                 while d:
-                    low = d & (~d + np.uint64(1))
-                    added += st_compute[w * 64 + lowest_bit(low)]
+                    j, d = pop_lowest(d)
+                    added += st_compute[w * 64 + j]
                     count += 1
-                    d ^= low
     else:
         base2 = rg.start[r2]
         for i in range(rg.len[r2]):
@@ -489,9 +485,8 @@ def _interior_absorb_listed(sc, st_compute, mark, rg, r, e, r2):
         for w in range(bits.shape[1]):
             d = bits[slot2, w]
             while d:
-                low = d & (~d + np.uint64(1))
-                x = w * 64 + lowest_bit(low)
-                d ^= low
+                j, d = pop_lowest(d)
+                x = w * 64 + j
                 if mark[x] == in_r:
                     continue
                 mark[x] = in_diff
