@@ -4,9 +4,9 @@ Run by `replay.py` when `DTRF_SIMRD` names an unpacked dtr-prototype `simrd`
 folder (commit eff53cc4). It reads a JSON request on stdin,
 `{"log": PATH, "points": [[policy, budget], ...]}`, parses the log once
 (untimed, as the reference's own evaluation does), measures the unconstrained
-baseline, then prints one JSON line per point: outcome, clock and the seconds
-spent inside the simulation alone (CPU seconds of this process: fair on a shared
-machine, and what `replay.py` measures on its side).
+baseline, then prints one JSON line per point: outcome, clock and the CPU
+seconds spent inside the simulation alone (process time: the machine may be
+shared, and wall time then measures the neighbours too).
 
 The runtime is `RuntimeV2EagerOptimized` with the thrash limit of
 docs/semantics.md (rematerialization compute above 59 x the model compute).

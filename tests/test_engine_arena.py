@@ -76,3 +76,18 @@ def test_runs_sharing_prefixes_with_a_tiny_arena_change_nothing():
         reran += got.arena_reruns
         assert everything(got) == everything(replay(program, budget=budget))
     assert reran > 0 and cache.stats.resumed > 0
+
+
+def test_a_run_thrashing_in_the_step_that_fills_the_arena_reruns_too():
+    """A run that thrashes (any rematerialization does, at factor 1) with a
+    tiny arena reruns and ends as the normal run does."""
+    program = synthetic_resnet()
+    peak = baseline(program).peak
+    reran = 0
+    for ratio in (0.3, 0.4, 0.5):
+        budget = int(ratio * peak)
+        plain = replay(program, budget=budget, thrash_factor=1.0)
+        tiny = replay(program, budget=budget, thrash_factor=1.0, arena_size=TINY_ARENA)
+        reran += tiny.arena_reruns
+        assert everything(tiny) == everything(plain)
+    assert reran > 0

@@ -68,6 +68,13 @@ def _popcount_compiled(x):
 
 
 @njit(cache=True, inline="always")
+def pop_lowest(b):
+    """(index of the lowest set bit of nonzero word b, b without that bit): one
+    step of a scan over a word's members, `while b: j, b = pop_lowest(b)`."""
+    return lowest_bit(b), b & (b - np.uint64(1))
+
+
+@njit(cache=True, inline="always")
 def bits_list(bits, words, out):
     """The members of a bitset, in increasing order, into `out`; returns how many."""
     return bits_list_range(bits, 0, words - 1, out)
@@ -89,9 +96,9 @@ def bits_list_range(bits, lo_w, hi_w, out):
     for w in range(lo_w, hi_w + 1):
         b = bits[w]
         while b:
-            out[n] = w * 64 + lowest_bit(b)
+            j, b = pop_lowest(b)
+            out[n] = w * 64 + j
             n += 1
-            b &= b - np.uint64(1)
     return n
 
 
@@ -102,7 +109,6 @@ def bits_compute(bits, st_compute, words):
     for w in range(words):
         b = bits[w]
         while b:
-            low = b & (~b + np.uint64(1))
-            comp += st_compute[w * 64 + lowest_bit(low)]
-            b ^= low
+            j, b = pop_lowest(b)
+            comp += st_compute[w * 64 + j]
     return comp

@@ -487,11 +487,11 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
     steps = 0
     while True:
         if sc[S_STATUS] != STATUS_RUNNING:
-            return sc[S_STATUS]
+            break
         if steps >= max_steps or _no_room(sc, rg, stream, ev, cand, event_room, cand_room):
-            return STATUS_RUNNING
+            break
         if sc[S_DEPTH] == 0 and 0 <= sc[S_STOP_CMD] <= sc[S_CMD_POS]:
-            return STATUS_RUNNING   # the driver asked to stop at this command boundary
+            break   # the driver asked to stop at this command boundary
         steps += 1
         sc[S_STEPS] += 1
         if sc[S_DEPTH] == 0:
@@ -512,6 +512,8 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, ev, evf, c
                       iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe, f)
         else:
             _compute_and_unlock(g, pol, sc, st, fr, scratch, mark, rg, ev, evf, emit, f)
+    _flush(g, sc, st, mark, scratch, rg)   # the driver reads, digests and snapshots regions
+    return sc[S_STATUS]
 
 
 @njit(cache=True, inline="always")
@@ -532,6 +534,7 @@ def _no_room(sc, rg, stream, ev, cand, event_room, cand_room):
 @njit(cache=True, inline="always")
 def _next_command(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, emit):
     """Run the schedule's next command, or end the run when there is none."""
+    _flush(g, sc, st, mark, scratch, rg)   # a compute command creates edges (§4.2)
     pos = sc[S_CMD_POS]
     if pos >= g.sched_kind.shape[0]:
         sc[S_STATUS] = STATUS_DONE
@@ -718,6 +721,9 @@ def _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, ev, evf, cand, cand
     if sc[S_POOL_SIZE] == 0:
         _out_of_memory(g, sc, ev, evf, emit, t, request)
         return
+    _flush(g, sc, st, mark, scratch, rg)   # the scan reads every candidate's regions
+    if sc[S_STATUS] != STATUS_RUNNING:
+        return   # the arena filled (STATUS_ARENA_FULL)
     decision = sc[S_EVICTIONS]
     victim = _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit,
                      sc[S_EMIT_CANDS] != 0, iv_retain, iv_window, iv_forbid, iv_force,
@@ -756,7 +762,8 @@ def _compute_and_unlock(g, pol, sc, st, fr, scratch, mark, rg, ev, evf, emit, f)
     for i in range(g.op_arg_ptr[op], g.op_arg_ptr[op + 1]):
         _unlock(sc, st, g.tensor_size, g.tensor_storage[g.op_args[i]])
     if sc[S_REMAT_COMPUTE] > sc[S_REMAT_LIMIT]:
-        sc[S_STATUS] = STATUS_THRASHED
+        if sc[S_STATUS] == STATUS_RUNNING:   # an arena found full in this compute comes first
+            sc[S_STATUS] = STATUS_THRASHED
         return
     sc[S_PEND_TOP] = fr[FR_PENDING_START, f]
     sc[S_DEPTH] = f
@@ -783,6 +790,7 @@ def _stream(sc, stream, kind, s):
 @njit(cache=True)
 def _evict(g, pol, sc, st, mark, scratch, rg, s):
     """§5.5, then the absorbs of §8.3."""
+    _flush(g, sc, st, mark, scratch, rg)   # before residency changes (and absorbs read)
     st[R_MATERIAL, s] = 0
     sc[S_MEMORY] -= g.tensor_size[s]
     _pool_remove(sc, st, g.tensor_size, s)
@@ -865,27 +873,71 @@ def _compute(g, pol, sc, st, mark, scratch, rg, ev, evf, emit, t, remat):
 def _rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
     """§8.4: both regions of each new resident storage, then the forward regions
     of their backward frontiers and the backward regions of their forward
-    frontiers (each storage once). Every rebuild here walks the same resident
-    set, so the many rebuilds of one direction share their walks (`_shared_rebuilds`)."""
+    frontiers. The new residents' regions are built now (their frontiers say
+    which others follow); the others are deferred to their next reader
+    (`_defer`), which rebuilds them together, their walks shared."""
     material = st[R_MATERIAL]
     st_compute = st[R_COMPUTE]
     for i in range(n_new):
         _rebuild(g, sc, material, st_compute, mark, scratch, rg, newly[i], BACKWARD)
-    affected = scratch[SCRATCH_AFFECTED]
+    _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, newly, n_new, FORWARD)
+    members = scratch[SCRATCH_AFFECTED]
     for direction in (FORWARD, BACKWARD):
         sc[S_EPOCH] += 1
         epoch = sc[S_EPOCH]
-        n_aff = 0
-        if direction == FORWARD:  # the new residents' own forward regions, with the rest
+        if direction == FORWARD:  # built already
             for i in range(n_new):
-                affected[n_aff] = newly[i]
                 mark[newly[i]] = epoch
-                n_aff += 1
         for i in range(n_new):
             r = 2 * newly[i] + (BACKWARD - direction)  # the opposite frontier
-            n_aff += frontier_members(rg, r, affected[n_aff:], mark, epoch)
-        _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, affected, n_aff,
-                         direction)
+            n = frontier_members(rg, r, members, mark, epoch)
+            for j in range(n):
+                _defer(rg, 2 * members[j] + direction)
+
+
+# Deferred rebuilds. Most regions a compute rebuilds are read only by the next
+# eviction (its scan's scores, its absorbs), and a remat chain rebuilds many of
+# them again at its next compute before any eviction. A deferred region is built
+# by the first `_flush` (before an eviction, before a command, at the end of a
+# slice) from the state then, which gives the sets a rebuild at deferral would
+# have: until the flush only computes change the state and no edge appears
+# (a command is a flush point), and a compute that makes a storage of the
+# region's walk resident defers the region again (the walk back from that
+# storage, rebuilt at once, reaches the region's base through the same
+# non-resident storages), while one that does not leaves the walk as it was.
+
+@njit(cache=True, inline="always")
+def _defer(rg, r):
+    """Region r's rebuild waits for the next `_flush` (once, however often asked)."""
+    if rg.deferred[r] == 0:
+        rg.deferred[r] = 1
+        n = rg.deferred_n[0]
+        rg.deferred_list[n] = r
+        rg.deferred_n[0] = n + 1
+
+
+@njit(cache=True)
+def _flush(g, sc, st, mark, scratch, rg):
+    """Rebuild every deferred region, one direction at a time, walks shared (on
+    LSTM 0.264 a flush's dozen backward bases share one masked walk: 224 M
+    plain visits become 85 M, where the gate of `_shared_rebuilds` declined
+    seven in eight)."""
+    n = rg.deferred_n[0]
+    if n == 0:
+        return
+    rg.deferred_n[0] = 0
+    bases = scratch[SCRATCH_AFFECTED]
+    for direction in (FORWARD, BACKWARD):
+        m = 0
+        for i in range(n):
+            r = rg.deferred_list[i]
+            if r - 2 * (r >> 1) == direction:
+                rg.deferred[r] = 0
+                bases[m] = r >> 1
+                m += 1
+        if m > 0:
+            _rebuild_batch(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, bases, m,
+                           direction, True)
 
 
 # Shared walks. All rebuilds of one direction after a compute see the same
@@ -907,9 +959,19 @@ MEMO_MAX_BACKOFF = 12      # after the k-th failure, 2**min(k, 12) rebuild round
 @njit(cache=True)
 def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward):
     """§8.2 for `bases` (all resident), one direction, walks shared: by memo rows
-    for many bases, else by masked walks where the regions are large, else plain.
-    Leaves the work space as masked walks expect it (memo_row, and the first
-    MASK_BASES rows of memo_int and memo_fr, zero)."""
+    for many bases, else by masked walks where the regions are large and recent
+    masked walks shared enough, else plain."""
+    _rebuild_batch(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward,
+                   False)
+
+
+@njit(cache=True)
+def _rebuild_batch(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward,
+                   masks_pay):
+    """`_shared_rebuilds`; with `masks_pay`, masked walks wherever the regions are
+    large, whatever recent ones shared (a flush's bases crowd around the same
+    evicted stretches). Leaves the work space as masked walks expect it
+    (memo_row, and the first MASK_BASES rows of memo_int and memo_fr, zero)."""
     words = rg.memo_int.shape[1]
     gate = rg.memo_gate
     use_memo = n_bases >= MEMO_MIN_BASES and n_bases * MEMO_WORDS_PER_BASE >= words
@@ -918,7 +980,7 @@ def _shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_ba
         use_memo = False
     if not use_memo and n_bases >= 2 and _large_regions(rg, bases, n_bases, backward):
         gate[G_MASK_ROUNDS] += 1
-        if (gate[G_MASK_SAVED] >= MASK_MIN_SHARING * gate[G_MASK_COST]
+        if (masks_pay or gate[G_MASK_SAVED] >= MASK_MIN_SHARING * gate[G_MASK_COST]
                 or gate[G_MASK_ROUNDS] % MASK_PROBE_EVERY == 0):
             per_walk = min(MASK_BASES, rg.memo_int.shape[0])
             cost = 0

@@ -69,5 +69,9 @@ ACT_NONE, ACT_COMPUTE, ACT_PIN = range(3)
 STREAM_KIND, STREAM_STORAGE, STREAM_OP, STREAM_CLOCK = range(4)
 STREAM_PRESSURE, STREAM_DEAD = 0, 1
 
+# The environment switch of the neighbourhoods' debug pass (regions.check), read
+# by the driver, which imports regions (and numba) only when it is on.
+CHECK_REGIONS_ENV = "DTRF_CHECK_REGIONS"
+
 NO_HI = -1                                 # no comparison failed yet (§11)
 NEVER = np.iinfo(np.int64).min // 4        # last_access of a storage never touched

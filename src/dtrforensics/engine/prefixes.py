@@ -370,7 +370,10 @@ class PrefixSharing:
     """The prefix sharing strategy `replay` takes with a cache (its default,
     `replay.NoSharing`, does nothing): each start resumes from the furthest
     snapshot the budget admits, and the run snapshots, checkpoints and splices
-    through a `Sharing`. A run started again (a larger arena) begins afresh."""
+    through a `Sharing`. A run started again (a larger arena) resumes the same
+    way, from the furthest snapshot its budget admits, which may be one its
+    first attempt left (taken between slices, before the step that outgrew
+    the arena)."""
 
     cuts_slices = True
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bitsets import bits_list_range, clear_bit, in_bits, lowest_bit, njit, popcount, set_bit
-from .layout import (
+from .bitsets import bits_list_range, clear_bit, in_bits, njit, pop_lowest, popcount, set_bit
+from .layout import (  # noqa: F401  (CHECK_REGIONS_ENV: the debug pass's switch, named here too)
+    CHECK_REGIONS_ENV,
     S_ABSORB_WORK,
     S_ABSORBS,
     S_ARENA_TOP,
@@ -114,9 +115,8 @@ def frontier_members(rg, r, out, mark, epoch):
         for w in range(rg.bits.shape[1]):
             b = rg.bits[slot, w]
             while b:
-                low = b & (~b + np.uint64(1))
-                b ^= low
-                x = w * 64 + lowest_bit(low)
+                j, b = pop_lowest(b)
+                x = w * 64 + j
                 if mark[x] != epoch:
                     mark[x] = epoch
                     out[n] = x
@@ -338,10 +338,8 @@ def _frontier_union(sc, mark, rg, r, r2):
         for w in range(bits.shape[1]):
             b = bits[f2slot, w]
             while b:
-                low = b & (~b + np.uint64(1))
-                b ^= low
-                n = _frontier_add(arena, bits, mark, fslot, fbase, epoch,
-                                  w * 64 + lowest_bit(low), n)
+                j, b = pop_lowest(b)
+                n = _frontier_add(arena, bits, mark, fslot, fbase, epoch, w * 64 + j, n)
     else:
         f2base = rg.start[f2]
         for i in range(rg.len[f2]):
@@ -442,10 +440,9 @@ def _interior_absorb_bits(st_compute, rg, r, e, r2):
             if d:
                 bits[slot, w] |= d
                 while d:
-                    low = d & (~d + np.uint64(1))
-                    added += st_compute[w * 64 + lowest_bit(low)]
+                    j, d = pop_lowest(d)
+                    added += st_compute[w * 64 + j]
                     count += 1
-                    d ^= low
     else:
         base2 = rg.start[r2]
         for i in range(rg.len[r2]):
@@ -488,9 +485,8 @@ def _interior_absorb_listed(sc, st_compute, mark, rg, r, e, r2):
         for w in range(bits.shape[1]):
             d = bits[slot2, w]
             while d:
-                low = d & (~d + np.uint64(1))
-                x = w * 64 + lowest_bit(low)
-                d ^= low
+                j, d = pop_lowest(d)
+                x = w * 64 + j
                 if mark[x] == in_r:
                     continue
                 mark[x] = in_diff
@@ -524,7 +520,9 @@ def _interior_absorb_listed(sc, st_compute, mark, rg, r, e, r2):
 
 # ---------------------------------------------------------------- the debug pass
 
-CHECK_REGIONS_ENV = "DTRF_CHECK_REGIONS"
+class RegionsBroken(AssertionError):
+    """A broken invariant of the neighbourhoods' sets, found by `check`; raised
+    explicitly, so that `python -O` does not strip the pass."""
 
 
 def _bit_members(rg, k) -> set[int]:
@@ -533,9 +531,9 @@ def _bit_members(rg, k) -> set[int]:
 
 
 def check(rg, sc) -> None:
-    """Assert the invariants of the sets' storage (simrd's style: a broken one
-    stops the run). Run between slices when DTRF_CHECK_REGIONS=1 (off by
-    default: it walks every set). What holds whatever the history:
+    """Check the invariants of the sets' storage, raising `RegionsBroken` at the
+    first broken one (simrd's style: it stops the run). Run between slices when
+    DTRF_CHECK_REGIONS=1 (off by default: it walks every set). What holds whatever the history:
     - bitset rows: each used row belongs to one set, the free stack holds the
       others, and only frontiers keep a block beside theirs (an interior with
       a row is that bitset alone);
@@ -550,16 +548,23 @@ def check(rg, sc) -> None:
     top = int(sc[S_ARENA_TOP])
     used = rg.bit_slot[rg.bit_slot >= 0]
     free = rg.free_slots[:int(sc[S_FREE_SLOTS])]
-    assert len(set(used.tolist())) == len(used), "a bitset row serves two sets"
-    assert not set(used.tolist()) & set(free.tolist()), "a used bitset row is on the free stack"
-    assert len(used) + len(free) == rg.bits.shape[0], "bitset rows lost or doubled"
-    assert 0 <= top <= len(rg.arena), f"arena top {top} outside the arena"
+    if len(set(used.tolist())) != len(used):
+        raise RegionsBroken("a bitset row serves two sets")
+    if set(used.tolist()) & set(free.tolist()):
+        raise RegionsBroken("a used bitset row is on the free stack")
+    if len(used) + len(free) != rg.bits.shape[0]:
+        raise RegionsBroken("bitset rows lost or doubled")
+    if not (0 <= top <= len(rg.arena)):
+        raise RegionsBroken(f"arena top {top} outside the arena")
     blocks = sorted((int(rg.start[k]), int(rg.cap[k]), k) for k in range(n_sets) if rg.cap[k] > 0)
     end = 0
     for start, cap, k in blocks:
-        assert start >= end, f"set {k}'s block overlaps the one before it"
-        assert start + cap <= top, f"set {k}'s block runs past the arena top"
-        assert rg.len[k] <= cap, f"set {k} holds more than its block"
+        if start < end:
+            raise RegionsBroken(f"set {k}'s block overlaps the one before it")
+        if start + cap > top:
+            raise RegionsBroken(f"set {k}'s block runs past the arena top")
+        if rg.len[k] > cap:
+            raise RegionsBroken(f"set {k} holds more than its block")
         end = start + cap
     for k in range(n_sets):
         _check_set(rg, k, k >= n_regions, k - n_regions if k >= n_regions else k)
@@ -571,17 +576,23 @@ def _check_set(rg, k: int, is_frontier: bool, r: int) -> None:
     listed = rg.arena[rg.start[k]:rg.start[k] + rg.len[k]].tolist() if rg.cap[k] > 0 else []
     if slot >= 0 and rg.cap[k] == 0:
         members = _bit_members(rg, k)
-        assert rg.len[k] == len(members), f"set {k}: len {rg.len[k]} != {len(members)} bits"
-        if is_frontier:
-            assert rg.fr_live[r] == len(members), f"frontier {k}: fr_live != its bits"
+        if rg.len[k] != len(members):
+            raise RegionsBroken(f"set {k}: len {rg.len[k]} != {len(members)} bits")
+        if is_frontier and rg.fr_live[r] != len(members):
+            raise RegionsBroken(f"frontier {k}: fr_live != its bits")
         return
     if slot >= 0:
-        assert is_frontier, f"interior {k} keeps a block beside its bitset"
+        if not is_frontier:
+            raise RegionsBroken(f"interior {k} keeps a block beside its bitset")
         members = _bit_members(rg, k)
-        assert members <= set(listed), f"frontier {k}: a bit with no entry in its block"
-        assert rg.fr_live[r] == len(members), f"frontier {k}: fr_live != its bits"
+        if not members <= set(listed):
+            raise RegionsBroken(f"frontier {k}: a bit with no entry in its block")
+        if rg.fr_live[r] != len(members):
+            raise RegionsBroken(f"frontier {k}: fr_live != its bits")
         return
-    assert rg.cap[k] > 0 or rg.len[k] == 0, f"set {k}: members but no block"
-    assert len(set(listed)) == len(listed), f"set {k}: a member listed twice"
-    if is_frontier:
-        assert rg.fr_live[r] == len(listed), f"frontier {k}: fr_live != its length"
+    if not (rg.cap[k] > 0 or rg.len[k] == 0):
+        raise RegionsBroken(f"set {k}: members but no block")
+    if len(set(listed)) != len(listed):
+        raise RegionsBroken(f"set {k}: a member listed twice")
+    if is_frontier and rg.fr_live[r] != len(listed):
+        raise RegionsBroken(f"frontier {k}: fr_live != its length")

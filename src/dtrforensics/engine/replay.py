@@ -45,7 +45,6 @@ EVENT_CAPACITY = 1 << 16
 
 
 STRICT_INVARIANTS_ENV = "DTRF_STRICT_INVARIANTS"
-CHECK_REGIONS_ENV = "DTRF_CHECK_REGIONS"   # as engine.regions.CHECK_REGIONS_ENV
 CHECKED_SLICE_STEPS = 64   # with the regions' debug pass on, it runs this often
 
 
@@ -277,7 +276,7 @@ def _setup(program, budget, ratio, policy, observers, timeout, interventions, th
     ev_cap = EVENT_CAPACITY if emit else 1
     cand_cap = max(EVENT_CAPACITY, 4 * (n + 8)) if emit_cands else 1
     check_regions = None
-    if os.environ.get(CHECK_REGIONS_ENV) == "1":
+    if os.environ.get(L.CHECK_REGIONS_ENV) == "1":
         from .regions import check as check_regions  # numba: only a checked run imports it
     buffers = (np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64),
                np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64),

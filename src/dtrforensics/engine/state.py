@@ -24,7 +24,8 @@ Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "c
                                  "fr_live", "bit_slot", "bits", "free_slots",
                                  "memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats",
                                  "memo_acc", "memo_stack", "memo_gate",
-                                 "block_order"])  # the last nine: WORK_FIELDS
+                                 "block_order", "deferred", "deferred_list",
+                                 "deferred_n"])  # the last twelve: WORK_FIELDS
 Regions.__doc__ = """Evicted neighbourhoods (engine/regions.py), two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
 arena; `compute` is each region's interior compute; large sets have a
@@ -34,8 +35,10 @@ interiors, and large frontiers made by shared walks.
 `memo_*` is work space of the shared walks of one direction's rebuilds
 (kernel._shared_rebuilds: memo rows, and masked walks, which borrow memo_row,
 memo_node and the first rows of memo_int and memo_fr; memo_gate holds how
-either has fared lately, slots `layout.G_*`), and `block_order` of the arena's compaction; not
-state (a snapshot holds None there)."""
+either has fared lately, slots `layout.G_*`), `block_order` of the arena's
+compaction, and `deferred*` the regions whose rebuild waits for their next
+reader (kernel._defer: a flag per region, the list, its length), none left
+between slices; not state (a snapshot holds None there)."""
 
 ARENA_MIN = 1 << 22
 STREAM_CAPACITY = 4096
@@ -58,12 +61,14 @@ def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
 
 
 WORK_FIELDS = ("memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats", "memo_acc",
-               "memo_stack", "memo_gate", "block_order")
+               "memo_stack", "memo_gate", "block_order", "deferred", "deferred_list",
+               "deferred_n")
 
 
 def _work_space(n_tensors: int) -> dict:
-    """Work space of the shared walks (a row of two bitsets per walked storage)
-    and of the arena's compaction (one slot per set: the kernel allocates nothing)."""
+    """Work space of the shared walks (a row of two bitsets per walked storage),
+    of the arena's compaction (one slot per set) and of the deferred rebuilds
+    (one slot per region): the kernel allocates nothing."""
     words = n_tensors // 64 + 1
     rows = int(min(n_tensors, max(64, MEMO_BYTES // (16 * words))))
     return dict(block_order=np.zeros(4 * n_tensors, dtype=np.int64),
@@ -74,7 +79,10 @@ def _work_space(n_tensors: int) -> dict:
                 memo_stats=np.full((rows, 2), -1, dtype=np.int64),
                 memo_acc=np.zeros((2, words), dtype=np.uint64),
                 memo_stack=np.zeros((rows + 1, 2), dtype=np.int64),
-                memo_gate=np.zeros(L.N_GATES, dtype=np.int64))
+                memo_gate=np.zeros(L.N_GATES, dtype=np.int64),
+                deferred=np.zeros(2 * n_tensors, dtype=np.int64),
+                deferred_list=np.zeros(2 * n_tensors, dtype=np.int64),
+                deferred_n=np.zeros(1, dtype=np.int64))
 
 
 def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
