@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 
+from hostile import dtrf
 from test_sweep import cli, hole_log, walk
 
 from dtrforensics.sweep import estimate as E
@@ -137,6 +138,23 @@ def test_sweep_estimate_stores_nothing(tmp_path, monkeypatch):
     code, out, err, exc = cli("sweep", path, "--from", "0.5", "--to", "1.0", "--exact",
                               "--jobs", "1", "--estimate")
     assert code == 0 and out.startswith("estimate: about ")
+
+
+def test_an_estimate_keeps_to_max_seconds(tmp_path):
+    """`--estimate --max-seconds` stops calibrating then (it ran its whole
+    calibration, 6 min on LSTM with --max-seconds 2); with no run finished
+    there is nothing to estimate from: one error line."""
+    path = tmp_path / "hole.log"
+    path.write_text(hole_log().text())
+    args = ("sweep", path, "--from", "0.5", "--to", "1.0", "--exact", "--jobs", "1",
+            "--estimate")
+    stopped = dtrf(*args, "--max-seconds", "1e-9")
+    assert stopped.code == 2 and not stopped.out and stopped.traceback is None
+    assert stopped.error_lines == [
+        "error: no calibration run finished within --max-seconds: nothing to estimate "
+        "from (give it more time)"]
+    code, out, err, exc = cli(*args, "--max-seconds", "600")
+    assert code == 0 and out.startswith("estimate: about "), (err, exc)
 
 
 def test_a_long_sweep_says_its_estimate_first(tmp_path, monkeypatch):

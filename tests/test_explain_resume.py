@@ -5,13 +5,20 @@ they are from op 0."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
+from logs import mixed_log
 from public import program_or_skip
 from test_engine_vs_oracle import POLICIES, random_logs
+from test_explain import MIXED_BUDGET
 from test_prefixes import everything
 
 from dtrforensics.analyses import explain as explain_module
@@ -128,7 +135,68 @@ def test_worker_processes_resume_from_the_parents_snapshots():
     assert comparable(shared) == comparable(unshared)
     assert len(shared.attempts) > 1 and not any(a.resumed for a in unshared.attempts)
     assert sum(a.resumed for a in shared.attempts) >= len(shared.attempts) // 2
-    assert not explain_module._WORKER   # dropped when the search ends
+    assert not multiprocessing.active_children()   # its workers end with it
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_a_stopped_search_runs_no_more_of_its_queued_attempts(monkeypatch, tmp_path, stop):
+    """Ctrl-C (or an error) while workers run attempts stops them: the
+    attempts still queued are dropped, not run before the error surfaces."""
+    import slow_attempts
+    monkeypatch.setattr(explain_module, "_attempt_in_worker", slow_attempts.slow_attempt)
+
+    def interrupt(attempt, done, planned):
+        raise stop("stopped")
+    log = tmp_path / "mixed.log"
+    log.write_text(mixed_log().text())
+    program, records = load_trace(str(log)), tmp_path / "records"
+    with pytest.raises(stop):
+        explain(program, budget=MIXED_BUDGET, record_root=records, jobs=2,
+                max_attempts=20, on_attempt=interrupt)
+    whole = explain(program, budget=MIXED_BUDGET, record_root=None, jobs=1, max_attempts=20)
+    assert len(whole.attempts) == 20
+    recorded = [d for d in records.iterdir() if d.is_dir()]
+    assert 1 <= len(recorded) <= 1 + 2 * 2   # the control, the attempts in flight
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_a_search_killed_leaves_no_worker_behind(tmp_path):
+    """kill -9 of the searching process ends its workers (a fork server's
+    children keep the server alive, and waited for attempts for ever)."""
+    log, pids = tmp_path / "mixed.log", tmp_path / "pids"
+    log.write_text(mixed_log().text())
+    pids.mkdir()
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "import slow_attempts\n"
+            "from dtrforensics.analyses import explain as m\n"
+            "from dtrforensics.trace import load_trace\n"
+            "m._attempt_in_worker = slow_attempts.slow_attempt\n"
+            f"m.explain(load_trace({str(log)!r}), budget={MIXED_BUDGET}, record_root=None,"
+            " jobs=2, max_attempts=20)\n")
+    search = subprocess.Popen([sys.executable, "-c", code],
+                              env={**os.environ, "SLOW_ATTEMPT_PIDS": str(pids)})
+    try:
+        for _ in range(600):
+            if len(list(pids.iterdir())) >= 2 or search.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert search.poll() is None, "the search ended before its workers started"
+    finally:
+        search.kill()
+        search.wait()
+    workers = [int(p.name) for p in pids.iterdir()]
+    for _ in range(300):
+        if not any(map(_alive, workers)):
+            break
+        time.sleep(0.1)
+    assert workers and not any(map(_alive, workers))
 
 
 def test_worker_processes_start_the_same_way_on_every_platform(monkeypatch):

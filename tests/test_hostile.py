@@ -156,6 +156,9 @@ USER_ERRORS = [
     (("run", TRACE, "--ratio", "0.6", "--record", "data", "--overwrite"), "not a recording"),
     (("run", TRACE, "--ratio", "0.6", "--record", "adir/../REC"), "already exists"),
     (("run", TRACE, "--ratio", "0.6", "--record", "/proc/dtrf-hostile/rec"), "/proc"),
+    # an empty cluster address is refused as by dtrf sweep, not read as "no cluster"
+    (("reproduce", "--findings", "--scheduler", "", "-o", "F"), "needs --scheduler ADDRESS"),
+    (("reproduce", "--findings", "--scheduler", " ", "-o", "F"), "needs --scheduler ADDRESS"),
 ]
 
 

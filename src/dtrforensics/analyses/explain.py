@@ -22,8 +22,11 @@ from __future__ import annotations
 import itertools
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -264,8 +267,24 @@ def _start_workers_server() -> None:
 
 def _init_worker(source: str, name: str, resume: ResumePoints | None,
                  control: ComparedRun | None) -> None:
+    _die_with_search()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the search's: it stops us
     from ..trace.cache import load_program
     _WORKER[:] = [_Search(load_program(source, name), resume, control)]
+
+
+def _die_with_search() -> None:
+    """End this worker when the process that asked for it does, even by kill -9:
+    a fork server's children keep the server alive, and they would otherwise
+    wait for attempts for ever."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+    threading.Thread(target=watch, name="dtrf-search-watch", daemon=True).start()
 
 
 def _run(search: _Search, interventions: Interventions, record_root: Path | None,
@@ -397,12 +416,24 @@ def _run_attempts(search: _Search, args: list[tuple], jobs: int, out: Explanatio
     # each worker gets the failing run's snapshots and the control, once
     resume = search.resume.portable() if search.resume is not None else None
     initargs = (search.program.source, search.program.name, resume, search.control)
-    with ProcessPoolExecutor(max_workers=min(jobs, len(plan)), mp_context=_worker_context(),
-                             initializer=_init_worker, initargs=initargs) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(plan)), mp_context=_worker_context(),
+                               initializer=_init_worker, initargs=initargs)
+    try:
         futures = [pool.submit(_attempt_in_worker, *a) for a in args]
         for future in as_completed(futures):
             if finish(future.result()):
-                for f in futures:
-                    f.cancel()
+                pool.shutdown(wait=True, cancel_futures=True)
                 return True
+    except BaseException:
+        _abort(pool)
+        raise
+    pool.shutdown()
     return False
+
+
+def _abort(pool: ProcessPoolExecutor) -> None:
+    """Stop a search's workers now (Ctrl-C, a failed attempt): a pool left as
+    a `with` block leaves it would first run every attempt still queued."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from .errors import CommandError
-from .options import POLICY_HELP, SCHEDULER_HELP, check_policy, output_folder
+from .options import POLICY_HELP, SCHEDULER_HELP, check_policy, output_folder, sweep_engine
 
 
 def register(app: typer.Typer) -> None:
@@ -108,6 +108,8 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
         validate.jobs(jobs)
     if total_seconds is not None:
         validate.positive(total_seconds, "--total-seconds")
+    if scheduler is not None:   # an empty address is refused, as by dtrf sweep
+        sweep_engine(None, scheduler)
     refuse_inside_recording(out / "findings.md")
     _claim_work(out)
     err = err_console()

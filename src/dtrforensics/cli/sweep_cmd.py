@@ -49,7 +49,7 @@ def sweep(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_folder, help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
     max_points: Annotated[int, typer.Option(help="Refuse a sweep that could make more runs than this (grid, interior, refinement and exact runs, all policies).")] = 100_000,
     flush_rows: Annotated[int, typer.Option(help="Runs per Parquet part file (a kill loses at most one unflushed batch; batches are also flushed every 2 s).")] = 64,
-    max_seconds: Annotated[Optional[float], typer.Option(help="Stop cleanly after this many seconds (runs in flight are dropped); the same command continues the sweep.")] = None,
+    max_seconds: Annotated[Optional[float], typer.Option(help="Stop cleanly after this many seconds (runs in flight are dropped); the same command continues the sweep. With --estimate: calibrate at most this long.")] = None,
     estimate: Annotated[bool, typer.Option("--estimate", help="Only say what the sweep would cost (executions, CPU-hours, time on the workers), from a short sample of runs; store nothing.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the holes report as JSON.")] = False,
@@ -81,12 +81,12 @@ def sweep(
     check_size(params, max_points)
     program = load_trace(trace)
     announce_compile()
-    if estimate:
-        _estimate(program, params, jobs, engine, scheduler, as_json)
-        return
-    out = out if out is not None else sweep_folder(program.name, program.sha256, params)
     import time
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    if estimate:
+        _estimate(program, params, jobs, engine, scheduler, as_json, deadline)
+        return
+    out = out if out is not None else sweep_folder(program.name, program.sha256, params)
     with sweeping(out, f"sweep of {program.name} -> {out}",
                   progress=not no_progress) as observer:
         result = run_sweep(program, params, out, jobs=jobs, engine=engine, scheduler=scheduler,
@@ -99,8 +99,10 @@ def sweep(
     report_sweep(out, None, None, as_json)
 
 
-def _estimate(program, params, jobs, engine, scheduler, as_json: bool) -> None:
-    """`--estimate`: the calibration sample alone, its estimate on stdout."""
+def _estimate(program, params, jobs, engine, scheduler, as_json: bool,
+              deadline: float | None) -> None:
+    """`--estimate`: the calibration sample alone (until `deadline`, from
+    --max-seconds), its estimate on stdout."""
     from ..render.console import err_console
     from ..render.sweep import SweepProgress, estimate_line
     from ..sweep.estimate import ESTIMATE_SECONDS, SAMPLES
@@ -109,7 +111,7 @@ def _estimate(program, params, jobs, engine, scheduler, as_json: bool) -> None:
     err.print(f"estimating the sweep of {program.name} from {SAMPLES} samples per policy")
     est = estimate_sweep(program, params, jobs=jobs, engine=engine, scheduler=scheduler,
                          samples=SAMPLES, seconds=ESTIMATE_SECONDS,
-                         observer=SweepProgress(err, enabled=False))
+                         observer=SweepProgress(err, enabled=False), until=deadline)
     if as_json:
         from .common import print_json
         print_json(est.to_json())

@@ -156,11 +156,14 @@ def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | Non
                    engine: str | None = None, scheduler: str | None = None,
                    samples: int = SAMPLES, seconds: float = ESTIMATE_SECONDS,
                    start_method: str = DEFAULT_START_METHOD,
-                   observer: SweepObserver | None = None) -> Estimate:
+                   observer: SweepObserver | None = None,
+                   until: float | None = None) -> Estimate:
     """What the sweep `params` of `trace` would cost (`estimate.py`), from
     `samples` strata per policy calibrated on the backend it would run on, the
     walks below wide intervals for at most `seconds`; no sweep folder is made.
-    `observer` hears only notices (what the backend waits for)."""
+    `observer` hears only notices (what the backend waits for). At the
+    monotonic instant `until` the calibration stops and estimates from what
+    finished (OptionError when nothing did)."""
     params.validate()
     program, base, jobs, engine = _prepare(trace, params, jobs, engine, scheduler)
     backend = make_backend(engine, program, params.thrash_factor, jobs=jobs,
@@ -168,11 +171,16 @@ def estimate_sweep(trace: str | Program, params: SweepParams, *, jobs: int | Non
                            notice=(observer or SweepObserver()).notice)
     try:
         estimate = calibrate(backend, program, params, base.peak,
-                             grid.range_bytes(params, base.peak), samples, seconds)
+                             grid.range_bytes(params, base.peak), samples, seconds,
+                             until=until)
     except BaseException:
         backend.close(abort=True)
         raise
-    backend.close()
+    # stopped at `until`: the runs still in flight are not waited for
+    backend.close(abort=until is not None and time.monotonic() >= until)
+    if not estimate.samples:
+        raise OptionError("no calibration run finished within --max-seconds: nothing to "
+                          "estimate from (give it more time)")
     return estimate
 
 
