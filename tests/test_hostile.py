@@ -159,6 +159,8 @@ USER_ERRORS = [
     # an empty cluster address is refused as by dtrf sweep, not read as "no cluster"
     (("reproduce", "--findings", "--scheduler", "", "-o", "F"), "needs --scheduler ADDRESS"),
     (("reproduce", "--findings", "--scheduler", " ", "-o", "F"), "needs --scheduler ADDRESS"),
+    (("reproduce", "--quick", "--map-seconds", "5", "-o", "F"), "--map-seconds goes with --findings"),
+    (("reproduce", "--jobs", "2", "--total-seconds", "9", "-o", "F"), "--jobs, --total-seconds go with"),
 ]
 
 

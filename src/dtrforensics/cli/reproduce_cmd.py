@@ -13,6 +13,9 @@ import typer
 from .errors import CommandError
 from .options import POLICY_HELP, SCHEDULER_HELP, check_policy, output_folder, sweep_engine
 
+MAP_SECONDS = 600.0    # --findings: each map's wall-clock share of one invocation
+RUN_TIMEOUT = 120.0    # --findings: one run's wall-clock limit
+
 
 def register(app: typer.Typer) -> None:
     app.command("reproduce")(reproduce_command)
@@ -23,8 +26,8 @@ def reproduce_command(
     out: Annotated[Path, typer.Option("--out", "-o", callback=output_folder, help="Folder for the report (report.md and its figures) and the runs behind it (work/, reused by the next reproduction).")] = Path("recordings") / "reproduce",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: claims [{id, published, ours, verdict, ...}].")] = False,
     findings: Annotated[bool, typer.Option("--findings", help="Instead: answer the studies' open questions with exact maps into OUT/findings.md (maps kept in OUT/work/findings, resumed by the next run).")] = False,
-    map_seconds: Annotated[float, typer.Option("--map-seconds", help="With --findings: wall-clock seconds each map may run in this invocation (a partial map is resumed next time).")] = 600.0,
-    run_timeout: Annotated[float, typer.Option("--run-timeout", help="With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified.")] = 120.0,
+    map_seconds: Annotated[Optional[float], typer.Option("--map-seconds", help=f"With --findings: wall-clock seconds each map may run in this invocation (a partial map is resumed next time; default {MAP_SECONDS:g}).")] = None,
+    run_timeout: Annotated[Optional[float], typer.Option("--run-timeout", help=f"With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified (default {RUN_TIMEOUT:g}).")] = None,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="With --findings: worker processes (default: one per core).")] = None,
     total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", help="With --findings: finish within this many seconds: the running map stops, maps not reached are read as stored, and findings.md says it is partial (the next run resumes).")] = None,
     scheduler: Annotated[Optional[str], typer.Option(help="With --findings: " + SCHEDULER_HELP)] = None,
@@ -41,11 +44,19 @@ def reproduce_command(
         if policy != "dtr":
             raise CommandError("--findings maps the built-in policies; --policy goes with the "
                                "claims (drop --findings), or use dtrf compare-policies")
-        _findings(out, map_seconds, run_timeout, jobs, total_seconds, scheduler)
+        _findings(out, MAP_SECONDS if map_seconds is None else map_seconds,
+                  RUN_TIMEOUT if run_timeout is None else run_timeout, jobs, total_seconds,
+                  scheduler)
         return
     if scheduler is not None:
         raise CommandError("--scheduler goes with --findings (the claims' runs are short "
                            "and run here)")
+    given = [name for name, value in (("--map-seconds", map_seconds), ("--run-timeout", run_timeout),
+                                      ("--jobs", jobs), ("--total-seconds", total_seconds))
+             if value is not None]
+    if given:
+        raise CommandError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with "
+                           "--findings (the claims' runs take their own times)")
     from ..errors import UserError
     from ..render.console import err_console, wide_console
     from ..render.reproduce import print_reproduction
