@@ -9,6 +9,7 @@ from test_prefixes import everything, synthetic_resnet
 
 from dtrforensics.engine import regions
 from dtrforensics.engine.baseline import baseline
+from dtrforensics.engine.layout import CHECK_REGIONS_ENV
 from dtrforensics.engine.replay import replay
 from dtrforensics.synth.generator import SynthSpec, generate
 from dtrforensics.trace import load_trace, parse_lines
@@ -30,7 +31,7 @@ def test_checked_runs_find_nothing_and_equal_unchecked_ones(program, monkeypatch
     peak = baseline(program).peak
     budgets = [int(r * peak) for r in (0.25, 0.5, 0.8)]
     plain = [everything(replay(program, budget=b)) for b in budgets]
-    monkeypatch.setenv(regions.CHECK_REGIONS_ENV, "1")
+    monkeypatch.setenv(CHECK_REGIONS_ENV, "1")
     checked = [everything(replay(program, budget=b)) for b in budgets]
     tiny = [everything(replay(program, budget=b, arena_size=64)) for b in budgets]
     assert checked == plain == tiny

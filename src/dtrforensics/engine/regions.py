@@ -24,8 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bitsets import bits_list_range, clear_bit, in_bits, njit, pop_lowest, popcount, set_bit
-from .layout import (  # noqa: F401  (CHECK_REGIONS_ENV: the debug pass's switch, named here too)
-    CHECK_REGIONS_ENV,
+from .layout import (
     S_ABSORB_WORK,
     S_ABSORBS,
     S_ARENA_TOP,
