@@ -424,16 +424,11 @@ def _run_attempts(search: _Search, args: list[tuple], jobs: int, out: Explanatio
             if finish(future.result()):
                 pool.shutdown(wait=True, cancel_futures=True)
                 return True
-    except BaseException:
-        _abort(pool)
+    except BaseException:   # Ctrl-C, a failed attempt: the queued attempts are not run
+        from ..sweep.backends import terminate_pool
+        terminate_pool(pool)
         raise
     pool.shutdown()
     return False
 
 
-def _abort(pool: ProcessPoolExecutor) -> None:
-    """Stop a search's workers now (Ctrl-C, a failed attempt): a pool left as
-    a `with` block leaves it would first run every attempt still queued."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        process.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)

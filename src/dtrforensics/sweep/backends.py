@@ -59,9 +59,17 @@ def one_thread_each(address: str, nthreads: dict) -> str | None:
     if not many:
         return None
     return (f"{sum(n > 1 for n in nthreads.values())} of the {len(nthreads)} Dask workers at "
-            f"{address} run {'/'.join(map(str, many))} threads each; a sweep needs one thread "
-            f"per worker process (its runs share per-process caches): start them with "
-            f"`dask worker {address} --nthreads 1`")
+            f"{address} run {'/'.join(map(str, many))} threads each; {ONE_THREAD}: start them "
+            f"with `{worker_command(address)}`")
+
+
+# Why a sweep's Dask workers run one thread each, said wherever one does not.
+ONE_THREAD = "a sweep needs one thread per worker process (its runs share per-process caches)"
+
+
+def worker_command(address: str) -> str:
+    """How to start a worker a sweep can use."""
+    return f"dask worker {address} --nthreads 1"
 
 
 def _install(program: Program, thrash_factor: float) -> None:
@@ -121,9 +129,8 @@ def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
     except confirmation repeats, which must not lean on other runs."""
     if _WORKER_THREADS > 1:
         raise ClusterError(f"a Dask worker that joined the sweep runs {_WORKER_THREADS} "
-                           f"threads; a sweep needs one thread per worker process (its runs "
-                           f"share per-process caches): start workers with `dask worker "
-                           f"ADDRESS --nthreads 1`")
+                           f"threads; {ONE_THREAD}: start workers with "
+                           f"`{worker_command('ADDRESS')}`")
     program, thrash = _PROGRAMS[sha256]
     result = replay(program, budget=point.budget, policy=point.policy, timeout=timeout,
                     thrash_factor=thrash,
@@ -204,12 +211,11 @@ class ProcessBackend:
     def close(self, abort: bool = False) -> None:
         """Stop the workers; `abort` (an interrupted sweep) does not wait for the
         runs in flight: the workers are terminated, their results dropped."""
-        if abort:   # the executors keep their processes private; only theirs are stopped
-            for pool in self.pools:
-                for process in list((getattr(pool, "_processes", None) or {}).values()):
-                    process.terminate()
         for pool in self.pools:
-            pool.shutdown(wait=not abort, cancel_futures=True)
+            if abort:
+                terminate_pool(pool)
+            else:
+                pool.shutdown(wait=True, cancel_futures=True)
 
 
 class DaskBackend:
@@ -240,10 +246,10 @@ class DaskBackend:
                                ) from None
         self.client.register_plugin(_program_plugin(program, thrash_factor),
                                     name=f"dtrf-program-{program.sha256[:16]}")
-        self._capacity, self._read_at = 1, float("-inf")
+        self._threads_seen: int | None = None   # the cluster's worker threads, last read
+        self._read_at = float("-inf")
         self.notice = notice or (lambda text: None)
         self._alone_since: float | None = None     # when the last worker left
-        self._alone_read_at = float("-inf")
         self._await_workers(self.notice)
 
     def _await_workers(self, notice) -> None:
@@ -252,7 +258,7 @@ class DaskBackend:
         `WORKERS_SECONDS`."""
         if self.client.nthreads():
             return self._check_threads()
-        command = f"dask worker {self.address} --nthreads 1"
+        command = worker_command(self.address)
         notice(f"the Dask scheduler at {self.address} has no workers yet: waiting for one "
                f"(start them with `{command}`)")
         try:
@@ -278,14 +284,19 @@ class DaskBackend:
         may join or leave while a sweep runs)."""
         if self.jobs:
             return self.jobs
+        return max(1, self._threads() or 0)
+
+    def _threads(self) -> int | None:
+        """The cluster's worker threads, read again at most every CAPACITY_SECONDS
+        (None until a read succeeds)."""
         now = time.monotonic()
         if now - self._read_at >= self.CAPACITY_SECONDS:
             self._read_at = now
             try:
-                self._capacity = max(1, sum(self.client.nthreads().values()))
+                self._threads_seen = sum(self.client.nthreads().values())
             except Exception:  # noqa: BLE001 - the scheduler's loss shows up in the results
                 pass
-        return self._capacity
+        return self._threads_seen
 
     def submit(self, point: Point, timeout: float | None, lane: int = 0):
         return self.client.submit(run_point, self.sha256, point, timeout, pure=False)
@@ -311,22 +322,17 @@ class DaskBackend:
         """While points wait, the cluster's last worker gone is said once, and
         after `WORKERS_SECONDS` without one is a ClusterError (the points would
         wait in silence for ever)."""
-        now = time.monotonic()
-        if now - self._alone_read_at < self.CAPACITY_SECONDS:
+        threads = self._threads()
+        if threads is None:
             return
-        self._alone_read_at = now
-        try:
-            threads = sum(self.client.nthreads().values())
-        except Exception:  # noqa: BLE001 - the scheduler's loss shows up in the results
-            return
-        self._capacity = max(1, threads)
         if threads:
             self._alone_since = None
             return
+        now = time.monotonic()
         if self._alone_since is None:
             self._alone_since = now
             self.notice(f"the Dask scheduler at {self.address} has no workers left: waiting "
-                        f"for one (start them with `dask worker {self.address} --nthreads 1`)")
+                        f"for one (start them with `{worker_command(self.address)}`)")
         elif now - self._alone_since >= self.WORKERS_SECONDS:
             raise ClusterError(f"the Dask scheduler at {self.address} has had no workers for "
                                f"{self.WORKERS_SECONDS:.0f} s")
@@ -411,6 +417,15 @@ def make_backend(engine: str, program: Program, thrash_factor: float, *, jobs: i
     if engine == "process":
         return ProcessBackend(program, thrash_factor, jobs, start_method)
     return DaskBackend(program, thrash_factor, scheduler.strip(), notice=notice)
+
+
+def terminate_pool(pool) -> None:
+    """Stop a process pool now: its workers terminated, its queued work dropped
+    (a pool shut down the usual way first runs everything still queued). The
+    executor keeps its processes private; only its own are stopped."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def default_jobs() -> int:
