@@ -502,7 +502,7 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
         distinct_evicted=distinct_count(pressure), stream_distinct=distinct_count(stream[:, 1]),
         remats=int(sc[L.S_REMATS]), collateral_remats=int(sc[L.S_COLLATERAL]),
         max_depth=int(sc[L.S_MAX_DEPTH]), max_pinned=max_pinned, oom=oom,
-        victims_sha256=victims_sha256(pressure.tolist()),
+        victims_sha256=victims_sha256(pressure),
         budget_interval=(int(sc[L.S_LO]), None if hi == L.NO_HI else hi - 1),
         ops_done=int(sc[L.S_CUR_OP]) + 1, peak_memory=int(sc[L.S_PEAK]),
         score_evals=int(sc[L.S_SCORE_EVALS]), wall_seconds=seconds,
