@@ -102,6 +102,7 @@ from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by th
     G_MASK_SAVED,
     G_MEMO_FAILURES,
     G_MEMO_SKIP,
+    MASK_BASES,
     N_SCALARS,
     NEVER,
     NO_HI,
@@ -1019,7 +1020,6 @@ def _rebuild_batch(g, sc, material, st_compute, mark, scratch, rg, bases, n_base
 # bases around one evicted stretch of a thousand storages), one walk carries a
 # bitmask of the bases that reach each storage, for up to MASK_BASES bases at a
 # time: the stretch is walked once, not once per base.
-MASK_BASES = 64          # bases per masked walk: one bit of a uint64 each
 MASK_MIN_INTERIOR = 128  # mean interior, as the regions stood before, that may pay for one
 MASK_MIN_SHARING = 2.0   # visits plain walks would make per visit a masked walk costs,
                          # over recent masked walks (memo_gate G_MASK_COST, G_MASK_SAVED:

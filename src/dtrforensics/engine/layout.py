@@ -73,5 +73,9 @@ STREAM_PRESSURE, STREAM_DEAD = 0, 1
 # by the driver, which imports regions (and numba) only when it is on.
 CHECK_REGIONS_ENV = "DTRF_CHECK_REGIONS"
 
+# Bases per masked walk (kernel._mask_rebuilds): one bit of a uint64 each. The
+# first MASK_BASES rows of the walk work space are zero between walks.
+MASK_BASES = 64
+
 NO_HI = -1                                 # no comparison failed yet (§11)
 NEVER = np.iinfo(np.int64).min // 4        # last_access of a storage never touched

@@ -376,6 +376,7 @@ class PrefixSharing:
     the arena)."""
 
     cuts_slices = True
+    recycles_state = False  # splices and snapshots may hold views of a run's arrays
 
     def __init__(self, cache: PrefixCache, family: tuple, sched_kind: np.ndarray,
                  can_splice: bool):

@@ -298,6 +298,7 @@ class NoSharing:
     its end alone. `engine.prefixes.PrefixSharing` is the one that shares."""
 
     cuts_slices = False   # whether slices end early (then the clock is read by steps run)
+    recycles_state = True  # a finished run's state is referred to by nothing the run leaves
 
     def begin(self, graph: KernelGraph, budget: int, remat_limit: int,
               arena_size: int | None) -> tuple[MachineState, list]:
@@ -455,7 +456,11 @@ def _finish(run: _Run, state: MachineState, stream_chunks: list, sharing, status
                              f"{summary.anomalies} broken invariants (semantics.md §13)")
     for obs in run.observers:
         obs.on_finish(summary)
-    return RunResult(summary, stream, frontier, state if keep_state else None)
+    if keep_state:
+        return RunResult(summary, stream, frontier, state)
+    if sharing.recycles_state:
+        state.recycle()
+    return RunResult(summary, stream, frontier, None)
 
 
 def _oom_frontier(program: Program, state: MachineState) -> Frontier:

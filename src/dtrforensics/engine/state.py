@@ -133,6 +133,11 @@ class Extremes:
         return self.lo <= budget and (self.hi_true == L.NO_HI or budget < self.hi_true)
 
 
+# Per process: finished runs' states, one per shape, for the next run's `new`.
+_SPARES: dict[tuple, "MachineState"] = {}
+MAX_SPARES = 4
+
+
 @dataclass
 class MachineState:
     sc: np.ndarray
@@ -143,13 +148,32 @@ class MachineState:
     mark: np.ndarray
     regions: Regions
     stream: np.ndarray
+    _key: tuple = ()
 
     @classmethod
     def new(cls, g: KernelGraph, budget: int, remat_limit: int,
             stream_capacity: int = STREAM_CAPACITY,
             arena_size: int | None = None) -> "MachineState":
+        """The state before a run's first step: a finished run's arrays when
+        `recycle` left some of this shape, else new ones."""
         n = len(g.tensor_op)
-        sc = np.zeros(L.N_SCALARS, dtype=np.int64)
+        key = (n, len(g.op_args), stream_capacity)
+        state = _SPARES.pop(key, None)
+        if state is None or len(state.regions.arena) < (arena_size or 0):
+            regions = new_regions(n, arena_size)
+            state = cls(
+                sc=np.zeros(L.N_SCALARS, dtype=np.int64),
+                st=np.zeros((len(STATE_ROWS), n), dtype=np.int64),
+                frames=np.zeros((len(FRAME_ROWS), n + 2), dtype=np.int64),
+                pending=np.zeros(len(g.op_args) + n + 8, dtype=np.int64),
+                scratch=np.zeros((N_SCRATCH_ROWS, n + 2), dtype=np.int64),
+                mark=np.zeros(n, dtype=np.int64),
+                regions=regions,
+                stream=np.zeros((stream_capacity, 4), dtype=np.int64))
+        else:
+            state._clear()
+        state._key = key
+        sc = state.sc
         sc[L.S_CLOCK] = 1
         sc[L.S_CUR_OP] = -1
         sc[L.S_POOL_HEAD] = -1
@@ -160,22 +184,40 @@ class MachineState:
         sc[L.S_POLICY_FAULT] = -1
         sc[L.S_NO_CANDIDATE] = -1
         sc[L.S_STOP_CMD] = -1   # no command boundary to stop at (engine/prefixes.py sets one)
-        regions = new_regions(n, arena_size)
-        sc[L.S_FREE_SLOTS] = len(regions.free_slots)
+        sc[L.S_FREE_SLOTS] = len(state.regions.free_slots)
         sc[L.S_REMAT_LIMIT] = remat_limit
-        st = np.zeros((len(STATE_ROWS), n), dtype=np.int64)
-        st[R_LAST_ACCESS] = L.NEVER
-        st[R_POOL_PREV] = -1
-        st[R_POOL_NEXT] = -1
-        return cls(
-            sc=sc, st=st,
-            frames=np.zeros((len(FRAME_ROWS), n + 2), dtype=np.int64),
-            pending=np.zeros(len(g.op_args) + n + 8, dtype=np.int64),
-            scratch=np.zeros((N_SCRATCH_ROWS, n + 2), dtype=np.int64),
-            mark=np.zeros(n, dtype=np.int64),
-            regions=regions,
-            stream=np.zeros((stream_capacity, 4), dtype=np.int64),
-        )
+        state.st[R_LAST_ACCESS] = L.NEVER
+        state.st[R_POOL_PREV] = -1
+        state.st[R_POOL_NEXT] = -1
+        return state
+
+    def recycle(self) -> None:
+        """Leave this finished run's arrays to the next `new` of its shape: a
+        run of a large trace spent a fifth of its time having the kernel zero
+        fresh pages (the arena, bitsets and walk rows are tens of MB). Only for
+        a state nothing refers to any more (a run whose state is not kept)."""
+        if len(_SPARES) >= MAX_SPARES:
+            _SPARES.pop(next(iter(_SPARES)))
+        _SPARES[self._key] = self
+
+    def _clear(self) -> None:
+        """Every array as `new_regions` and `new` make it, except the contents no
+        step reads before writing them: the arena outside live blocks, bitset
+        rows not taken (taking one zeroes or overwrites it) and walk rows
+        past the first MASK_BASES (opening one zeroes it)."""
+        for a in (self.sc, self.st, self.frames, self.pending, self.scratch, self.mark,
+                  self.stream):
+            a.fill(0)
+        rg = self.regions
+        for name in ("start", "cap", "len", "compute", "fr_live", "memo_row", "memo_node",
+                     "memo_acc", "memo_stack", "memo_gate", "block_order", "deferred",
+                     "deferred_list", "deferred_n"):
+            getattr(rg, name).fill(0)
+        rg.bit_slot.fill(-1)
+        rg.memo_stats.fill(-1)
+        rg.free_slots[:] = np.arange(len(rg.free_slots))
+        rg.memo_int[:L.MASK_BASES] = 0
+        rg.memo_fr[:L.MASK_BASES] = 0
 
     def row(self, name: str) -> np.ndarray:
         return self.st[STATE_ROWS.index(name)]
