@@ -15,7 +15,7 @@ def _joined(values) -> str:
 
 @pytest.mark.parametrize("values", [
     [], [0], [7], [9, 10], [0, 9, 10, 99, 100, 101, 999, 1000], [5, 5, 5],
-    [2**62, 1, 12345678901234], [-1, 3],
+    [2**62, 1, 12345678901234], [-1, 3], list(range(1200)), [10**9 - i for i in range(1500)],
 ])
 def test_victims_digest_is_the_reference_text(values):
     expected = hashlib.sha256(_joined(values).encode()).hexdigest()
@@ -25,8 +25,8 @@ def test_victims_digest_is_the_reference_text(values):
 
 def test_decimal_list_on_random_ids():
     rng = np.random.default_rng(7)
-    for high in (2, 10, 11, 700, 10**6):
-        ids = rng.integers(0, high, 500)
+    for high, n in ((2, 5000), (10, 3000), (11, 1000), (700, 500), (700, 20000), (10**6, 4000)):
+        ids = rng.integers(0, high, n)
         assert decimal_list(ids).decode() == _joined(ids.tolist())[1:-1]
 
 

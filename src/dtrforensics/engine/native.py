@@ -120,38 +120,38 @@ def _pack(plan, value, out: list) -> None:
 class EntryPoint:
     """One kernel function in the library, called like the numba function.
 
-    Top-level arrays and tuples are packed once and repacked only when one of
-    them is another object than at the previous call (a run passes the same
-    state arrays to every slice); integers are written at every call."""
+    Each top-level array or tuple is packed into its fixed slots once and
+    repacked only when it is another object than at the previous call (a run
+    passes the same state arrays to every slice, and every run the same
+    graph); integers are written at every call."""
 
     def __init__(self, c_function, plan: list):
         c_function.restype = ctypes.c_int64
         c_function.argtypes = [ctypes.c_void_p]
         self._call = c_function
         self._plan = plan
-        self._int_slots = {}
+        self._slots: list[tuple[int, int]] = []   # each argument's first slot and count
         slot = 0
-        for i, p in enumerate(plan):
-            if p[0] == "int":
-                self._int_slots[i] = slot
-            slot += _slot_count(p)
-        self._held: tuple = ()
+        for p in plan:
+            self._slots.append((slot, _slot_count(p)))
+            slot += self._slots[-1][1]
+        self._held: list = [None] * len(plan)
         self._packed = np.zeros(slot, dtype=np.int64)
 
     def __call__(self, *args):
         if len(args) != len(self._plan):
             raise Mismatch(f"expected {len(self._plan)} arguments, got {len(args)}")
-        held = tuple(a for i, a in enumerate(args) if i not in self._int_slots)
-        if len(held) != len(self._held) or any(a is not b for a, b in zip(held, self._held)):
-            out: list = []
-            for p, a in zip(self._plan, args):
+        packed, held = self._packed, self._held
+        for i, (p, a) in enumerate(zip(self._plan, args)):
+            first, count = self._slots[i]
+            if p[0] == "int":
+                packed[first] = a
+            elif a is not held[i]:
+                out: list = []
                 _pack(p, a, out)
-            self._packed = np.array(out, dtype=np.int64)
-            self._held = held
-        else:
-            for i, slot in self._int_slots.items():
-                self._packed[slot] = args[i]
-        return self._call(self._packed.ctypes.data)
+                packed[first:first + count] = out
+                held[i] = a
+        return self._call(packed.ctypes.data)
 
 
 def _slot_count(plan) -> int:
