@@ -92,3 +92,14 @@ def test_a_kept_state_is_not_recycled():
     before = kept.state.st.copy()
     replay(program, budget=int(0.5 * peak))
     assert np.array_equal(kept.state.st, before)
+
+
+def test_an_arena_size_asked_for_is_given_even_with_a_spare():
+    program = synthetic_resnet()
+    graph, base = prepared(program)
+    S._SPARES.clear()
+    replay(program, budget=int(0.3 * base.peak))
+    (spare,) = S._SPARES.values()
+    tiny = S.MachineState.new(graph, base.peak, 10**9, arena_size=16)
+    assert len(tiny.regions.arena) == 16 and tiny is not spare
+    assert S.MachineState.new(graph, base.peak, 10**9) is spare

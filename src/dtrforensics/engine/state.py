@@ -155,11 +155,15 @@ class MachineState:
             stream_capacity: int = STREAM_CAPACITY,
             arena_size: int | None = None) -> "MachineState":
         """The state before a run's first step: a finished run's arrays when
-        `recycle` left some of this shape, else new ones."""
+        `recycle` left some of this shape (and of `arena_size`, when one is
+        asked for: a rerun's larger arena, a test's tiny one), else new ones."""
         n = len(g.tensor_op)
         key = (n, len(g.op_args), stream_capacity)
         state = _SPARES.pop(key, None)
-        if state is None or len(state.regions.arena) < (arena_size or 0):
+        if state is not None and arena_size not in (None, len(state.regions.arena)):
+            _SPARES[key] = state
+            state = None
+        if state is None:
             regions = new_regions(n, arena_size)
             state = cls(
                 sc=np.zeros(L.N_SCALARS, dtype=np.int64),
