@@ -5,7 +5,8 @@ OOM and completing points, several policies) is replayed by our engine (kernel
 loaded, trace prepared: the best of three runs) and, when `DTRF_SIMRD` names an
 unpacked dtr-prototype `simrd` folder, by the reference simulator in a
 separate process in this same run (log parsed once and untimed, as its own
-evaluation does). Both executions must end with the same outcome and clock.
+evaluation does; the best of two runs: a single run of the reference read up
+to three times its best on a shared machine). Both executions must end with the same outcome and clock.
 Times are CPU seconds of each process (`time.process_time`), so a busy
 machine slows both sides alike instead of charging a short point for its
 neighbours' work. It prints each point's two times and their ratio, the median, the smallest
@@ -38,6 +39,7 @@ from dtrforensics.trace import parse_file
 
 MEDIAN_GOAL = 100.0
 FLOOR_GOAL = 40.0
+REFERENCE_REPEATS = 2
 
 # (trace, policy, ratio, why it is here, simulate). `simulate` is False where
 # the reference takes many minutes (InceptionV4 0.235: 1,201 s recorded; LSTM
@@ -82,8 +84,9 @@ def time_ours(program, ratio: float, policy: str, repeats: int = 3):
 
 
 def time_reference(simrd: str, log: Path, points: list[tuple[str, int]]) -> list[dict]:
-    """Run the reference on `points` of one log in a fresh process."""
-    request = json.dumps({"log": str(log), "points": points})
+    """Run the reference on `points` of one log in a fresh process, each the best
+    of REFERENCE_REPEATS runs."""
+    request = json.dumps({"log": str(log), "points": points, "repeats": REFERENCE_REPEATS})
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reference_sim.py"), simrd],
                           input=request, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
