@@ -160,6 +160,11 @@ def _module(callbacks: dict) -> tuple[llvm.ModuleRef, dict]:
     passes.add_global_dead_code_eliminate_pass()
     passes.add_strip_dead_prototype_pass()
     passes.run(module, llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3)))
+    # The whole -O3 pipeline once more over the linked module: the entry points'
+    # modules as numba leaves them ran 1.7x slower here than numba's own code
+    # (UNet 0.42: 2.6 ms against 1.5 ms with this pass).
+    full = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
+    full.getModulePassManager().run(module, full)
     return module, symbols
 
 
