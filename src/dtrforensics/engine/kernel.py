@@ -206,7 +206,7 @@ from .policies import (
 )
 from .regions import (  # noqa: F401  (kernel.compact_arena is an entry point)
     BITSET_MIN,
-    absorb,
+    absorb_into,
     build,
     build_bits,
     build_from_bits,
@@ -352,7 +352,7 @@ def check_invariants(g, sc, st):
 # absorb); here they are computed: a plain walk from one base, or the shared
 # walks of many bases after a compute (below).
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _walk(g, sc, material, st_compute, mark, out_int, out_fr, base, backward):
     """From-scratch evicted neighbourhood of `base` in one direction (§8.2).
     Returns (interior count, frontier count, interior compute) into out arrays.
@@ -394,7 +394,7 @@ def _walk(g, sc, material, st_compute, mark, out_int, out_fr, base, backward):
     return n_int, n_fr, comp
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
     """§8.2: recompute one region of storage s from scratch."""
     r = 2 * s + backward
@@ -788,7 +788,7 @@ def _stream(sc, stream, kind, s):
     stream[row, STREAM_CLOCK] = sc[S_CLOCK]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _evict(g, pol, sc, st, mark, scratch, rg, s):
     """§5.5, then the absorbs of §8.3."""
     _flush(g, sc, st, mark, scratch, rg)   # before residency changes (and absorbs read)
@@ -807,17 +807,15 @@ def _evict(g, pol, sc, st, mark, scratch, rg, s):
         members = scratch[SCRATCH_MEMBERS]
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rb, members, mark, sc[S_EPOCH])
-        for i in range(n):
-            absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + FORWARD, s, rf)
+        absorb_into(sc, st[R_COMPUTE], mark, rg, members, n, FORWARD, s, rf)
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rf, members, mark, sc[S_EPOCH])
-        for i in range(n):
-            absorb(sc, st[R_COMPUTE], mark, rg, 2 * members[i] + BACKWARD, s, rb)
+        absorb_into(sc, st[R_COMPUTE], mark, rg, members, n, BACKWARD, s, rb)
         clear(rg, sc, rf)
         clear(rg, sc, rb)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _compute(g, pol, sc, st, mark, scratch, rg, ev, evf, emit, t, remat):
     """§6.4, then the neighbourhood rebuilds of §8.4."""
     defined = st[R_DEFINED]
@@ -917,15 +915,21 @@ def _defer(rg, r):
         rg.deferred_n[0] = n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _flush(g, sc, st, mark, scratch, rg):
+    """`_rebuild_deferred` when a region waits: most flushes find none, and a
+    call carrying the graph and regions tuples costs more than the test."""
+    if rg.deferred_n[0] != 0:
+        _rebuild_deferred(g, sc, st, mark, scratch, rg)
+
+
+@njit(cache=True)
+def _rebuild_deferred(g, sc, st, mark, scratch, rg):
     """Rebuild every deferred region, one direction at a time, walks shared (on
     LSTM 0.264 a flush's dozen backward bases share one masked walk: 224 M
     plain visits become 85 M, where the gate of `_shared_rebuilds` declined
     seven in eight)."""
     n = rg.deferred_n[0]
-    if n == 0:
-        return
     rg.deferred_n[0] = 0
     bases = scratch[SCRATCH_AFFECTED]
     for direction in (FORWARD, BACKWARD):
@@ -1162,7 +1166,7 @@ def _mask_collect(material, st_compute, mask, interiors, frontiers, computes, lo
                 computes[j] += c
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used):
     """Rebuild one region of `base` from the shared walks; returns the memo rows
     in use, or -(rows in use) - 1 when it cannot (then nothing was written).
@@ -1354,7 +1358,7 @@ def _rank(s, score, victim, best, runner, runner_score):
     return victim, best, runner, runner_score
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _choose(g, pol, sc, st, mark, scratch, rg, ev, evf, cand, candf, emit, emit_cands,
             iv_retain, iv_window, iv_forbid, iv_force, score_fn, locked, probe,
             decision, t, request):

@@ -1,7 +1,7 @@
 """Evicted neighbourhoods' sets (semantics.md §8), behind one small interface:
 `build` a set, test whether it `contains` a storage, list (iterate) a
-region's `frontier_members`, and `absorb` an evicted storage (§8.3); `clear`
-empties a region. `check` is the debug pass over their invariants.
+region's `frontier_members`, and `absorb` an evicted storage (§8.3), into
+many regions at once with `absorb_into`; `clear` empties a region. `check` is the debug pass over their invariants.
 
 Laid out as in `state.Regions`: each of the 2n regions (2*s forward, 2*s+1
 backward) has two sets, its interior (set id r) and its frontier (set id
@@ -102,7 +102,7 @@ def contains(rg, k, x):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def frontier_members(rg, r, out, mark, epoch):
     """The live, distinct members of region r's frontier into `out`; returns the
     count. (An indexed frontier's block may hold removed or repeated entries,
@@ -135,6 +135,15 @@ def frontier_members(rg, r, out, mark, epoch):
 
 
 @njit(cache=True)
+def absorb_into(sc, st_compute, mark, rg, bases, n, direction, e, r2):
+    """`absorb` of e (region r2) into the `direction` region of each of
+    bases[:n], in their order: one call for all of an eviction's frontier
+    (a call carrying the regions tuple cost more than most absorbs)."""
+    for i in range(n):
+        absorb(sc, st_compute, mark, rg, 2 * bases[i] + direction, e, r2)
+
+
+@njit(cache=True, inline="always")
 def absorb(sc, st_compute, mark, rg, r, e, r2):
     """§8.3: region r absorbs evicted storage e, whose region of r's direction
     is r2: e leaves r's frontier, r2's frontier is added to it, and the new
@@ -151,7 +160,7 @@ def absorb(sc, st_compute, mark, rg, r, e, r2):
     _interior_absorb(sc, st_compute, mark, rg, r, e, r2)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def clear(rg, sc, r):
     """§8.3: empty region r (its blocks become garbage for compaction)."""
     f = rg.n_regions + r
@@ -214,14 +223,21 @@ def _drop_index(rg, sc, k):
         sc[S_FREE_SLOTS] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ensure(rg, sc, k, extra):
     """Room in set k for `extra` more members; returns False if the arena is
-    exhausted even after compaction (the driver then reruns with a larger one)."""
+    exhausted even after compaction (the driver then reruns with a larger one).
+    The common case, room already there, is tested without a call."""
+    if rg.len[k] + extra <= rg.cap[k]:
+        return True
+    return _move_set(rg, sc, k, extra)
+
+
+@njit(cache=True)
+def _move_set(rg, sc, k, extra):
+    """`_ensure` when set k must move to a larger block at the arena's top."""
     n = rg.len[k]
     need = n + extra
-    if need <= rg.cap[k]:
-        return True
     cap = max(8, 2 * need)
     if sc[S_ARENA_TOP] + cap > rg.arena.shape[0]:
         compact_arena(rg, sc)
