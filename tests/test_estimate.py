@@ -26,14 +26,15 @@ class PartitionBackend:
 
     capacity = 3
 
-    def __init__(self, partition, seconds=1.0):
-        self.partition, self.seconds, self.runs = partition, seconds, 0
+    def __init__(self, partition, seconds=1.0, cpu=None):
+        self.partition, self.seconds, self.cpu, self.runs = partition, seconds, cpu, 0
 
     def submit(self, point, timeout, lane=0):
         self.runs += 1
         lo, hi = next((a, b) for a, b in self.partition if a <= point.budget <= b)
         fut = cf.Future()
-        fut.set_result({"interval_lo": lo, "interval_hi": hi, "wall_seconds": self.seconds})
+        fut.set_result({"interval_lo": lo, "interval_hi": hi, "wall_seconds": self.seconds,
+                        "cpu_seconds": self.cpu})
         return fut
 
     def wait(self, futures, timeout):
@@ -71,6 +72,16 @@ def test_narrow_runs_below_wide_intervals_are_counted():
                            [E.Sample(s.policy, s.budget, s.weight, s.width, s.seconds)
                             for s in _samples(part, params, rng)], workers=1)
     assert alone.executions < len(part) / 4
+
+
+def test_the_estimate_is_of_cpu_time_not_wall_time():
+    """Runs that waited for a core (wall 1 s, CPU 0.25 s) cost their CPU time."""
+    part = planted(units=40, wide=5000, narrow=7)
+    rng = (part[0][0], part[-1][1])
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    est = E.calibrate(PartitionBackend(part, seconds=1.0, cpu=0.25), Prog(), params,
+                      peak=rng[1] + 1, rng=rng, per_policy=8)
+    assert abs(est.cpu_seconds - 0.25 * len(part)) / (0.25 * len(part)) < 0.01
 
 
 def _samples(part, params, rng):
@@ -176,6 +187,14 @@ def test_the_sweeps_own_wall_time_is_at_the_parallelism_its_calibration_achieved
     est = E.from_samples("t", params, 1000, (100, 900), samples, workers=4, parallelism=1.5)
     assert est.wall_seconds() == est.cpu_seconds / 1.5      # four workers sharing 1.5 cores
     assert est.wall_seconds(4) == est.cpu_seconds / 4       # four with a core each
+
+
+def test_a_worker_that_got_half_a_core_takes_twice_its_cpu_time():
+    params = SweepParams(0.1, 0.9, 0.1)
+    samples = [E.Sample("dtr", 10, 1, 5, 2.0)]
+    est = E.from_samples("t", params, 1000, (100, 900), samples, workers=1, parallelism=0.5)
+    assert est.wall_seconds() == est.cpu_seconds / 0.5      # one worker at low priority
+    assert est.wall_seconds(1) == est.cpu_seconds           # one with a core of its own
 
 
 def test_a_findings_map_hears_its_estimate_before_it_runs(tmp_path):

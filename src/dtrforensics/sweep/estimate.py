@@ -18,9 +18,10 @@ no unit is cut short, since a unit is landed in with probability S / W. (A
 threshold of wide against the whole range keeps the units few runs long
 where narrow intervals are dense; landing in a narrow interval counts its
 unit too, so intervals just narrower than wide do not each weigh W / |J|.)
-A unit's time is its intervals at the mean time of its walk runs (the map
-reaches each resuming from the one above, as they do; the calibration's
-first run starts cold). A grid's runs are counted, not estimated; their time
+Time is CPU time, what each run's replay spent (`cpu_seconds`; wall time
+also waits for cores other work holds). A unit's time is its intervals at the
+mean time of its walk runs (the map reaches each resuming from the one above,
+as they do; the calibration's first run starts cold). A grid's runs are counted, not estimated; their time
 is the sampled runs' mean.
 
 The exact walk keeps at most `WALK_ROUND` runs per policy in flight, so more
@@ -83,15 +84,17 @@ class Estimate:
     cpu_seconds: float
     walk_cpu_seconds: float     # of which the exact walk's (at most WALK_ROUND runs at once)
     workers: int
-    parallelism: float = 0.0    # runs at once the calibration achieved (0: not measured)
+    parallelism: float = 0.0    # CPU seconds of runs per wall second the calibration achieved
+                                # (runs at once, less what other work took; 0: not measured)
 
     def wall_seconds(self, workers: int | None = None) -> float:
-        """About how long on `workers` runs at once; by default the sweep's, at
-        the parallelism its calibration achieved on them (workers sharing
-        cores with other work run fewer runs at once than there are workers)."""
+        """About how long on `workers` free cores; by default on the sweep's
+        workers, at the CPU rate its calibration achieved on them (workers
+        sharing cores with other work, or at low priority, get less than a
+        core each)."""
         n = max(1, workers or self.workers)
         if workers is None and self.parallelism:
-            n = max(1.0, min(n, self.parallelism))
+            n = min(n, self.parallelism)
         walk = self.walk_cpu_seconds / min(n, WALK_ROUND * self.policies)
         return (self.cpu_seconds - self.walk_cpu_seconds) / n + walk
 
@@ -188,7 +191,7 @@ class _Chain:
         """Take a run's row; the next budget to run, or None when done."""
         width = _width(row, rng)
         if self.first:
-            self.first, self.width, self.seconds = False, width, row["wall_seconds"]
+            self.first, self.width, self.seconds = False, width, cpu_seconds(row)
             if width is None or not walk:
                 return None
             self.landed = row["interval_lo"]
@@ -197,7 +200,7 @@ class _Chain:
         if width is None or (not self.up and width >= wide(rng)):
             return None                     # the next wide interval below: the unit ends
         self.narrow += 1
-        self.narrow_seconds += row["wall_seconds"]
+        self.narrow_seconds += cpu_seconds(row)
         self.width += width
         if self.up and width >= wide(rng):  # the unit's wide top: on below the landing
             self.up = False
@@ -260,7 +263,7 @@ class Calibration:
 
     def absorb(self, point: Point, row: dict) -> None:
         self.rows[point.key] = row
-        self.run_seconds += row["wall_seconds"]
+        self.run_seconds += cpu_seconds(row)
         for chain in self.waiting.pop(point.key, []):
             self._advance(chain, row)
 
@@ -307,6 +310,12 @@ def calibrate(backend, program: Program, params: SweepParams, peak: int,
             raise                           # the sweep's own deadline: it stops
         return source.estimate(program.name, backend.capacity, stopped=True)
     return source.estimate(program.name, backend.capacity)
+
+
+def cpu_seconds(row: dict) -> float:
+    """The CPU time a run's replay spent (its wall time when the row has none)."""
+    cpu = row.get("cpu_seconds")
+    return row["wall_seconds"] if cpu is None else cpu
 
 
 def _width(row: dict, rng: tuple[int, int]) -> int | None:
