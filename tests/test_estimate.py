@@ -84,6 +84,37 @@ def test_the_estimate_is_of_cpu_time_not_wall_time():
     assert abs(est.cpu_seconds - 0.25 * len(part)) / (0.25 * len(part)) < 0.01
 
 
+class CacheBackend(PartitionBackend):
+    """A run costs 1 s when the interval next to it ran among the last `keep`
+    runs (its snapshots are still in the process's cache), else 5 s."""
+
+    def __init__(self, partition, keep=8):
+        super().__init__(partition)
+        self.keep, self.recent = keep, []
+
+    def submit(self, point, timeout, lane=0):
+        fut = super().submit(point, timeout, lane)
+        row = fut.result()
+        i = self.partition.index((row["interval_lo"], row["interval_hi"]))
+        near = {i - 1, i + 1} & set(self.recent[-self.keep:])
+        row["cpu_seconds"] = 1.0 if near else 5.0
+        self.recent.append(i)
+        return fut
+
+
+def test_walk_runs_cost_what_the_maps_runs_cost():
+    """The map walks down, each run resuming from the one just above it (1 s
+    each here); the calibration's walk runs must resume as theirs do, not from
+    states its other strata pushed out of the cache."""
+    part = planted(units=40, wide=5000, narrow=7)
+    rng = (part[0][0], part[-1][1])
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    est = E.calibrate(CacheBackend(part), Prog(), params, peak=rng[1] + 1, rng=rng,
+                      per_policy=16)
+    assert abs(est.executions - len(part)) / len(part) < 0.05
+    assert est.cpu_seconds / len(part) < 1.25
+
+
 def _samples(part, params, rng):
     chains = [E._Chain(p, b, w) for p, b, w in E.plan_samples(params, rng, 8)]
     backend = PartitionBackend(part)

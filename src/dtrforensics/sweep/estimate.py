@@ -20,8 +20,10 @@ where narrow intervals are dense; landing in a narrow interval counts its
 unit too, so intervals just narrower than wide do not each weigh W / |J|.)
 Time is CPU time, what each run's replay spent (`cpu_seconds`; wall time
 also waits for cores other work holds). A unit's time is its intervals at the
-mean time of its walk runs (the map reaches each resuming from the one above,
-as they do; the calibration's first run starts cold). A grid's runs are counted, not estimated; their time
+mean time of its walk runs: the map reaches each resuming from the one above,
+and so do they (`Calibration` runs a few chains at a time, so each walk run
+finds its chain's last snapshots still cached); a stratum's first run resumes
+from far away, as no map run does. A grid's runs are counted, not estimated; their time
 is the sampled runs' mean.
 
 The exact walk keeps at most `WALK_ROUND` runs per policy in flight, so more
@@ -186,6 +188,7 @@ class _Chain:
         self.width: int | None = None       # bytes of the range the unit's runs certify
         self.seconds, self.narrow, self.narrow_seconds = 0.0, 0, 0.0
         self.first, self.up, self.landed = True, False, 0
+        self.started, self.allowance = 0.0, 0.0     # when the calibration started it, for how long
 
     def absorb(self, row: dict, rng: tuple[int, int], walk: bool) -> int | None:
         """Take a run's row; the next budget to run, or None when done."""
@@ -226,9 +229,17 @@ class _Chain:
 
 
 class Calibration:
-    """The calibration as a point source for the sweep's scheduler: every
-    stratum's first run, then the walks below wide intervals, breadth first,
-    until `seconds` have passed since its first point (the walks left are cut).
+    """The calibration as a point source for the sweep's scheduler. Its chains
+    run a few at a time, as many as the scheduler asks for at once: each
+    stratum's first run, then straight on through its unit, so that every walk
+    run resumes from the snapshots its chain's last run just left, as the map's
+    walkers' runs do (a process keeps the snapshots of a few runs only: LSTM's
+    take about 40 MB a run against a 256 MB cache, so walks taken breadth first
+    across all strata resumed from far older states and read high). A chain's
+    walk is cut when it has had its share of `seconds` (`seconds` over the
+    waves of chains), and every walk once `seconds` have passed since the first
+    point; strata are started in an order that spreads any prefix of them over
+    the range, so strata never started leave the others standing for it evenly.
     Chains that meet at one budget share its run."""
 
     queue_per_worker = 2
@@ -238,18 +249,33 @@ class Calibration:
         self.params, self.peak, self.rng, self.seconds = params, peak, rng, seconds
         self.chains = [_Chain(p, b, w) for p, b, w in plan_samples(params, rng, per_policy,
                                                                    seed)]
-        self.todo = [(c, c.budget) for c in self.chains]      # taken from the front
+        strata = len(self.chains) // len(params.policies)
+        self.fresh = [c for _, c in sorted(enumerate(self.chains), key=lambda ic: (
+            _spread(ic[0] % strata), ic[0] // strata))]
+        self.todo: list[tuple[_Chain, int]] = []              # taken from the front
         self.waiting: dict[tuple, list[_Chain]] = {}          # point key -> chains
         self.rows: dict[tuple, dict] = {}                     # rows seen, by point key
         self.started: float | None = None
+        self.live = self.width = 0                            # chains under way, at most
         self.runs, self.run_seconds, self.cut = 0, 0.0, 0
 
     def take(self, n: int) -> list[Point]:
+        now = time.perf_counter()
         if self.started is None:
-            self.started = time.perf_counter()
+            self.started = now
+        self.width = max(self.width, n)
         out: list[Point] = []
-        while self.todo and len(out) < n:
-            chain, budget = self.todo.pop(0)
+        while len(out) < n:
+            if self.todo:
+                chain, budget = self.todo.pop(0)
+            elif self.fresh and self.live < self.width and now - self.started <= self.seconds:
+                chain = self.fresh.pop(0)
+                chain.started = now
+                chain.allowance = self.seconds * min(1.0, self.width / len(self.chains))
+                self.live += 1
+                budget = chain.budget
+            else:
+                break
             point = Point(chain.policy, budget, 0, budget / self.peak, "exact")
             if point.key in self.rows:          # another chain's run: no run of its own
                 self._advance(chain, self.rows[point.key])
@@ -269,9 +295,14 @@ class Calibration:
 
     def _advance(self, chain: "_Chain", row: dict) -> None:
         below = chain.absorb(row, self.rng, self.params.exact)
-        if below is not None and time.perf_counter() - self.started > self.seconds:
+        now = time.perf_counter()
+        if below is not None and (now - self.started > self.seconds
+                                  or now - chain.started > chain.allowance):
             self.cut += 1
-        elif below is not None:
+            below = None
+        if below is None:
+            self.live -= 1
+        else:
             self.todo.append((chain, below))
 
     def estimate(self, name: str, workers: int, stopped: bool = False) -> Estimate:
@@ -279,8 +310,8 @@ class Calibration:
         of time, its unfinished chains count as cut (those with no first run
         are left out: the others stand for the range)."""
         wall = time.perf_counter() - self.started if self.started is not None else 0.0
-        cut = self.cut + (len(self.todo) + sum(map(len, self.waiting.values()))
-                          if stopped else 0)
+        cut = self.cut + len(self.fresh) + (len(self.todo) + sum(map(len, self.waiting.values()))
+                                            if stopped else 0)
         return from_samples(name, self.params, self.peak, self.rng,
                             [c.sample() for c in self.chains if not c.first],
                             workers=workers, sample_runs=self.runs, cut=cut,
@@ -292,10 +323,10 @@ def calibrate(backend, program: Program, params: SweepParams, peak: int,
               rng: tuple[int, int], per_policy: int = SAMPLES,
               seconds: float = CALIBRATION_SECONDS, *, sched=None,
               until: float | None = None, seed: int = SEED) -> Estimate:
-    """Run the calibration on `backend` (a chain per stratum, all at once) and
-    estimate. A grid samples one run per stratum; an exact map walks, and once
-    `seconds` have passed the walks below wide intervals stop where they are
-    (counted as cut: the estimate is then a low one). The runs go through
+    """Run the calibration on `backend` (a chain per stratum, a few at once:
+    `Calibration`) and estimate. A grid samples one run per stratum; an exact
+    map walks, each walk for its share of `seconds`, where it is cut (counted
+    as cut: the estimate is then a low one). The runs go through
     `sched` (the sweep's scheduler: its deadline, its handling of lost workers and
     clusters; by default one that stores nothing); at the monotonic instant
     `until` the calibration stops, its runs in flight dropped, and estimates
@@ -316,6 +347,15 @@ def cpu_seconds(row: dict) -> float:
     """The CPU time a run's replay spent (its wall time when the row has none)."""
     cpu = row.get("cpu_seconds")
     return row["wall_seconds"] if cpu is None else cpu
+
+
+def _spread(i: int) -> float:
+    """The i-th point of the van der Corput sequence: any first k of them spread
+    over [0, 1) about evenly."""
+    x, f = 0.0, 0.5
+    while i:
+        x, i, f = x + f * (i & 1), i >> 1, f / 2
+    return x
 
 
 def _width(row: dict, rng: tuple[int, int]) -> int | None:
