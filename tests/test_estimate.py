@@ -115,6 +115,35 @@ def test_walk_runs_cost_what_the_maps_runs_cost():
     assert est.cpu_seconds / len(part) < 1.25
 
 
+def test_a_wave_of_slow_walks_gets_its_share_of_runs(monkeypatch):
+    """Strata 2 and 6 of 8 (walked together, the second pair started) run 20 s a
+    run, the others 1 s (a fake clock). A fixed share of the time per walk gives
+    each of theirs 800 s / 4 pairs / 40 s a round = 5 runs, and they then stand
+    for their units at the cost of their first few runs; their share of the
+    runs that fit is more than twice that."""
+    part = planted(units=40, wide=5000, narrow=40)
+    rng = (part[0][0], part[-1][1])
+    now = [0.0]
+
+    class Clock(PartitionBackend):
+        capacity = 1
+
+        def submit(self, point, timeout, lane=0):
+            stratum = point.budget * 8 // (rng[1] + 1)
+            now[0] += 20.0 if stratum in (2, 6) else 1.0
+            return super().submit(point, timeout, lane)
+
+    monkeypatch.setattr(E.time, "perf_counter", lambda: now[0])
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    source = E.Calibration(params, rng[1] + 1, rng, 8, seconds=800.0)
+    from dtrforensics.sweep.scheduler import Scheduler, SweepObserver
+    Scheduler(None, [], SweepObserver(), None).run(Clock(part), "calibrate", source, keep=False)
+    walks = [c.narrow for c in source.chains]
+    assert all(not c.first for c in source.chains) and source.cut
+    assert walks[2] >= 10 and walks[6] >= 10, walks
+    assert now[0] <= 800.0 + 2 * 20.0                   # within its time, but for a round
+
+
 def _samples(part, params, rng):
     chains = [E._Chain(p, b, w) for p, b, w in E.plan_samples(params, rng, 8)]
     backend = PartitionBackend(part)

@@ -188,7 +188,7 @@ class _Chain:
         self.width: int | None = None       # bytes of the range the unit's runs certify
         self.seconds, self.narrow, self.narrow_seconds = 0.0, 0, 0.0
         self.first, self.up, self.landed = True, False, 0
-        self.started, self.allowance = 0.0, 0.0     # when the calibration started it, for how long
+        self.steps = 0                          # walk runs taken
 
     def absorb(self, row: dict, rng: tuple[int, int], walk: bool) -> int | None:
         """Take a run's row; the next budget to run, or None when done."""
@@ -235,11 +235,14 @@ class Calibration:
     run resumes from the snapshots its chain's last run just left, as the map's
     walkers' runs do (a process keeps the snapshots of a few runs only: LSTM's
     take about 40 MB a run against a 256 MB cache, so walks taken breadth first
-    across all strata resumed from far older states and read high). A chain's
-    walk is cut when it has had its share of `seconds` (`seconds` over the
-    waves of chains), and every walk once `seconds` have passed since the first
-    point; strata are started in an order that spreads any prefix of them over
-    the range, so strata never started leave the others standing for it evenly.
+    across all strata resumed from far older states and read high). Every walk
+    gets about as many runs as the others: it goes on while it has taken fewer
+    than its share of the runs that fit in what is left of `seconds`, at the
+    wall time per run so far (`_share`; a walk of a few slow runs would stand
+    for its whole unit at their cost). Every walk is cut once `seconds` have passed
+    since the first point; strata are started in an order that spreads any
+    prefix of them over the range, so strata never started leave the others
+    standing for it evenly.
     Chains that meet at one budget share its run."""
 
     queue_per_worker = 2
@@ -256,23 +259,22 @@ class Calibration:
         self.waiting: dict[tuple, list[_Chain]] = {}          # point key -> chains
         self.rows: dict[tuple, dict] = {}                     # rows seen, by point key
         self.started: float | None = None
-        self.live = self.width = 0                            # chains under way, at most
-        self.runs, self.run_seconds, self.cut = 0, 0.0, 0
+        self.live: list[_Chain] = []                          # chains under way
+        self.width = 0
+        self.runs, self.finished, self.run_seconds, self.cut = 0, 0, 0.0, 0
 
     def take(self, n: int) -> list[Point]:
         now = time.perf_counter()
         if self.started is None:
             self.started = now
-        self.width = max(self.width, n)
+        self.width = max(self.width, n)     # chains under way, at most
         out: list[Point] = []
         while len(out) < n:
             if self.todo:
                 chain, budget = self.todo.pop(0)
-            elif self.fresh and self.live < self.width and now - self.started <= self.seconds:
+            elif self.fresh and len(self.live) < self.width and now - self.started <= self.seconds:
                 chain = self.fresh.pop(0)
-                chain.started = now
-                chain.allowance = self.seconds * min(1.0, self.width / len(self.chains))
-                self.live += 1
+                self.live.append(chain)
                 budget = chain.budget
             else:
                 break
@@ -289,21 +291,35 @@ class Calibration:
 
     def absorb(self, point: Point, row: dict) -> None:
         self.rows[point.key] = row
+        self.finished += 1
         self.run_seconds += cpu_seconds(row)
         for chain in self.waiting.pop(point.key, []):
             self._advance(chain, row)
 
     def _advance(self, chain: "_Chain", row: dict) -> None:
+        walking = not chain.first
         below = chain.absorb(row, self.rng, self.params.exact)
-        now = time.perf_counter()
-        if below is not None and (now - self.started > self.seconds
-                                  or now - chain.started > chain.allowance):
+        chain.steps += walking
+        elapsed = time.perf_counter() - self.started
+        if below is not None and (elapsed > self.seconds or chain.steps >= self._share(elapsed)):
             self.cut += 1
             below = None
         if below is None:
-            self.live -= 1
+            self.live.remove(chain)
         else:
             self.todo.append((chain, below))
+
+    def _share(self, elapsed: float) -> float:
+        """Walk runs each chain not yet done may take: the runs that fit in the
+        time left (at the wall time per run so far), less the first runs still
+        to make, plus the walk runs the chains under way took, shared evenly."""
+        per_run = elapsed / max(1, self.finished)
+        if per_run <= 0:
+            return CLUSTER_RUNS
+        fit = (self.seconds - elapsed) / per_run
+        walking = [c for c in self.live if not c.first]
+        starting = len(self.fresh) + len(self.live) - len(walking)
+        return (fit - starting + sum(c.steps for c in walking)) / max(1, starting + len(walking))
 
     def estimate(self, name: str, workers: int, stopped: bool = False) -> Estimate:
         """The estimate of the runs absorbed; `stopped`: the calibration ran out
