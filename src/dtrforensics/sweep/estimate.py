@@ -23,8 +23,8 @@ also waits for cores other work holds). A unit's time is its intervals at the
 mean time of its walk runs: the map reaches each resuming from the one above,
 and so do they (`Calibration` runs a few chains at a time, so each walk run
 finds its chain's last snapshots still cached); a stratum's first run resumes
-from far away, as no map run does. A grid's runs are counted, not estimated; their time
-is the sampled runs' mean.
+from far away, as no map run does. A grid's runs are counted, not estimated;
+their time is the sampled runs' mean.
 
 The exact walk keeps at most `WALK_ROUND` runs per policy in flight, so more
 workers than that do not shorten it.
@@ -239,11 +239,11 @@ class Calibration:
     gets about as many runs as the others: it goes on while it has taken fewer
     than its share of the runs that fit in what is left of `seconds`, at the
     wall time per run so far (`_share`; a walk of a few slow runs would stand
-    for its whole unit at their cost). Every walk is cut once `seconds` have passed
-    since the first point; strata are started in an order that spreads any
-    prefix of them over the range, so strata never started leave the others
-    standing for it evenly.
-    Chains that meet at one budget share its run."""
+    for its whole unit at their cost). Every walk is cut once `seconds` have
+    passed since the first point, but every stratum has its first run. Strata
+    are started in an order that spreads any prefix of them over the range, so
+    those a deadline (`until`) leaves unstarted leave the others standing for it
+    evenly. Chains that meet at one budget share its run."""
 
     queue_per_worker = 2
 
@@ -264,15 +264,14 @@ class Calibration:
         self.runs, self.finished, self.run_seconds, self.cut = 0, 0, 0.0, 0
 
     def take(self, n: int) -> list[Point]:
-        now = time.perf_counter()
         if self.started is None:
-            self.started = now
+            self.started = time.perf_counter()
         self.width = max(self.width, n)     # chains under way, at most
         out: list[Point] = []
         while len(out) < n:
             if self.todo:
                 chain, budget = self.todo.pop(0)
-            elif self.fresh and len(self.live) < self.width and now - self.started <= self.seconds:
+            elif self.fresh and len(self.live) < self.width:
                 chain = self.fresh.pop(0)
                 self.live.append(chain)
                 budget = chain.budget
@@ -326,8 +325,8 @@ class Calibration:
         of time, its unfinished chains count as cut (those with no first run
         are left out: the others stand for the range)."""
         wall = time.perf_counter() - self.started if self.started is not None else 0.0
-        cut = self.cut + len(self.fresh) + (len(self.todo) + sum(map(len, self.waiting.values()))
-                                            if stopped else 0)
+        cut = self.cut + (len(self.fresh) + len(self.todo) + sum(map(len, self.waiting.values()))
+                          if stopped else 0)
         return from_samples(name, self.params, self.peak, self.rng,
                             [c.sample() for c in self.chains if not c.first],
                             workers=workers, sample_runs=self.runs, cut=cut,
