@@ -341,7 +341,7 @@ def calibrate(backend, program: Program, params: SweepParams, peak: int,
     """Run the calibration on `backend` (a chain per stratum, a few at once:
     `Calibration`) and estimate. A grid samples one run per stratum; an exact
     map walks, each walk for its share of `seconds`, where it is cut (counted
-    as cut: the estimate is then a low one). The runs go through
+    as cut: its unit then stands at the density of its part walked). The runs go through
     `sched` (the sweep's scheduler: its deadline, its handling of lost workers and
     clusters; by default one that stores nothing); at the monotonic instant
     `until` the calibration stops, its runs in flight dropped, and estimates
