@@ -26,14 +26,15 @@ class PartitionBackend:
 
     capacity = 3
 
-    def __init__(self, partition, seconds=1.0):
-        self.partition, self.seconds, self.runs = partition, seconds, 0
+    def __init__(self, partition, seconds=1.0, cpu=None):
+        self.partition, self.seconds, self.cpu, self.runs = partition, seconds, cpu, 0
 
     def submit(self, point, timeout, lane=0):
         self.runs += 1
         lo, hi = next((a, b) for a, b in self.partition if a <= point.budget <= b)
         fut = cf.Future()
-        fut.set_result({"interval_lo": lo, "interval_hi": hi, "wall_seconds": self.seconds})
+        fut.set_result({"interval_lo": lo, "interval_hi": hi, "wall_seconds": self.seconds,
+                        "cpu_seconds": self.cpu})
         return fut
 
     def wait(self, futures, timeout):
@@ -71,6 +72,76 @@ def test_narrow_runs_below_wide_intervals_are_counted():
                            [E.Sample(s.policy, s.budget, s.weight, s.width, s.seconds)
                             for s in _samples(part, params, rng)], workers=1)
     assert alone.executions < len(part) / 4
+
+
+def test_the_estimate_is_of_cpu_time_not_wall_time():
+    """Runs that waited for a core (wall 1 s, CPU 0.25 s) cost their CPU time."""
+    part = planted(units=40, wide=5000, narrow=7)
+    rng = (part[0][0], part[-1][1])
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    est = E.calibrate(PartitionBackend(part, seconds=1.0, cpu=0.25), Prog(), params,
+                      peak=rng[1] + 1, rng=rng, per_policy=8)
+    assert abs(est.cpu_seconds - 0.25 * len(part)) / (0.25 * len(part)) < 0.01
+
+
+class CacheBackend(PartitionBackend):
+    """A run costs 1 s when the interval next to it ran among the last `keep`
+    runs (its snapshots are still in the process's cache), else 5 s."""
+
+    def __init__(self, partition, keep=8):
+        super().__init__(partition)
+        self.keep, self.recent = keep, []
+
+    def submit(self, point, timeout, lane=0):
+        fut = super().submit(point, timeout, lane)
+        row = fut.result()
+        i = self.partition.index((row["interval_lo"], row["interval_hi"]))
+        near = {i - 1, i + 1} & set(self.recent[-self.keep:])
+        row["cpu_seconds"] = 1.0 if near else 5.0
+        self.recent.append(i)
+        return fut
+
+
+def test_walk_runs_cost_what_the_maps_runs_cost():
+    """The map walks down, each run resuming from the one just above it (1 s
+    each here); the calibration's walk runs must resume as theirs do, not from
+    states its other strata pushed out of the cache."""
+    part = planted(units=40, wide=5000, narrow=7)
+    rng = (part[0][0], part[-1][1])
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    est = E.calibrate(CacheBackend(part), Prog(), params, peak=rng[1] + 1, rng=rng,
+                      per_policy=16)
+    assert abs(est.executions - len(part)) / len(part) < 0.05
+    assert est.cpu_seconds / len(part) < 1.25
+
+
+def test_a_wave_of_slow_walks_gets_its_share_of_runs(monkeypatch):
+    """Strata 2 and 6 of 8 (walked together, the second pair started) run 20 s a
+    run, the others 1 s (a fake clock). A fixed share of the time per walk gives
+    each of theirs 800 s / 4 pairs / 40 s a round = 5 runs, and they then stand
+    for their units at the cost of their first few runs; their share of the
+    runs that fit is more than twice that."""
+    part = planted(units=40, wide=5000, narrow=40)
+    rng = (part[0][0], part[-1][1])
+    now = [0.0]
+
+    class Clock(PartitionBackend):
+        capacity = 1
+
+        def submit(self, point, timeout, lane=0):
+            stratum = point.budget * 8 // (rng[1] + 1)
+            now[0] += 20.0 if stratum in (2, 6) else 1.0
+            return super().submit(point, timeout, lane)
+
+    monkeypatch.setattr(E.time, "perf_counter", lambda: now[0])
+    params = SweepParams(0.0, 1.0, exact=True, max_runs=100_000)
+    source = E.Calibration(params, rng[1] + 1, rng, 8, seconds=800.0)
+    from dtrforensics.sweep.scheduler import Scheduler, SweepObserver
+    Scheduler(None, [], SweepObserver(), None).run(Clock(part), "calibrate", source, keep=False)
+    walks = [c.narrow for c in source.chains]
+    assert all(not c.first for c in source.chains) and source.cut
+    assert walks[2] >= 10 and walks[6] >= 10, walks
+    assert now[0] <= 800.0 + 2 * 20.0                   # within its time, but for a round
 
 
 def _samples(part, params, rng):
@@ -176,6 +247,14 @@ def test_the_sweeps_own_wall_time_is_at_the_parallelism_its_calibration_achieved
     est = E.from_samples("t", params, 1000, (100, 900), samples, workers=4, parallelism=1.5)
     assert est.wall_seconds() == est.cpu_seconds / 1.5      # four workers sharing 1.5 cores
     assert est.wall_seconds(4) == est.cpu_seconds / 4       # four with a core each
+
+
+def test_a_worker_that_got_half_a_core_takes_twice_its_cpu_time():
+    params = SweepParams(0.1, 0.9, 0.1)
+    samples = [E.Sample("dtr", 10, 1, 5, 2.0)]
+    est = E.from_samples("t", params, 1000, (100, 900), samples, workers=1, parallelism=0.5)
+    assert est.wall_seconds() == est.cpu_seconds / 0.5      # one worker at low priority
+    assert est.wall_seconds(1) == est.cpu_seconds           # one with a core of its own
 
 
 def test_a_findings_map_hears_its_estimate_before_it_runs(tmp_path):

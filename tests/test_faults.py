@@ -166,7 +166,7 @@ def sweep_params():
 
 
 def _rows(out: Path) -> list[tuple]:
-    table = SweepStore(out).read_runs().drop(["wall_seconds", "worker", "finished_at"])
+    table = SweepStore(out).read_runs().drop(["wall_seconds", "cpu_seconds", "worker", "finished_at"])
     return sorted(tuple(r.values()) for r in table.to_pylist())
 
 

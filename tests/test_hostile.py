@@ -345,7 +345,7 @@ def _sweep_args(out: Path) -> list:
 
 
 def _runs(out: Path) -> list[tuple]:
-    table = SweepStore(out).read_runs().drop(["wall_seconds", "worker", "finished_at"])
+    table = SweepStore(out).read_runs().drop(["wall_seconds", "cpu_seconds", "worker", "finished_at"])
     return sorted(tuple(r.values()) for r in table.to_pylist())
 
 

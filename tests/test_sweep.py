@@ -30,7 +30,7 @@ from dtrforensics.sweep import backends, grid, holes, runner
 from dtrforensics.sweep.exact import ExactWalk
 from dtrforensics.sweep.store import ParamsMismatch, SweepParams, SweepStore
 
-VOLATILE = ("wall_seconds", "worker", "finished_at")
+VOLATILE = ("wall_seconds", "cpu_seconds", "worker", "finished_at")
 
 
 def hole_log(pad: int = 0) -> Log:
@@ -493,6 +493,39 @@ def test_process_pool_and_repeats(logs, tmp_path):
     assert workers.isdisjoint(grid_workers)          # reruns ran in fresh processes
     runner.run_sweep(logs["hole"], replace(params, repeats=0), tmp_path / "i", jobs=1)
     assert [r for r in table(tmp_path / "p") if r["rep"] == 0] == table(tmp_path / "i")
+
+
+def test_every_run_records_its_cpu_seconds(logs, tmp_path):
+    params = SweepParams(0.3, 1.0, 0.1, repeats=1)
+    runner.run_sweep(logs["chain"], params, tmp_path / "p", jobs=2, engine="process")
+    runner.run_sweep(logs["chain"], params, tmp_path / "i", jobs=1)
+    for path in (tmp_path / "p", tmp_path / "i"):
+        rows = SweepStore(path).read_runs().to_pylist()
+        assert rows and all(r["cpu_seconds"] is not None and r["cpu_seconds"] > 0 for r in rows)
+
+
+def test_a_store_from_before_cpu_seconds_reads_and_resumes(logs, tmp_path):
+    """Parts written before runs recorded CPU time read with the column null, and
+    the sweep resumes (here: extends) on them, its new runs carrying it."""
+    import pyarrow.parquet as pq
+    out = tmp_path / "old"
+    small = SweepParams(0.3, 1.0, exact=True, max_runs=3)
+    runner.run_sweep(logs["hole"], small, out, jobs=1)
+    for part in SweepStore(out).part_files():
+        old = pq.read_table(part)
+        pq.write_table(old.drop(["cpu_seconds"]).replace_schema_metadata(old.schema.metadata),
+                       part, compression="zstd", write_page_checksum=True)
+    before = SweepStore(out).read_runs().to_pylist()
+    assert len(before) == 3 and all(r["cpu_seconds"] is None for r in before)
+    assert holes.analyze(out).policy("dtr").exact.coverage < 1
+    result = runner.run_sweep(logs["hole"], replace(small, max_runs=1000), out, jobs=1)
+    assert result.resumed and result.coverage == {"dtr": 1.0}
+    rows = SweepStore(out).read_runs().to_pylist()
+    assert sum(r["cpu_seconds"] is None for r in rows) == 3 < len(rows)
+    assert holes.analyze(out).policy("dtr").exact.coverage == 1.0
+    runner.run_sweep(logs["hole"], replace(small, max_runs=1000), tmp_path / "new", jobs=1)
+    assert holes.analyze(out).to_json()["policies"] == \
+        holes.analyze(tmp_path / "new").to_json()["policies"]
 
 
 # --- the CLI ----------------------------------------------------------------------------

@@ -403,7 +403,7 @@ def estimate_line(est, workers: tuple[int, ...] = (), prefix: str = "") -> str:
     text = (f"{prefix}estimate: about {est.executions:,.0f} {kind} in the range{runs}, "
             f"{cpu_time(est.cpu_seconds)}: about {on} "
             f"(calibrated from {est.sample_runs:,} runs in {duration(est.sample_seconds)}"
-            + (f"; {est.cut} of its walks cut short for time: a low estimate" if est.cut else "")
+            + (f"; {est.cut} of its walks cut short for time: a rougher estimate" if est.cut else "")
             + ")")
     return textwrap.fill(text, ESTIMATE_WIDTH, subsequent_indent="  ",
                          break_long_words=False, break_on_hyphens=False)

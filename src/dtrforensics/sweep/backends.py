@@ -132,10 +132,11 @@ def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
                            f"threads; {ONE_THREAD}: start workers with "
                            f"`{worker_command('ADDRESS')}`")
     program, thrash = _PROGRAMS[sha256]
+    cpu = time.process_time()
     result = replay(program, budget=point.budget, policy=point.policy, timeout=timeout,
                     thrash_factor=thrash,
                     prefixes=None if point.stage == "repeat" else _PREFIXES)
-    return row_from_summary(point, result.summary)
+    return row_from_summary(point, result.summary, time.process_time() - cpu)
 
 
 # --- backends -------------------------------------------------------------------------

@@ -18,10 +18,13 @@ no unit is cut short, since a unit is landed in with probability S / W. (A
 threshold of wide against the whole range keeps the units few runs long
 where narrow intervals are dense; landing in a narrow interval counts its
 unit too, so intervals just narrower than wide do not each weigh W / |J|.)
-A unit's time is its intervals at the mean time of its walk runs (the map
-reaches each resuming from the one above, as they do; the calibration's
-first run starts cold). A grid's runs are counted, not estimated; their time
-is the sampled runs' mean.
+Time is CPU time, what each run's replay spent (`cpu_seconds`; wall time
+also waits for cores other work holds). A unit's time is its intervals at the
+mean time of its walk runs: the map reaches each resuming from the one above,
+and so do they (`Calibration` runs a few chains at a time, so each walk run
+finds its chain's last snapshots still cached); a stratum's first run resumes
+from far away, as no map run does. A grid's runs are counted, not estimated;
+their time is the sampled runs' mean.
 
 The exact walk keeps at most `WALK_ROUND` runs per policy in flight, so more
 workers than that do not shorten it.
@@ -83,15 +86,17 @@ class Estimate:
     cpu_seconds: float
     walk_cpu_seconds: float     # of which the exact walk's (at most WALK_ROUND runs at once)
     workers: int
-    parallelism: float = 0.0    # runs at once the calibration achieved (0: not measured)
+    parallelism: float = 0.0    # CPU seconds of runs per wall second the calibration achieved
+                                # (runs at once, less what other work took; 0: not measured)
 
     def wall_seconds(self, workers: int | None = None) -> float:
-        """About how long on `workers` runs at once; by default the sweep's, at
-        the parallelism its calibration achieved on them (workers sharing
-        cores with other work run fewer runs at once than there are workers)."""
+        """About how long on `workers` free cores; by default on the sweep's
+        workers, at the CPU rate its calibration achieved on them (workers
+        sharing cores with other work, or at low priority, get less than a
+        core each)."""
         n = max(1, workers or self.workers)
         if workers is None and self.parallelism:
-            n = max(1.0, min(n, self.parallelism))
+            n = min(n, self.parallelism)
         walk = self.walk_cpu_seconds / min(n, WALK_ROUND * self.policies)
         return (self.cpu_seconds - self.walk_cpu_seconds) / n + walk
 
@@ -183,12 +188,13 @@ class _Chain:
         self.width: int | None = None       # bytes of the range the unit's runs certify
         self.seconds, self.narrow, self.narrow_seconds = 0.0, 0, 0.0
         self.first, self.up, self.landed = True, False, 0
+        self.steps = 0                          # walk runs taken
 
     def absorb(self, row: dict, rng: tuple[int, int], walk: bool) -> int | None:
         """Take a run's row; the next budget to run, or None when done."""
         width = _width(row, rng)
         if self.first:
-            self.first, self.width, self.seconds = False, width, row["wall_seconds"]
+            self.first, self.width, self.seconds = False, width, cpu_seconds(row)
             if width is None or not walk:
                 return None
             self.landed = row["interval_lo"]
@@ -197,7 +203,7 @@ class _Chain:
         if width is None or (not self.up and width >= wide(rng)):
             return None                     # the next wide interval below: the unit ends
         self.narrow += 1
-        self.narrow_seconds += row["wall_seconds"]
+        self.narrow_seconds += cpu_seconds(row)
         self.width += width
         if self.up and width >= wide(rng):  # the unit's wide top: on below the landing
             self.up = False
@@ -223,10 +229,21 @@ class _Chain:
 
 
 class Calibration:
-    """The calibration as a point source for the sweep's scheduler: every
-    stratum's first run, then the walks below wide intervals, breadth first,
-    until `seconds` have passed since its first point (the walks left are cut).
-    Chains that meet at one budget share its run."""
+    """The calibration as a point source for the sweep's scheduler. Its chains
+    run a few at a time, as many as the scheduler asks for at once: each
+    stratum's first run, then straight on through its unit, so that every walk
+    run resumes from the snapshots its chain's last run just left, as the map's
+    walkers' runs do (a process keeps the snapshots of a few runs only: LSTM's
+    take about 40 MB a run against a 256 MB cache, so walks taken breadth first
+    across all strata resumed from far older states and read high). Every walk
+    gets about as many runs as the others: it goes on while it has taken fewer
+    than its share of the runs that fit in what is left of `seconds`, at the
+    wall time per run so far (`_share`; a walk of a few slow runs would stand
+    for its whole unit at their cost). Every walk is cut once `seconds` have
+    passed since the first point, but every stratum has its first run. Strata
+    are started in an order that spreads any prefix of them over the range, so
+    those a deadline (`until`) leaves unstarted leave the others standing for it
+    evenly. Chains that meet at one budget share its run."""
 
     queue_per_worker = 2
 
@@ -235,18 +252,31 @@ class Calibration:
         self.params, self.peak, self.rng, self.seconds = params, peak, rng, seconds
         self.chains = [_Chain(p, b, w) for p, b, w in plan_samples(params, rng, per_policy,
                                                                    seed)]
-        self.todo = [(c, c.budget) for c in self.chains]      # taken from the front
+        strata = len(self.chains) // len(params.policies)
+        self.fresh = [c for _, c in sorted(enumerate(self.chains), key=lambda ic: (
+            _spread(ic[0] % strata), ic[0] // strata))]
+        self.todo: list[tuple[_Chain, int]] = []              # taken from the front
         self.waiting: dict[tuple, list[_Chain]] = {}          # point key -> chains
         self.rows: dict[tuple, dict] = {}                     # rows seen, by point key
         self.started: float | None = None
-        self.runs, self.run_seconds, self.cut = 0, 0.0, 0
+        self.live: list[_Chain] = []                          # chains under way
+        self.width = 0
+        self.runs, self.finished, self.run_seconds, self.cut = 0, 0, 0.0, 0
 
     def take(self, n: int) -> list[Point]:
         if self.started is None:
             self.started = time.perf_counter()
+        self.width = max(self.width, n)     # chains under way, at most
         out: list[Point] = []
-        while self.todo and len(out) < n:
-            chain, budget = self.todo.pop(0)
+        while len(out) < n:
+            if self.todo:
+                chain, budget = self.todo.pop(0)
+            elif self.fresh and len(self.live) < self.width:
+                chain = self.fresh.pop(0)
+                self.live.append(chain)
+                budget = chain.budget
+            else:
+                break
             point = Point(chain.policy, budget, 0, budget / self.peak, "exact")
             if point.key in self.rows:          # another chain's run: no run of its own
                 self._advance(chain, self.rows[point.key])
@@ -260,23 +290,42 @@ class Calibration:
 
     def absorb(self, point: Point, row: dict) -> None:
         self.rows[point.key] = row
-        self.run_seconds += row["wall_seconds"]
+        self.finished += 1
+        self.run_seconds += cpu_seconds(row)
         for chain in self.waiting.pop(point.key, []):
             self._advance(chain, row)
 
     def _advance(self, chain: "_Chain", row: dict) -> None:
+        walking = not chain.first
         below = chain.absorb(row, self.rng, self.params.exact)
-        if below is not None and time.perf_counter() - self.started > self.seconds:
+        chain.steps += walking
+        elapsed = time.perf_counter() - self.started
+        if below is not None and (elapsed > self.seconds or chain.steps >= self._share(elapsed)):
             self.cut += 1
-        elif below is not None:
+            below = None
+        if below is None:
+            self.live.remove(chain)
+        else:
             self.todo.append((chain, below))
+
+    def _share(self, elapsed: float) -> float:
+        """Walk runs each chain not yet done may take: the runs that fit in the
+        time left (at the wall time per run so far), less the first runs still
+        to make, plus the walk runs the chains under way took, shared evenly."""
+        per_run = elapsed / max(1, self.finished)
+        if per_run <= 0:
+            return CLUSTER_RUNS
+        fit = (self.seconds - elapsed) / per_run
+        walking = [c for c in self.live if not c.first]
+        starting = len(self.fresh) + len(self.live) - len(walking)
+        return (fit - starting + sum(c.steps for c in walking)) / max(1, starting + len(walking))
 
     def estimate(self, name: str, workers: int, stopped: bool = False) -> Estimate:
         """The estimate of the runs absorbed; `stopped`: the calibration ran out
         of time, its unfinished chains count as cut (those with no first run
         are left out: the others stand for the range)."""
         wall = time.perf_counter() - self.started if self.started is not None else 0.0
-        cut = self.cut + (len(self.todo) + sum(map(len, self.waiting.values()))
+        cut = self.cut + (len(self.fresh) + len(self.todo) + sum(map(len, self.waiting.values()))
                           if stopped else 0)
         return from_samples(name, self.params, self.peak, self.rng,
                             [c.sample() for c in self.chains if not c.first],
@@ -289,10 +338,10 @@ def calibrate(backend, program: Program, params: SweepParams, peak: int,
               rng: tuple[int, int], per_policy: int = SAMPLES,
               seconds: float = CALIBRATION_SECONDS, *, sched=None,
               until: float | None = None, seed: int = SEED) -> Estimate:
-    """Run the calibration on `backend` (a chain per stratum, all at once) and
-    estimate. A grid samples one run per stratum; an exact map walks, and once
-    `seconds` have passed the walks below wide intervals stop where they are
-    (counted as cut: the estimate is then a low one). The runs go through
+    """Run the calibration on `backend` (a chain per stratum, a few at once:
+    `Calibration`) and estimate. A grid samples one run per stratum; an exact
+    map walks, each walk for its share of `seconds`, where it is cut (counted
+    as cut: its unit then stands at the density of its part walked). The runs go through
     `sched` (the sweep's scheduler: its deadline, its handling of lost workers and
     clusters; by default one that stores nothing); at the monotonic instant
     `until` the calibration stops, its runs in flight dropped, and estimates
@@ -307,6 +356,21 @@ def calibrate(backend, program: Program, params: SweepParams, peak: int,
             raise                           # the sweep's own deadline: it stops
         return source.estimate(program.name, backend.capacity, stopped=True)
     return source.estimate(program.name, backend.capacity)
+
+
+def cpu_seconds(row: dict) -> float:
+    """The CPU time a run's replay spent (its wall time when the row has none)."""
+    cpu = row.get("cpu_seconds")
+    return row["wall_seconds"] if cpu is None else cpu
+
+
+def _spread(i: int) -> float:
+    """The i-th point of the van der Corput sequence: any first k of them spread
+    over [0, 1) about evenly."""
+    x, f = 0.0, 0.5
+    while i:
+        x, i, f = x + f * (i & 1), i >> 1, f / 2
+    return x
 
 
 def _width(row: dict, rng: tuple[int, int]) -> int | None:

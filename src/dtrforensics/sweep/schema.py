@@ -52,6 +52,8 @@ RUNS = Table("runs", file="runs/part-*.parquet", doc=(
     _c("oom_pinned", I64, "bytes", "OOM: pinned bytes at failure"),
     _c("oom_depth", I64, "", "OOM: nesting depth at failure"),
     _c("wall_seconds", F64, "s", "wall time of the replay"),
+    _c("cpu_seconds", F64, "s", "CPU time of the replay in the process that ran it "
+                               "(null: a run stored before runs recorded it)"),
     _c("worker", STR, "", "host:pid of the process that ran it"),
     _c("finished_at", pa.timestamp("ms", tz="UTC"), "", "when the run finished"),
 ))

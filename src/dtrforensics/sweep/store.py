@@ -213,14 +213,18 @@ class Point:
 
 RUN_COLUMNS = RUNS.columns          # declared in sweep/schema.py (docs/sweep-format.md)
 RUN_SCHEMA = RUNS.query_schema()
+# A part written before runs recorded their CPU time has no `cpu_seconds`: it is
+# read (and resumed) with the column null.
+_BEFORE_CPU = RUN_SCHEMA.remove(RUN_SCHEMA.get_field_index("cpu_seconds"))
 
 # Columns that describe the execution itself (a rerun must reproduce them exactly).
 EXECUTION_COLUMNS = ("outcome", "clock", "remat_compute", "evictions", "remats", "max_depth",
                      "interval_lo", "interval_hi", "victims_sha256", "oom_op_id", "oom_pinned")
 
 
-def row_from_summary(point: Point, s) -> dict:
-    """One runs-table row from a `RunSummary` (a timeout certifies nothing)."""
+def row_from_summary(point: Point, s, cpu_seconds: float | None = None) -> dict:
+    """One runs-table row from a `RunSummary` (a timeout certifies nothing) and the
+    CPU seconds its replay took."""
     timed_out = s.outcome == "timeout"
     lo, hi = s.budget_interval
     oom = s.oom
@@ -235,7 +239,7 @@ def row_from_summary(point: Point, s) -> dict:
         "victims_sha256": s.victims_sha256,
         "oom_op_id": oom.op_id if oom else None, "oom_request": oom.request if oom else None,
         "oom_pinned": oom.pinned if oom else None, "oom_depth": oom.depth if oom else None,
-        "wall_seconds": s.wall_seconds, "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "wall_seconds": s.wall_seconds, "cpu_seconds": cpu_seconds, "worker": f"{socket.gethostname()}:{os.getpid()}",
         "finished_at": _dt.datetime.now(_dt.timezone.utc),
     }
 
@@ -516,7 +520,7 @@ def _part_problem(path: Path, expected: tuple[str, str, bool] | None = None) -> 
         if key in _CHECKED_PARTS:
             return None
         schema = pq.read_schema(path)
-        if not schema.remove_metadata().equals(RUN_SCHEMA):
+        if not any(schema.remove_metadata().equals(s) for s in (RUN_SCHEMA, _BEFORE_CPU)):
             return "not a runs table of this sweep format (other columns or types)"
         if expected is not None:
             stranger = _stranger(schema.metadata or {}, *expected)

@@ -18,7 +18,7 @@
 CREATE OR REPLACE MACRO edge_brackets(files) AS TABLE
 WITH s AS (
     SELECT policy, budget, ratio, status, outcome, overhead
-    FROM read_parquet(files) WHERE rep = 0 AND status <> 'unresolved'
+    FROM read_parquet(files, union_by_name = true) WHERE rep = 0 AND status <> 'unresolved'
 ), p AS (
     SELECT policy,
            budget AS lo_budget, ratio AS lo_ratio, status AS lo_status, outcome AS lo_outcome,
@@ -38,7 +38,7 @@ SELECT policy,
        CASE WHEN lo_status = 'ok' THEN hi_ratio ELSE lo_ratio END AS fail_ratio,
        CASE WHEN lo_status = 'ok' THEN hi_outcome ELSE lo_outcome END AS fail_outcome,
        hi_budget - lo_budget AS width_bytes,
-       (SELECT count(*) FROM read_parquet(files) AS t
+       (SELECT count(*) FROM read_parquet(files, union_by_name = true) AS t
         WHERE t.rep = 0 AND t.status = 'unresolved' AND t.policy = p.policy
           AND t.budget > p.lo_budget AND t.budget < p.hi_budget) AS timeouts_between
 FROM p

@@ -15,7 +15,7 @@
 --   intervals        distinct certified executions meeting the range
 CREATE OR REPLACE MACRO exact_coverage(files, range_lo, range_hi) AS TABLE
 WITH pol AS (
-    SELECT DISTINCT policy FROM read_parquet(files) WHERE rep = 0
+    SELECT DISTINCT policy FROM read_parquet(files, union_by_name = true) WHERE rep = 0
 ), m AS (
     SELECT * FROM exact_certificates(files, range_lo, range_hi)
 ), c AS (

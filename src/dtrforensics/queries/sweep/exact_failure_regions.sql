@@ -26,7 +26,7 @@ WITH p AS (
            greatest(interval_lo, range_lo) AS lo,
            least(coalesce(interval_hi, range_hi), range_hi) AS hi,
            status, outcome
-    FROM read_parquet(files)
+    FROM read_parquet(files, union_by_name = true)
     WHERE rep = 0 AND interval_lo IS NOT NULL
       AND interval_lo <= range_hi AND coalesce(interval_hi, range_hi) >= range_lo
 ), b AS (

@@ -17,7 +17,7 @@
 --   reason       timeout | below-resolution | run-limit
 CREATE OR REPLACE MACRO exact_gaps(files, range_lo, range_hi, resolution) AS TABLE
 WITH pol AS (
-    SELECT DISTINCT policy FROM read_parquet(files) WHERE rep = 0
+    SELECT DISTINCT policy FROM read_parquet(files, union_by_name = true) WHERE rep = 0
 ), m AS (
     SELECT * FROM exact_certificates(files, range_lo, range_hi)
 ), c AS (
@@ -32,7 +32,7 @@ WITH pol AS (
     HAVING coalesce(max(c.hi), range_lo - 1) < range_hi
 ), t AS (
     SELECT g.policy, g.lo, g.hi,
-           (SELECT count(*) FROM read_parquet(files) AS r
+           (SELECT count(*) FROM read_parquet(files, union_by_name = true) AS r
             WHERE r.status = 'unresolved' AND r.rep = 0 AND r.policy = g.policy
               AND r.budget BETWEEN g.lo AND g.hi) AS timeouts
     FROM g

@@ -13,7 +13,7 @@
 CREATE OR REPLACE MACRO exact_overlaps(files) AS TABLE
 WITH c AS (
     SELECT DISTINCT policy, interval_lo AS lo, interval_hi AS hi, outcome
-    FROM read_parquet(files)
+    FROM read_parquet(files, union_by_name = true)
     WHERE rep = 0 AND interval_lo IS NOT NULL
 )
 SELECT a.policy, a.lo AS a_lo, a.hi AS a_hi, a.outcome AS a_outcome,

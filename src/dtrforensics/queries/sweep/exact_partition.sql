@@ -26,7 +26,7 @@ SELECT policy,
        any_value(overhead) AS overhead, any_value(max_depth) AS max_depth,
        any_value(oom_pinned) AS oom_pinned, any_value(oom_depth) AS oom_depth,
        count(*) AS runs, min(budget) AS run_budget
-FROM read_parquet(files)
+FROM read_parquet(files, union_by_name = true)
 WHERE rep = 0 AND interval_lo IS NOT NULL
   AND interval_lo <= range_hi AND coalesce(interval_hi, range_hi) >= range_lo
 GROUP BY policy, interval_lo, interval_hi

@@ -19,7 +19,7 @@
 CREATE OR REPLACE MACRO failure_regions(files) AS TABLE
 WITH s AS (
     SELECT policy, budget, ratio, status, outcome, overhead
-    FROM read_parquet(files) WHERE rep = 0 AND status <> 'unresolved'
+    FROM read_parquet(files, union_by_name = true) WHERE rep = 0 AND status <> 'unresolved'
 ), n AS (
     SELECT *,
            row_number() OVER (PARTITION BY policy ORDER BY budget)
@@ -47,7 +47,7 @@ SELECT policy,
        row_number() OVER (PARTITION BY policy ORDER BY lo_budget) AS region,
        lo_budget, lo_ratio, hi_budget, hi_ratio, failing, outcomes,
        below_budget, below_ratio, below_overhead, above_budget, above_ratio, above_overhead,
-       (SELECT count(*) FROM read_parquet(files) AS t
+       (SELECT count(*) FROM read_parquet(files, union_by_name = true) AS t
         WHERE t.rep = 0 AND t.status = 'unresolved' AND t.policy = r.policy
           AND t.budget > r.below_budget AND t.budget < r.above_budget) AS timeouts_inside
 FROM r

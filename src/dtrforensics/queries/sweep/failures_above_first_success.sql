@@ -10,7 +10,7 @@
 --   oom_pinned, oom_depth   pinned bytes and nesting depth at failure (OOM only)
 CREATE OR REPLACE MACRO failures_above_first_success(files) AS TABLE
 WITH s AS (
-    SELECT * FROM read_parquet(files) WHERE rep = 0
+    SELECT * FROM read_parquet(files, union_by_name = true) WHERE rep = 0
 ), f AS (
     SELECT policy, min(budget) AS first_budget FROM s WHERE status = 'ok' GROUP BY policy
 )

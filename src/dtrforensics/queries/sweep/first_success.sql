@@ -14,7 +14,7 @@
 --   unresolved      timed-out samples (anywhere)
 CREATE OR REPLACE MACRO first_success(files) AS TABLE
 WITH s AS (
-    SELECT policy, budget, ratio, status, overhead FROM read_parquet(files) WHERE rep = 0
+    SELECT policy, budget, ratio, status, overhead FROM read_parquet(files, union_by_name = true) WHERE rep = 0
 ), f AS (
     SELECT policy, min(budget) FILTER (WHERE status = 'ok') AS first_budget FROM s GROUP BY policy
 )

@@ -17,7 +17,7 @@
 CREATE OR REPLACE MACRO regime_switches(files, threshold) AS TABLE
 WITH s AS (
     SELECT policy, budget, ratio, status, overhead
-    FROM read_parquet(files) WHERE rep = 0 AND status <> 'unresolved'
+    FROM read_parquet(files, union_by_name = true) WHERE rep = 0 AND status <> 'unresolved'
 ), p AS (
     SELECT policy, budget AS lo_budget, ratio AS lo_ratio, status AS lo_status,
            overhead AS lo_overhead,

@@ -14,7 +14,7 @@
 --   differing    names of the columns that differ
 --   outcome_run  outcome of the point's run; outcome_rerun: of the rerun
 CREATE OR REPLACE MACRO repeat_disagreements(files) AS TABLE
-WITH t AS (SELECT * FROM read_parquet(files) WHERE status <> 'unresolved'),
+WITH t AS (SELECT * FROM read_parquet(files, union_by_name = true) WHERE status <> 'unresolved'),
 pairs AS (
     SELECT b.policy, b.budget, b.ratio, r.rep, b.outcome AS outcome_run,
            r.outcome AS outcome_rerun,
@@ -41,7 +41,7 @@ ORDER BY policy, budget, rep;
 -- repeat_disagreements_checked(files): one row per policy.
 --   policy, reruns (compared reruns), points (distinct points rerun)
 CREATE OR REPLACE MACRO repeat_disagreements_checked(files) AS TABLE
-WITH t AS (SELECT * FROM read_parquet(files) WHERE status <> 'unresolved')
+WITH t AS (SELECT * FROM read_parquet(files, union_by_name = true) WHERE status <> 'unresolved')
 SELECT r.policy, count(*) AS reruns, count(DISTINCT r.budget) AS points
 FROM t AS r JOIN t AS b ON b.policy = r.policy AND b.budget = r.budget AND b.rep = 0
 WHERE r.rep > 0

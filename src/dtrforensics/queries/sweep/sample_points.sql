@@ -20,6 +20,6 @@
 CREATE OR REPLACE MACRO sample_points(files) AS TABLE
 SELECT policy, budget, ratio, stage, status, outcome, overhead, oom_pinned, oom_depth,
        max_depth, interval_lo, interval_hi
-FROM read_parquet(files)
+FROM read_parquet(files, union_by_name = true)
 WHERE rep = 0
 ORDER BY policy, budget;

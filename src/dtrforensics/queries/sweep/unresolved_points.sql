@@ -10,6 +10,6 @@
 --   wall_seconds   how long it ran before it was stopped
 CREATE OR REPLACE MACRO unresolved_points(files) AS TABLE
 SELECT policy, budget, ratio, rep, stage, wall_seconds
-FROM read_parquet(files)
+FROM read_parquet(files, union_by_name = true)
 WHERE status = 'unresolved'
 ORDER BY policy, budget, rep;
