@@ -119,6 +119,9 @@ class Interventions:
         return retain, window, as_pairs(self.forbid), as_pairs(self.force)
 
 
+NO_INTERVENTIONS = Interventions()
+
+
 @dataclass(frozen=True)
 class ReplayContext:
     """What a run is: observers receive it in `on_start`."""
@@ -278,19 +281,46 @@ def _setup(program, budget, ratio, policy, observers, timeout, interventions, th
     check_regions = None
     if os.environ.get(L.CHECK_REGIONS_ENV) == "1":
         from .regions import check as check_regions  # numba: only a checked run imports it
-    buffers = (np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64),
-               np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64),
-               np.zeros((cand_cap, N_CANDIDATE_COLUMNS), dtype=np.int64),
-               np.zeros(cand_cap, dtype=np.float64))
+    built_in = policy.custom is None
+    plain = interventions == NO_INTERVENTIONS
     return _Run(
         ctx=ctx, graph=graph, base=base, observers=observers, started=started, debug=debug,
         slice_steps=(CHECKED_SLICE_STEPS if check_regions else
-                     SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS), buffers=buffers,
+                     SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS),
+        buffers=_shared(("buffers",), _buffers, 1, 1) if not emit else _buffers(ev_cap, cand_cap),
         rooms=(int(graph.op_n_outputs.max()) + 8, n + 8),
-        interventions=interventions.arrays(n), params=policy.params(),
+        interventions=(_shared(("interventions", n), interventions.arrays, n) if plain
+                       else interventions.arrays(n)),
+        params=_shared(("params", policy), policy.params) if built_in else policy.params(),
         score_fn=policy.score_address(),
-        locked=policy.locked_mask(program), probe=np.zeros(N_FEATURES, dtype=np.int64),
+        locked=(_shared(("locked",), policy.locked_mask, program) if built_in
+                else policy.locked_mask(program)),
+        probe=(_shared(("probe",), np.zeros, N_FEATURES, np.int64) if built_in
+               else np.zeros(N_FEATURES, dtype=np.int64)),
         watch=ScoreWatch.for_policy(policy, started, timeout), check_regions=check_regions)
+
+
+# Arrays the kernel only reads, alike for every run of a built-in policy without
+# interventions or observers (dummy event buffers, no interventions, the
+# policy's parameters, no locked storages, an unused probe): made once per
+# process, so that the native entry point finds the same objects and keeps
+# them packed (engine/native.py).
+_SHARED: dict = {}
+
+
+def _shared(key: tuple, make, *args):
+    value = _SHARED.get(key)
+    if value is None:
+        value = _SHARED[key] = make(*args)
+    return value
+
+
+def _buffers(ev_cap: int, cand_cap: int) -> tuple:
+    """Event ints, event floats, candidate ints, candidate scores."""
+    return (np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64),
+            np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64),
+            np.zeros((cand_cap, N_CANDIDATE_COLUMNS), dtype=np.int64),
+            np.zeros(cand_cap, dtype=np.float64))
 
 
 class NoSharing:
