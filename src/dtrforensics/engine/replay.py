@@ -86,8 +86,9 @@ class Interventions:
         if self.control and not self.is_empty():
             raise InterventionError("a control changes nothing: give it no retain, forbid "
                                     "or force")
-        storages = set(program.storage_ids().tolist())
-        for s in list(self.retain) + [x[0] for x in self.forbid + self.force]:
+        named = list(self.retain) + [x[0] for x in self.forbid + self.force]
+        storages = set(program.storage_ids().tolist()) if named else set()
+        for s in named:
             if s not in storages:
                 hint = ""
                 if 0 <= s < program.n_tensors:
