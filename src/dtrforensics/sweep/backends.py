@@ -35,6 +35,10 @@ from .store import Point, row_from_summary
 ENGINES = ("process", "dask", "inline")
 PR_SET_PDEATHSIG = 1     # linux/prctl.h
 PARENT_WATCH_SECONDS = 0.5
+# A dead worker's exit code, when the pool's own thread reaps it first: join() then
+# returns with no code, which that thread stores a moment later.
+REAP_POLLS = 40
+REAP_POLL_SECONDS = 0.05
 # fork: workers inherit the loaded program and the compiled kernel from this
 # process (ready in milliseconds); spawn re-imports and reloads both (~2 s).
 DEFAULT_START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
@@ -199,6 +203,10 @@ class ProcessBackend:
         what = []
         for process in self._workers.get(lane, []):
             process.join(timeout=1)
+            for _ in range(REAP_POLLS):
+                if process.exitcode is not None:
+                    break
+                time.sleep(REAP_POLL_SECONDS)
             code = process.exitcode
             end = ("" if code is None else f", killed by signal {-code}" if code < 0
                    else f", exit code {code}")
