@@ -123,7 +123,10 @@ class EntryPoint:
     Each top-level array or tuple is packed into its fixed slots once and
     repacked only when it is another object than at the previous call (a run
     passes the same state arrays to every slice, and every run the same
-    graph); integers are written at every call."""
+    graph); integers are written at every call. Every call packs into its own
+    copy of the vector and publishes it with the objects it holds as one
+    tuple, never writing a published vector: a call in another thread (or a
+    process forked meanwhile) reads the vector while the library runs."""
 
     def __init__(self, c_function, plan: list):
         c_function.restype = ctypes.c_int64
@@ -135,13 +138,13 @@ class EntryPoint:
         for p in plan:
             self._slots.append((slot, _slot_count(p)))
             slot += self._slots[-1][1]
-        self._held: list = [None] * len(plan)
-        self._packed = np.zeros(slot, dtype=np.int64)
+        self._cache = ((None,) * len(plan), np.zeros(slot, dtype=np.int64))
 
     def __call__(self, *args):
         if len(args) != len(self._plan):
             raise Mismatch(f"expected {len(self._plan)} arguments, got {len(args)}")
-        packed, held = self._packed, self._held
+        held, cached = self._cache
+        packed = cached.copy()
         for i, (p, a) in enumerate(zip(self._plan, args)):
             first, count = self._slots[i]
             if p[0] == "int":
@@ -150,7 +153,7 @@ class EntryPoint:
                 out: list = []
                 _pack(p, a, out)
                 packed[first:first + count] = out
-                held[i] = a
+        self._cache = (args, packed)
         return self._call(packed.ctypes.data)
 
 
