@@ -154,11 +154,12 @@ class Scheduler:
             f"{who} died while running {point.policy} at {point.budget:,} B (ratio "
             f"{point.ratio:.6g}, {point.stage} stage); {self._kept()}")
 
-    def _lost(self, backend, point: Point, others, exc: BaseException) -> UserError | None:
+    def _lost(self, backend, point: Point, inflight: dict,
+              exc: BaseException) -> UserError | None:
         """The error for a point that failed because its worker or the cluster
         was lost (None: the run itself failed, its exception stands)."""
         if isinstance(exc, BrokenProcessPool):
-            return self._died(backend, point, others)
+            return self._died(backend, point, _unfinished(inflight))
         kind = backend.failure(exc) if hasattr(backend, "failure") else None
         if kind == "worker":        # the task killed every worker it ran on: it names itself
             return self._died(backend, point, ())
@@ -212,7 +213,7 @@ class Scheduler:
                         try:
                             fut = backend.submit(point, self.timeout, lane)
                         except BrokenProcessPool:   # the lane's worker died already
-                            raise self._died(backend, point, inflight.values()) from None
+                            raise self._died(backend, point, _unfinished(inflight)) from None
                         inflight[fut] = point
                 if not inflight:
                     break
@@ -221,7 +222,7 @@ class Scheduler:
                     try:
                         row = fut.result()
                     except Exception as exc:
-                        lost = self._lost(backend, point, inflight.values(), exc)
+                        lost = self._lost(backend, point, inflight, exc)
                         if lost is None:
                             raise
                         raise lost from None
@@ -250,3 +251,11 @@ class Scheduler:
             self.store.append(row)
         self.rows.append(row)
         self.by_key[point.key] = row
+
+
+def _unfinished(inflight: dict) -> list[Point]:
+    """The points of a process pool's futures whose runs have not ended well: a
+    run that finished on a worker may wait in the same batch as that worker's
+    death, and is not the point it died running."""
+    return [p for f, p in inflight.items()
+            if not f.done() or f.cancelled() or f.exception() is not None]
