@@ -307,6 +307,7 @@ def _setup(program, budget, ratio, policy, observers, timeout, interventions, th
 # process, so that the native entry point finds the same objects and keeps
 # them packed (engine/native.py).
 _SHARED: dict = {}
+os.register_at_fork(after_in_child=_SHARED.clear)
 
 
 def _shared(key: tuple, make, *args):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import cached_property
@@ -133,9 +134,11 @@ class Extremes:
         return self.lo <= budget and (self.hi_true == L.NO_HI or budget < self.hi_true)
 
 
-# Per process: finished runs' states, one per shape, for the next run's `new`.
+# Per process: finished runs' states, one per shape, for the next run's `new`. A
+# forked child starts without them (the parent may have been mid-run in a thread).
 _SPARES: dict[tuple, "MachineState"] = {}
 MAX_SPARES = 4
+os.register_at_fork(after_in_child=_SPARES.clear)
 
 
 @dataclass
