@@ -1,7 +1,8 @@
 """Evicted neighbourhoods' sets (semantics.md §8), behind one small interface:
 `build` a set, test whether it `contains` a storage, list (iterate) a
 region's `frontier_members`, and `absorb` an evicted storage (§8.3), into
-many regions at once with `absorb_into`; `clear` empties a region. `check` is the debug pass over their invariants.
+many regions at once with `absorb_into`; `clear` empties a region. `check` is
+the debug pass over their invariants.
 
 Laid out as in `state.Regions`: each of the 2n regions (2*s forward, 2*s+1
 backward) has two sets, its interior (set id r) and its frontier (set id
