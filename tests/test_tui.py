@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from textual.widgets import Input
+from textual.widgets import DataTable, Input
 
 from dtrforensics.analyses.replay_view import ReplaySource
 from dtrforensics.recorder.reader import open_recording
@@ -21,10 +21,13 @@ from dtrforensics.tui.widgets.run_strip import LABEL
 
 
 async def settle(app, pilot, timeout: float = 60.0) -> None:
-    """Wait until the details of the current step are on screen."""
+    """Wait until the details of the current step are on screen: loaded, and
+    every table's columns sized to them (a DataTable sizes its columns when
+    idle; drawn before that, a new score is cut to the old column's width)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
-    while app.status != "ready":
+    while app.status != "ready" or any(t._require_update_dimensions
+                                       for t in app.query(DataTable)):
         if loop.time() > end:
             raise AssertionError(f"the view did not settle (status {app.status})")
         await pilot.pause(0.02)
