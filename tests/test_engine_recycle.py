@@ -16,7 +16,7 @@ from dtrforensics.engine import state as S
 from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.replay import prepared, replay
 
-UNCLEARED = ("arena", "bits", "memo_int", "memo_fr")
+UNCLEARED = S.UNREAD_BEFORE_WRITTEN
 
 
 def _fresh(program, budget):

@@ -47,6 +47,15 @@ BITSETS_BYTES = 32 << 20
 MEMO_BYTES = 16 << 20
 
 
+# What a new state's Regions arrays hold, where not 0 (free_slots: every slot,
+# in order); `MachineState._clear` reads both declarations.
+REGIONS_FILL = {"bit_slot": -1, "memo_stats": -1}
+# Contents no step reads before writing them, left as they are by `_clear`: the
+# arena outside live blocks, bitset rows not taken (taking one zeroes or
+# overwrites it) and walk rows past the first MASK_BASES (opening one zeroes it).
+UNREAD_BEFORE_WRITTEN = ("arena", "bits", "memo_int", "memo_fr")
+
+
 def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
     n = 2 * n_tensors
     words = n_tensors // 64 + 1
@@ -56,7 +65,8 @@ def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
         arena=np.zeros(arena_size or max(ARENA_MIN, 128 * n_tensors), dtype=np.int64),
         start=np.zeros(2 * n, dtype=np.int64), cap=np.zeros(2 * n, dtype=np.int64),
         len=np.zeros(2 * n, dtype=np.int64), compute=np.zeros(n, dtype=np.int64),
-        fr_live=np.zeros(n, dtype=np.int64), bit_slot=np.full(2 * n, -1, dtype=np.int64),
+        fr_live=np.zeros(n, dtype=np.int64),
+        bit_slot=np.full(2 * n, REGIONS_FILL["bit_slot"], dtype=np.int64),
         bits=np.zeros((slots, words), dtype=np.uint64),
         free_slots=np.arange(slots, dtype=np.int64), **_work_space(n_tensors))
 
@@ -77,7 +87,7 @@ def _work_space(n_tensors: int) -> dict:
                 memo_node=np.zeros(rows, dtype=np.int64),
                 memo_int=np.zeros((rows, words), dtype=np.uint64),
                 memo_fr=np.zeros((rows, words), dtype=np.uint64),
-                memo_stats=np.full((rows, 2), -1, dtype=np.int64),
+                memo_stats=np.full((rows, 2), REGIONS_FILL["memo_stats"], dtype=np.int64),
                 memo_acc=np.zeros((2, words), dtype=np.uint64),
                 memo_stack=np.zeros((rows + 1, 2), dtype=np.int64),
                 memo_gate=np.zeros(L.N_GATES, dtype=np.int64),
@@ -209,19 +219,16 @@ class MachineState:
 
     def _clear(self) -> None:
         """Every array as `new_regions` and `new` make it, except the contents no
-        step reads before writing them: the arena outside live blocks, bitset
-        rows not taken (taking one zeroes or overwrites it) and walk rows
-        past the first MASK_BASES (opening one zeroes it)."""
+        step reads before writing them (UNREAD_BEFORE_WRITTEN, but for the
+        first MASK_BASES walk rows)."""
         for a in (self.sc, self.st, self.frames, self.pending, self.scratch, self.mark,
                   self.stream):
             a.fill(0)
         rg = self.regions
-        for name in ("start", "cap", "len", "compute", "fr_live", "memo_row", "memo_node",
-                     "memo_acc", "memo_stack", "memo_gate", "block_order", "deferred",
-                     "deferred_list", "deferred_n"):
-            getattr(rg, name).fill(0)
-        rg.bit_slot.fill(-1)
-        rg.memo_stats.fill(-1)
+        for name, a in zip(rg._fields, rg):
+            if name in UNREAD_BEFORE_WRITTEN or not isinstance(a, np.ndarray):
+                continue
+            a.fill(REGIONS_FILL.get(name, 0))
         rg.free_slots[:] = np.arange(len(rg.free_slots))
         rg.memo_int[:L.MASK_BASES] = 0
         rg.memo_fr[:L.MASK_BASES] = 0
