@@ -575,3 +575,54 @@ def test_a_run_that_fails_in_this_process_raises_its_own_error(logs, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1
     assert res.stderr.strip().splitlines()[-1] == "RuntimeError: boom", res.stderr[-2000:]
+
+
+# --- workers forked from a process with threads ---------------------------------------
+
+class _Finalized:
+    """A reference cycle whose finalizer writes the pid of the process that ran it."""
+
+    def __init__(self, path):
+        self.path, self.me = str(path), self
+
+    def __del__(self):
+        with open(self.path, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+
+
+_run_point = backends.run_point
+
+
+def _collect_then_run(*args):
+    import gc
+    gc.collect()
+    return _run_point(*args)
+
+
+def test_a_forked_worker_never_finalizes_an_object_of_the_sweep(logs, tmp_path, monkeypatch):
+    """Garbage of the sweep's process (a cycle not collected yet) is out of the
+    forked workers' collector: a worker that collects every generation before
+    its run leaves it to the sweep, whose threads its finalizer may need."""
+    import gc
+
+    from dtrforensics.engine.replay import DEFAULT_THRASH_FACTOR
+    from dtrforensics.sweep.store import Point
+    from dtrforensics.trace.cache import load_program
+    monkeypatch.setattr(backends, "run_point", _collect_then_run)   # inherited by the fork
+    marks = tmp_path / "finalized"
+    gc.disable()
+    try:
+        _Finalized(marks)                  # garbage from here on, uncollected
+        backend = backends.ProcessBackend(load_program(logs["hole"]), DEFAULT_THRASH_FACTOR, 2,
+                                           "fork")
+        try:
+            futures = [backend.submit(Point("dtr", 10**9, 0, 1.0, "grid"), None, lane)
+                       for lane in (0, 1)]
+            assert [f.result(timeout=120)["outcome"] for f in futures] == ["ok", "ok"]
+        finally:
+            backend.close()
+        assert not marks.exists()          # no worker ran the finalizer
+    finally:
+        gc.enable()
+    gc.collect()
+    assert marks.read_text().split() == [str(os.getpid())]
