@@ -14,6 +14,6 @@ TIMELINE_SQL = ("SELECT op_id, memory_max, coalesce(pinned_max, 0) AS pinned_max
 def op_timeline(rec: Recording) -> dict[str, np.ndarray]:
     """One entry per top-level op that ran, in op order: the most memory and pinned
     bytes (0 when no check pinned any), the deepest nesting, evictions and remats."""
-    con = db.connect([rec])
-    db.install_query(con, "run/op_timeline")
-    return {k: np.asarray(v) for k, v in con.sql(TIMELINE_SQL).fetchnumpy().items()}
+    with db.connect([rec]) as con:
+        db.install_query(con, "run/op_timeline")
+        return {k: np.asarray(v) for k, v in con.sql(TIMELINE_SQL).fetchnumpy().items()}

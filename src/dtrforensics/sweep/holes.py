@@ -7,6 +7,7 @@ Rendering (terminal tables, JSON, figures) lives elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -351,6 +352,20 @@ def connect(store: SweepStore) -> duckdb.DuckDBPyConnection:
     return con
 
 
+@contextlib.contextmanager
+def _connection(store: SweepStore, con: duckdb.DuckDBPyConnection | None):
+    """`con`, or a connection from `connect` closed after use (its database's
+    threads end with it, not whenever the collector frees it)."""
+    if con is not None:
+        yield con
+        return
+    own = connect(store)
+    try:
+        yield own
+    finally:
+        own.close()
+
+
 def _files(store: SweepStore) -> list[str]:
     return [os.fspath(p) for p in store.part_files()]
 
@@ -370,9 +385,9 @@ def load_points(path: str | os.PathLike,
     out: dict[str, list[dict]] = {p: [] for p in store.params.policies}
     if not files:
         return out
-    con = con or connect(store)
-    for r in fetch_dicts(con, "SELECT * FROM sample_points(?)", [files]):
-        out.setdefault(r["policy"], []).append(r)
+    with _connection(store, con) as con:
+        for r in fetch_dicts(con, "SELECT * FROM sample_points(?)", [files]):
+            out.setdefault(r["policy"], []).append(r)
     return out
 
 
@@ -395,7 +410,10 @@ def analyze(path: str | os.PathLike, *, threshold: float | None = None,
                          f"it has {', '.join(params.policies)}")
     lo, hi = store.range_bytes
     files = _files(store)
-    res = _run_all(con or connect(store), files, (lo, hi), params, threshold) if files else None
+    res = None
+    if files:
+        with _connection(store, con) as con:
+            res = _run_all(con, files, (lo, hi), params, threshold)
     results = [_policy(res, policy, params, (lo, hi), store.trace.peak) for policy in wanted]
     return HolesReport(store.path, store.trace, params, (lo, hi), threshold,
                        store.status, results)
