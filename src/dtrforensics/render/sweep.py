@@ -261,7 +261,7 @@ def region_kind(r: ExactRegion) -> str:
 def _exact_parts(x: ExactView, peak: int) -> list:
     parts: list = [f"exact: {x.coverage:.4%} of the range certified "
                    f"({x.certified_bytes:,} of {x.range_bytes:,} bytes), "
-                   f"{len(x.partition)} distinct executions, {len(x.merged)} runs of equal outcome"]
+                   f"{len(x.partition)} distinct executions, {len(x.merged)} stretches of one outcome"]
     fmt_ratio = ratio_format([e / peak for r in x.failure_regions for e in (r.lo, r.hi)])
     if x.failure_regions:
         t = FitTable(title="failing budgets (exact)", title_justify="left")
