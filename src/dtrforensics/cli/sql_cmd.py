@@ -82,11 +82,12 @@ def sql(
 ) -> None:
     """Run SQL over recordings (one `run_id` column tells them apart) or sweep folders (one `sweep_id` column).
 
-    A sweep folder opens as the views `runs` (its runs table, docs/sweep-format.md)
-    and `sweeps` (its sweep.json). SQL may read the views and the given folders'
-    own Parquet files, nothing else; it cannot write: COPY, EXPORT, ATTACH,
-    INSTALL, LOAD, PRAGMA and SET are refused (save a result with --csv, --json
-    or --parquet FILE, outside any recording)."""
+    A sweep folder opens as the views `runs` (its runs table,
+    docs/sweep-format.md) and `sweeps` (its sweep.json). SQL may read the
+    views and the given folders' own Parquet files, nothing else; it cannot
+    write: COPY, EXPORT, ATTACH, INSTALL, LOAD, PRAGMA and SET are refused
+    (save a result with --csv, --json or --parquet FILE, outside any
+    recording)."""
     if sum([as_csv, parquet is not None, as_json]) > 1:
         raise CommandError("choose one of --csv, --parquet and --json")
     if not query.strip():
