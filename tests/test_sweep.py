@@ -580,10 +580,13 @@ def test_a_run_that_fails_in_this_process_raises_its_own_error(logs, tmp_path):
 # --- workers forked from a process with threads ---------------------------------------
 
 class _Finalized:
-    """A reference cycle whose finalizer writes the pid of the process that ran it."""
+    """A reference cycle whose finalizer writes the pid of the process that ran
+    it, holding a DuckDB connection (whose database runs threads)."""
 
     def __init__(self, path):
-        self.path, self.me = str(path), self
+        import duckdb
+        self.path, self.me, self.con = str(path), self, duckdb.connect()
+        self.con.execute("SELECT 1").fetchall()
 
     def __del__(self):
         with open(self.path, "a") as fh:
@@ -602,7 +605,9 @@ def _collect_then_run(*args):
 def test_a_forked_worker_never_finalizes_an_object_of_the_sweep(logs, tmp_path, monkeypatch):
     """Garbage of the sweep's process (a cycle not collected yet) is out of the
     forked workers' collector: a worker that collects every generation before
-    its run leaves it to the sweep, whose threads its finalizer may need."""
+    its run leaves it to the sweep, whose threads its finalizer may need. (A
+    worker that collected this one died of signal 11 in DuckDB's destructor:
+    its database's threads are not copied by the fork.)"""
     import gc
 
     from dtrforensics.engine.replay import DEFAULT_THRASH_FACTOR

@@ -151,11 +151,12 @@ def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
 def heap_frozen():
     """Fork inside this: every object of this process is out of the garbage
     collector's reach (gc.freeze) while workers are forked, so no worker
-    collects, and so finalizes, a reference cycle this process left. This
-    process may hold threads a fork does not copy (9 of DuckDB, 4 of Arrow and
-    jemalloc's, in the test process at the edge proof's sweep), and such an
-    object freed in a worker is freed without them: a worker forked there died
-    of signal 11 while collecting garbage, in three of seven full suites."""
+    collects, and so finalizes, a reference cycle this process left. Its
+    finalizers may need threads a fork does not copy: a worker that collects a
+    DuckDB connection reachable only from such a cycle dies of signal 11 in
+    DuckDB's destructor. A test process held one (a test's, kept by
+    Hypothesis), and a sweep worker forked from it died so in three of seven
+    full suites."""
     gc.freeze()
     try:
         yield
