@@ -6,6 +6,7 @@ new one) or nothing, and a resumed sweep equals an uninterrupted one row for row
 from __future__ import annotations
 
 import builtins
+import gc
 import json
 import os
 import random
@@ -51,7 +52,9 @@ def _tripwire(k: int, calls: list[str]) -> None:
 
 def _in_child(action, k: int, log: Path | None = None) -> bool:
     """Run `action` in a forked child killed at its k-th file-system call; True if
-    it was killed, False if it finished (then the calls' names go to `log`)."""
+    it was killed, False if it finished (then the calls' names go to `log`). The
+    child never collects this process's garbage (as sweep/backends.heap_frozen)."""
+    gc.freeze()
     pid = os.fork()
     if pid == 0:                                   # pragma: no cover - the child
         code, calls = 0, []
@@ -69,6 +72,7 @@ def _in_child(action, k: int, log: Path | None = None) -> bool:
             code = 3
         finally:
             os._exit(code)
+    gc.unfreeze()
     _, status = os.waitpid(pid, 0)
     if os.WIFEXITED(status):
         assert os.WEXITSTATUS(status) == 0, f"the child failed (k={k})"
