@@ -35,7 +35,8 @@ def _row(budget: int, outcome: str, overhead: float | None) -> dict:
 def con():
     con = db.connect([], read_only=False)
     db.install_queries(con)
-    return con
+    yield con
+    con.close()      # Hypothesis keeps references to it: its database's threads end here
 
 
 samples = st.lists(st.tuples(st.sampled_from(K.OUTCOMES),
