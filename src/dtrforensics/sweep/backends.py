@@ -164,7 +164,6 @@ def heap_frozen():
         gc.unfreeze()
 
 
-
 class InlineBackend:
     """Runs each point at submit time, in this process."""
 
