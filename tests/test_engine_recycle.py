@@ -28,13 +28,12 @@ def _poison_spares(seed: int) -> int:
     """Fill every spare's uncleared contents with garbage; how many spares."""
     rng = np.random.default_rng(seed)
     for state in S._SPARES.values():
-        rg = state.regions
-        rg.arena[:] = rng.integers(-2**40, 2**40, len(rg.arena))
-        rg.bits[:] = rng.integers(0, 2**63, rg.bits.shape, dtype=np.uint64)
-        rg.memo_int[L.MASK_BASES:] = rng.integers(0, 2**63, rg.memo_int[L.MASK_BASES:].shape,
-                                                  dtype=np.uint64)
-        rg.memo_fr[L.MASK_BASES:] = rng.integers(0, 2**63, rg.memo_fr[L.MASK_BASES:].shape,
-                                                 dtype=np.uint64)
+        for name in UNCLEARED:
+            a = getattr(state.regions, name)
+            if name in ("memo_int", "memo_fr"):       # all but the first MASK_BASES rows
+                a = a[L.MASK_BASES:]
+            a[...] = (rng.integers(0, 2**63, a.shape, dtype=np.uint64) if a.dtype.kind == "u"
+                      else rng.integers(-2**40, 2**40, a.shape))
     return len(S._SPARES)
 
 

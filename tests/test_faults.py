@@ -6,7 +6,6 @@ new one) or nothing, and a resumed sweep equals an uninterrupted one row for row
 from __future__ import annotations
 
 import builtins
-import gc
 import json
 import os
 import random
@@ -26,6 +25,7 @@ from hang_guard import alive
 
 from dtrforensics.recorder.reader import find_recordings, open_recording
 from dtrforensics.recorder.record import record_run
+from dtrforensics.sweep.backends import heap_frozen
 from dtrforensics.sweep.runner import run_sweep
 from dtrforensics.sweep.store import SweepParams, SweepStore
 from dtrforensics.trace import load_trace
@@ -53,32 +53,36 @@ def _tripwire(k: int, calls: list[str]) -> None:
 def _in_child(action, k: int, log: Path | None = None) -> bool:
     """Run `action` in a forked child killed at its k-th file-system call; True if
     it was killed, False if it finished (then the calls' names go to `log`). The
-    child never collects this process's garbage (as sweep/backends.heap_frozen)."""
-    gc.freeze()
-    pid = os.fork()
-    if pid == 0:                                   # pragma: no cover - the child
-        code, calls = 0, []
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                real_open = builtins.open
-                _tripwire(k, calls)
-                action()
-                if log is not None:
-                    with real_open(log, "w") as fh:
-                        fh.write("\n".join(calls))
-        except BaseException:                     # noqa: BLE001 - reported by the exit code
-            traceback.print_exc()
-            code = 3
-        finally:
-            os._exit(code)
-    gc.unfreeze()
+    child never collects this process's garbage (heap_frozen)."""
+    with heap_frozen():
+        pid = os.fork()
+        if pid == 0:                               # pragma: no cover - the child
+            _child(action, k, log)
     _, status = os.waitpid(pid, 0)
     if os.WIFEXITED(status):
         assert os.WEXITSTATUS(status) == 0, f"the child failed (k={k})"
         return False
     assert os.WTERMSIG(status) == signal.SIGKILL
     return True
+
+
+def _child(action, k: int, log: Path | None) -> None:    # pragma: no cover - the child
+    """The child's part of `_in_child`: it never returns."""
+    code, calls = 0, []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            real_open = builtins.open
+            _tripwire(k, calls)
+            action()
+            if log is not None:
+                with real_open(log, "w") as fh:
+                    fh.write("\n".join(calls))
+    except BaseException:                         # noqa: BLE001 - reported by the exit code
+        traceback.print_exc()
+        code = 3
+    finally:
+        os._exit(code)
 
 
 def kill_points(action, reset, tmp_path: Path, seed: int, kills: int = KILLS) -> list[int]:

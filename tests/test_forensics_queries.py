@@ -52,7 +52,8 @@ from dtrforensics.recorder.record import record_run
 def con(forensic_recs):
     con = db.connect(forensic_recs)
     db.install_queries(con)
-    return con
+    yield con
+    con.close()
 
 
 def rows(con, sql, params=()):

@@ -47,7 +47,8 @@ def tiny_dir(tmp_path_factory):
 def con(tiny_dir):
     con = db.connect(tiny_dir)
     db.install_queries(con)
-    return con
+    yield con
+    con.close()
 
 
 def rows(con, sql):
@@ -138,7 +139,8 @@ def resnet_con(tmp_path_factory):
     del program
     con = db.connect(path)
     db.install_queries(con)
-    return con
+    yield con
+    con.close()
 
 
 def test_resnet32_failing_allocation(resnet_con):

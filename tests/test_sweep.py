@@ -12,6 +12,7 @@ every budget above by `pad` and changes nothing else, so with pad = 6665 (peak
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -597,7 +598,6 @@ _run_point = backends.run_point
 
 
 def _collect_then_run(*args):
-    import gc
     gc.collect()
     return _run_point(*args)
 
@@ -608,8 +608,6 @@ def test_a_forked_worker_never_finalizes_an_object_of_the_sweep(logs, tmp_path, 
     its run leaves it to the sweep, whose threads its finalizer may need. (A
     worker that collected this one died of signal 11 in DuckDB's destructor:
     its database's threads are not copied by the fork.)"""
-    import gc
-
     from dtrforensics.engine.replay import DEFAULT_THRASH_FACTOR
     from dtrforensics.sweep.store import Point
     from dtrforensics.trace.cache import load_program
@@ -629,5 +627,21 @@ def test_a_forked_worker_never_finalizes_an_object_of_the_sweep(logs, tmp_path, 
         assert not marks.exists()          # no worker ran the finalizer
     finally:
         gc.enable()
-    gc.collect()
+        gc.collect()                       # here, where its threads are
     assert marks.read_text().split() == [str(os.getpid())]
+
+
+def test_forking_keeps_a_freeze_the_caller_holds():
+    """heap_frozen never unfreezes what its caller froze (gc.unfreeze would
+    free all of it at once)."""
+    gc.freeze()
+    try:
+        held = gc.get_freeze_count()
+        with backends.heap_frozen():
+            pass
+        assert gc.get_freeze_count() >= held > 0
+    finally:
+        gc.unfreeze()
+    with backends.heap_frozen():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0

@@ -65,7 +65,8 @@ def con(tmp_path_factory):
     db.install_queries(con)
     con.execute("SET VARIABLE files = ?", [[str(root / "part-1.parquet"),
                                            str(root / "part-2.parquet")]])
-    return con
+    yield con
+    con.close()
 
 
 def q(con, sql):

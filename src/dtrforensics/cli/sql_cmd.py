@@ -113,6 +113,8 @@ def sql(
             _print_table(con, limit)
     except duckdb.Error as exc:
         raise CommandError(f"SQL: {str(exc).strip().splitlines()[0]}") from None
+    finally:
+        con.close()
 
 
 def write_parquet_result(relation, path: Path) -> int:

@@ -47,8 +47,8 @@ BITSETS_BYTES = 32 << 20
 MEMO_BYTES = 16 << 20
 
 
-# What a new state's Regions arrays hold, where not 0 (free_slots: every slot,
-# in order); `MachineState._clear` reads both declarations.
+# What a new state's Regions arrays hold, where not 0 and not free_slots (every
+# slot, in order); `MachineState._clear` reads both declarations.
 REGIONS_FILL = {"bit_slot": -1, "memo_stats": -1}
 # Contents no step reads before writing them, left as they are by `_clear`: the
 # arena outside live blocks, bitset rows not taken (taking one zeroes or
@@ -226,10 +226,10 @@ class MachineState:
             a.fill(0)
         rg = self.regions
         for name, a in zip(rg._fields, rg):
-            if name in UNREAD_BEFORE_WRITTEN or not isinstance(a, np.ndarray):
-                continue
-            a.fill(REGIONS_FILL.get(name, 0))
-        rg.free_slots[:] = np.arange(len(rg.free_slots))
+            if name == "free_slots":
+                a[:] = np.arange(len(a))
+            elif name not in UNREAD_BEFORE_WRITTEN and isinstance(a, np.ndarray):
+                a.fill(REGIONS_FILL.get(name, 0))
         rg.memo_int[:L.MASK_BASES] = 0
         rg.memo_fr[:L.MASK_BASES] = 0
 

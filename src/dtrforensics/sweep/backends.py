@@ -149,19 +149,20 @@ def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
 
 @contextlib.contextmanager
 def heap_frozen():
-    """Fork inside this: every object of this process is out of the garbage
-    collector's reach (gc.freeze) while workers are forked, so no worker
-    collects, and so finalizes, a reference cycle this process left. Its
-    finalizers may need threads a fork does not copy: a worker that collects a
-    DuckDB connection reachable only from such a cycle dies of signal 11 in
-    DuckDB's destructor. A test process held one (a test's, kept by
-    Hypothesis), and a sweep worker forked from it died so in three of seven
-    full suites."""
+    """Fork inside this, and the child never collects a reference cycle this
+    process left: every object is frozen out of the collector's walks
+    (gc.freeze). A cycle's finalizers may need threads the fork did not copy;
+    a DuckDB connection collected in a forked child kills it with signal 11.
+    Objects the child frees by reference count are not covered. A freeze the
+    caller holds is kept (the objects made since stay frozen until its
+    unfreeze)."""
+    caller_froze = gc.get_freeze_count() > 0
     gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if not caller_froze:
+            gc.unfreeze()
 
 
 class InlineBackend:
@@ -199,10 +200,11 @@ class ProcessBackend:
             raise ValueError(f"program {program.name} has no log file to load in workers")
         self.sha256 = program.sha256
         self.capacity = jobs
-        self._forks = start_method == "fork"
+        context = multiprocessing.get_context(start_method)
+        self._forks = context.get_start_method() == "fork"
+        self._started: set[int] = set()          # lanes whose pool has forked its worker
         if self._forks:
             _install(program, thrash_factor)     # inherited by every worker
-        context = multiprocessing.get_context(start_method)
         self._workers: dict[int, list] = {}      # lane -> its pool's processes (to name them)
         self.pools = [cf.ProcessPoolExecutor(
             max_workers=1, mp_context=context, initializer=_init_process_worker,
@@ -210,13 +212,17 @@ class ProcessBackend:
             for _ in range(jobs)]
 
     def submit(self, point: Point, timeout: float | None, lane: int = 0) -> cf.Future:
-        pool = self.pools[lane % len(self.pools)]
-        forking = self._forks and not getattr(pool, "_processes", None)  # its first submit
+        lane %= len(self.pools)
+        pool = self.pools[lane]
+        # A fork pool forks all its processes at its first submit, in this thread,
+        # and never again (a dead worker breaks the pool; it is not replaced). The
+        # worker must never collect a reference cycle of this process (heap_frozen).
+        forking = self._forks and lane not in self._started
         with heap_frozen() if forking else contextlib.nullcontext():
             fut = pool.submit(run_point, self.sha256, point, timeout)
-        self._workers[lane % len(self.pools)] = list((getattr(pool, "_processes", None)
-                                                      or {}).values()) or \
-            self._workers.get(lane % len(self.pools), [])
+        self._started.add(lane)
+        self._workers[lane] = list((getattr(pool, "_processes", None) or {}).values()) or \
+            self._workers.get(lane, [])
         return fut
 
     def worker_name(self, lane: int) -> str:

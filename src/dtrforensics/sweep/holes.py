@@ -353,11 +353,11 @@ def connect(store: SweepStore) -> duckdb.DuckDBPyConnection:
 
 
 @contextlib.contextmanager
-def _connection(store: SweepStore, con: duckdb.DuckDBPyConnection | None):
-    """`con`, or a connection from `connect` closed after use (its database's
+def _connection(store: SweepStore, given: duckdb.DuckDBPyConnection | None):
+    """`given`, or a connection from `connect` closed after use (its database's
     threads end with it, not whenever the collector frees it)."""
-    if con is not None:
-        yield con
+    if given is not None:
+        yield given
         return
     own = connect(store)
     try:
@@ -385,8 +385,8 @@ def load_points(path: str | os.PathLike,
     out: dict[str, list[dict]] = {p: [] for p in store.params.policies}
     if not files:
         return out
-    with _connection(store, con) as con:
-        for r in fetch_dicts(con, "SELECT * FROM sample_points(?)", [files]):
+    with _connection(store, con) as c:
+        for r in fetch_dicts(c, "SELECT * FROM sample_points(?)", [files]):
             out.setdefault(r["policy"], []).append(r)
     return out
 
@@ -412,8 +412,8 @@ def analyze(path: str | os.PathLike, *, threshold: float | None = None,
     files = _files(store)
     res = None
     if files:
-        with _connection(store, con) as con:
-            res = _run_all(con, files, (lo, hi), params, threshold)
+        with _connection(store, con) as c:
+            res = _run_all(c, files, (lo, hi), params, threshold)
     results = [_policy(res, policy, params, (lo, hi), store.trace.peak) for policy in wanted]
     return HolesReport(store.path, store.trace, params, (lo, hi), threshold,
                        store.status, results)
