@@ -145,7 +145,7 @@ class Extremes:
 
 
 # Per process: finished runs' states, one per shape, for the next run's `new`. A
-# forked child starts without them (the parent may have been mid-run in a thread).
+# forked child starts without them and makes its own.
 _SPARES: dict[tuple, "MachineState"] = {}
 MAX_SPARES = 4
 os.register_at_fork(after_in_child=_SPARES.clear)
