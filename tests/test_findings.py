@@ -398,3 +398,63 @@ def test_a_map_stopped_by_its_time_is_stopped_not_interrupted(tmp_path, monkeypa
     assert not RUN._run_until(load_trace("hole"), spec, None, tmp_path / "m",
                               time.monotonic() + 600, jobs=1, report=lambda share: None)
     assert SweepStore(tmp_path / "m").read_doc()["status"] == "complete"
+
+
+def test_a_less_complete_run_never_replaces_the_findings_there(tmp_path, monkeypatch):
+    """`dtrf reproduce --findings -o OUT` with a fresh working folder and little
+    time (the README's command over a shipped docs/): the complete findings.md
+    there stays byte for byte, this run's report goes to findings.partial.md and
+    stderr says where; a run as complete replaces findings.md and says so."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from dtrforensics.cli.main import app
+    from dtrforensics.render.reproduce_findings import completeness
+
+    whole = F.findings
+
+    def on_the_embedded_trace(work, **kw):
+        return whole(work, **{**kw, "traces": ("hole",), "zoo": (), "ratio_range": (0.99, 1.0)})
+
+    monkeypatch.setattr(F, "findings", on_the_embedded_trace)
+    monkeypatch.chdir(tmp_path)
+
+    def dtrf(*args: str):
+        res = CliRunner().invoke(app, ["reproduce", "--findings", "-o", "docs", "--jobs", "1",
+                                       *args])
+        assert res.exit_code == 0, res.output
+        return res.stderr
+
+    (tmp_path / "docs").mkdir()
+    assert "replaced" not in dtrf()
+    shipped = (tmp_path / "docs" / "findings.md").read_text()
+    done = completeness(shipped)
+    assert done.complete and set(done.shares) == done.complete
+    shutil.rmtree(tmp_path / "docs" / "work")          # a fresh clone: no maps stored
+    said = " ".join(dtrf("--total-seconds", "0.001").split())
+    assert (tmp_path / "docs" / "findings.md").read_text() == shipped
+    partial = tmp_path / "docs" / "findings.partial.md"
+    assert "Partial" in partial.read_text()
+    assert f"docs/findings.md is more complete ({done.describe()})" in said
+    assert "this run's report is beside it, docs/findings.partial.md" in said
+    assert "replaced docs/findings.md" not in said
+    again = " ".join(dtrf("--total-seconds", "0.001").split())
+    assert "replaced docs/findings.partial.md" in again
+    assert "replaced docs/findings.md" in dtrf()      # as complete: it replaces, and says so
+    assert not completeness(partial.read_text()).covers(completeness(shipped))
+
+
+def test_completeness_counts_maps_certified_and_claims_judged():
+    from dtrforensics.render.reproduce_findings import completeness
+    from dtrforensics.reproduce import claims as C
+    grids = {t: R.GridFindings(P.MapSpec(t, "dtr", *P.RANGE, "grid", step=P.GRID_STEP), 1000,
+                               [], 0.0) for t in P.CONFIRMATORY}
+    f = R.Findings(grids=grids, settings={"run_timeout": 120.0, "map_seconds": 1.0,
+                                          "range": P.RANGE})
+    f.claims = J.open_claims(f)
+    before = completeness(render(f, command="x", wall_seconds=0.0))
+    assert before.judged == 0 and not before.shares
+    f.claims = [replace(c, verdict=C.MATCH) for c in f.claims[:1]] + f.claims[1:]
+    after = completeness(render(f, command="x", wall_seconds=0.0))
+    assert after.judged == 1 and after.covers(before) and not before.covers(after)

@@ -25,7 +25,7 @@ def reproduce_command(
     quick: Annotated[bool, typer.Option("--quick", help="Only the claims that need short runs (ResNet-32 and U-Net, about a minute).")] = False,
     out: Annotated[Path, typer.Option("--out", "-o", callback=output_folder, help="Folder for the report (report.md and its figures) and the runs behind it (work/, reused by the next reproduction).")] = Path("recordings") / "reproduce",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: claims [{id, published, ours, verdict, ...}].")] = False,
-    findings: Annotated[bool, typer.Option("--findings", help="Instead: answer the studies' open questions with exact maps into OUT/findings.md (maps kept in OUT/work/findings, resumed by the next run).")] = False,
+    findings: Annotated[bool, typer.Option("--findings", help="Instead: answer the studies' open questions with exact maps into OUT/findings.md (maps kept in OUT/work/findings, resumed by the next run); a findings.md there that is more complete (maps certified, claims judged) is kept, and this run's report goes beside it to OUT/findings.partial.md.")] = False,
     map_seconds: Annotated[Optional[float], typer.Option("--map-seconds", help=f"With --findings: wall-clock seconds each map may run in this invocation (a partial map is resumed next time; default {MAP_SECONDS:g}).")] = None,
     run_timeout: Annotated[Optional[float], typer.Option("--run-timeout", help=f"With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified (default {RUN_TIMEOUT:g}).")] = None,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="With --findings: worker processes (default: one per core).")] = None,
@@ -110,7 +110,7 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
     from .. import validate
     from ..recorder.reader import refuse_inside_recording
     from ..render.console import err_console
-    from ..render.reproduce_findings import write_findings
+    from ..render.reproduce_findings import place_findings
     from ..reproduce.findings import findings
 
     validate.positive(map_seconds, "--map-seconds")
@@ -136,10 +136,16 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
     command = (f"dtrf reproduce --findings -o {out} --map-seconds {map_seconds:g} "
                f"--run-timeout {run_timeout:g}"
                + (f" --total-seconds {total_seconds:g}" if total_seconds else ""))
-    path = write_findings(result, out, command=command,
-                          wall_seconds=time.perf_counter() - started)
-    print(f"findings: {path}" + (" (partial: the time ran out; the next run resumes)"
-                                 if result.out_of_time else ""), file=sys.stderr)
+    placed = place_findings(result, out, command=command,
+                            wall_seconds=time.perf_counter() - started)
+    if placed.replaced:
+        print(f"replaced {placed.path}", file=sys.stderr)
+    if placed.kept is not None:
+        print(f"findings: {placed.kept} is more complete ({placed.theirs.describe()}) than "
+              f"this run ({placed.ours.describe()}) and is left as it is; this run's "
+              f"report is beside it, {placed.path}", file=sys.stderr)
+    print(f"findings: {placed.path}" + (" (partial: the time ran out; the next run resumes)"
+                                        if result.out_of_time else ""), file=sys.stderr)
 
 
 def _say_estimate(spec, estimate) -> None:

@@ -5,9 +5,12 @@ Rendering only: every number comes from `reproduce.findings.read.Findings`.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..fsutil import atomic_path
+from ..reproduce import claims as C
 from ..reproduce.findings import plan as P
 from ..reproduce.findings.read import Findings, GridFindings, MapFindings
 
@@ -250,9 +253,87 @@ def progress_line(p) -> str:
     return f"{where}: {p.coverage:.1%} certified, {p.seconds:,.0f} s of at most {p.limit:g} s"
 
 
-def write_findings(f: Findings, out_dir: Path, *, command: str, wall_seconds: float) -> Path:
+MAP_STATE = re.compile(r"Peak [\d,]+ B; budgets [^;]*; (?:(complete)|partial \(([\d.]+)%\)), ")
+VERDICT_COLUMN = 3      # claim | published | ours | verdict | note
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """How much a findings report has certified, read off its text (so a report
+    written by an earlier run compares with this one's): each map's certified
+    share (by its heading), the maps certified whole, and the claims judged
+    (a verdict other than incomplete)."""
+
+    shares: dict[str, float]
+    complete: frozenset[str]
+    judged: int
+
+    def covers(self, other: Completeness) -> bool:
+        """Certifies at least what `other` does: every map of it as far, every
+        map it has whole whole, and as many claims judged."""
+        return (self.judged >= other.judged and other.complete <= self.complete
+                and all(self.shares.get(k, -1.0) >= v for k, v in other.shares.items()))
+
+    def describe(self) -> str:
+        return (f"{len(self.complete)} of {len(self.shares)} maps certified whole, "
+                f"{self.judged} claims judged")
+
+
+def completeness(text: str) -> Completeness:
+    """The `Completeness` of a findings report's text (a file of another kind: none)."""
+    shares: dict[str, float] = {}
+    complete: set[str] = set()
+    heading, judged, claims = None, 0, False
+    for line in text.splitlines():
+        if line.startswith("#### "):
+            heading = line[5:].strip()
+        elif heading and (m := MAP_STATE.match(line)):
+            shares[heading] = 100.0 if m.group(1) else float(m.group(2))
+            complete |= {heading} if m.group(1) else set()
+            heading = None
+        elif line.startswith("| claim | published | ours | verdict |"):
+            claims = True
+        elif claims and line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            judged += len(cells) > VERDICT_COLUMN and cells[VERDICT_COLUMN] in C.VERDICTS
+        else:
+            claims = False
+    return Completeness(shares, frozenset(complete), judged)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a findings report went: `path`; `replaced` when a file was there
+    before; `kept`, the more complete report left as it was beside it."""
+
+    path: Path
+    replaced: bool
+    kept: Path | None = None
+    ours: Completeness | None = None
+    theirs: Completeness | None = None
+
+
+def place_findings(f: Findings, out_dir: Path, *, command: str, wall_seconds: float) -> Placed:
+    """Write OUT/findings.md, unless the findings.md there is more complete than
+    this run's: then this run's report goes beside it, to findings.partial.md."""
+    text = render(f, command=command, wall_seconds=wall_seconds)
     path = Path(out_dir) / "findings.md"
     path.parent.mkdir(parents=True, exist_ok=True)
+    kept = ours = theirs = None
+    if path.is_file():
+        ours = completeness(text)
+        theirs = completeness(path.read_text(encoding="utf-8", errors="replace"))
+        if not ours.covers(theirs):
+            kept, path = path, path.with_name(PARTIAL_NAME)
+    replaced = path.is_file()
     with atomic_path(path) as tmp:
-        tmp.write_text(render(f, command=command, wall_seconds=wall_seconds), encoding="utf-8")
-    return path
+        tmp.write_text(text, encoding="utf-8")
+    return Placed(path, replaced, kept, ours, theirs)
+
+
+PARTIAL_NAME = "findings.partial.md"
+
+
+def write_findings(f: Findings, out_dir: Path, *, command: str, wall_seconds: float) -> Path:
+    """`place_findings`, and the path written."""
+    return place_findings(f, out_dir, command=command, wall_seconds=wall_seconds).path
