@@ -31,6 +31,7 @@ from torch.utils._pytree import tree_flatten
 
 from .costs import flop_cost, is_repeatable, timed_call
 from .log import LogWriter
+from .where import Where
 
 IDENTITY_OPS = ("detach", "alias", "lift_fresh")
 # A tensor literal (`torch.tensor([...])`) enters the step as a real tensor the
@@ -72,8 +73,10 @@ def _allowed_type(t: torch.Tensor) -> bool:
 class StepRecorder(TorchDispatchMode):
     """The dispatch mode that writes the log; `where()` names the code running now."""
 
-    def __init__(self, log: LogWriter, cost: str, where: Callable[[], str], fake: bool = False):
+    def __init__(self, log: LogWriter, cost: str, where: Callable[[], str], fake: bool = False,
+                 context: Where | None = None):
         super().__init__()
+        self.context = context       # module path, phase, source line of each op written
         self.fake = fake
         self.log = log
         self.cost = cost
@@ -188,7 +191,13 @@ class StepRecorder(TorchDispatchMode):
         if names is not None:
             return names[0]
         name = self._new_name()
-        self.log.constant(name, t.untyped_storage().nbytes())
+        if self.context is None:
+            self.log.constant(name, t.untyped_storage().nbytes())
+        else:
+            log, now = self.log, self.log.context
+            log.context = self.context.constant(t)
+            log.constant(name, t.untyped_storage().nbytes())
+            log.context = now
         self._register(t, name, owner=True)
         return name
 
@@ -211,6 +220,8 @@ class StepRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         op = f"op {func.overloadpacket.__name__} ({func})"
         self._check_op(func, op)
+        if self.context is not None:
+            self.log.context = self.context.now()
         inputs, mutated = schema_tensors(func, args, kwargs)
         if func.overloadpacket.__name__ in LIFTS and inputs and self.fake \
                 and type(inputs[0]) in PLAIN_TYPES:

@@ -34,6 +34,7 @@ from .costs import COST_MODELS
 from .log import LogWriter
 from .optim import autocast_context, state_tensors, steady_optimizer
 from .recorder import RecordError, StepRecorder, constants_of
+from .where import Where
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
 
     log = LogWriter()
     modules = ModuleLocator(model)
-    recorder = StepRecorder(log, cost, modules.where, fake)
+    context = Where(model, state)
+    recorder = StepRecorder(log, cost, modules.where, fake, context)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     loss_value = None
@@ -161,16 +163,19 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             stack.enter_context(recorder)
             for t in existing:
                 recorder.name_of(t)
+            stack.enter_context(context.following_modules())
             cast = autocast_context(autocast)
             cast.__enter__()
             try:
-                loss = _run_forward(model, inputs, targets, loss_fn, state, modules)
+                loss = _run_forward(model, inputs, targets, loss_fn, state, modules, context)
             finally:
                 with recorder.simultaneous_releases():   # autocast frees its cast cache
                     cast.__exit__(None, None, None)
             log.annotate("BACKWARD")
+            context.phase = "backward"
             _run_backward(loss)
             if opt is not None:
+                context.phase = "optimizer"
                 _run_optimizer(recorder, opt)
             if not fake:
                 with _disable_current_modes():
@@ -202,9 +207,19 @@ def _older_objects_set_aside():
         gc.unfreeze()
 
 
-def _run_forward(model, inputs, targets, loss_fn, state, modules):
+def _forward_then_loss(model, inputs, state, context: Where):
+    """The model's output, the phase moved on to the loss (the output is passed on
+    unnamed, so it dies when the loss function lets it go, as before)."""
+    context.phase = "forward"
     try:
-        loss = loss_fn(_forward(model, inputs, state), targets)
+        return _forward(model, inputs, state)
+    finally:
+        context.phase = "loss"
+
+
+def _run_forward(model, inputs, targets, loss_fn, state, modules, context: Where):
+    try:
+        loss = loss_fn(_forward_then_loss(model, inputs, state, context), targets)
     except RecordError:
         raise
     except Exception as exc:

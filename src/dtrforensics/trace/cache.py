@@ -178,7 +178,13 @@ def write_entry(program: Program, path: Path) -> None:
 
 def load_program_with_status(path: str | Path, name: str | None = None, *,
                              cache: bool = True) -> tuple[Program, str]:
-    """`load_program`, also saying how it was served (one of the CACHE_* values)."""
+    """`load_program`, also saying how it was served (one of the CACHE_* values);
+    the log's where-file, when it has one, is attached (`trace/where.py`)."""
+    return load_program_with_where(path, name, cache=cache)
+
+
+def _load_program_with_status(path: str | Path, name: str | None = None, *,
+                              cache: bool = True) -> tuple[Program, str]:
     path = Path(path)
     name = name or trace_name_from_path(path)
     if not cache:
@@ -209,4 +215,13 @@ def load_program_with_status(path: str | Path, name: str | None = None, *,
 def load_program(path: str | Path, name: str | None = None, *, cache: bool = True) -> Program:
     """Parse a log, or read its compiled program from the cache (see module doc)."""
     return load_program_with_status(path, name, cache=cache)[0]
+
+
+def load_program_with_where(path: str | Path, name: str | None = None, *,
+                            cache: bool = True) -> tuple[Program, str]:
+    """`load_program_with_status`, with the log's where-file attached when it has
+    one (`trace/where.py`: module paths, phases and source lines of its ops)."""
+    from .where import with_where
+    program, status = _load_program_with_status(path, name, cache=cache)
+    return with_where(program, path), status
 

@@ -30,6 +30,32 @@ def op_label(op_id: int | None, name: str | None = None) -> str:
 
 
 @dataclass(frozen=True, eq=False)
+class OpWhere:
+    """Where each op ran in the model it was recorded from (a `torch record` log's
+    sidecar, `trace/where.py`): per op an index into `strings`, -1 for none.
+    module: the innermost module path; chain: the modules around it, outermost
+    first, joined by ' > '; phase: forward, loss, backward, optimizer or
+    recompute; source: 'file:line'. The engine never reads them."""
+
+    module: np.ndarray
+    chain: np.ndarray
+    phase: np.ndarray
+    source: np.ndarray
+    strings: tuple[str, ...]
+
+    FIELDS = ("module", "chain", "phase", "source")
+
+    def of(self, field_name: str, op_id: int) -> str | None:
+        index = int(getattr(self, field_name)[op_id])
+        return None if index < 0 else self.strings[index]
+
+    def column(self, field_name: str) -> list[str | None]:
+        """One field for every op, in op order."""
+        strings = self.strings
+        return [None if i < 0 else strings[i] for i in getattr(self, field_name).tolist()]
+
+
+@dataclass(frozen=True, eq=False)
 class Program:
     """A lowered trace. Arrays are read-only; names are interned string tables.
 
@@ -41,6 +67,8 @@ class Program:
              view), tensor_alias (argument index or -1), tensor_storage,
              tensor_name_id into `tensor_names`.
     Schedule: sched_kind (CMD_*) and sched_arg (op id for compute, else tensor id).
+    where: module path, phase and source line per op (`OpWhere`), for a log
+    recorded with them; None for the rest (the 2020 logs). The engine ignores it.
     """
 
     name: str
@@ -66,6 +94,7 @@ class Program:
     sched_kind: np.ndarray
     sched_arg: np.ndarray
     _index: dict = field(default_factory=dict, repr=False, compare=False)
+    where: OpWhere | None = field(default=None, repr=False, compare=False)
 
     ARRAY_FIELDS = (
         "op_cost", "op_total_size", "op_first_tensor", "op_n_outputs", "op_arg_ptr",
@@ -119,6 +148,12 @@ class Program:
             return index[name]
         except KeyError:
             raise KeyError(f"no tensor named {name!r} in trace {self.name}") from None
+
+    def op_where(self, op_id: int, field_name: str = "module") -> str | None:
+        """`field_name` (module, chain, phase, source) of an op; None where unknown."""
+        if self.where is None or op_id is None or op_id < 0:
+            return None
+        return self.where.of(field_name, op_id)
 
     def is_constant(self, op_id: int) -> bool:
         return self.op_name(op_id) == CONSTANT_OP_NAME

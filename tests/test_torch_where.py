@@ -1,0 +1,198 @@
+"""Where each op of a recorded step ran (module path, phase, source line): the
+recorder's answers against PyTorch's own module tracker and Python's stack, the
+where-file beside the log, and the log itself left as the reference reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.utils.module_tracker import ModuleTracker  # noqa: E402
+
+from dtrforensics.torch import log as log_module  # noqa: E402
+from dtrforensics.torch import record  # noqa: E402
+from dtrforensics.torch.zoo import ZOO  # noqa: E402
+from dtrforensics.trace.cache import load_program  # noqa: E402
+from dtrforensics.trace.parser import TraceError, parse_file  # noqa: E402
+from dtrforensics.trace.where import where_path  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+ZOO_FILE = os.path.abspath(ZOO["gpt"].__code__.co_filename)
+
+
+def _user_frame(files: tuple[str, ...]) -> str | None:
+    """The innermost frame of `files` (or under a folder of `files`) on the stack,
+    as `traceback` gives it."""
+    for frame in reversed(traceback.extract_stack()):
+        path = os.path.abspath(frame.filename)
+        if path in files or path.startswith(tuple(f for f in files if f.endswith(os.sep))):
+            return f"{frame.filename}:{frame.lineno}"
+    return None
+
+
+def _record_beside_tracker(monkeypatch, tmp_path, model, batch, loss_fn, files, **kw):
+    """Record with PyTorch's ModuleTracker running, noting at every op written its
+    `parents` and the innermost frame of `files`; (program, notes by log line)."""
+    tracker = ModuleTracker()
+    seen: dict[int, tuple] = {}
+    op = log_module.LogWriter._op
+
+    def noting(self):
+        seen[len(self.lines) + 1] = (set(tracker.parents), tracker.is_bw, _user_frame(files))
+        op(self)
+
+    monkeypatch.setattr(log_module.LogWriter, "_op", noting)
+    with tracker:
+        record(model, batch, loss_fn, tmp_path / "step.log", **kw)
+    return load_program(tmp_path / "step.log", cache=False), seen
+
+
+def _tracker_names(parents: set, root: str) -> set:
+    return {p[len(root) + 1:] for p in parents if p.startswith(root + ".")}
+
+
+@pytest.mark.parametrize("fake", [False, True])
+def test_forward_ops_have_the_module_chain_and_line_pytorch_and_the_stack_give(
+        monkeypatch, tmp_path, fake):
+    torch.manual_seed(0)
+    model, batch, loss_fn = ZOO["gpt"](layers=2, width=32, seq=8)
+    program, seen = _record_beside_tracker(monkeypatch, tmp_path, model, batch, loss_fn,
+                                           (ZOO_FILE,), fake=fake)
+    assert program.where is not None
+    checked = 0
+    for op_id in range(program.n_ops):
+        parents, is_bw, frame = seen[int(program.op_line[op_id])]
+        phase = program.op_where(op_id, "phase")
+        if phase not in ("forward", "loss"):
+            continue
+        chain = program.op_where(op_id, "chain")
+        ours = set(chain.split(" > ")) - {"GPT"} if chain else set()
+        assert ours == _tracker_names(parents, "GPT"), (op_id, program.op_name(op_id))
+        if ours:
+            assert program.op_where(op_id, "module") == chain.split(" > ")[-1]
+        assert program.op_where(op_id, "source") == frame, (op_id, program.op_name(op_id))
+        checked += 1
+    assert checked > 50
+    # the chosen ops: the first layer norm is blocks.0.ln1's, at the block's line 68
+    first_norm = next(i for i in range(program.n_ops) if program.op_name(i) == "native_layer_norm")
+    assert program.op_where(first_norm, "chain") == "blocks.0 > blocks.0.ln1"
+    assert program.op_where(first_norm, "source") == f"{ZOO_FILE}:68"
+
+
+def test_backward_ops_name_the_forward_module_of_their_autograd_node(monkeypatch, tmp_path):
+    torch.manual_seed(0)
+    model, batch, loss_fn = ZOO["gpt"](layers=2, width=32, seq=8)
+    program, seen = _record_beside_tracker(monkeypatch, tmp_path, model, batch, loss_fn,
+                                           (ZOO_FILE,))
+    backward = [i for i in range(program.n_ops) if program.op_backward[i]]
+    assert backward and {program.op_where(i, "phase") for i in backward} == {"backward"}
+    # each weight gradient (an mm reading the layer's input) is its Linear's
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            mine = [i for i in backward if program.op_where(i, "module") == name]
+            assert any(program.op_name(i) == "mm" for i in mine), name
+    # and every backward op named by a module runs inside that module's backward
+    # as PyTorch's tracker sees it (its parents hold the module, or the tracker
+    # has already left it: backward leaves a module at its inputs' gradients)
+    agree = [i for i in backward if program.op_where(i, "module")
+             and "GPT." + program.op_where(i, "module") in seen[int(program.op_line[i])][0]]
+    named = [i for i in backward if program.op_where(i, "module")]
+    assert len(agree) >= 0.8 * len(named)
+
+
+class Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 16))
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        y = torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+        return self.head(y)
+
+
+def test_checkpointed_forward_runs_again_in_backward_as_recompute(tmp_path):
+    torch.manual_seed(0)
+    model = Checkpointed()
+    batch = (torch.randn(8, 16), torch.randint(0, 4, (8,)))
+    record(model, batch, nn.functional.cross_entropy, tmp_path / "c.log")
+    program = load_program(tmp_path / "c.log", cache=False)
+    phases = program.where.column("phase")
+    modules = program.where.column("module")
+    recomputed = {m for m, p in zip(modules, phases) if p == "recompute"}
+    assert recomputed == {"inner.0", "inner.1", "inner.2"}
+    assert all(program.op_backward[i] for i, p in enumerate(phases) if p == "recompute")
+    # the loss is outside the model; the head's weight gradient is the head's
+    assert "loss" in phases and {modules[i] for i, p in enumerate(phases) if p == "loss"} == {None}
+    assert any(m == "head" and p == "backward" for m, p in zip(modules, phases))
+
+
+def test_parameters_are_constants_of_their_module_and_optimizer_ops_have_their_phase(tmp_path):
+    torch.manual_seed(0)
+    model, batch, loss_fn = ZOO["mlp"]()
+    record(model, batch, loss_fn, tmp_path / "m.log", optimizer="sgd")
+    program = load_program(tmp_path / "m.log", cache=False)
+    by_name = {name.rpartition(".")[0] for name, _ in model.named_parameters()}
+    constants = [i for i in range(program.n_ops) if program.is_constant(i)]
+    owners = {program.op_where(i, "module") for i in constants[:len(by_name) * 2]}
+    assert by_name <= owners
+    assert program.op_where(constants[0], "phase") is None
+    assert "optimizer" in program.where.column("phase")
+
+
+def test_the_log_with_a_where_file_is_still_a_plain_log(tmp_path):
+    torch.manual_seed(0)
+    path = tmp_path / "g.log"
+    record(*ZOO["gpt"](layers=1, width=32, seq=8), path)
+    side = where_path(path)
+    assert side.name == "g.log.where.json" and side.exists()
+    for line in path.read_text().splitlines():        # the 2020 keys only
+        assert set(json.loads(line)) <= {"INSTRUCTION", "NAME", "ARGS", "RESULT", "TIME",
+                                         "MEMORY", "ALIAS", "MUTATE", "ANNOTATION",
+                                         "DST", "SRC"}
+    plain = parse_file(path)
+    assert plain.where is None
+    loaded = load_program(path)
+    assert loaded.where is not None and loaded.n_ops == plain.n_ops
+    assert (loaded.op_cost == plain.op_cost).all()
+    # a where-file left beside another log is ignored; a broken one is named
+    path.write_text(path.read_text() + '{"INSTRUCTION":"ANNOTATE","ANNOTATION":"X"}\n')
+    assert load_program(path, cache=False).where is None
+    side.write_text("{not json")
+    with pytest.raises(TraceError, match="where.json"):
+        load_program(path, cache=False)
+
+
+def test_a_transformers_model_names_its_modules_and_its_library_lines(monkeypatch, tmp_path):
+    """GPT-NeoX from its configuration: no frame of the step is the user's, so the
+    source is the innermost transformers frame, as `traceback` gives it."""
+    transformers = pytest.importorskip("transformers")
+    from dtrforensics.torch.spec import build
+    torch.manual_seed(0)
+    model, batch, loss_fn = build("hf:gpt_neox", seq=16, batch=2, hidden_size=32,
+                                  intermediate_size=64, num_attention_heads=4, vocab_size=128)
+    library = os.path.dirname(os.path.abspath(transformers.__file__)) + os.sep
+    program, seen = _record_beside_tracker(monkeypatch, tmp_path, model, batch, loss_fn,
+                                           (library,))
+    root = type(model).__name__
+    forward = [i for i in range(program.n_ops) if program.op_where(i, "phase") == "forward"]
+    assert len(forward) > 50
+    for op_id in forward:
+        parents, _, frame = seen[int(program.op_line[op_id])]
+        chain = program.op_where(op_id, "chain")
+        assert set(chain.split(" > ")) - {root} == _tracker_names(parents, root), op_id
+        assert program.op_where(op_id, "source") == frame, op_id
+    modules = program.where.column("module")
+    norm = next(i for i in forward if program.op_name(i) == "native_layer_norm")
+    assert modules[norm] == "gpt_neox.layers.0.input_layernorm"
+    assert "modeling_gpt_neox.py" in program.op_where(norm, "source") or \
+        "/transformers/" in program.op_where(norm, "source")
+    # its saved statistics' gradient is computed in backward, in the same module
+    assert any(program.op_name(i) == "native_layer_norm_backward" and
+               modules[i] == "gpt_neox.layers.0.input_layernorm" for i in range(program.n_ops))
