@@ -25,8 +25,9 @@ import pyarrow as pa
 from ..engine import hooks
 from ..engine.hooks import EVENT_KINDS
 from ..errors import DataError
+from ..fsutil import atomic_path
 
-FORMAT_VERSION = "1.3"
+FORMAT_VERSION = "1.4"
 RUN_FILE = "run.json"
 PARTIAL_MARK = ".partial-"   # `.<name>.partial-<pid>`: a recording being written
 OLD_MARK = ".old-"           # `.<name>.old-<pid>`: a replaced recording being deleted
@@ -35,6 +36,7 @@ META_FORMAT = b"dtrforensics.recording_format"
 META_TABLE = b"dtrforensics.table"
 
 KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
+WHERE_TYPE = pa.dictionary(pa.int32(), pa.string())
 I64, F64, BOOL, STR = pa.int64(), pa.float64(), pa.bool_(), pa.string()
 
 
@@ -135,6 +137,25 @@ def event_timings() -> dict[str, str]:
     return {kind: timings[kind] for kind in EVENT_KINDS}
 
 
+def where_columns(which: str, type_: pa.DataType = STR, chain: bool = False) -> tuple[Column, ...]:
+    """Where `which` (an op) ran in the model, from the log's where-file
+    (docs/torch.md, "Where each op ran"): null for logs without one (the 2020 logs)."""
+    found = (
+        C("module", type_, "", f"Module path of {which} (`named_modules()`'s name of the "
+          "innermost module running, e.g. `layers.0.input_layernorm`; a backward op's is "
+          "the forward module its autograd node came from); null where none or unknown.",
+          nullable=True),
+        C("module_chain", type_, "", f"The modules around {which}, outermost first, "
+          "joined by ` > `.", nullable=True),
+        C("phase", type_, "", f"Phase of {which}: forward, loss, backward, optimizer or "
+          "recompute (inside torch.utils.checkpoint); null for constants made before the "
+          "step.", nullable=True),
+        C("source", type_, "", f"`file:line` of the innermost user frame when {which} ran "
+          "(a backward op: its forward op's).", nullable=True),
+    )
+    return found if chain else tuple(c for c in found if c.name != "module_chain")
+
+
 # --- the tables --------------------------------------------------------------------
 
 EVENTS = Table("events", file="events.parquet", doc=(
@@ -178,6 +199,8 @@ EVENTS = Table("events", file="events.parquet", doc=(
       "freed); null for other kinds.", nullable=True),
     C("cost", I64, "ns", "compute: the op's cost (0 for a collateral row; the primary "
       "rows sum to clock - 1); null for other kinds.", nullable=True),
+    *where_columns("the op the event names (evict, free_dead: the op that made the "
+                   "storage; other kinds: the op of `tensor_id`)", WHERE_TYPE),
 ))
 
 DECISIONS = Table("decisions", file="decisions.parquet", doc=(
@@ -244,6 +267,7 @@ STORAGES = Table("storages", file="storages.parquet", doc=(
     C("compute", I64, "ns", "Sum of the costs of the distinct ops producing any of its tensors."),
     C("n_tensors", I64, "count", "Tensors sharing it (1 + views)."),
     C("constant", BOOL, "", "Produced by a constant (a parameter or input: pinned)."),
+    *where_columns("the op that made it (a parameter's or buffer's: its module)"),
 ))
 
 TENSORS = Table("tensors", file="tensors.parquet", doc=(
@@ -270,6 +294,7 @@ OPS = Table("ops", file="ops.parquet", doc="Static: one row per op (compute comm
     C("first_tensor", I64, "id", "Id of its first output (outputs are consecutive)."),
     C("outputs", pa.list_(STR), "", "Names of its output tensors, in order."),
     C("args", pa.list_(I64), "id", "Its argument tensor ids, in order (duplicates kept)."),
+    *where_columns("the op", chain=True),
 ))
 
 
@@ -350,8 +375,9 @@ RUN_JSON: tuple[tuple[str, str], ...] = (
                  "with the bytes each level holds locked); null otherwise."),
     ("tables", "The manifest: per Parquet file its name (`file`), `rows`, size in "
                "`bytes` and `sha256` (size and checksum since format 1.1). Opening a "
-               "recording checks the folder against it: a missing, extra, truncated or "
-               "altered table is an error naming the file."),
+               "recording checks the folder against it: a missing, truncated or altered "
+               "table, or any file or folder besides `run.json` and the tables listed, is "
+               "an error naming it."),
     ("run_sha256", "Since format 1.2: SHA-256 of this file's content without this key "
                    "(keys sorted, compact JSON). An edited run.json is an error."),
 )
@@ -391,7 +417,8 @@ def render_format_doc() -> str:
         f"(`{META_FORMAT.decode()}`) and the table name (`{META_TABLE.decode()}`). "
         "Versions are MAJOR.MINOR: a minor version only adds columns, tables or run.json "
         "keys, or leaves a column null on rows where it never applied (1.3: "
-        "`events.pinned_bytes`); readers refuse a newer major version.",
+        "`events.pinned_bytes`; 1.4 adds `module`, `phase` and `source` to ops, "
+        "storages and events); readers refuse a newer major version.",
         "",
         "A recording is written into a hidden sibling folder `.<name>.partial-<pid>` and "
         "renamed to `<name>` once complete, whatever the run's outcome (ok, oom, thrashed, "
@@ -433,8 +460,8 @@ def table_doc(table: Table, where: str) -> list[str]:
 def write_doc(root: Path, relative: Path, text: str) -> Path:
     """Write a generated document under the repository root `root`."""
     path = root / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path
 
 

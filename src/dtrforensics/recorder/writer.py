@@ -53,6 +53,7 @@ from ..engine.hooks import (
     EV_ALLOC_CHECK,
     EV_COMPUTE,
     EV_EVICT,
+    EV_FREE_DEAD,
     EV_MATERIALIZE,
     EV_OOM,
     EVENT_KINDS,
@@ -80,6 +81,7 @@ from .schema import (
     RUN_FILE,
     STORAGES,
     TENSORS,
+    WHERE_TYPE,
     Table,
 )
 
@@ -98,8 +100,9 @@ def partial_path(final: Path, pid: int | None = None) -> Path:
 
 # --- engine batches -> Arrow ------------------------------------------------------
 
-def events_batch(batch: EventBatch, budget: int) -> pa.RecordBatch:
-    """Event rows as the `events` table (a copy: the engine reuses its buffer)."""
+def events_batch(batch: EventBatch, budget: int, program: Program | None = None) -> pa.RecordBatch:
+    """Event rows as the `events` table (a copy: the engine reuses its buffer);
+    `program`: the run's, whose where-file (if any) fills module, phase, source."""
     n = len(batch)
     cols = np.ascontiguousarray(batch.ints.T)
     kind = cols[E_KIND]
@@ -130,7 +133,31 @@ def events_batch(batch: EventBatch, budget: int) -> pa.RecordBatch:
         "collateral": pa.array((flag & FLAG_COLLATERAL) != 0, mask=not_compute),
         "must_free": pa.array(flag != 0, mask=~is_check),
         "cost": pa.array(cols[E_COST], mask=not_compute),
+        **_event_where(program, kind, cols[E_TENSOR], cols[E_STORAGE]),
     })
+
+
+_NO_STRINGS = pa.array([], pa.string())
+
+
+def _event_where(program: Program | None, kind: np.ndarray, tensor: np.ndarray,
+                 storage: np.ndarray) -> dict[str, pa.Array]:
+    """module, phase, source of each event's op (evict, free_dead: the storage's
+    maker; others: `tensor`'s), dictionary-encoded; null without a where-file."""
+    where = program.where if program is not None else None
+    names = [c.name for c in EVENTS.columns if c.type == WHERE_TYPE]
+    if where is None or not len(kind):
+        none = pa.array(np.zeros(len(kind), dtype=np.int32), mask=np.ones(len(kind), bool))
+        return {name: pa.DictionaryArray.from_arrays(none, _NO_STRINGS) for name in names}
+    ids = np.where((kind == EV_EVICT) | (kind == EV_FREE_DEAD), storage, tensor)
+    valid = (ids >= 0) & (ids < program.n_tensors)
+    ops = program.tensor_op[np.where(valid, ids, 0)]
+    strings = pa.array(where.strings, pa.string())
+    found = {}
+    for name in names:
+        index = np.where(valid, getattr(where, name)[ops], -1).astype(np.int32)
+        found[name] = pa.DictionaryArray.from_arrays(pa.array(index, mask=index < 0), strings)
+    return found
 
 
 def decisions_batch(batch: EventBatch, budget: int) -> pa.RecordBatch | None:
@@ -231,7 +258,20 @@ def storages_table(program: Program) -> pa.Table:
         "n_tensors": pa.array(np.bincount(program.tensor_storage,
                                           minlength=program.n_tensors)[ids].astype(np.int64)),
         "constant": pa.array(op_names == CONSTANT_OP_NAME),
+        **_op_where(program, STORAGES, op),
     })
+
+
+def _op_where(program: Program, table, ops: np.ndarray) -> dict[str, pa.Array]:
+    """`table`'s where-columns (module, phase, source ...) for each of `ops`: the
+    strings of the log's where-file, null without one."""
+    names = [c.name for c in table.columns if c.name in ("module", "module_chain", "phase",
+                                                          "source")]
+    if program.where is None:
+        return {name: pa.nulls(len(ops), pa.string()) for name in names}
+    strings = np.array([*program.where.strings, None], dtype=object)   # -1: None
+    return {name: pa.array(strings[getattr(program.where, name.replace("module_", ""))[ops]],
+                           pa.string()) for name in names}
 
 
 def tensors_table(program: Program) -> pa.Table:
@@ -268,6 +308,7 @@ def ops_table(program: Program) -> pa.Table:
         "outputs": pa.ListArray.from_arrays(pa.array(offsets), _names(program, outputs)),
         "args": pa.ListArray.from_arrays(pa.array(program.op_arg_ptr.astype(np.int32)),
                                          pa.array(program.op_args.astype(np.int64))),
+        **_op_where(program, OPS, op_ids),
     })
 
 
@@ -401,7 +442,7 @@ class Recorder(Observer):
 
     def on_events(self, batch: EventBatch) -> None:
         budget = self._ctx.budget
-        self._sinks["events"].add(events_batch(batch, budget))
+        self._sinks["events"].add(events_batch(batch, budget, self._ctx.program))
         decisions = decisions_batch(batch, budget)
         self._sinks["decisions"].add(decisions)
         if self.wants_candidates and decisions is not None:
