@@ -471,6 +471,76 @@ def test_sweep_parameters_are_refused_cleanly_before_any_run(frm, to, step, inte
     assert 0 < n <= 100_000
 
 
+def _numeric_options() -> list[tuple[str, str]]:
+    """(command words, option) for every int and float option of every command."""
+    from dtrforensics.cli.main import COMMANDS, load_command
+
+    found = []
+
+    def walk(command, words):
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            walk(sub, [*words, name])
+        for param in command.params:
+            if type(param.type).__name__ in ("IntParamType", "FloatParamType"):
+                found.append((" ".join(words), param.opts[0]))
+    for name in COMMANDS:
+        walk(load_command(name), [name])
+    return found
+
+
+def _out_of_range(option_type: str) -> list[str]:
+    if option_type == "FloatParamType":
+        return ["nan", "inf", "-inf"]
+    return [str(1 << 63), str(-(1 << 63) - 1), "99999999999999999999"]
+
+
+def _option_cases():
+    from dtrforensics.cli.main import load_command
+    cases = []
+    for words, option in _numeric_options():
+        command = load_command(words.split()[0])
+        for word in words.split()[1:]:
+            command = command.commands[word]
+        param = next(p for p in command.params if p.opts[0] == option)
+        cases += [(words, option, value) for value in _out_of_range(type(param.type).__name__)]
+    return cases
+
+
+@pytest.mark.parametrize("words,option,value", _option_cases())
+def test_every_numeric_option_refuses_what_is_out_of_range_as_it_is_parsed(words, option, value):
+    """A value no option can take (nan, inf, beyond int64) is refused by the option's
+    own check while the command line is parsed: before any trace, model or file is read
+    (issue 39: `torch run --ratio inf` recorded and ran the step first)."""
+    from dtrforensics.cli.main import load_command
+    command = load_command(words.split()[0])
+    for word in words.split()[1:]:
+        command = command.commands[word]
+    with pytest.raises(OptionError, match=option):
+        command.make_context(words, [option, value])
+
+
+@pytest.mark.parametrize("args,message", [
+    (("torch", "run", "zoo:mlp", "--ratio", "inf"), "--ratio must be a finite number"),
+    (("torch", "run", "zoo:mlp", "--ratio", "-inf"), "--ratio must be a finite number"),
+    (("torch", "run", "zoo:mlp", "--ratio", "nan"), "--ratio must be a finite number"),
+    (("torch", "run", "zoo:mlp", "--ratio", "1e308"), "bytes a budget may be"),
+    (("torch", "run", "zoo:mlp", "--budget", "99999999999999999999"), "--budget must be between"),
+    (("torch", "record", "zoo:mlp", "-o", "m.log", "--seed", "99999999999999999999"),
+     "--seed must be between 0 and"),
+    (("torch", "record", "zoo:mlp", "-o", "m.log", "--batch", "99999999999999999999"),
+     "--batch must be <="),
+    (("torch", "run", "zoo:mlp", "--ratio", "0.5", "--seq", "0"), "--seq must be >= 1"),
+])
+def test_torch_numbers_are_refused_before_the_model_is_built(tmp_path, monkeypatch, args, message):
+    pytest.importorskip("torch")
+    from dtrforensics.torch import spec
+
+    def built(*_args, **_kwargs):
+        raise AssertionError("the model was built before the option was checked")
+    monkeypatch.setattr(spec, "build", built)
+    check(tmp_path, args, EXIT_USER, message)
+
+
 def test_a_victim_pin_the_run_never_reaches_is_reported(ws):
     result = dtrf("run", TRACE, "--ratio", "0.6", "--forbid-victim", "3@999999", "--json", cwd=ws)
     assert result.code == 0

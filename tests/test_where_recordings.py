@@ -4,13 +4,16 @@ here, so every answer is known; the 2020-style logs without one get nulls."""
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pyarrow.parquet as pq
 from logdsl import Log
 
 from dtrforensics import db
+from dtrforensics.engine.replay import Interventions
 from dtrforensics.recorder.record import record_run
+from dtrforensics.rows import fetch_dicts
 from dtrforensics.trace.cache import load_program
 from dtrforensics.trace.parser import file_sha256
 from dtrforensics.trace.where import write_where
@@ -69,3 +72,108 @@ def test_logs_without_a_where_file_record_nulls(tmp_path):
     for table in ("ops", "storages", "events"):
         data = pq.read_table(path / f"{table}.parquet").to_pydict()
         assert set(data["module"]) == {None} and set(data["source"]) == {None}, table
+
+
+def _queries(*paths):
+    con = db.connect(list(paths))
+    db.install_queries(con)
+    return con
+
+
+def test_pinned_by_module_sums_the_frontier_at_the_oom_by_module(tmp_path):
+    program = placed(*frontier_log(), tmp_path / "f.log")
+    result, path = record_run(program, budget=139, out_dir=tmp_path / "r")
+    assert result.summary.outcome == "oom"
+    con = _queries(path)
+    try:
+        rows = fetch_dicts(con, "SELECT * FROM pinned_by_module ORDER BY bytes DESC, module")
+        (memory,) = con.execute("SELECT memory FROM events WHERE kind = 'oom'").fetchone()
+    finally:
+        con.close()
+    # w, a and b are resident and locked, each made in its own module
+    assert {r["module"]: r["bytes"] for r in rows} == {"block.0": 40, "block.1": 40, "embed": 10}
+    assert sum(r["bytes"] for r in rows) == memory == 90
+    assert {r["module"]: r["constant_bytes"] for r in rows}["embed"] == 10
+    assert {r["module"]: r["largest_storage"] for r in rows} == {"embed": 0, "block.0": 1,
+                                                                 "block.1": 2}
+
+
+def backward_log() -> tuple[Log, list]:
+    """Three forward ops, then three backward ops reading them again: under
+    pressure, forward storages are evicted and rebuilt in backward."""
+    log = (Log().const("w", 10)
+           .call("a", "f", ["w"], 10, 40).call("b", "f", ["a"], 20, 40)
+           .call("c", "f", ["b"], 30, 40).backward()
+           .call("d", "g", ["c", "a"], 5, 40).release("c")
+           .call("e", "g", ["d", "b"], 5, 40).release("d")
+           .call("g", "h", ["e", "a"], 5, 40)
+           .release("a").release("b").release("e").release("g"))
+    return log, [w("embed", None), w("block.0"), w("block.1"), w("block.2"),
+                 w("block.2", "backward"), w("block.1", "backward"), w("block.0", "backward")]
+
+
+def test_work_by_module_counts_evictions_and_remats_where_the_model_made_them(tmp_path):
+    program = placed(*backward_log(), tmp_path / "b.log")
+    result, path = record_run(program, budget=130, out_dir=tmp_path / "r")
+    summary = result.summary
+    assert summary.evictions > 0 and summary.remats > 0
+    con = _queries(path)
+    try:
+        rows = fetch_dicts(con, "SELECT * FROM work_by_module")
+    finally:
+        con.close()
+    # the same tally from the raw events, through the program's own where-file
+    expected = defaultdict(Counter)
+    for e in pq.read_table(path / "events.parquet").to_pylist():
+        if e["kind"] == "evict":
+            op = int(program.tensor_op[e["storage_id"]])
+            key = (program.op_where(op), program.op_where(op, "phase"))
+            expected[key].update(evictions=1, evicted_bytes=e["bytes"])
+        elif e["kind"] == "compute" and e["remat"]:
+            op = int(program.tensor_op[e["tensor_id"]])
+            key = (program.op_where(op), program.op_where(op, "phase"))
+            expected[key].update(remats=0 if e["collateral"] else 1, remat_compute=e["cost"])
+    got = {(r["module"], r["phase"]): {k: r[k] for k in ("evictions", "evicted_bytes", "remats",
+                                                         "remat_compute") if r[k]} for r in rows}
+    assert got == {k: {n: v for n, v in c.items() if v} for k, c in expected.items()}
+    assert sum(r["evictions"] for r in rows) == summary.evictions
+    assert sum(r["remats"] for r in rows) == summary.remats
+    assert sum(r["remat_compute"] for r in rows) == summary.remat_compute
+    assert {r["module"] for r in rows} <= {"block.0", "block.1", "block.2"}
+
+
+def wide_log() -> tuple[Log, list]:
+    """Three forward outputs of w, read one by one in backward: at 150 B the first
+    backward op needs room, and `dtr` evicts b (block.1's) first."""
+    log = (Log().const("w", 10).call("a", "f", ["w"], 10, 40).call("b", "f", ["w"], 20, 40)
+           .call("c", "f", ["w"], 30, 40).backward().call("d", "g", ["a"], 5, 40).release("a")
+           .call("e", "g", ["b", "d"], 5, 40).release("b").release("d")
+           .call("g", "g", ["c", "e"], 5, 40).release("c").release("e").release("g"))
+    return log, [w("embed", None), w("block.0", line=3), w("block.1", line=4),
+                 w("block.2", line=5), w("block.0", "backward", 3),
+                 w("block.1", "backward", 4), w("block.2", "backward", 5)]
+
+
+def test_modules_at_divergence_name_where_each_run_first_frees_otherwise(tmp_path):
+    program = placed(*wide_log(), tmp_path / "b.log")
+    _, a = record_run(program, budget=150, out_dir=tmp_path / "a")
+    # b's first victim is forced to be c (block.2's)
+    _, b = record_run(program, budget=150, out_dir=tmp_path / "b",
+                      interventions=Interventions(force=((3, 0),)))
+    con = _queries(a, b)
+    try:
+        first = fetch_dicts(con, "SELECT * FROM first_divergence('a', 'b')")
+        rows = fetch_dicts(con, "SELECT * FROM modules_at_divergence('a', 'b', 2)")
+    finally:
+        con.close()
+    position = first[0]["position"]
+    assert position == 1
+    heads = {r["side"]: r for r in rows if r["position"] == position}
+    for side in first:
+        op = int(program.tensor_op[side["storage_id"]])
+        assert heads[side["side"]]["storage_id"] == side["storage_id"]
+        assert heads[side["side"]]["module"] == program.op_where(op)
+        assert heads[side["side"]]["source"] == program.op_where(op, "source")
+    assert all(position <= r["position"] < position + 2 for r in rows)
+    assert len(rows) == 4
+    assert (heads["a"]["module"], heads["b"]["module"]) == ("block.1", "block.2")

@@ -17,8 +17,8 @@ import pytest
 from public import SKIP_TRACES, traces_dir
 from typer.testing import CliRunner
 
-from dtrforensics.cli.errors import CommandError
 from dtrforensics.cli.main import COMMANDS, app, load_command
+from dtrforensics.errors import UserError
 
 OUTPUT_OPTIONS = {"export", "synth", "torch record", "regime", "sweep", "plot", "demo",
                   "reproduce", "compare-policies"}
@@ -31,8 +31,9 @@ def dtrf(cwd, *args: str):
 
 
 def refused(res, message: str) -> bool:
-    """A user error: `CommandError` (one `error:` line, exit 2, from the entry point)."""
-    return isinstance(res.exception, CommandError) and message in str(res.exception)
+    """A user error: a `UserError` such as `CommandError` or an option's `OptionError`
+    (one `error:` line, exit 2, from the entry point)."""
+    return isinstance(res.exception, UserError) and message in str(res.exception)
 
 
 def ok(cwd, *args: str) -> str:

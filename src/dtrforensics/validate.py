@@ -16,11 +16,15 @@ from .errors import OptionError
 
 MAX_BYTES = 1 << 62          # budgets and derived limits: far beyond any device, inside int64
 MAX_SEED = (1 << 63) - 1
+MAX_INT = (1 << 63) - 1     # any other whole number an option takes: inside int64
+MAX_DIM = (1 << 31) - 1     # a tensor size given on the command line (--batch, --seq, --image-size)
 
 
 def finite(value: float, what: str) -> float:
     try:
         value = float(value)
+    except OverflowError:       # an int beyond any float
+        raise OptionError(f"{what} must be a finite number, got {value}") from None
     except (TypeError, ValueError):
         raise OptionError(f"{what} must be a number, got {value!r}") from None
     if not math.isfinite(value):
@@ -36,6 +40,9 @@ def ratio(value: float, what: str = "--ratio", peak: int | None = None) -> float
     if peak is not None and value * peak >= MAX_BYTES:
         raise OptionError(f"{what} {value!r} asks for {value * peak:.3g} bytes, more than the "
                           f"{MAX_BYTES:,} bytes a budget may be")
+    if peak is None and value >= MAX_BYTES:     # a peak is at least one byte
+        raise OptionError(f"{what} {value!r} asks for more than the {MAX_BYTES:,} bytes a "
+                          "budget may be, whatever the peak")
     return value
 
 
@@ -77,15 +84,40 @@ def thrash_limit(value: float, model_compute: int | None = None,
 
 
 def seed(value: int, what: str = "--seed") -> int:
-    if not 0 <= int(value) <= MAX_SEED:
+    value = whole(value, what)
+    if not 0 <= value <= MAX_SEED:
         raise OptionError(f"{what} must be between 0 and {MAX_SEED}, got {value}")
     return int(value)
 
 
-def at_least(value: int, minimum: int, what: str) -> int:
-    """An integer count that must be >= minimum (e.g. --jobs 1, --limit 0)."""
+def whole(value: int, what: str) -> int:
+    """A whole number (an integral float too); a bool or a fraction is refused."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise OptionError(f"{what} must be a whole number, got {value!r}")
+    return value
+
+
+def at_least(value: int, minimum: int, what: str, maximum: int = MAX_INT) -> int:
+    """An integer count that must be >= minimum (e.g. --jobs 1, --limit 0) and at most
+    `maximum` (by default the int64 range every count ends up in)."""
+    value = whole(value, what)
     if value < minimum:
         raise OptionError(f"{what} must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise OptionError(f"{what} must be <= {maximum:,}, got {value:,}")
+    return value
+
+
+def number(value: float, what: str, minimum: float = 0.0, maximum: float = math.inf,
+           above: bool = False) -> float:
+    """A finite number in [minimum, maximum] ((minimum, maximum] with `above`)."""
+    value = finite(value, what)
+    if value < minimum or (above and value == minimum):
+        raise OptionError(f"{what} must be {'>' if above else '>='} {minimum:g}, got {value!r}")
+    if value > maximum:
+        raise OptionError(f"{what} must be <= {maximum:g}, got {value!r}")
     return value
 
 

@@ -13,10 +13,14 @@ from .kernel_notice import announce_compile
 from .options import (
     POLICY_HELP,
     SCHEDULER_HELP,
+    at_least,
+    check_jobs,
     check_policies,
+    check_ratio,
     check_timeout,
     output_file,
     output_folder,
+    positive,
     split_policies,
     sweep_engine,
 )
@@ -29,13 +33,13 @@ def register(app: typer.Typer) -> None:
 def compare_policies_command(
     trace: Annotated[str, typer.Argument(help="Short name (resnet32, lstm, ...) or path to a DTR log.")],
     policy: Annotated[str, typer.Option(callback=check_policies, help="Policies to compare, comma-separated. " + POLICY_HELP)] = "dtr,no-staleness,no-size,compute-only",
-    ratio_from: Annotated[float, typer.Option("--from", help="Lowest budget ratio.")] = 0.05,
-    ratio_to: Annotated[float, typer.Option("--to", help="Highest budget ratio.")] = 0.6,
-    step: Annotated[Optional[float], typer.Option(help="Grid step in ratio units: give --step, --exact, or both.")] = None,
+    ratio_from: Annotated[float, typer.Option("--from", callback=check_ratio, help="Lowest budget ratio.")] = 0.05,
+    ratio_to: Annotated[float, typer.Option("--to", callback=check_ratio, help="Highest budget ratio.")] = 0.6,
+    step: Annotated[Optional[float], typer.Option(callback=positive, help="Grid step in ratio units: give --step, --exact, or both.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Certified intervals instead of samples: hole edges and widths to the byte.")] = False,
-    max_runs: Annotated[int, typer.Option(help="Exact mode: at most this many walk runs per policy.")] = 2000,
+    max_runs: Annotated[int, typer.Option(callback=at_least(1), help="Exact mode: at most this many walk runs per policy.")] = 2000,
     timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per run (s); a timed-out point is unresolved.")] = None,
-    jobs: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
+    jobs: Annotated[Optional[int], typer.Option(callback=check_jobs, help="Worker processes (default: all cores).")] = None,
     scheduler: Annotated[Optional[str], typer.Option(help=SCHEDULER_HELP)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_folder, help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest with the same parameters, to resume).")] = None,
     figure: Annotated[Optional[Path], typer.Option(callback=output_file, help="Figure path without suffix (default SWEEP/compare-policies): .png and .svg.")] = None,
@@ -49,7 +53,11 @@ def compare_policies_command(
     a built-in name or a policy in a file (PATH.py:NAME, docs/policies.md)."""
     from ..analyses.policy_comparison import compare_policies
     from ..render.console import wide_console
-    from ..render.policy_comparison import comparison_json, comparison_view, finish_lines
+    from ..render.policy_comparison import (
+        comparison_json,
+        comparison_view,
+        finish_lines,
+    )
     from ..render.sweep import print_commands
     from ..sweep.estimate import START_SAMPLES
     from ..sweep.resume import sweep_folder

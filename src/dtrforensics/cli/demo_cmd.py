@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .options import output_folder
+from .options import check_jobs, output_folder
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
 def demo_command(
     out: Annotated[Path, typer.Option("--out", "-o", callback=output_folder, help="Where the demo's sweeps, recordings and figures go.")] = Path("recordings/demo"),
     public: Annotated[bool, typer.Option(help="Continue with ResNet-32 when the public traces are present.")] = True,
-    jobs: Annotated[int, typer.Option(help="Worker processes for sweeps and searches.")] = 2,
+    jobs: Annotated[int, typer.Option(callback=check_jobs, help="Worker processes for sweeps and searches.")] = 2,
 ) -> None:
     """Find, explain and fix a feasibility hole, end to end, on the embedded trace."""
     from ..render.console import console

@@ -13,6 +13,7 @@ import typer
 
 from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_runs, print_json
 from .errors import CommandError
+from .options import at_least
 
 
 def register(app: typer.Typer) -> None:
@@ -22,7 +23,7 @@ def register(app: typer.Typer) -> None:
 def diff_command(
     a: Annotated[str, typer.Argument(help="Control: a recording or TRACE@RATIO[:POLICY].")],
     b: Annotated[str, typer.Argument(help="Test: a recording or TRACE@RATIO[:POLICY].")],
-    window: Annotated[Optional[int], typer.Option(help="Ops per aftermath window (default: about 20 windows).")] = None,
+    window: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Ops per aftermath window (default: about 20 windows).")] = None,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
 ) -> None:

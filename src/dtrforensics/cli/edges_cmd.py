@@ -9,6 +9,7 @@ import typer
 
 from .common import DEFAULT_CACHE, CacheOption, JsonOption, print_json
 from .errors import CommandError
+from .options import at_least, positive
 
 
 def register(app: typer.Typer) -> None:
@@ -18,8 +19,8 @@ def register(app: typer.Typer) -> None:
 def edges_command(
     sweep: Annotated[Path, typer.Argument(help="A sweep folder (dtrf sweep ... --out).")],
     policy: Annotated[Optional[str], typer.Option(help="The sweep's policy to look at (default: its first).")] = None,
-    threshold: Annotated[Optional[float], typer.Option(help="Overhead jump that makes a regime edge (default: the sweep's --overhead-jump).")] = None,
-    max_edges: Annotated[int, typer.Option(help="Diff at most this many edges, in budget order.")] = 20,
+    threshold: Annotated[Optional[float], typer.Option(callback=positive, help="Overhead jump that makes a regime edge (default: the sweep's --overhead-jump).")] = None,
+    max_edges: Annotated[int, typer.Option(callback=at_least(1), help="Diff at most this many edges, in budget order.")] = 20,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
 ) -> None:

@@ -10,7 +10,15 @@ import typer
 
 from .common import RecordRoot, budget_args, require_control
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, at_least, between, check_policy, check_timeout
+from .options import (
+    POLICY_HELP,
+    at_least,
+    between,
+    check_budget,
+    check_policy,
+    check_ratio,
+    check_timeout,
+)
 
 # Each attempt is one replay of the trace: 100,000 of them is hours already.
 MAX_ATTEMPTS = 100_000
@@ -31,8 +39,8 @@ class Kind(str, Enum):
 
 def explain_command(
     trace: Annotated[str, typer.Argument(help="Short name or path to a DTR log.")],
-    ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of peak memory.")] = None,
-    budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
+    ratio: Annotated[Optional[float], typer.Option(callback=check_ratio, help="Budget as a fraction of peak memory.")] = None,
+    budget: Annotated[Optional[int], typer.Option(callback=check_budget, help="Budget in bytes.")] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     max_attempts: Annotated[int, typer.Option(callback=between(1, MAX_ATTEMPTS), help=f"At most this many changes are tried (each one replay of the trace), every single change before any combination; 1 to {MAX_ATTEMPTS:,}.")] = 32,
     max_combo: Annotated[int, typer.Option(callback=between(1, MAX_COMBO), help=f"Largest retained set tried (1 = singles only), 1 to {MAX_COMBO}. With n candidates there are C(n, k) sets of k, tried only after every smaller change, of which there are at least 2^k - 2: past {MAX_COMBO}, more than --max-attempts allows.")] = 2,

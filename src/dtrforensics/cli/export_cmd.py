@@ -16,7 +16,7 @@ import typer
 
 from .common import print_json, reporting_replaced
 from .errors import CommandError
-from .options import output_file_or_stdout
+from .options import at_least, output_file_or_stdout
 
 RECORDING_FORMATS = ("perfetto", "memory-viz")
 TABLE_FORMATS = ("csv", "parquet")
@@ -61,8 +61,8 @@ def export(
     source: Annotated[Path, typer.Argument(help="A recording folder, or a sweep folder.", show_default=False)],
     fmt: Annotated[str, typer.Option("--format", "-f", help="perfetto or memory-viz (recordings); csv or parquet (sweeps).")],
     output: Annotated[Optional[str], typer.Option("--output", "-o", "--out", callback=output_file_or_stdout, help="Output file ('-' for stdout; default recordings/ and SOURCE's name plus a suffix).", show_default=False)] = None,
-    max_nesting: Annotated[int, typer.Option(help="perfetto: levels of nested rematerializations shown (Perfetto keeps at most 512).")] = 500,
-    max_frames: Annotated[int, typer.Option(help="memory-viz: innermost materialization levels kept in each stack.")] = 64,
+    max_nesting: Annotated[int, typer.Option(callback=at_least(0), help="perfetto: levels of nested rematerializations shown (Perfetto keeps at most 512).")] = 500,
+    max_frames: Annotated[int, typer.Option(callback=at_least(1), help="memory-viz: innermost materialization levels kept in each stack.")] = 64,
     as_json: Annotated[bool, typer.Option("--json", help="Print what was written as one JSON object.")] = False,
 ) -> None:
     if fmt not in RECORDING_FORMATS + TABLE_FORMATS:

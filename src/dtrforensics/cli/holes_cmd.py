@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import report_sweep
+from .options import positive
 
 
 def register(app: typer.Typer) -> None:
@@ -17,7 +18,7 @@ def register(app: typer.Typer) -> None:
 def holes_cmd(
     sweep_dir: Annotated[Path, typer.Argument(metavar="SWEEP", help="A sweep folder (made by dtrf sweep).")],
     policy: Annotated[Optional[str], typer.Option(help="Only these policies (comma-separated).")] = None,
-    threshold: Annotated[Optional[float], typer.Option(help="Overhead jump for a regime switch (default: the sweep's --overhead-jump).")] = None,
+    threshold: Annotated[Optional[float], typer.Option(callback=positive, help="Overhead jump for a regime switch (default: the sweep's --overhead-jump).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Feasibility holes, edges, timeouts and regime switches of a sweep."""

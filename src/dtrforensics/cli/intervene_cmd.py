@@ -10,7 +10,7 @@ import typer
 from .common import RecordRoot, budget_args, require_control
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, check_policy, check_timeout
+from .options import POLICY_HELP, check_budget, check_policy, check_ratio, check_timeout
 
 
 def register(app: typer.Typer) -> None:
@@ -19,8 +19,8 @@ def register(app: typer.Typer) -> None:
 
 def intervene_command(
     trace: Annotated[str, typer.Argument(help="Short name or path to a DTR log.")],
-    ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of peak memory.")] = None,
-    budget: Annotated[Optional[int], typer.Option(help="Budget in bytes.")] = None,
+    ratio: Annotated[Optional[float], typer.Option(callback=check_ratio, help="Budget as a fraction of peak memory.")] = None,
+    budget: Annotated[Optional[int], typer.Option(callback=check_budget, help="Budget in bytes.")] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     retain: Annotated[Optional[str], typer.Option(help="Storages never offered as victims, e.g. 3131 or 612,302.")] = None,
     retain_ops: Annotated[Optional[str], typer.Option(help="Limit --retain to decisions inside top-level ops A..B.")] = None,

@@ -25,6 +25,47 @@ def check_seed(param: typer.CallbackParam, value: int) -> int:
     return validate.seed(value, param.opts[0])
 
 
+# Every int and float option of every command has a callback of this module, so a
+# value out of its range (nan, inf, 1e308, 2**63) is one error line before any work
+# (tests/test_hostile.py holds every option to it).
+
+def check_ratio(param: typer.CallbackParam, value: float | None) -> float | None:
+    """Callback of a budget ratio: finite, > 0, and a budget below MAX_BYTES for any peak."""
+    return value if value is None else validate.ratio(value, param.opts[0])
+
+
+def check_budget(param: typer.CallbackParam, value: int | None) -> int | None:
+    """Callback of a budget in bytes: 0 to MAX_BYTES."""
+    return value if value is None else validate.budget(value, param.opts[0])
+
+
+def check_thrash_limit(param: typer.CallbackParam, value: float | None) -> float | None:
+    return value if value is None else validate.thrash_limit(value, what=param.opts[0])
+
+
+def check_jobs(param: typer.CallbackParam, value: int | None) -> int | None:
+    """Callback of --jobs: 1 to 8 worker processes per core."""
+    return value if value is None else validate.jobs(value, param.opts[0])
+
+
+def check_size(param: typer.CallbackParam, value: int | None) -> int | None:
+    """Callback of a tensor size (--batch, --seq, --image-size): 1 to MAX_DIM."""
+    return value if value is None else validate.at_least(value, 1, param.opts[0],
+                                                          maximum=validate.MAX_DIM)
+
+
+def number(minimum: float = 0.0, maximum: float = float("inf"), above: bool = False):
+    """Callback for a float option (or an unset optional one): finite, in [minimum,
+    maximum] ((minimum, maximum] with `above`)."""
+    def check(param: typer.CallbackParam, value: float | None) -> float | None:
+        return value if value is None else validate.number(value, param.opts[0], minimum,
+                                                            maximum, above)
+    return check
+
+
+positive = number(0.0, above=True)      # seconds, steps, thresholds: finite and > 0
+
+
 def at_least(minimum: int):
     """Callback for an integer option (or an unset optional one) that must be >= minimum."""
     def check(param: typer.CallbackParam, value: int | None) -> int | None:
@@ -35,10 +76,7 @@ def at_least(minimum: int):
 def between(minimum: int, maximum: int):
     """Callback for an integer option that must lie in [minimum, maximum]."""
     def check(param: typer.CallbackParam, value: int) -> int:
-        validate.at_least(value, minimum, param.opts[0])
-        if value > maximum:
-            raise validate.OptionError(f"{param.opts[0]} must be <= {maximum:,}, got {value:,}")
-        return value
+        return validate.at_least(value, minimum, param.opts[0], maximum)
     return check
 
 

@@ -8,6 +8,7 @@ import typer
 
 from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_runs, print_json
 from .errors import CommandError
+from .options import at_least
 
 
 def register(app: typer.Typer) -> None:
@@ -17,7 +18,7 @@ def register(app: typer.Typer) -> None:
 def reevict_command(
     recording: Annotated[str, typer.Argument(help="A recording, or TRACE@RATIO[:POLICY].")],
     other: Annotated[Optional[str], typer.Argument(help="A second run of the same trace: adds the overlap of the evicted sets.")] = None,
-    top: Annotated[int, typer.Option(help="Most re-evicted storages listed per run and scope.")] = 10,
+    top: Annotated[int, typer.Option(callback=at_least(0), help="Most re-evicted storages listed per run and scope.")] = 10,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
 ) -> None:

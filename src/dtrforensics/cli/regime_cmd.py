@@ -17,7 +17,7 @@ from .common import (
     require_figures,
 )
 from .errors import CommandError
-from .options import output_file
+from .options import at_least, number, output_file
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -29,11 +29,11 @@ def register(app: typer.Typer) -> None:
 def regime_command(
     control: Annotated[str, typer.Argument(help="Run a: a recording, or TRACE@RATIO[:POLICY].")],
     test: Annotated[str, typer.Argument(help="Run b, of the same trace.")],
-    window: Annotated[Optional[int], typer.Option(help="Ops per window (default: 100 windows over the longer run).")] = None,
-    factor: Annotated[float, typer.Option(help="Onset rule: the slow run evicts at least this many times as often as the fast run.")] = 2.0,
-    min_excess: Annotated[int, typer.Option(help="Onset rule: and at least this many more pressure evictions.")] = 10,
-    sustain: Annotated[int, typer.Option(help="Onset rule: for this many windows in a row.")] = 1,
-    top: Annotated[int, typer.Option(help="Drivers listed.")] = 10,
+    window: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Ops per window (default: 100 windows over the longer run).")] = None,
+    factor: Annotated[float, typer.Option(callback=number(1.0), help="Onset rule: the slow run evicts at least this many times as often as the fast run.")] = 2.0,
+    min_excess: Annotated[int, typer.Option(callback=at_least(0), help="Onset rule: and at least this many more pressure evictions.")] = 10,
+    sustain: Annotated[int, typer.Option(callback=at_least(1), help="Onset rule: for this many windows in a row.")] = 1,
+    top: Annotated[int, typer.Option(callback=at_least(0), help="Drivers listed.")] = 10,
     windows: Annotated[bool, typer.Option("--windows", help="Also list every window's evictions and rematerializations.")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", "-o", "--out", callback=output_file, help="Write the evictions-per-window figure here (.png or .svg).")] = None,
     cache: CacheOption = DEFAULT_CACHE,

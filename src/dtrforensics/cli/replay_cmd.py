@@ -13,6 +13,7 @@ import typer
 from .. import validate
 from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
 from .errors import CommandError
+from .options import at_least
 
 DEFAULT_LIMIT = 200     # steps printed when no --limit is given (JSON: all)
 
@@ -25,7 +26,7 @@ def replay_command(
     recording: Annotated[str, typer.Argument(help="A recording, or TRACE@RATIO[:POLICY].")],
     ops: Annotated[Optional[str], typer.Option(help="Top-level op window A..B (inclusive op ids).")] = None,
     evicting: Annotated[bool, typer.Option("--evicting", help="Only the allocations that evicted something or failed.")] = False,
-    limit: Annotated[Optional[int], typer.Option(help=f"Steps to show (default {DEFAULT_LIMIT}; --json: all).")] = None,
+    limit: Annotated[Optional[int], typer.Option(callback=at_least(0), help=f"Steps to show (default {DEFAULT_LIMIT}; --json: all).")] = None,
     tui: Annotated[bool, typer.Option("--tui", help="Interactive view of the whole run: a memory/pinned/depth strip with a cursor, every check in a list; keys: arrows step, e/r/o next eviction/remat/OOM, c next decision of the step, s/S scroll the stack, j jump to an op (460 or #461), a storage (s 612) or a step, l next page below 140 columns, q quit.")] = False,
     scores: Annotated[str, typer.Option(help="For a run spec: record 'all' candidate scores or only 'victims'.")] = "all",
     cache: CacheOption = DEFAULT_CACHE,

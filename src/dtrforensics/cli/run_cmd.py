@@ -8,7 +8,14 @@ import typer
 
 from .errors import CommandError
 from .kernel_notice import announce_compile
-from .options import POLICY_HELP, check_policy, check_timeout
+from .options import (
+    POLICY_HELP,
+    check_budget,
+    check_policy,
+    check_ratio,
+    check_thrash_limit,
+    check_timeout,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -17,11 +24,11 @@ def register(app: typer.Typer) -> None:
 
 def run(
     trace: Annotated[str, typer.Argument(help="Short name (resnet32, lstm, ...) or path to a DTR log.")],
-    ratio: Annotated[Optional[float], typer.Option(help="Budget as a fraction of the trace's peak memory: floor(ratio x peak) bytes.")] = None,
-    budget: Annotated[Optional[int], typer.Option(help="Budget in bytes (instead of --ratio).")] = None,
+    ratio: Annotated[Optional[float], typer.Option(callback=check_ratio, help="Budget as a fraction of the trace's peak memory: floor(ratio x peak) bytes.")] = None,
+    budget: Annotated[Optional[int], typer.Option(callback=check_budget, help="Budget in bytes (instead of --ratio).")] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit in seconds; the run is then 'timeout' (unresolved).")] = None,
-    thrash_limit: Annotated[Optional[float], typer.Option(help="Overhead at which a run counts as thrashed (default: the engine's, 60).", show_default=False)] = None,
+    thrash_limit: Annotated[Optional[float], typer.Option(callback=check_thrash_limit, help="Overhead at which a run counts as thrashed (default: the engine's, 60).", show_default=False)] = None,
     retain: Annotated[Optional[str], typer.Option(help="Storages never offered as victims, e.g. 612,3131.")] = None,
     retain_ops: Annotated[Optional[str], typer.Option(help="Limit --retain to decisions inside top-level ops A..B.")] = None,
     forbid_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: exclude storage S at decision K (repeatable).")] = None,

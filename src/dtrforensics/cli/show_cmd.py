@@ -8,6 +8,7 @@ import typer
 
 from .common import JsonOption, print_json
 from .errors import CommandError
+from .options import at_least
 
 
 def register(app: typer.Typer) -> None:
@@ -17,7 +18,7 @@ def register(app: typer.Typer) -> None:
 def show(
     recording: Annotated[str, typer.Argument(help="A recording folder.")],
     as_json: JsonOption = False,
-    width: Annotated[Optional[int], typer.Option(help="Timeline width in columns (default: the terminal's).")] = None,
+    width: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Timeline width in columns (default: the terminal's).")] = None,
 ) -> None:
     """A recording's run summary and a per-op timeline of memory, pinned bytes and depth."""
     from ..analyses.timeline import op_timeline

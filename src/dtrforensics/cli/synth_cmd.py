@@ -10,7 +10,7 @@ import typer
 from ..synth.generator import KINDS, SynthSpec, generate, random_small_log
 from .common import print_json, reporting_replaced
 from .errors import CommandError
-from .options import between, check_seed, output_file
+from .options import between, check_seed, number, output_file
 
 SMALL_KIND = "small"
 # Bounds on the generator's options: far above any useful trace, below what would
@@ -64,13 +64,13 @@ def synth(
     cost_max: Annotated[int, typer.Option(
         "--cost-max", callback=between(1, MAX_AMOUNT), help="Largest base op cost (TIME, ns).")] = _DEFAULT.cost_range[1],
     view_prob: Annotated[float, typer.Option(
-        "--view-prob", help="Chance (0..1) that a layer output goes through a view "
+        "--view-prob", callback=number(0.0, 1.0), help="Chance (0..1) that a layer output goes through a view "
                             "(ALIAS >= 0), and again through a view of that view.")] = _DEFAULT.view_prob,
     tuple_prob: Annotated[float, typer.Option(
-        "--tuple-prob", help="Chance (0..1) that a layer has a multi-output batch-norm style "
+        "--tuple-prob", callback=number(0.0, 1.0), help="Chance (0..1) that a layer has a multi-output batch-norm style "
                              "op (output, two saved statistics, a 0-byte reserve).")] = _DEFAULT.tuple_prob,
     mutate_prob: Annotated[float, typer.Option(
-        "--mutate-prob", help="Chance (0..1) of an in-place op (MUTATE: relu_, residual add_, "
+        "--mutate-prob", callback=number(0.0, 1.0), help="Chance (0..1) of an in-place op (MUTATE: relu_, residual add_, "
                               "gradient accumulation add_) instead of its out-of-place form.")] = _DEFAULT.mutate_prob,
     size_levels: Annotated[int, typer.Option(
         "--size-levels", callback=between(0, MAX_SIZE_LEVELS), help="If > 0, activation sizes come from this many fixed levels "

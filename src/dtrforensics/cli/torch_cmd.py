@@ -14,7 +14,7 @@ import typer
 from ..render.units import fmt_bytes
 from .common import print_json, reporting_replaced
 from .errors import CommandError
-from .options import factory_settings, output_file
+from .options import check_seed, check_size, factory_settings, output_file
 
 torch_app = typer.Typer(help="Record DTR logs from your own PyTorch models.", no_args_is_help=True)
 
@@ -33,14 +33,14 @@ def record_cmd(
                                          show_default=False)],
     cost: Annotated[str, typer.Option(help="Cost model: flops (deterministic) or measured (wall time).")] = "flops",
     fake: Annotated[bool, typer.Option("--fake", help="Fake tensors: exact sizes, no memory, flops costs.")] = False,
-    batch: Annotated[Optional[int], typer.Option(help="Batch size (passed to the factory as batch=).")] = None,
-    seq: Annotated[Optional[int], typer.Option(help="Sequence length (passed as seq=).")] = None,
-    image_size: Annotated[Optional[int], typer.Option("--image-size", help="Image side in pixels (passed as image_size=).")] = None,
+    batch: Annotated[Optional[int], typer.Option(callback=check_size, help="Batch size (passed to the factory as batch=).")] = None,
+    seq: Annotated[Optional[int], typer.Option(callback=check_size, help="Sequence length (passed as seq=).")] = None,
+    image_size: Annotated[Optional[int], typer.Option("--image-size", callback=check_size, help="Image side in pixels (passed as image_size=).")] = None,
     dtype: Annotated[Optional[str], typer.Option(help="float32, float64, float16 or bfloat16 (passed as dtype=).")] = None,
     sizes: Annotated[Optional[list[str]], typer.Option("--set", help="Another factory keyword or hf: config key, KEY=VALUE (e.g. layers=4); repeatable.")] = None,
     optimizer: Annotated[Optional[str], typer.Option(help="Add optimizer.step() in its steady state: sgd, adam or adamw.")] = None,
     autocast: Annotated[Optional[str], typer.Option(help="Mixed precision for forward and loss: bf16 or fp16.")] = None,
-    seed: Annotated[int, typer.Option(help="torch.manual_seed before building the model.")] = 0,
+    seed: Annotated[int, typer.Option(callback=check_seed, help="torch.manual_seed before building the model.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Record one training step (forward, loss, backward) of SPEC as a DTR log."""

@@ -11,7 +11,15 @@ from typing import Annotated
 import typer
 
 from .errors import CommandError
-from .options import POLICY_HELP, check_policy, factory_settings
+from .options import (
+    POLICY_HELP,
+    check_budget,
+    check_policy,
+    check_ratio,
+    check_seed,
+    check_size,
+    factory_settings,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -25,18 +33,18 @@ def register(app: typer.Typer) -> None:
 def run_cmd(
     spec: Annotated[str, typer.Argument(help="zoo:NAME, hf:ARCH, timm:NAME, torchvision:NAME, or package.module:factory returning (model, batch, loss_fn).",
                                         show_default=False)],
-    budget: Annotated[int | None, typer.Option(help="Budget in bytes.")] = None,
-    ratio: Annotated[float | None, typer.Option(help="Budget as a fraction of the step's peak: floor(ratio x peak) bytes.")] = None,
+    budget: Annotated[int | None, typer.Option(callback=check_budget, help="Budget in bytes.")] = None,
+    ratio: Annotated[float | None, typer.Option(callback=check_ratio, help="Budget as a fraction of the step's peak: floor(ratio x peak) bytes.")] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     cost: Annotated[str, typer.Option(help="Cost model of the recorded log: flops (deterministic) or measured.")] = "flops",
     record: Annotated[Path | None, typer.Option(help="Write the real run as a recording (Parquet tables) in this folder.", show_default=False)] = None,
     log: Annotated[Path | None, typer.Option(help="Also keep the step's DTR log at this path.", show_default=False)] = None,
-    batch: Annotated[int | None, typer.Option(help="Batch size (passed to the factory as batch=).")] = None,
-    seq: Annotated[int | None, typer.Option(help="Sequence length (passed as seq=).")] = None,
-    image_size: Annotated[int | None, typer.Option("--image-size", help="Image side in pixels (passed as image_size=).")] = None,
+    batch: Annotated[int | None, typer.Option(callback=check_size, help="Batch size (passed to the factory as batch=).")] = None,
+    seq: Annotated[int | None, typer.Option(callback=check_size, help="Sequence length (passed as seq=).")] = None,
+    image_size: Annotated[int | None, typer.Option("--image-size", callback=check_size, help="Image side in pixels (passed as image_size=).")] = None,
     optimizer: Annotated[str | None, typer.Option(help="Add optimizer.step() in its steady state, as `torch record` has it: sgd, adam or adamw.", show_default=False)] = None,
     sizes: Annotated[list[str] | None, typer.Option("--set", help="Another factory keyword or hf: config key, KEY=VALUE (e.g. layers=4); repeatable.")] = None,
-    seed: Annotated[int, typer.Option(help="torch.manual_seed before building the model.")] = 0,
+    seed: Annotated[int, typer.Option(callback=check_seed, help="torch.manual_seed before building the model.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
 ) -> None:
     """Run one training step of SPEC for real under DTR (evicting and recomputing real tensors) and compare it with the simulation."""

@@ -10,6 +10,7 @@ import typer
 
 from ..trace import registry
 from .errors import CommandError
+from .options import check_timeout
 
 traces_app = typer.Typer(
     help="List, inspect, fetch and import DTR traces.",
@@ -185,7 +186,7 @@ def _report_import(result: registry.ImportResult, console, err) -> None:
 
 @traces_app.command("fetch")
 def fetch(
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the server.")]
+    timeout: Annotated[float, typer.Option(callback=check_timeout, help="Seconds to wait for the server.")]
     = registry.FETCH_TIMEOUT,
 ) -> None:
     """Download the public DTR traces (logs.zip of uwsampl/dtr-prototype), verify, install."""
