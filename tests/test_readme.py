@@ -84,6 +84,43 @@ def test_readme_command_runs(command, workdir):
     assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert "Traceback" not in done.stderr
     assert "…" not in done.stdout, done.stdout
+    for stream in (done.stdout, done.stderr):
+        assert not cut_lines(stream), f"{command}: {cut_lines(stream)}\n{stream}"
+
+
+WIDTH = 80      # the README's commands run with COLUMNS=80
+
+
+def cut_lines(text: str, width: int = WIDTH) -> list[str]:
+    """What a terminal `width` columns wide would cut: a line wider than it (a
+    lone word wider than it, such as a long path, cannot break and is printed
+    whole), and a number folded at the edge onto the next line."""
+    from rich.cells import cell_len
+    lines = text.splitlines()
+    wide = [ln for ln in lines if cell_len(ln) > width and len(ln.split()) > 1]
+    folded = [f"{a}|{b}" for a, b in zip(lines, lines[1:])
+              if cell_len(a) == width and re.search(r"\d[\d,.]*$", a) and re.match(r"[\d,.]", b)]
+    return wide + folded
+
+
+# `torch` commands quick on CPU (the zoo's MLP), each at 80 columns, in order:
+# a log recorded, described, run for real under DTR, and a budget below its floor.
+TORCH = [("dtrf torch record zoo:mlp -o mlp.log", 0), ("dtrf traces info mlp.log", 0),
+         ("dtrf torch run zoo:mlp --ratio 0.99", 0), ("dtrf torch run zoo:mlp --ratio 0.5", 2)]
+
+
+def test_torch_commands_keep_every_line_whole_at_80_columns(tmp_path):
+    pytest.importorskip("torch")
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "COLUMNS": str(WIDTH)}
+    for command, code in TORCH:
+        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        assert done.returncode == code, f"{command}\n{done.stdout}\n{done.stderr}"
+        assert "Traceback" not in done.stderr
+        for stream in (done.stdout, done.stderr):
+            assert not cut_lines(stream), f"{command}: {cut_lines(stream)}\n{stream}"
 
 
 ROOT = README.parent

@@ -130,3 +130,61 @@ def test_a_word_wider_than_the_terminal_is_printed_whole():
     out = console(width=40, record=True, file=open("/dev/null", "w"), color_system=None)
     out.print(f"victims sha256: {digest}")
     assert digest in out.export_text().splitlines()
+
+
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def test_stderr_wraps_at_columns_and_never_inside_a_number(monkeypatch):
+    """Everything on stderr (here an error line) goes through one writer that wraps
+    at COLUMNS, at a space that splits no number; with no terminal and no
+    COLUMNS the line is left whole (a pipe cuts nothing)."""
+    from hostile import dtrf
+    args = ("run", "hole", "--budget", "99999999999999999999")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    whole = dtrf(*args).err.strip()
+    assert whole.count("\n") == 0 and len(whole) > 40
+    monkeypatch.setenv("COLUMNS", "40")
+    res = dtrf(*args)
+    assert res.code == 2
+    lines = res.err.strip().splitlines()
+    assert len(lines) > 1 and all(len(ln) <= 40 for ln in lines), lines
+    assert " ".join(" ".join(lines).split()) == whole
+    numbers = NUMBER.findall(whole)
+    assert numbers and all(n in ln for n in numbers
+                           for ln in [next(ln for ln in lines if n[:4] in ln)])
+
+
+def test_say_wraps_plain_lines_and_keeps_numbers_whole(capsys, monkeypatch):
+    from dtrforensics.render.lines import say, wrap_line
+    line = ("wrote my.log: rnn seed 16, 120 ops, 177 tensors, peak 143,519,120 B "
+            "(136.87 MiB), model compute 23,636,232 ns (23.636 ms)")
+    monkeypatch.setenv("COLUMNS", "80")
+    say(line)
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and all(len(ln) <= 80 for ln in out)
+    assert "143,519,120 B" in out[0] and "23,636,232 ns" in out[1]
+    assert out[1].startswith("  ")
+    for width in range(20, 90, 7):
+        parts = wrap_line(line, width).splitlines()
+        assert " ".join(" ".join(parts).split()) == line
+        for token in NUMBER.findall(line):
+            assert any(re.search(rf"(?<![\d,.]){re.escape(token)}(?![\d,.]?\d)", p)
+                       for p in parts), (width, token, parts)
+
+
+def test_progress_bars_keep_their_totals_whole_at_80_columns():
+    """A sweep's progress bar at 80 columns with a long note: rich would shrink
+    every column alike and cut `1000/1000` to `100…`; the note gives way."""
+    import io
+
+    from dtrforensics.render.sweep import SweepProgress
+    buf = io.StringIO()
+    out = console(file=buf, width=80, force_terminal=True, color_system=None)
+    with SweepProgress(out, True) as bar:
+        bar.stage("exact", 1000, 520)
+        bar.progress.update(bar.task, completed=1000,
+                            note="520 stored, 12 ok 3 fail 1 unresolved")
+    last = buf.getvalue().split("\x1b[2K")[-1]
+    assert "1000/1000" in last and "…" not in last, repr(last)
+    assert all(len(ln) <= 80 for ln in re.sub(r"\x1b\[[\d;?]*[A-Za-z]", "", last).splitlines())

@@ -59,7 +59,6 @@ def explain_command(
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
-        Progress,
         TextColumn,
         TimeRemainingColumn,
     )
@@ -67,6 +66,7 @@ def explain_command(
     from ..analyses.explain import explain
     from ..render.console import err_console, wide_console
     from ..render.explain import change_text, print_explanation
+    from ..render.wrapping import kept_progress as Progress
     from ..trace import load_trace
 
     program = load_trace(trace)

@@ -145,6 +145,12 @@ def main() -> None:
     (see `dtrforensics.errors`), and so does a package the install lacks;
     anything else is a bug and keeps its traceback."""
     warnings.showwarning = _show_warning
+    from ..render.lines import wrapped_stderr
+    with wrapped_stderr():
+        _main()
+
+
+def _main() -> None:
     try:
         app()
     except (UserError, OSError) as exc:

@@ -122,4 +122,5 @@ def _estimate(program, params, jobs, engine, scheduler, as_json: bool,
         from .common import print_json
         print_json(est.to_json())
     else:
-        print(estimate_line(est, workers=(1,)))
+        from ..render.lines import say
+        say(estimate_line(est, workers=(1,)))

@@ -101,7 +101,8 @@ def synth(
     if as_json:
         print_json(data)
     else:
-        print(_summary_line(data, kind, seed))
+        from ..render.lines import say
+        say(_summary_line(data, kind, seed))
 
 
 def _checked(spec: SynthSpec) -> SynthSpec:

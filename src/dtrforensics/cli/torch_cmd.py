@@ -73,8 +73,9 @@ def record_cmd(
                           "cost": summary.cost, "fake": summary.fake, "loss": summary.loss,
                           "floor": bounds})
         return
-    print(f"peak memory {fmt_bytes(summary.peak)} ({summary.peak:,} bytes), {summary.ops:,} ops "
-          f"({summary.cost} costs{', fake tensors' if summary.fake else ''})")
+    from ..render.lines import say
+    say(f"peak memory {fmt_bytes(summary.peak)} ({summary.peak:,} bytes), {summary.ops:,} ops "
+        f"({summary.cost} costs{', fake tensors' if summary.fake else ''})")
     for line in floor_lines(bounds):
-        print(line)
-    print(f"wrote {summary.path}")
+        say(line)
+    say(f"wrote {summary.path}")

@@ -193,13 +193,13 @@ def fetch(
     from rich.progress import (
         BarColumn,
         DownloadColumn,
-        Progress,
         TextColumn,
         TimeRemainingColumn,
         TransferSpeedColumn,
     )
 
     from ..render.console import console as Console
+    from ..render.wrapping import kept_progress as Progress
 
     err = Console(stderr=True)
     dest = registry.user_trace_dir()

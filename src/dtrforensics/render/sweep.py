@@ -9,7 +9,6 @@ from rich.console import Console, Group
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
@@ -21,6 +20,7 @@ from ..sweep.holes import Certainty, ExactRegion, ExactView, HolesReport, Policy
 from ..sweep.store import SweepParams
 from .tables import FitPanel, FitTable
 from .units import RatioFormat, fmt_count, fmt_exact_bytes, fmt_overhead, fmt_ratio, ratio_format
+from .wrapping import kept_progress
 
 MAX_ROWS = 40
 GAP_REASONS = {"run-limit": "the walk has not reached",
@@ -301,7 +301,7 @@ class SweepProgress:
 
     def __init__(self, console: Console, enabled: bool):
         self.enabled = enabled
-        self.progress = Progress(
+        self.progress = kept_progress(
             SpinnerColumn(), TextColumn("{task.description:<14}"), BarColumn(),
             MofNCompleteColumn(), TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
             TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,

@@ -89,3 +89,16 @@ def kept(text: Text | str) -> KeptText:
     if isinstance(text, KeptText):
         return text
     return KeptText.of(text if isinstance(text, Text) else Text.from_markup(text))
+
+
+def kept_progress(*columns, **kwargs):
+    """A rich `Progress` whose counts and times are never cut: its text and bar
+    columns give way first (the text wraps by `divide` onto a further line, the
+    bar shortens), so that `1000/1000` and `0:01:23` stay whole on a narrow
+    terminal (rich would otherwise shrink every column alike: `1000/100`)."""
+    from rich.progress import BarColumn, Progress, TextColumn
+    from rich.table import Column
+    for column in columns:
+        if isinstance(column, (TextColumn, BarColumn)):
+            column._table_column = Column(no_wrap=False)
+    return Progress(*columns, **kwargs)
