@@ -32,6 +32,20 @@ def status_of(outcome: str) -> str:
     return STATUS_FAIL
 
 
+# What a sweep's `status` says (docs/sweep-format.md): its writer runs, or was
+# killed (stored "running", its writer gone), or it ran to its end, stopped at a
+# deadline, or was interrupted.
+RUNNING, KILLED, COMPLETE, STOPPED, INTERRUPTED = (
+    "running", "killed", "complete", "stopped", "interrupted")
+SWEEP_STATUSES = (RUNNING, KILLED, COMPLETE, STOPPED, INTERRUPTED)
+
+
+def sweep_status(stored: str, writer_alive: bool) -> str:
+    """A sweep's status, the same in every view of it: the status its folder
+    stores, except that a "running" sweep whose writer is gone is "killed"."""
+    return KILLED if stored == RUNNING and not writer_alive else stored
+
+
 def completes(outcome: str | None) -> bool:
     """An outcome (or status) that completes the run."""
     return outcome == OK

@@ -133,7 +133,27 @@ def render_sweep_doc() -> str:
         f"`status` in `{SWEEP_FILE}`: `running` (`killed` when its writer is gone), "
         "`complete` (the call ran to its end: every stage, the walk to its run limit), "
         "`stopped` (stopped at a deadline: `run_sweep(deadline=...)`), `interrupted` "
-        "(an error or Ctrl-C). All but a live `running` sweep resume.",
+        "(an error or Ctrl-C). All but a live `running` sweep resume. Every view of a "
+        "sweep says the same (`concepts.sweep_status`): `dtrf holes`, and the `sweeps` "
+        "view of `dtrf sql`, whose `sweep_status` is computed when `dtrf sql` opens the "
+        "sweep.",
+        "",
+        "## The lock",
+        "",
+        "While a sweep writes to its folder it holds `sweep.lock`, which names it: "
+        "`PID HOST STARTED`. The lock is made whole under a temporary name, locked with "
+        "`flock` (an exclusive lock on the open file, which the sweep keeps open to its "
+        "end), and hard-linked onto `sweep.lock`: the link fails when a lock is there, so "
+        "of many processes taking it at once exactly one gets it, and a lock that exists "
+        "is never empty. The kernel drops the `flock` when its process dies, however "
+        "(kill -9 too), and a sweep's forked workers close their copy of the file, so a "
+        "lock that no process holds is stale: its sweep is `killed`, and the next sweep "
+        "of the folder takes it over with a warning. A taker waits for the stale lock's "
+        "`flock` and removes it only while `sweep.lock` still names that file, so two "
+        "takers never both win. A lock no process holds whose pid is a live process of "
+        "this host (a lock of a version before `flock`) is still held: if no such sweep "
+        "runs (a pid reused), delete the lock. The folder's file system must support "
+        "`flock` and hard links (local file systems and NFS do).",
         "",
         *table_doc(RUNS, f"`{RUNS.file}`"),
         *table_doc(SWEEPS, "A view of `dtrf sql`"),

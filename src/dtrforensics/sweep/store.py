@@ -4,8 +4,9 @@ Layout of a sweep directory:
 
     sweep.json              format, parameters, trace identity, byte range, status
     runs/part-*.parquet     one file per flushed batch of finished runs (RUN_COLUMNS)
-    sweep.lock              pid of the sweep writing here (removed when it stops;
-                            a lock whose process is gone is stale: the sweep was killed)
+    sweep.lock              "PID HOST STARTED" of the sweep writing here, flock'ed
+                            by it (removed when it stops; a lock no live process
+                            holds is stale: the sweep was killed)
 
 A part file is written under a temporary name and renamed into place, so a
 reader (or a resumed sweep) never sees half a file; a killed sweep loses at most
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
@@ -46,7 +48,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import validate
-from ..concepts import REGIME_JUMP, STATUS_OK, STATUS_UNRESOLVED, status_of  # noqa: F401 (re-exported)
+from ..concepts import (  # noqa: F401 (re-exported)
+    REGIME_JUMP,
+    STATUS_OK,
+    STATUS_UNRESOLVED,
+    status_of,
+    sweep_status,
+)
 from ..errors import DataError, OptionError
 from ..fsutil import atomic_path, pid_alive, utc_now
 from .schema import RUNS
@@ -259,6 +267,8 @@ class SweepStore:
         self._last_flush = time.monotonic()
         self._parts = 0
         self._doc: dict | None = None
+        self._lock_fd: int | None = None        # the lock's open file, flock'ed
+        self._lock_pid = 0                      # the process that took it
 
     # parameters ------------------------------------------------------------------
     @property
@@ -381,56 +391,94 @@ class SweepStore:
     @property
     def status(self) -> str:
         """The stored status, except that a "running" sweep whose writer is gone
-        is "killed" (rerunning the same command resumes it)."""
-        status = self.read_doc().get("status", "?")
-        return "killed" if status == "running" and self.lock_holder() is None else status
+        is "killed" (rerunning the same command resumes it): `concepts.sweep_status`."""
+        return sweep_status(self.read_doc().get("status", "?"), self.lock_holder() is not None)
 
     # lock ------------------------------------------------------------------------
+    # How it works (docs/sweep-format.md, "The lock"): the lock file is made whole
+    # (pid, host, start) under a temporary name, flock'ed, and hard-linked onto
+    # sweep.lock, so a lock that exists is never empty and its holder's flock is on
+    # it from the start; the kernel drops the flock when the holder dies, however.
+    # A lock no process holds is stale: a taker waits for its flock and removes it
+    # only while the name still names that file, so two takers never both win.
     @property
     def lock_path(self) -> Path:
         return self.path / LOCK_FILE
 
     def lock_holder(self) -> int | None:
-        """The pid of the live sweep holding the lock, or None (no lock, or a stale one)."""
-        try:
-            pid = int(self.lock_path.read_text().strip())
-        except (OSError, ValueError):
+        """The pid of the live sweep holding the lock (0: a holder whose lock names
+        none), or None (no lock, or a stale one)."""
+        fd = _open_lock(self.lock_path)
+        if fd is None:
             return None
-        return pid if pid == os.getpid() or pid_alive(pid) else None
+        try:
+            text = _read_lock(fd)
+            return (_lock_pid(text) or 0) if _lock_held(fd, text) else None
+        finally:
+            os.close(fd)
 
     def acquire(self) -> None:
-        """Take the folder's lock (created exclusively); refuse while a live sweep holds
-        it. A stale lock (its sweep was killed) is taken over with a warning."""
-        for _ in range(2):
-            try:
-                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self.lock_holder()
-                if holder == os.getpid():
-                    return
-                if holder is not None:
-                    raise SweepStoreError(
-                        f"another sweep (pid {holder}) is writing to {self.path}: wait for it "
-                        f"or stop it; if no such sweep runs (a pid reused by another program), "
-                        f"delete {self.lock_path}")
-                warnings.warn(f"{self.lock_path} was left by a sweep that is no longer running "
-                              "(killed?): taking it over", stacklevel=2)
-                with contextlib.suppress(FileNotFoundError):
-                    self.lock_path.unlink()
-                continue
-            with os.fdopen(fd, "w") as fh:
-                fh.write(f"{os.getpid()}\n")
+        """Take the folder's lock; refuse while a live sweep holds it. A stale lock
+        (its sweep was killed) is taken over with a warning."""
+        if self._lock_fd is not None and self._lock_pid == os.getpid():
             return
-        raise SweepStoreError(f"could not take the lock {self.lock_path}: another sweep took "
+        for _ in range(LOCK_ROUNDS):
+            fd = _link_lock(self.path)
+            if fd is not None:
+                self._lock_fd, self._lock_pid = fd, os.getpid()
+                _HELD_LOCKS.add(fd)
+                return
+            if not self._take_stale():
+                return          # this process holds it already (another SweepStore of it)
+        raise SweepStoreError(f"could not take the lock {self.lock_path}: other sweeps took "
                               "it meanwhile")
 
-    def release(self) -> None:
-        lock = self.path / LOCK_FILE
+    def _take_stale(self) -> bool:
+        """With sweep.lock there: True when it is gone or was stale and removed here
+        (take it again), False when this process holds it already; SweepStoreError
+        when a live sweep holds it."""
+        fd = _open_lock(self.lock_path)
+        if fd is None:
+            return True
         try:
-            if lock.read_text().strip() == str(os.getpid()):
-                lock.unlink()
+            text = _read_lock(fd)
+            if _lock_held(fd, text):
+                pid = _lock_pid(text)
+                if not _names(self.lock_path, fd):       # released meanwhile
+                    return True
+                if pid == os.getpid():
+                    return False
+                if _dead_here(text):        # a stale lock another taker is removing
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    return True
+                raise SweepStoreError(
+                    f"another sweep (pid {pid or 'unknown'}) is writing to {self.path}: wait "
+                    f"for it or stop it; if no such sweep runs (a pid reused by another "
+                    f"program), delete {self.lock_path}")
+            # only other takers can hold this file's flock now, each for a moment
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _names(self.lock_path, fd):
+                if _lock_pid(text) not in (None, os.getpid()):
+                    warnings.warn(f"{self.lock_path} was left by a sweep that is no longer "
+                                  "running (killed?): taking it over", stacklevel=3)
+                self.lock_path.unlink()
+            return True
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        """Give the lock up (only the process that took it does)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is None or self._lock_pid != os.getpid():
+            return
+        _HELD_LOCKS.discard(fd)
+        try:
+            if _names(self.lock_path, fd):
+                self.lock_path.unlink()
         except OSError:
             pass
+        finally:
+            os.close(fd)
 
     # runs ------------------------------------------------------------------------
     @property
@@ -500,6 +548,105 @@ class SweepStore:
             pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
         self._buffer.clear()
         return final
+
+
+# --- the lock file ---------------------------------------------------------------------
+
+LOCK_ROUNDS = 100       # takers beaten to a freed lock try again, this many times at most
+_HOST = socket.gethostname()
+# Lock files this process holds open: a forked child closes its copies (the flock
+# stays with the parent's), so a lock never outlives its sweep in a child.
+_HELD_LOCKS: set[int] = set()
+
+
+def _close_held_locks() -> None:
+    for fd in _HELD_LOCKS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_held_locks)
+
+
+def _link_lock(folder: Path) -> int | None:
+    """sweep.lock made whole under a temporary name, flock'ed, and linked onto
+    its name; its open file, or None when a lock is there already."""
+    tmp = folder / f".{LOCK_FILE}.{os.getpid()}.{time.time_ns()}.tmp"
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o644)
+    linked = False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, f"{os.getpid()} {_HOST} {utc_now()}\n".encode())
+        os.link(tmp, folder / LOCK_FILE)
+        linked = True
+    except FileExistsError:
+        return None
+    except OSError as exc:
+        raise SweepStoreError(f"cannot lock {folder / LOCK_FILE}: {exc.strerror or exc} (the "
+                              "sweep folder's file system must support flock and hard links)"
+                              ) from None
+    finally:
+        if not linked:
+            os.close(fd)
+        tmp.unlink(missing_ok=True)
+    return fd
+
+
+def _open_lock(lock: Path) -> int | None:
+    try:
+        return os.open(lock, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+
+
+def _read_lock(fd: int) -> str:
+    return os.pread(fd, 256, 0).decode(errors="replace")
+
+
+def _lock_pid(text: str) -> int | None:
+    """The pid a lock names ("PID HOST START"; an older version's: "PID")."""
+    words = text.split()
+    return int(words[0]) if words and words[0].isdigit() else None
+
+
+def _lock_held(fd: int, text: str) -> bool:
+    """Whether a live process holds the lock open as `fd` (saying `text`): it holds
+    its flock, or (a lock of a version before flock) the pid it names on this host
+    lives and is not this process."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        pass                                  # no flock here: the pid alone tells
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    pid = _lock_pid(text)
+    return pid is not None and pid != os.getpid() and _here(text) and pid_alive(pid)
+
+
+def _here(text: str) -> bool:
+    """Whether a lock was taken on this host (an older version's names none: yes)."""
+    words = text.split()
+    return len(words) < 2 or words[1] == _HOST
+
+
+def _dead_here(text: str) -> bool:
+    """Whether the process a lock names is gone: it named one, on this host."""
+    pid = _lock_pid(text)
+    return pid is not None and _here(text) and not pid_alive(pid)
+
+
+def _names(lock: Path, fd: int) -> bool:
+    """Whether `lock` still names the file open as `fd`."""
+    try:
+        st = os.stat(lock)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
 def _read_part(path: Path) -> pa.Table:

@@ -22,8 +22,11 @@ def is_sweep(path: str | os.PathLike) -> bool:
 
 
 def sweeps_table(stores: list[SweepStore], ids: list[str]) -> pa.Table:
-    """The `sweeps` view's rows, columns as declared in schema.SWEEPS."""
-    return db.folder_table(SWEEPS, ids, [s.path for s in stores], [s.read_doc() for s in stores])
+    """The `sweeps` view's rows, columns as declared in schema.SWEEPS. The status is
+    the sweep's own (`SweepStore.status`: a "running" sweep whose writer is gone
+    is "killed"), read here, in Python, as `dtrf holes` reads it."""
+    docs = [{**s.read_doc(), "status": s.status} for s in stores]
+    return db.folder_table(SWEEPS, ids, [s.path for s in stores], docs)
 
 
 def connect_sweeps(paths: list[str | os.PathLike], *,
