@@ -196,3 +196,27 @@ def test_a_transformers_model_names_its_modules_and_its_library_lines(monkeypatc
     # its saved statistics' gradient is computed in backward, in the same module
     assert any(program.op_name(i) == "native_layer_norm_backward" and
                modules[i] == "gpt_neox.layers.0.input_layernorm" for i in range(program.n_ops))
+
+
+def test_oom_json_names_the_module_of_the_failing_op_and_of_the_largest_storages(
+        tmp_path, monkeypatch):
+    """zoo:gpt at 0.87 of its peak lies in its feasibility hole (docs/torch.md)."""
+    from typer.testing import CliRunner
+
+    from dtrforensics.cli.main import app
+    torch.manual_seed(0)
+    record(*ZOO["gpt"](), tmp_path / "gpt.log")
+    program = load_program(tmp_path / "gpt.log")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["oom", "gpt.log@0.87", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    failing = report["tensor_op_id"]
+    assert report["tensor_module"] == program.op_where(failing) is not None
+    assert report["tensor_source"] == program.op_where(failing, "source")
+    assert report["op_module"] == program.op_where(report["op_id"])
+    for s in report["largest_storages"]:
+        assert s["module"] == program.op_where(int(program.tensor_op[s["storage_id"]]))
+    assert sum(m["bytes"] for m in report["by_module"]) == report["memory"]
+    for level in report["frontier"]:
+        assert level["module"] == program.op_where(level["op_id"])

@@ -177,3 +177,41 @@ def test_modules_at_divergence_name_where_each_run_first_frees_otherwise(tmp_pat
     assert all(position <= r["position"] < position + 2 for r in rows)
     assert len(rows) == 4
     assert (heads["a"]["module"], heads["b"]["module"]) == ("block.1", "block.2")
+
+
+def _oom_text(report) -> str:
+    from rich.console import Console
+
+    from dtrforensics.render.oom import oom_view
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    console.print(oom_view(report))
+    return console.export_text()
+
+
+def test_oom_names_the_failing_ops_module_and_what_fills_memory_by_module(tmp_path):
+    from dtrforensics.analyses.oom import explain_oom
+    from dtrforensics.recorder.reader import open_recording
+    program = placed(*frontier_log(), tmp_path / "f.log")
+    _, path = record_run(program, budget=139, out_dir=tmp_path / "r")
+    report = explain_oom(open_recording(path))
+    assert (report.tensor_module, report.tensor_phase, report.tensor_source) == \
+        ("head", "forward", "model.py:5")
+    assert [(m.module, m.bytes) for m in report.by_module] == \
+        [("block.0", 40), ("block.1", 40), ("embed", 10)]
+    assert [(s.storage_id, s.module) for s in report.largest_storages] == \
+        [(1, "block.0"), (2, "block.1"), (0, "embed")]
+    assert report.to_json()["tensor_module"] == "head"
+    text = _oom_text(report)
+    assert "in head" in text and "model.py:5" in text and "by module" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_oom_of_a_log_without_a_where_file_prints_nothing_new(tmp_path):
+    from dtrforensics.analyses.oom import explain_oom
+    from dtrforensics.recorder.reader import open_recording
+    log, _ = frontier_log()
+    _, path = record_run(log.program("plain"), budget=139, out_dir=tmp_path / "r")
+    report = explain_oom(open_recording(path))
+    assert report.tensor_module is None and not report.has_where
+    text = _oom_text(report)
+    assert "module" not in text and "source" not in text

@@ -39,6 +39,33 @@ class Level:
     new_locked_bytes: int            # of which not already locked by an outer level
     cumulative_bytes: int            # locked by this level and every outer one
     locked_storages: tuple[int, ...]
+    module: str | None = None        # where that op ran in the model (the log's where-file)
+    source: str | None = None        # its file:line
+
+
+@dataclass(frozen=True)
+class ModuleBytes:
+    """Storages resident at the failure that one module made (`oom/pinned_by_module`)."""
+    module: str | None               # None: none, or a log without a where-file
+    storages: int
+    bytes: int
+    constant_bytes: int              # of which constants (parameters, buffers, inputs)
+    largest_storage: int
+    largest_bytes: int
+
+
+@dataclass(frozen=True)
+class PinnedStorage:
+    """One storage resident at the failure, with where its maker ran."""
+    storage_id: int
+    tensor: str
+    size: int
+    op_id: int
+    op_name: str
+    constant: bool
+    module: str | None
+    phase: str | None
+    source: str | None
 
 
 @dataclass(frozen=True)
@@ -74,6 +101,19 @@ class OomReport:
     max_depth: int                   # deepest nesting anywhere in the run
     max_depth_op_id: int | None
     chain_from_events: bool          # the events rebuild the same chain
+    # where in the model (null, and empty, for logs without a where-file):
+    tensor_module: str | None = None     # the module of the failing allocation's op
+    tensor_phase: str | None = None
+    tensor_source: str | None = None
+    op_module: str | None = None         # the module of the top-level op
+    by_module: tuple[ModuleBytes, ...] = ()          # resident bytes by module, largest first
+    largest_storages: tuple[PinnedStorage, ...] = ()  # the largest resident storages
+
+    @property
+    def has_where(self) -> bool:
+        """Whether the log said where its ops ran (a where-file)."""
+        return any(m.module is not None for m in self.by_module) or \
+            self.tensor_module is not None
 
     def to_json(self) -> dict:
         return json_safe(asdict(self))
@@ -94,13 +134,16 @@ def explain_oom(rec: Recording) -> OomReport:
                                  "WHERE run_id = ? ORDER BY depth", [run_id])
         op_name = con.execute("SELECT name FROM ops WHERE run_id = ? AND op_id = ?",
                               [run_id, fa["op_id"]]).fetchone()[0]
+        where = _where(con, run_id, fa["op_id"], fa["tensor_op_id"])
     finally:
         con.close()
+    modules = where.pop("level_where")
     levels = tuple(Level(
         depth=lv["depth"], tensor=lv["tensor"], tensor_id=lv["tensor_id"], op_id=lv["op_id"],
         paper_op=lv["op_id"] + 1, op_name=lv["op_name"], remat=lv["remat"],
         locked_bytes=lv["locked_bytes"], new_locked_bytes=lv["new_locked_bytes"],
-        cumulative_bytes=lv["cumulative_bytes"], locked_storages=tuple(lv["locked_storages"]))
+        cumulative_bytes=lv["cumulative_bytes"], locked_storages=tuple(lv["locked_storages"]),
+        **modules.get(lv["op_id"], {}))
         for lv in front["frontier"])
     from_events = [(r["depth"], r["tensor_id"]) for r in stack]
     return OomReport(
@@ -118,4 +161,32 @@ def explain_oom(rec: Recording) -> OomReport:
         peak_pinned=peak["peak_pinned"], depth_at_peak_pinned=peak["peak_depth"],
         peak_pinned_op_id=peak["peak_op_id"], max_depth=peak["max_depth"],
         max_depth_op_id=peak["max_depth_op_id"],
-        chain_from_events=from_events == [(lv.depth, lv.tensor_id) for lv in levels])
+        chain_from_events=from_events == [(lv.depth, lv.tensor_id) for lv in levels],
+        **where)
+
+
+LARGEST = 5       # the largest resident storages reported
+
+
+def _where(con, run_id: str, op_id: int, tensor_op_id: int) -> dict:
+    """Where in the model the failure sits: the failing and top-level ops' modules,
+    each op's (module, source) by id for the levels, the resident bytes by module
+    and the largest resident storages. All None or empty without a where-file."""
+    ops = {r["op_id"]: r for r in fetch_dicts(
+        con, "SELECT op_id, module, phase, source FROM ops WHERE run_id = ?", [run_id])}
+    rows = fetch_dicts(con, "SELECT * FROM pinned_by_module WHERE run_id = ? "
+                            "ORDER BY bytes DESC, module NULLS LAST", [run_id])
+    largest = fetch_dicts(con, "SELECT * FROM pinned_by_module_storages WHERE run_id = ? "
+                               "ORDER BY size DESC, storage_id LIMIT ?", [run_id, LARGEST])
+    failing, top = ops.get(tensor_op_id, {}), ops.get(op_id, {})
+    return {
+        "tensor_module": failing.get("module"), "tensor_phase": failing.get("phase"),
+        "tensor_source": failing.get("source"), "op_module": top.get("module"),
+        "by_module": tuple(ModuleBytes(**{k: r[k] for k in ModuleBytes.__dataclass_fields__})
+                           for r in rows),
+        "largest_storages": tuple(
+            PinnedStorage(**{k: r[k] for k in PinnedStorage.__dataclass_fields__})
+            for r in largest),
+        "level_where": {i: {"module": r["module"], "source": r["source"]}
+                        for i, r in ops.items() if r["module"] or r["source"]},
+    }

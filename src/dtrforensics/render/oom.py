@@ -15,8 +15,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..analyses.oom import Level, OomReport
-from .labels import op_label
-from .tables import FitPanel
+from .labels import op_label, short_source
+from .tables import FitPanel, FitTable
 from .units import fmt_bytes, fmt_exact_bytes
 
 HEAD = 3            # outer levels always shown
@@ -59,6 +59,8 @@ def _level_label(lv: Level, last: bool) -> Text:
     text.append(lv.tensor, style="bold red" if last else "bold")
     text.append(f" ← {lv.op_name} ", style="cyan")
     text.append(f"[{op_label(lv.op_id)}{', remat' if lv.remat else ''}]", style="dim")
+    if lv.module:
+        text.append(f" {lv.module}", style="green")
     if lv.locked_bytes:
         text.append(f"  locks {fmt_bytes(lv.locked_bytes)}")
         if lv.new_locked_bytes != lv.locked_bytes:
@@ -90,7 +92,8 @@ def oom_view(r: OomReport, full: bool = False) -> Group:
     """The frontier tree (collapsed unless `full`) above the failure's facts."""
     shown = collapse(r.frontier, full)
     title = Text(f"OOM at {op_label(r.op_id, r.op_name)}: allocating {r.tensor} "
-                 f"({fmt_exact_bytes(r.request)}) at depth {r.depth}", style="bold red")
+                 f"({fmt_exact_bytes(r.request)}) at depth {r.depth}"
+                 + (f" in {r.tensor_module}" if r.tensor_module else ""), style="bold red")
     tree = Tree(title)
     nested = len(shown) <= NESTED_MAX
     node = tree
@@ -106,6 +109,7 @@ def oom_view(r: OomReport, full: bool = False) -> Group:
     rows = [
         ("failing allocation", (f"{r.tensor} (tensor {r.tensor_id}, made by "
                                 f"{op_label(r.tensor_op_id, r.tensor_op)})")),
+        *_where_rows(r),
         ("request", fmt_exact_bytes(r.request)),
         ("budget", fmt_exact_bytes(r.budget)),
         ("memory", fmt_exact_bytes(r.memory)),
@@ -128,4 +132,39 @@ def oom_view(r: OomReport, full: bool = False) -> Group:
         rows.append(("warning", "the events rebuild a different chain than run.json"))
     for k, v in rows:
         facts.add_row(k, v)
-    return Group(tree, FitPanel(facts, title=f"{r.run_id}", title_align="left", expand=False))
+    panel = FitPanel(facts, title=f"{r.run_id}", title_align="left", expand=False)
+    return Group(tree, panel, *by_module_view(r))
+
+
+def _where_rows(r: OomReport) -> list[tuple[str, str]]:
+    """Where the failing allocation's op ran, when the log says (a where-file)."""
+    if not r.tensor_module and not r.tensor_source:
+        return []
+    where = r.tensor_module or "outside any module"
+    rows = [("module", where + (f" ({r.tensor_phase})" if r.tensor_phase else ""))]
+    if r.tensor_source:
+        rows.append(("source", short_source(r.tensor_source)))
+    if r.op_module and r.op_module != r.tensor_module:
+        rows.append(("top-level op's module", r.op_module))
+    return rows
+
+
+def by_module_view(r: OomReport) -> list:
+    """What fills the memory at the failure, by module, and the largest storages
+    with their modules; nothing for a log without a where-file."""
+    if not r.has_where:
+        return []
+    t = FitTable(title="Resident at the failure, by module (all pinned)", title_justify="left")
+    for header in ("module", "storages", "bytes", "constants", "share"):
+        t.add_column(header, justify="left" if header == "module" else "right")
+    for m in r.by_module:
+        t.add_row(m.module or "-", f"{m.storages:,}", fmt_exact_bytes(m.bytes),
+                  fmt_bytes(m.constant_bytes), f"{m.bytes / max(r.memory, 1):.1%}")
+    big = FitTable(title="Largest resident storages", title_justify="left")
+    sources = any(s.source for s in r.largest_storages)
+    for header in ("storage", "bytes", "made by", "module", *(("source",) if sources else ())):
+        big.add_column(header, justify="right" if header == "bytes" else "left")
+    for s in r.largest_storages:
+        big.add_row(f"{s.storage_id} ({s.tensor})", fmt_bytes(s.size), s.op_name,
+                    s.module or "-", *((short_source(s.source) or "-",) if sources else ()))
+    return [t, big]

@@ -11,6 +11,28 @@
 -- by bytes descending.
 -- Reads: events, storages.
 
+-- pinned_by_module_storages: one row per OOM run and storage resident at the failure.
+--   run_id            recording
+--   storage_id        the storage; tensor: its owning tensor; size: its bytes
+--   op_id, op_name    the op that made it; constant: made by a constant
+--   module, phase, source   where that op ran (null without a where-file)
+CREATE OR REPLACE VIEW pinned_by_module_storages AS
+WITH failure AS (
+    SELECT run_id, seq FROM events WHERE kind = 'oom'
+),
+last_change AS (
+    SELECT e.run_id, e.storage_id, arg_max(CAST(e.kind AS VARCHAR), e.seq) AS kind
+    FROM events AS e
+    JOIN failure AS f ON f.run_id = e.run_id AND e.seq < f.seq
+    WHERE e.kind IN ('compute', 'evict', 'free_dead')
+    GROUP BY e.run_id, e.storage_id
+)
+SELECT l.run_id, s.storage_id, s.tensor, s.size, s.op_id, s.op_name, s.constant,
+       s.module, s.phase, s.source
+FROM last_change AS l
+JOIN storages AS s ON s.run_id = l.run_id AND s.storage_id = l.storage_id
+WHERE l.kind = 'compute';
+
 -- pinned_by_module: one row per OOM run and module.
 --   run_id            recording
 --   module            module path (null: none, or a log without a where-file)
@@ -21,27 +43,15 @@
 --   largest_storage   its largest resident storage (the lowest id among equals)
 --   largest_bytes     that storage's bytes
 CREATE OR REPLACE VIEW pinned_by_module AS
-WITH failure AS (
-    SELECT run_id, seq, memory FROM events WHERE kind = 'oom'
-),
-last_change AS (
-    SELECT e.run_id, e.storage_id, arg_max(CAST(e.kind AS VARCHAR), e.seq) AS kind
-    FROM events AS e
-    JOIN failure AS f ON f.run_id = e.run_id AND e.seq < f.seq
-    WHERE e.kind IN ('compute', 'evict', 'free_dead')
-    GROUP BY e.run_id, e.storage_id
-)
 SELECT
-    l.run_id,
-    s.module,
+    p.run_id,
+    p.module,
     count(*) AS storages,
-    sum(s.size) AS bytes,
-    coalesce(sum(s.size) FILTER (WHERE s.constant), 0) AS constant_bytes,
-    sum(s.size) / any_value(f.memory) AS share,
-    arg_min(s.storage_id, [-s.size, s.storage_id]) AS largest_storage,
-    max(s.size) AS largest_bytes
-FROM last_change AS l
-JOIN failure AS f ON f.run_id = l.run_id
-JOIN storages AS s ON s.run_id = l.run_id AND s.storage_id = l.storage_id
-WHERE l.kind = 'compute'
-GROUP BY l.run_id, s.module;
+    sum(p.size) AS bytes,
+    coalesce(sum(p.size) FILTER (WHERE p.constant), 0) AS constant_bytes,
+    sum(p.size) / any_value(e.memory) AS share,
+    arg_min(p.storage_id, [-p.size, p.storage_id]) AS largest_storage,
+    max(p.size) AS largest_bytes
+FROM pinned_by_module_storages AS p
+JOIN events AS e ON e.run_id = p.run_id AND e.kind = 'oom'
+GROUP BY p.run_id, p.module;
