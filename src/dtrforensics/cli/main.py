@@ -24,6 +24,8 @@ HELP = ("Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay tra
         "exactly as the reference simulator, record every decision, diff executions, "
         "explain OOMs and sweep budgets.")
 
+GLOSSARY = "Terms: docs/glossary.md"     # every --help ends with it
+
 # name -> (module under cli/, one-line help shown by `dtrf --help`), in --help order;
 # a group spread over several modules names them joined by "+".
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -60,6 +62,8 @@ def load_command(name: str) -> Any:
     command = typer.main.get_command(scratch)
     if isinstance(command, TyperGroup) and name in command.commands:
         command = command.commands[name]
+    for each in [command, *getattr(command, "commands", {}).values()]:
+        each.epilog = GLOSSARY
     return command
 
 
@@ -93,7 +97,8 @@ class LazyGroup(TyperGroup):
 
 
 app = typer.Typer(cls=LazyGroup, name="dtrf", help=HELP, invoke_without_command=True,
-                  rich_markup_mode=None, add_completion=False, pretty_exceptions_enable=False)
+                  epilog=GLOSSARY, rich_markup_mode=None, add_completion=False,
+                  pretty_exceptions_enable=False)
 
 
 def _print_version(value: bool) -> None:
