@@ -220,3 +220,28 @@ def test_oom_json_names_the_module_of_the_failing_op_and_of_the_largest_storages
     assert sum(m["bytes"] for m in report["by_module"]) == report["memory"]
     for level in report["frontier"]:
         assert level["module"] == program.op_where(level["op_id"])
+
+
+def test_explain_json_names_the_modules_of_the_retentions_that_remove_the_oom(
+        tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from dtrforensics.cli.main import app
+    torch.manual_seed(0)
+    record(*ZOO["gpt"](), tmp_path / "gpt.log")
+    program = load_program(tmp_path / "gpt.log")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["explain", "gpt.log", "--ratio", "0.87", "--json",
+                                      "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    module_of = lambda s: program.op_where(int(program.tensor_op[s]))  # noqa: E731
+    assert found["fixes"]
+    for fix in found["fixes"]:
+        storages = fix["retain"] or [fix["force"][0]]
+        assert fix["modules"] == [module_of(s) for s in storages]
+        assert all(fix["modules"])
+    for c in found["candidates"]:
+        assert c["module"] == module_of(c["storage"])
+    failing = found["baseline"]["oom"]["tensor_id"]
+    assert found["failing_module"] == module_of(failing) is not None

@@ -215,3 +215,18 @@ def test_oom_of_a_log_without_a_where_file_prints_nothing_new(tmp_path):
     assert report.tensor_module is None and not report.has_where
     text = _oom_text(report)
     assert "module" not in text and "source" not in text
+
+
+def test_explain_of_a_log_without_a_where_file_adds_nothing(tmp_path):
+    from rich.console import Console
+    from test_interventions import BUDGET, planted
+
+    from dtrforensics.analyses.explain import explain
+    from dtrforensics.render.explain import fixes_table
+    found = explain(planted(), budget=BUDGET, record_root=None, jobs=1)
+    assert found.fixes and found.where == {} and found.failing_module is None
+    data = found.to_json()
+    assert data["where"] == {} and all(f["modules"] == [None] for f in data["fixes"])
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(fixes_table(found))
+    assert "module" not in console.export_text()

@@ -155,6 +155,15 @@ class Explanation:
     control_outcome: str | None = None
     control_matches: bool | None = None
     note: str = CAVEAT
+    # storage -> where its maker ran ({module, phase, source}), for every storage the
+    # search names; empty for a log without a where-file (docs/torch.md)
+    where: dict[int, dict] = field(default_factory=dict)
+    failing_module: str | None = None     # the module of the failing allocation's op
+
+    def modules_of(self, change: Change) -> list[str | None]:
+        """The module of each storage a change retains (or forces), in order."""
+        storages = [change.force[0]] if change.force else list(change.retain)
+        return [self.where.get(s, {}).get("module") for s in storages]
 
     @property
     def fixes(self) -> list[Attempt]:
@@ -173,17 +182,26 @@ class Explanation:
         return sum(r.untried for r in self.rounds if r.size > 1)
 
     def to_json(self) -> dict:
-        return {"baseline": self.baseline, "candidates": [c.__dict__ for c in self.candidates],
-                "forced_victims": [f.__dict__ for f in self.forced],
+        module = lambda s: self.where.get(s, {}).get("module")  # noqa: E731
+        return {"baseline": self.baseline,
+                "candidates": [{**c.__dict__, "module": module(c.storage)}
+                               for c in self.candidates],
+                "forced_victims": [{**f.__dict__, "module": module(f.storage),
+                                    "instead_of_module": module(f.instead_of)}
+                                   for f in self.forced],
                 "nearby_completion": self.nearby.to_json() if self.nearby else None,
-                "fixes": [a.to_json() for a in self.fixes], "tried": len(self.attempts),
+                "fixes": [{**a.to_json(), "modules": self.modules_of(a.change)}
+                          for a in self.fixes], "tried": len(self.attempts),
                 "untried": {"singles": self.singles_untried,
                             "combinations": self.combinations_untried},
                 "search": {"order": list(ORDER), "max_attempts": self.max_attempts,
                            "stopped": self.stopped,
                            "rounds": [r.to_json() for r in self.rounds]},
-                "attempts": [a.to_json() for a in self.attempts],
+                "attempts": [{**a.to_json(), "modules": self.modules_of(a.change)}
+                             for a in self.attempts],
                 "control": self.control_outcome, "control_matches": self.control_matches,
+                "where": {str(k): v for k, v in sorted(self.where.items())},
+                "failing_module": self.failing_module,
                 "note": self.note}
 
 
@@ -373,7 +391,22 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     out.control_outcome = control.summary["outcome"]
     out.control_matches = (same_execution(control.summary, baseline) and rerun_matches
                            and out.all_controls_match)
+    out.where = storage_where(program, out)
+    out.failing_module = program.op_where(int(program.tensor_op[baseline["oom"]["tensor_id"]]))
     return out
+
+
+def storage_where(program: Program, found: Explanation) -> dict[int, dict]:
+    """Where the maker of each storage the search names ran (module, phase,
+    source), from the log's where-file; empty without one."""
+    if program.where is None:
+        return {}
+    named = {c.storage for c in found.candidates}
+    named |= {s for f in found.forced for s in (f.storage, f.instead_of)}
+    for a in found.attempts:
+        named |= set(a.change.retain) | ({a.change.force[0]} if a.change.force else set())
+    return {s: {k: program.op_where(int(program.tensor_op[s]), k)
+                for k in ("module", "phase", "source")} for s in sorted(named)}
 
 
 def _workers(jobs: int | None, attempts: int, failing_seconds: float) -> int:

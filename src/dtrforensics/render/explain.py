@@ -4,6 +4,7 @@ that complete the run, and what the search did not try."""
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..analyses.explain import Attempt, Explanation
 from .tables import FitTable
@@ -30,9 +31,13 @@ def fixes_table(found: Explanation) -> FitTable:
              ",".join(str(failing_op - op) for op in a.change.evicted_at_op),
              fmt_overhead(a.summary["overhead"]), str(a.summary["max_depth"]),
              f"{a.summary['max_pinned']['bytes']:,}") for a in found.fixes]
-    return _table(f"changes that complete the run (failure at op {failing_op})",
-                  ("change", "evicted\nat op", "ops\nbefore", "overhead", "max\ndepth",
-                   "peak pinned"), rows)
+    columns = ("change", "evicted\nat op", "ops\nbefore", "overhead", "max\ndepth",
+               "peak pinned")
+    if found.where:          # the log said where its ops ran: the storages' modules
+        rows = [(*row, ", ".join(m or "-" for m in found.modules_of(a.change)))
+                for row, a in zip(rows, found.fixes)]
+        columns += ("module",)
+    return _table(f"changes that complete the run (failure at op {failing_op})", columns, rows)
 
 
 def _table(title: str | None, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> FitTable:
@@ -94,8 +99,9 @@ def print_explanation(found: Explanation, console: Console, *, reproduce: str) -
     if base["outcome"] != "oom":
         console.print(f"The run does not fail (outcome {base['outcome']}): nothing to explain.")
         return
+    module = f" in {escape(found.failing_module)}" if found.failing_module else ""
     console.print(f"Baseline: [bold red]oom[/] at op {base['oom']['op_id']} allocating "
-                  f"{base['oom']['tensor']} at depth {base['oom']['depth']}; "
+                  f"{base['oom']['tensor']}{module} at depth {base['oom']['depth']}; "
                   f"{fmt_count(len(found.candidates), 'retention candidate')}, "
                   f"{fmt_count(len(found.forced), 'forced victim')}.")
     if found.forced or found.nearby:
