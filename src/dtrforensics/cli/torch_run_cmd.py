@@ -77,5 +77,8 @@ def run_cmd(
     if as_json:
         typer.echo(dumps(doc, indent=2))
     else:
+        from ..render.lines import say
         for line in run_lines(doc):
-            typer.echo(line)
+            say(line)
+    if doc["mismatch"] is not None:     # shown first, then one line and exit 3
+        raise NotFaithfulError(doc["mismatch"], spec)
