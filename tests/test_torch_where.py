@@ -245,3 +245,28 @@ def test_explain_json_names_the_modules_of_the_retentions_that_remove_the_oom(
         assert c["module"] == module_of(c["storage"])
     failing = found["baseline"]["oom"]["tensor_id"]
     assert found["failing_module"] == module_of(failing) is not None
+
+
+def test_diff_json_names_the_modules_of_the_first_divergent_victims(tmp_path, monkeypatch):
+    """zoo:gpt at 0.85 (completes) against 0.87 (fails in the hole)."""
+    from typer.testing import CliRunner
+
+    from dtrforensics.cli.main import app
+    torch.manual_seed(0)
+    record(*ZOO["gpt"](), tmp_path / "gpt.log")
+    program = load_program(tmp_path / "gpt.log")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["diff", "gpt.log@0.85", "gpt.log@0.87", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    module_of = lambda s: program.op_where(int(program.tensor_op[s]))  # noqa: E731
+    for key in ("first_divergence", "first_divergent_choice"):
+        for side in ("a", "b"):
+            entry = report[key][side]
+            assert entry["module"] == module_of(entry["victim"]) is not None
+            assert entry["source"] == program.op_where(int(program.tensor_op[entry["victim"]]),
+                                                       "source")
+    entries = report["divergent_entries"]
+    assert {e["run"] for e in entries} == {"a", "b"}
+    assert min(e["position"] for e in entries) == report["first_divergence"]["position"]
+    assert all(e["module"] == module_of(e["storage"]) for e in entries)

@@ -230,3 +230,32 @@ def test_explain_of_a_log_without_a_where_file_adds_nothing(tmp_path):
     console = Console(width=200, record=True, file=open("/dev/null", "w"))
     console.print(fixes_table(found))
     assert "module" not in console.export_text()
+
+
+def test_diff_names_the_divergent_victims_modules_and_nothing_without_a_where_file(tmp_path):
+    from rich.console import Console
+
+    from dtrforensics.analyses.diff import diff
+    from dtrforensics.recorder.reader import open_recording
+    from dtrforensics.render.diff import print_diff
+    log, where = wide_log()
+    force = Interventions(force=((3, 0),))
+    texts = {}
+    for name, program in (("placed", placed(log, where, tmp_path / "w.log")),
+                          ("plain", log.program("plain"))):
+        _, a = record_run(program, budget=150, out_dir=tmp_path / name / "a")
+        _, b = record_run(program, budget=150, out_dir=tmp_path / name / "b",
+                          interventions=force)
+        report = diff(open_recording(a), open_recording(b))
+        console = Console(width=80, record=True, file=open("/dev/null", "w"))
+        print_diff(report, console)
+        texts[name] = (report, console.export_text())
+    report, text = texts["placed"]
+    d = report.first_divergence
+    assert (d.a.module, d.b.module) == ("block.1", "block.2")
+    assert (d.a.source, d.b.source) == ("model.py:4", "model.py:5")
+    assert [(e.run, e.module) for e in report.divergent_entries][:1] == [("a", "block.1")]
+    assert "block.2" in text and "by module" in text
+    report, text = texts["plain"]
+    assert report.first_divergence.a.module is None and report.divergent_entries == ()
+    assert "module" not in text and "source" not in text

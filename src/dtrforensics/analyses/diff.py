@@ -40,6 +40,7 @@ from ..trace.program import op_label
 from .runs import open_together, same_trace
 
 TIMING_WINDOW = 16      # stream entries searched for the same victim in the other run
+DIVERGENT_ENTRIES = 5   # stream entries per run shown with their modules after the divergence
 DEFAULT_WINDOWS = 20    # aftermath windows when no window size is given
 
 CAUSES = ("timing_shift", "different_shortfall", "different_pool", "different_score_order",
@@ -107,6 +108,25 @@ class Side:
     pool_bytes: int | None
     rank_in_a: Rank | None = None    # this entry's storage at run a's active decision
     rank_in_b: Rank | None = None
+    module: str | None = None        # where the victim's maker ran (the log's where-file)
+    phase: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class DivergentEntry:
+    """A stream entry from the first divergence on, with where its storage's maker
+    ran (`diff/modules_at_divergence`)."""
+    run: str                         # 'a' or 'b'
+    position: int
+    kind: str                        # 'pressure' or 'dead'
+    storage: int
+    bytes: int
+    tensor: str
+    op_name: str
+    module: str | None
+    phase: str | None
+    source: str | None
 
 
 @dataclass(frozen=True)
@@ -220,6 +240,9 @@ class DiffReport:
     first_divergent_choice: Divergence | None
     aftermath: Aftermath | None
     failures: tuple[Failure, ...] = field(default_factory=tuple)
+    # each run's first entries from the first divergence on, with their modules;
+    # empty when the streams are the same or the log has no where-file
+    divergent_entries: tuple[DivergentEntry, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict:
         return json_safe(asdict(self))
@@ -263,7 +286,19 @@ class _Diff:
         return DiffReport(a=self.run_ref("a"), b=self.run_ref("b"), common_prefix=first[0],
                           prefix_shift=self.shift, first_divergence=first[1], common_choices=choice[0],
                           first_divergent_choice=choice[1], aftermath=aftermath,
-                          failures=failures)
+                          failures=failures, divergent_entries=self.divergent_entries())
+
+    def divergent_entries(self, n: int = DIVERGENT_ENTRIES) -> tuple[DivergentEntry, ...]:
+        """Each run's first `n` stream entries from the divergence on, with their
+        modules; none without a where-file (nothing to say beyond the divergence)."""
+        rows = fetch_dicts(self.con, "SELECT * FROM modules_at_divergence(?, ?, ?)",
+                           [self.ids["a"], self.ids["b"], n])
+        if not any(r["module"] or r["source"] for r in rows):
+            return ()
+        return tuple(DivergentEntry(
+            run=r["side"], position=r["position"], kind=r["kind"], storage=r["storage_id"],
+            bytes=r["bytes"], tensor=r["tensor"], op_name=r["op_name"], module=r["module"],
+            phase=r["phase"], source=r["source"]) for r in rows)
 
     def run_ref(self, label: str) -> RunRef:
         rec = self.recs[label]
@@ -341,7 +376,8 @@ class _Diff:
         forced = (decision is not None and r["storage_id"] is not None
                   and (int(r["storage_id"]), int(decision)) in self.forced[label])
         alloc = state["alloc_tensor_id"]
-        return Side(
+        where = self._where(r["storage_id"])
+        return Side(**where,
             kind=r["kind"], victim=r["storage_id"], tensor=r["tensor"], bytes=r["bytes"],
             op_id=r["op_id"], paper_op=r["paper_op"], op_name=r["op_name"], clock=r["clock"],
             depth=r["depth"], decision=decision, score=r["score"], runner_up=r["runner_up"],
@@ -351,6 +387,15 @@ class _Diff:
             request=state["request"], memory=state["memory"], budget=state["budget"],
             shortfall=state["shortfall"], pool_size=state["pool_size"],
             pool_bytes=state["pool_bytes"])
+
+    def _where(self, storage: int | None) -> dict:
+        """module, phase, source of the op that made `storage` (None without)."""
+        if storage is None:
+            return {}
+        rows = fetch_dicts(self.con, "SELECT module, phase, source FROM storages "
+                                     "WHERE run_id = ? AND storage_id = ?",
+                           [self.ids["a"], storage])
+        return rows[0] if rows else {}
 
     def _tensor_name(self, tensor_id: int) -> str | None:
         rows = self.con.execute("SELECT name FROM tensors WHERE run_id = ? AND tensor_id = ?",

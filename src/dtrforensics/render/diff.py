@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..analyses.diff import DiffReport, Divergence, Failure, Rank, Side
-from .labels import op_label, run_label
+from .labels import op_label, run_label, short_source
 from .tables import FitPanel, FitTable
 from .units import ScoreFormat, fmt_bytes, fmt_exact_bytes, score_format
 
@@ -30,6 +30,8 @@ def print_diff(report: DiffReport, out: Console,
         out.print(f"Every pressure decision agrees ({report.common_choices:,} in common).")
     elif not both:
         out.print(_divergence_panel("First divergent choice", choice, report))
+    if report.divergent_entries:
+        out.print(_divergent_table(report))
     if report.aftermath is not None:
         out.print(_aftermath_table(report))
     for failure in report.failures:
@@ -94,6 +96,7 @@ def _divergence_panel(title: str, d: Divergence, r: DiffReport,
     t.add_column("b")
     rows = [
         ("entry", _entry(d.a), _entry(d.b)),
+        *_where_rows(d),
         ("at", op_label(d.a.op_id, d.a.op_name), op_label(d.b.op_id, d.b.op_name)),
         ("stream position", _opt(d.a.stream_position), _opt(d.b.stream_position)),
         ("decision", _opt(d.a.decision), _opt(d.b.decision)),
@@ -119,6 +122,30 @@ def _divergence_panel(title: str, d: Divergence, r: DiffReport,
     if also is not None and also.explanation != d.explanation:
         cause.append(f"\nas a choice: {also.explanation}")
     return FitPanel(Group(head, t, cause), title=title, title_align="left", expand=False)
+
+
+def _where_rows(d: Divergence) -> list[tuple[str, str, str]]:
+    """The victims' modules and source lines, when the log says (a where-file)."""
+    rows = []
+    if d.a.module or d.b.module:
+        rows.append(("module", d.a.module or "-", d.b.module or "-"))
+    if d.a.source or d.b.source:
+        rows.append(("source", short_source(d.a.source) or "-", short_source(d.b.source) or "-"))
+    return rows
+
+
+def _divergent_table(r: DiffReport) -> FitTable:
+    """Each run's first entries from the divergence on, with their modules."""
+    t = FitTable(title="From the divergence on: what each run frees, by module",
+                 title_justify="left")
+    for col in ("run", "entry", "frees", "module"):
+        t.add_column(col, justify="right" if col == "entry" else "left")
+    for e in r.divergent_entries:
+        t.add_row(e.run, f"{e.position:,}",
+                  f"{'victim' if e.kind == 'pressure' else 'dead'} {e.storage} "
+                  f"({fmt_bytes(e.bytes)})",
+                  (e.module or "-") + (f" ({e.phase})" if e.phase else ""))
+    return t
 
 
 def _opt(x) -> str:
