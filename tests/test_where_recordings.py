@@ -259,3 +259,32 @@ def test_diff_names_the_divergent_victims_modules_and_nothing_without_a_where_fi
     report, text = texts["plain"]
     assert report.first_divergence.a.module is None and report.divergent_entries == ()
     assert "module" not in text and "source" not in text
+
+
+def test_reevict_sums_work_by_module_and_names_the_modules_of_the_top_storages(tmp_path):
+    from rich.console import Console
+
+    from dtrforensics.analyses.reevict import reevict
+    from dtrforensics.recorder.reader import open_recording
+    from dtrforensics.render.reevict import reevict_view
+    log, where = backward_log()
+    out = {}
+    for name, program in (("placed", placed(log, where, tmp_path / "b.log")),
+                          ("plain", log.program("plain"))):
+        result, path = record_run(program, budget=130, out_dir=tmp_path / name)
+        report = reevict([open_recording(path)])
+        console = Console(width=80, record=True, file=open("/dev/null", "w"))
+        console.print(reevict_view(report, top=5))
+        out[name] = (result.summary, report.runs[0], console.export_text())
+    summary, run, text = out["placed"]
+    assert sum(m.evictions for m in run.by_module) == summary.evictions
+    assert sum(m.remat_compute for m in run.by_module) == summary.remat_compute
+    assert all(t.module == placed_module(where, t.op_id) for t in run.pressure.top)
+    assert "by module" in text and "block.1" in text
+    _, run, text = out["plain"]
+    assert run.by_module == () and all(t.module is None for t in run.pressure.top)
+    assert "module" not in text
+
+
+def placed_module(where: list, op_id: int) -> str | None:
+    return where[op_id][0]

@@ -40,6 +40,19 @@ class TopStorage:
     op_id: int
     paper_op: int
     op_name: str
+    module: str | None = None  # where its maker ran (the log's where-file)
+
+
+@dataclass(frozen=True)
+class ModuleWork:
+    """A run's evictions and rematerializations in one module and phase
+    (`run/work_by_module`): what the run spent where in the model."""
+    module: str | None
+    phase: str | None
+    evictions: int           # pressure evictions of storages made there
+    evicted_bytes: int
+    remats: int              # rematerializations of its ops
+    remat_compute: int       # their compute
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,8 @@ class RunFigures:
     outcome: str
     pressure: ScopeFigures
     stream: ScopeFigures
+    # by module and phase, most recompute first; empty for a log without a where-file
+    by_module: tuple[ModuleWork, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,12 +124,15 @@ def reevict(recordings: Sequence[Recording], *, top: int = TOP) -> ReevictReport
 
 
 def _run_figures(con, rec: Recording, run_id: str, top: int) -> RunFigures:
+    modules = dict(con.execute("SELECT storage_id, module FROM storages WHERE run_id = ? "
+                               "AND module IS NOT NULL", [run_id]).fetchall())
     scopes = {}
     for r in fetch_dicts(con, "SELECT * FROM reeviction_figures WHERE run_id = ?", [run_id]):
         tops = tuple(TopStorage(
             rank=t["rank"], storage=t["storage_id"], evictions=t["evictions"],
             pressure=t["pressure"], dead=t["dead"], bytes=t["bytes"], tensor=t["tensor"],
-            op_id=t["op_id"], paper_op=t["paper_op"], op_name=t["op_name"])
+            op_id=t["op_id"], paper_op=t["paper_op"], op_name=t["op_name"],
+            module=modules.get(t["storage_id"]))
             for t in fetch_dicts(con, "SELECT * FROM evictions_per_storage_top(?, ?, ?)",
                                  [run_id, r["scope"], top]))
         scopes[r["scope"]] = ScopeFigures(
@@ -125,4 +143,11 @@ def _run_figures(con, rec: Recording, run_id: str, top: int) -> RunFigures:
             collateral_share=r["collateral_share"], top=tops)
     return RunFigures(run_id=run_id, trace=rec.run["trace"]["name"], policy=rec.run["policy"],
                       ratio=rec.run.get("ratio"), budget=rec.run["budget"], outcome=rec.outcome,
-                      pressure=scopes["pressure"], stream=scopes["stream"])
+                      pressure=scopes["pressure"], stream=scopes["stream"],
+                      by_module=_work_by_module(con, run_id) if modules else ())
+
+
+def _work_by_module(con, run_id: str) -> tuple[ModuleWork, ...]:
+    rows = fetch_dicts(con, "SELECT * FROM work_by_module WHERE run_id = ? ORDER BY "
+                            "remat_compute DESC, evictions DESC, module, phase", [run_id])
+    return tuple(ModuleWork(**{k: r[k] for k in ModuleWork.__dataclass_fields__}) for r in rows)

@@ -44,12 +44,25 @@ def _figures_table(r: ReevictReport) -> FitTable:
 def _top_table(run: RunFigures, scope: str) -> FitTable:
     figures = getattr(run, scope)
     t = FitTable(title=f"{run.run_id}: most evicted, {SCOPE_LABEL[scope]}", title_justify="left")
-    for col in ("#", "storage", "evictions", "pressure", "dead", "size", "tensor", "made by"):
-        t.add_column(col, justify="left" if col in ("tensor", "made by") else "right")
+    modules = any(s.module for s in figures.top)
+    for col in ("#", "storage", "evictions", "pressure", "dead", "size", "tensor", "made by",
+                *(("module",) if modules else ())):
+        t.add_column(col, justify="left" if col in ("tensor", "made by", "module") else "right")
     for s in figures.top:
         t.add_row(str(s.rank), str(s.storage), f"{s.evictions:,}", f"{s.pressure:,}",
                   f"{s.dead:,}", fmt_bytes(s.bytes), s.tensor,
-                  op_label(s.op_id, s.op_name))
+                  op_label(s.op_id, s.op_name), *((s.module or "-",) if modules else ()))
+    return t
+
+
+def _by_module_table(run: RunFigures) -> FitTable:
+    """What the run evicted and recomputed, by module and phase (`run/work_by_module`)."""
+    t = FitTable(title=f"{run.run_id}: evictions and recompute by module", title_justify="left")
+    for col in ("module", "phase", "evictions", "bytes", "remats", "compute"):
+        t.add_column(col, justify="left" if col in ("module", "phase") else "right")
+    for m in run.by_module:
+        t.add_row(m.module or "-", m.phase or "-", f"{m.evictions:,}",
+                  fmt_bytes(m.evicted_bytes), f"{m.remats:,}", f"{m.remat_compute:,}")
     return t
 
 
@@ -72,4 +85,5 @@ def reevict_view(r: ReevictReport, top: int) -> Group:
         parts.append(_overlap_table(r))
     if top:
         parts += [_top_table(run, scope) for run in r.runs for scope in ("pressure", "stream")]
+    parts += [_by_module_table(run) for run in r.runs if run.by_module]
     return Group(*parts)
