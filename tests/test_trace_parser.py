@@ -199,6 +199,38 @@ def test_size_not_an_integer(tmp_path):
     assert (err.line, err.problem) == (4, "MEMORY is not an integer: 'big'")
 
 
+BEYOND_INT64 = str(1 << 63)
+
+
+@pytest.mark.parametrize("records, line, what", [
+    (constant("x", size=BEYOND_INT64), 2, "MEMORY"),
+    ([*constant("x"), *call("f", ["y"], ["x"], sizes=[BEYOND_INT64])], 4, "MEMORY"),
+    ([*constant("x"), *call("f", ["y"], ["x"], time=BEYOND_INT64)], 3, "TIME"),
+    ([*constant("x"), *call("f", ["y"], ["x"], time="99999999999999999999")], 3, "TIME"),
+])
+def test_a_number_beyond_int64_is_refused_where_it_is(tmp_path, records, line, what):
+    _, err = parse_error(tmp_path, records)
+    assert err.line == line
+    assert err.problem == (f"{what} {int(records[line - 1][what])} is outside the int64 range "
+                           f"the engine counts in (at most {(1 << 63) - 1:,})")
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 1e300, 2.5, True])
+def test_a_json_number_that_is_no_int64_is_refused(tmp_path, value):
+    _, err = parse_error(tmp_path, [*constant("x"), *call("f", ["y"], ["x"], time=value)])
+    assert err.line == 3 and err.problem.startswith("TIME ")
+
+
+@pytest.mark.parametrize("field", ["MEMORY", "TIME"])
+def test_sums_beyond_int64_are_refused_at_the_line_that_overflows(tmp_path, field):
+    half = 1 << 62                  # each fits int64; the two together do not
+    big = {"sizes": [half]} if field == "MEMORY" else {"time": half}
+    records = [*constant("x"), *call("f", ["y"], ["x"], **big), *call("g", ["z"], ["y"], **big)]
+    _, err = parse_error(tmp_path, records)
+    assert err.line == 6
+    assert err.problem.startswith(f"the trace's {field} values add up to more than")
+
+
 def test_missing_field(tmp_path):
     records = [*constant("x"), {"INSTRUCTION": "CALL", "RESULT": ["y"], "NAME": "f",
                                 "ARGS": ["x"]}]
@@ -271,6 +303,10 @@ def run_dtrf(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                        "TIME": 1}],
      3, "truncated file: CALL on line 3 is not followed by its MEMORY line for 'y'"),
     ([*constant("x"), *call("f", ["y"], ["x"], time=-3)], 3, "negative TIME: -3"),
+    ([*constant("x"), *call("f", ["y"], ["x"], sizes=[1 << 63])], 4,
+     f"MEMORY {1 << 63} is outside the int64 range"),
+    ([*constant("x"), *call("f", ["y"], ["x"], time=str(1 << 64))], 3,
+     f"TIME {1 << 64} is outside the int64 range"),
 ])
 def test_cli_info_reports_parse_error(tmp_path, records, line, problem):
     path = write_log(tmp_path, records)
@@ -280,6 +316,15 @@ def test_cli_info_reports_parse_error(tmp_path, records, line, problem):
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+def test_cli_run_refuses_a_size_beyond_int64(tmp_path):
+    path = write_log(tmp_path, [*constant("x"), *call("f", ["y"], ["x"], sizes=[1 << 63])])
+    done = run_dtrf(tmp_path, "run", str(path), "--ratio", "0.5")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: {path}:4: MEMORY {1 << 63} is outside the int64 range the engine counts in "
+        f"(at most {(1 << 63) - 1:,})"]
 
 
 def test_cli_info_unknown_trace(tmp_path):

@@ -83,6 +83,7 @@ class _Builder:
         self.tensor_name_list: list[str] = []
         self.sched_kind: list[int] = []
         self.sched_arg: list[int] = []
+        self.sums = {"MEMORY": 0, "TIME": 0}      # over the whole trace, kept inside int64
 
     def _intern(self, table: dict[str, int], text: str) -> int:
         ident = table.get(text)
@@ -111,6 +112,7 @@ class _Builder:
             self.tensor_storage.append(storage)
             self.tensor_name_id.append(self._intern(self.tensor_names, result_names[index]))
             self.tensor_name_list.append(result_names[index])
+        self._add_to_sums(line, total, cost)
         self.op_cost.append(cost)
         self.op_total_size.append(total)
         self.op_first_tensor.append(first)
@@ -122,6 +124,16 @@ class _Builder:
         self.op_name_id.append(self._intern(self.op_names, name))
         self.command(CMD_COMPUTE, op_id)
         return list(range(first, first + len(sizes)))
+
+    def _add_to_sums(self, line: int, size: int, cost: int) -> None:
+        """Every sum of sizes (live bytes, a peak) and of costs (model compute) the
+        engine forms is at most the trace's total: it must fit int64."""
+        for what, amount in (("MEMORY", size), ("TIME", cost)):
+            self.sums[what] += amount
+            if self.sums[what] > INT64_MAX:
+                raise TraceError(self.path, line, f"the trace's {what} values add up to more "
+                                 f"than {INT64_MAX:,} by this line: the engine's int64 sums "
+                                 "would overflow")
 
     def command(self, kind: int, arg: int) -> None:
         self.sched_kind.append(kind)
@@ -164,13 +176,23 @@ def _field(record: dict, key: str, path: str, line: int):
         raise TraceError(path, line, f"{record.get('INSTRUCTION')} is missing field {key!r}") from None
 
 
+INT64_MAX = (1 << 63) - 1     # sizes, costs and their sums over a trace are int64 in the engine
+
+
 def _nonneg_int(value, what: str, path: str, line: int) -> int:
+    if isinstance(value, bool):
+        raise TraceError(path, line, f"{what} is not an integer: {value!r}")
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise TraceError(path, line, f"{what} is not an integer: {value!r}") from None
+    if isinstance(value, float) and number != value:
+        raise TraceError(path, line, f"{what} is not an integer: {value!r}")
     if number < 0:
         raise TraceError(path, line, f"negative {what}: {number}")
+    if number > INT64_MAX:
+        raise TraceError(path, line, f"{what} {number} is outside the int64 range the engine "
+                                     f"counts in (at most {INT64_MAX:,})")
     return number
 
 
