@@ -288,3 +288,15 @@ def test_reevict_sums_work_by_module_and_names_the_modules_of_the_top_storages(t
 
 def placed_module(where: list, op_id: int) -> str | None:
     return where[op_id][0]
+
+
+def test_an_imported_log_keeps_its_where_file(tmp_path):
+    from dtrforensics.trace.registry import import_traces
+    from dtrforensics.trace.where import where_path
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    placed(*frontier_log(), folder / "f.log")
+    result = import_traces(folder, tmp_path / "store")
+    (target,) = result.imported
+    assert where_path(target).read_text() == where_path(folder / "f.log").read_text()
+    assert load_program(target, cache=False).op_where(3) == "head"

@@ -276,6 +276,17 @@ def _copy_atomic(opener: Callable[[], BinaryIO], dest: Path) -> None:
         shutil.copyfileobj(src, out, 1 << 20)
 
 
+def _copy_where(source: Path, shown: str, target: Path) -> None:
+    """A log's where-file (module paths of its ops, `trace/where.py`) travels with
+    it out of a folder (not out of a zip)."""
+    from .where import where_path
+    if not source.is_dir():
+        return
+    side = where_path(Path(shown))
+    if side.is_file():
+        _copy_atomic(lambda: open(side, "rb"), where_path(target))
+
+
 def _file_sha256(path: Path) -> str:
     with open(path, "rb") as fh:
         return stream_sha256(fh)
@@ -310,6 +321,7 @@ def import_traces(source: str | Path, dest: str | Path | None = None) -> ImportR
                     f"{shown} is not one of the published DTR logs; imported without "
                     "verification")
             target = dest_root / (PUBLIC_SUBDIR if expected else IMPORTED_SUBDIR) / base
+            _copy_where(source, shown, target)
             if target.is_file() and _file_sha256(target) == digest:
                 result.unchanged.append(target)
                 continue
