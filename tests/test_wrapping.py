@@ -188,3 +188,22 @@ def test_progress_bars_keep_their_totals_whole_at_80_columns():
     last = buf.getvalue().split("\x1b[2K")[-1]
     assert "1000/1000" in last and "…" not in last, repr(last)
     assert all(len(ln) <= 80 for ln in re.sub(r"\x1b\[[\d;?]*[A-Za-z]", "", last).splitlines())
+
+
+def test_a_finish_command_wraps_into_lines_a_shell_runs_whole(tmp_path):
+    """The command that finishes a sweep, at 80 columns: no line over 80 (the
+    terminal cut `--max-runs 4,000` mid-number), and the lines, pasted into a
+    shell, are the command printed on one line at 200 columns."""
+    import shlex
+    cli(tmp_path, WIDE, ["sweep", "hole", "--from", "0.5", "--to", "1.0", "--exact",
+                         "--max-runs", "3", "--jobs", "1", "-o", "sw", "--no-progress"])
+    wide = next(ln for ln in cli(tmp_path, WIDE, ["holes", "sw"]).splitlines()
+                if "to finish" in ln)
+    narrow = cli(tmp_path, 80, ["holes", "sw"]).splitlines()
+    start = next(i for i, ln in enumerate(narrow) if "to finish" in ln)
+    end = next(i for i in range(start, len(narrow)) if not narrow[i].endswith(" \\"))
+    block = narrow[start:end + 1]
+    assert len(block) > 1 and all(len(ln) <= 80 for ln in block), block
+    pasted = "\n".join(block)
+    pasted = pasted[pasted.index("dtrf "):].replace("\\\n", "")
+    assert shlex.split(pasted) == shlex.split(wide[wide.index("dtrf "):])

@@ -20,7 +20,7 @@ from ..sweep.holes import Certainty, ExactRegion, ExactView, HolesReport, Policy
 from ..sweep.store import SweepParams
 from .tables import FitPanel, FitTable
 from .units import RatioFormat, fmt_count, fmt_exact_bytes, fmt_overhead, fmt_ratio, ratio_format
-from .wrapping import kept_progress
+from .wrapping import kept_progress, shell_wrap
 
 MAX_ROWS = 40
 GAP_REASONS = {"run-limit": "the walk has not reached",
@@ -63,8 +63,13 @@ def print_holes(console: Console, report: HolesReport) -> None:
 
 
 def print_commands(console: Console, lines: list[str]) -> None:
+    """Each `what: dtrf ...` line at the console's width, the command continued
+    with ` \\` (pasted into a shell, the lines run it whole)."""
     for line in lines:
-        console.print(Text(line), soft_wrap=True)
+        head, sep, command = line.partition(": dtrf ")
+        parts = shell_wrap(head + ":", "dtrf " + command, console.width) if sep else [line]
+        for part in parts:
+            console.print(Text(part), soft_wrap=True)
 
 
 def _ov(x: float | None) -> str:

@@ -102,3 +102,24 @@ def kept_progress(*columns, **kwargs):
         if isinstance(column, (TextColumn, BarColumn)):
             column._table_column = Column(no_wrap=False)
     return Progress(*columns, **kwargs)
+
+
+SHELL_WORD = re.compile(r"""(?:'[^']*'|"(?:\\.|[^"\\])*"|[^\s'"])+""")
+
+
+def shell_wrap(head: str, command: str, width: int) -> list[str]:
+    """`head` then a shell `command`, in lines of at most `width` columns where a
+    word allows: the command breaks only between its shell words (never inside
+    a quoted one) and each of its broken lines ends with ` \\`, so that the lines
+    pasted into a shell run it as it is; continued lines start two columns in."""
+    tokens = [(w, False) for w in head.split()] + [(w, True) for w in SHELL_WORD.findall(command)]
+    lines: list[str] = []
+    line, in_command = "", False
+    for word, shell in tokens:
+        room = width - (2 if shell else 0)          # room for ` \` inside the command
+        if line.strip() and cell_len(line) + 1 + cell_len(word) > room:
+            lines.append(line + (" \\" if in_command else ""))
+            line = " " * HANG
+        line += ("" if not line.strip() else " ") + word
+        in_command |= shell
+    return lines + [line]
