@@ -676,3 +676,173 @@ def test_a_cuda_step_with_dropout_rebuilds_to_the_same_bits(tmp_path):
     result = execute(*cuda_dropout_mlp(), budget=lowest_completing(cuda_dropout_mlp, tmp_path))
     assert_faithful(result)
     assert result.random_rebuilds > 0
+
+
+# --- never a silent mismatch ---------------------------------------------------------
+
+
+def test_peak_live_is_the_steps_peak_over_every_allocation(monkeypatch):
+    """"peak live" is the most the step's storages held after any allocation, not the
+    live bytes before an allocation check: at the unconstrained budget it is the
+    log's peak, and at an evicting one the largest of fresh sums taken after every
+    op and at every check, within the budget."""
+    result = execute(*zoo("gpt"), ratio=1.0)
+    assert result.matches_simulation() and result.peak_live_bytes == result.peak
+    sums = []
+    dispatch, check = runtime.Executor.__torch_dispatch__, runtime.Executor._check
+
+    def dispatched(self, *args, **kwargs):
+        out = dispatch(self, *args, **kwargs)
+        sums.append(self.live_bytes())
+        return out
+
+    def checked(self, *args):
+        sums.append(self.live_bytes())
+        check(self, *args)
+
+    monkeypatch.setattr(runtime.Executor, "__torch_dispatch__", dispatched)
+    monkeypatch.setattr(runtime.Executor, "_check", checked)
+    step = prepare(*zoo("gpt"))
+    least = floor(step.program).floor
+    budget = least + int((step.peak - least) * 0.8)
+    result = execute(*zoo("gpt"), budget=budget)
+    assert result.victims and result.matches_simulation()
+    assert result.peak_live_bytes == max(sums) <= budget
+
+
+class HiddenScale(torch.autograd.Function):
+    """Identity forward; backward scales by a module global that every call changes."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        CALLS["backward"] += 1
+        return grad * CALLS["backward"]
+
+
+CALLS = {"forward": 0, "backward": 0}
+
+
+class HiddenState(nn.Module):
+    """State in a module global, which no restoration can put back: each step differs."""
+
+    def __init__(self, where: str):
+        super().__init__()
+        self.first, self.second, self.where = nn.Linear(8, 8), nn.Linear(8, 8), where
+
+    def forward(self, x):
+        if self.where == "forward":
+            CALLS["forward"] += 1
+            return self.second(self.first(x)) * CALLS["forward"]
+        return self.second(HiddenScale.apply(self.first(x)))
+
+
+def hidden_in_forward():
+    torch.manual_seed(0)
+    return HiddenState("forward"), (torch.randn(4, 8), torch.randn(4, 8)), nn.functional.mse_loss
+
+
+def hidden_in_backward():
+    torch.manual_seed(0)
+    return HiddenState("backward"), (torch.randn(4, 8), torch.randn(4, 8)), nn.functional.mse_loss
+
+
+@pytest.mark.parametrize("factory,first", [
+    ("hidden_in_forward", "the loss is "),
+    ("hidden_in_backward", "the gradient of first.weight is not bitwise the plain step's"),
+])
+def test_values_unlike_the_plain_steps_are_never_a_match(factory, first):
+    """Same decisions, same memory, other values: not a match, exit 3, the first
+    value that differs named (JSON and text)."""
+    result = execute(*globals()[factory](), ratio=1.0)
+    assert result.outcome == "ok" and result.memory_mismatches == 0
+    assert not result.matches_simulation() and result.mismatch().startswith(first)
+    done = dtrf("torch", "run", f"test_torch_runtime:{factory}", "--ratio", "1.0", "--json")
+    assert done.code == 3 and done.traceback is None, done.err
+    doc = json.loads(done.out)
+    assert doc["matches_simulation"] is False and doc["mismatch"].startswith(first)
+    assert done.err.count("\n") == 1 and "not faithful to the simulation: " + first in done.err
+    text = dtrf("torch", "run", f"test_torch_runtime:{factory}", "--ratio", "1.0")
+    assert text.code == 3 and "DIFFERENT from the simulation" in text.out
+
+
+def test_live_bytes_unlike_the_engines_are_never_a_match(monkeypatch):
+    """A mismatch planted at the third allocation check (the engine's memory one byte
+    more than PyTorch's live bytes): exit 3, naming the check, the op and both
+    byte counts; `--json` says `matches_simulation: false` with the reason."""
+    seen = []
+    original = runtime.Executor._check
+
+    def planted(self, memory, pending, op, depth):
+        if len(seen) == 2:
+            memory += 1
+        seen.append((self.live + pending, memory, f"{self._op_text(op)}, depth {depth}"))
+        original(self, memory, pending, op, depth)
+
+    monkeypatch.setattr(runtime.Executor, "_check", planted)
+    done = dtrf("torch", "run", "zoo:mlp", "--ratio", "1.0", "--json")
+    assert done.code == 3 and done.traceback is None, done.err
+    live, memory, op = seen[2]
+    assert memory == live + 1
+    doc = json.loads(done.out)
+    assert doc["matches_simulation"] is False and doc["real"]["memory_mismatches"] == 1
+    where = f"allocation check 3 ({op}): live storages {live:,} bytes, engine memory {memory:,}"
+    assert doc["mismatch"] == f"live storage bytes differ from the engine's memory at 1 of " \
+        f"{len(seen):,} allocation checks, first at {where}"
+    assert done.err.count("\n") == 1 and where in done.err
+
+
+class Tripwire(nn.Module):
+    """Batch norm (running statistics), dropout (random state) and a head; a forward
+    hook on the head raises `error` at its call number `at` (1: the recording, 2
+    and 3: the plain steps, 4: the real step), after batch norm has run."""
+
+    def __init__(self, at: int, error: type[BaseException]):
+        super().__init__()
+        self.norm, self.drop, self.head = nn.BatchNorm1d(16), nn.Dropout(0.5), nn.Linear(16, 1)
+        calls = []
+
+        def trip(module, args):
+            calls.append(None)
+            if len(calls) == at:
+                raise error("tripped")
+
+        self.head.register_forward_pre_hook(trip)
+
+    def forward(self, x):
+        return self.head(self.drop(self.norm(x)))
+
+
+def tripwire(at: int, error: type[BaseException]):
+    torch.manual_seed(0)
+    return Tripwire(at, error), (torch.randn(8, 16), torch.randn(8, 1)), nn.functional.mse_loss
+
+
+def raises_in_the_plain_step():
+    return tripwire(2, RuntimeError)
+
+
+@pytest.mark.parametrize("at,error,raised", [
+    (1, KeyboardInterrupt, KeyboardInterrupt), (2, KeyboardInterrupt, KeyboardInterrupt),
+    (4, KeyboardInterrupt, KeyboardInterrupt), (2, RuntimeError, RecordError),
+])
+@pytest.mark.parametrize("optimizer", [None, "adam"])
+def test_the_model_is_restored_however_the_step_ends(at, error, raised, optimizer):
+    """Ctrl-C (KeyboardInterrupt) in the recording, the plain step or the real step,
+    or an exception in the plain step: parameters, batch norm's running statistics,
+    gradients and the random state are as they were before `execute`."""
+    model, batch, loss_fn = tripwire(at, error)
+    before, rng = _state(model), torch.get_rng_state()
+    with pytest.raises(raised):
+        execute(model, batch, loss_fn, budget=10**9, optimizer=optimizer)
+    assert _same(before, _state(model)) and torch.equal(rng, torch.get_rng_state())
+
+
+def test_an_exception_in_the_plain_step_is_one_line():
+    done = dtrf("torch", "run", "test_torch_runtime:raises_in_the_plain_step", "--ratio", "1.0")
+    assert done.code == 2 and done.traceback is None, done.err
+    assert done.err.count("\n") == 1
+    assert "the plain step (the reference, without DTR) raised RuntimeError: tripped" in done.err

@@ -47,14 +47,14 @@ def run_cmd(
     seed: Annotated[int, typer.Option(callback=check_seed, help="torch.manual_seed before building the model.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
 ) -> None:
-    """Run one training step of SPEC for real under DTR (evicting and recomputing real tensors) and compare it with the simulation."""
+    """Run one training step of SPEC for real under DTR (evicting and recomputing real tensors) and compare it with the simulation; exit 3 when the real step differs from it (decisions, live bytes at an allocation check, or values)."""
     if (ratio is None) == (budget is None):
         raise CommandError("give exactly one of --ratio or --budget")
     try:
         import torch
 
         from ..torch import RecordError
-        from ..torch.execute import BudgetError, execute
+        from ..torch.execute import BudgetError, NotFaithfulError, execute
         from ..torch.spec import build
     except ImportError as exc:
         raise CommandError(f"dtrf torch needs PyTorch ({exc}): pip install 'dtrforensics[torch]'") from None
@@ -80,3 +80,5 @@ def run_cmd(
         from ..render.lines import say
         for line in run_lines(doc):
             say(line)
+    if doc["mismatch"] is not None:     # shown first, then one line and exit 3
+        raise NotFaithfulError(doc["mismatch"], spec)

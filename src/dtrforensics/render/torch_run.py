@@ -22,8 +22,10 @@ def run_lines(doc: dict) -> list[str]:
         f"{real['over_budget_checks']:,}; peak live {fmt_bytes(real['peak_live_bytes'])} "
         f"({real['peak_live_bytes']:,} bytes)"),
     ]
-    if real["first_mismatch"]:
+    if real["first_mismatch"] and real["first_mismatch"] not in (doc["mismatch"] or ""):
         lines.append(f"first mismatch: {real['first_mismatch']}")
+    if doc["mismatch"]:
+        lines.append(f"not faithful to the simulation: {doc['mismatch']}")
     if doc["oom"]:
         oom = doc["oom"]
         lines.append(f"out of memory at op {oom['op_id']} (paper #{oom['op_id'] + 1}) {oom['op_name']} "

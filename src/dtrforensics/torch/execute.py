@@ -5,8 +5,11 @@ an optimizer, `optimizer.step()`, as `record` runs it) runs three times from
 the same state and random state: under the recorder (its DTR log, `flops`
 costs by default), plainly (the unconstrained reference: loss, gradients,
 updated parameters, wall time), and for real under the engine's schedule for
-that log at the budget (`runtime.Executor`). The model is left as the real
-step leaves it; after an out-of-memory it is put back as it was before.
+that log at the budget (`runtime.Executor`). The model is left as a completed
+real step leaves it; however else the step ends (an out-of-memory, a refusal,
+an error, Ctrl-C) it is put back as it was before. A real step that differs
+from its simulation (decisions, live bytes at a check, values) is never a
+match (`ExecuteResult.mismatch`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..analyses.floor import Floor, floor
 from ..engine.baseline import baseline, budget_for_ratio
 from ..engine.summary import RunSummary, victims_sha256
+from ..errors import NotDeterministicError
 from ..jsonsafe import json_safe
 from ..trace.parser import parse_file
 from ..trace.program import Program
@@ -43,6 +47,7 @@ from .runtime import (
 )
 from .schedule import Plan, plan
 from .step import ModuleLocator, _forward, _run_backward, _run_forward, _run_optimizer, record
+from .where import Where
 
 
 class BudgetError(RecordError):
@@ -52,6 +57,16 @@ class BudgetError(RecordError):
         super().__init__(f"budget {budget:,} bytes is below the step's floor of {least.floor:,} "
                          "bytes: no policy can run it")
         self.budget, self.floor = budget, least
+
+
+class NotFaithfulError(NotDeterministicError):
+    """The real step is not faithful to the simulation: its decisions, its live
+    bytes at an allocation check or its values differ (exit 3)."""
+
+    def __init__(self, reason: str, subject: str | None = None):
+        prefix = f"{subject}: " if subject else ""
+        super().__init__(f"{prefix}the real step is not faithful to the simulation: {reason}")
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,7 @@ class ExecuteResult:
     grads_compared: int
     updates_bitwise_equal: bool | None   # parameters and optimizer states after its step
     updates_compared: int
+    value_difference: str | None = None  # the first value not bitwise the plain step's
 
     @property
     def victims_sha256(self) -> str:
@@ -153,6 +169,7 @@ class ExecuteResult:
             },
             "simulated": sim.to_json(),
             "matches_simulation": self.matches_simulation(),
+            "mismatch": self.mismatch(),
         })
 
     def real_summary(self) -> RunSummary:
@@ -170,18 +187,42 @@ class ExecuteResult:
             peak_memory=self.peak_live_bytes, oom=oom, wall_seconds=self.wall_seconds)
 
     def matches_simulation(self) -> bool:
-        """Outcome, victims, rematerializations and clock as the engine's run."""
+        """Outcome, victims, rematerializations and clock as the engine's run, live
+        bytes the engine's memory at every allocation check, and every value (loss,
+        gradients, updates) bitwise the plain step's: `mismatch()` is None."""
+        return self.mismatch() is None
+
+    def mismatch(self) -> str | None:
+        """The first way the real step differs from the simulation, or None."""
         sim = self.simulated
-        return (self.outcome == sim.outcome and self.victims_sha256 == sim.victims_sha256
-                and self.remats == sim.remats and self.clock == sim.clock
-                and len(self.victims) == sim.evictions)
+        decisions = [("outcome", self.outcome, sim.outcome),
+                     ("evictions", len(self.victims), sim.evictions),
+                     ("victims sha256", self.victims_sha256, sim.victims_sha256),
+                     ("rematerializations", self.remats, sim.remats), ("clock", self.clock, sim.clock)]
+        for what, real, engine in decisions:
+            if real != engine:
+                return f"{what} {real} in the real step, {engine} in the simulation"
+        if self.memory_mismatches:
+            return (f"live storage bytes differ from the engine's memory at "
+                    f"{self.memory_mismatches:,} of {self.alloc_checks:,} allocation checks, "
+                    f"first at {self.first_mismatch}")
+        if self.over_budget_checks:
+            return f"live storage bytes over the budget at {self.over_budget_checks:,} allocation checks"
+        return self.value_difference
+
+    def require_match(self) -> None:
+        """Raise `NotFaithfulError` unless the real step matches its simulation."""
+        reason = self.mismatch()
+        if reason is not None:
+            raise NotFaithfulError(reason)
 
 
 # --- model state ----------------------------------------------------------------------
 
 
 class _State:
-    """Parameters, buffers, gradients and the random state before the step."""
+    """Parameters, buffers, gradients, the modules' plain Python attributes and the
+    random state before the step."""
 
     def __init__(self, model: torch.nn.Module):
         with torch.no_grad():
@@ -191,8 +232,12 @@ class _State:
         self.rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if _cuda_in_use() else None
         self.python = _python_state(model)
+        self.attributes = [(module, key, value) for _, module, key, value in _plain_attributes(model)]
 
     def restore(self) -> None:
+        for module, key, value in self.attributes:
+            if vars(module).get(key, value) is not value:
+                vars(module)[key] = value
         with _disable_current_modes(), torch.no_grad():
             for t, saved in self.tensors:
                 storage = t.untyped_storage()
@@ -206,15 +251,20 @@ class _State:
             torch.cuda.set_rng_state_all(self.cuda_rng)
 
 
-def _python_state(model: torch.nn.Module) -> dict:
-    """Every module's plain Python attributes (numbers, strings, tuples of them)."""
+def _plain_attributes(model: torch.nn.Module):
+    """(module name, module, attribute, value) of every module's plain Python
+    attribute (numbers, strings, tuples of them)."""
     plain = (int, float, str, bool, type(None))
-    found = {}
     for name, module in model.named_modules():
         for key, value in vars(module).items():
             if isinstance(value, plain) or (isinstance(value, tuple) and all(isinstance(v, plain) for v in value)):
-                found[(name or type(model).__name__, key)] = value
-    return found
+                yield name, module, key, value
+
+
+def _python_state(model: torch.nn.Module) -> dict:
+    """Every module's plain Python attributes, by module name and attribute."""
+    return {(name or type(model).__name__, key): value
+            for name, _, key, value in _plain_attributes(model)}
 
 
 def _check_python_state(before: dict, model: torch.nn.Module) -> None:
@@ -264,12 +314,35 @@ class Values:
     loss: float
     grads: tuple[str | None, ...]
     updates: tuple[str | None, ...]
+    grad_names: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+    update_names: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @classmethod
     def of(cls, loss: float, model: torch.nn.Module, opt) -> Values:
-        updated = [*model.parameters(), *state_tensors(opt)] if opt is not None else []
-        return cls(loss, tuple(_digest(p.grad) for p in model.parameters()),
-                   tuple(_digest(t) for t in updated))
+        params = list(model.named_parameters())
+        grads = tuple(f"the gradient of {n}" for n, _ in params)
+        if opt is None:
+            return cls(loss, tuple(_digest(p.grad) for _, p in params), (), grads)
+        # in state_tensors' order: parameter by parameter, each state in its own order
+        states = [f"optimizer state {k!r} of {n}" for n, p in params
+                  for k, v in opt.state[p].items() if isinstance(v, torch.Tensor)]
+        updated = [p for _, p in params] + state_tensors(opt)
+        return cls(loss, tuple(_digest(p.grad) for _, p in params), tuple(_digest(t) for t in updated),
+                   grads, tuple([f"parameter {n}" for n, _ in params] + states))
+
+    def difference(self, plain: Values) -> str | None:
+        """The first value not bitwise `plain`'s (the loss, a gradient, a parameter
+        or optimizer state after the update), or None."""
+        if struct.pack("<d", self.loss) != struct.pack("<d", plain.loss):
+            return f"the loss is {self.loss!r} in the real step, {plain.loss!r} in the plain step"
+        for what, mine, theirs, names in (("", self.grads, plain.grads, plain.grad_names),
+                                          (" after the optimizer step", self.updates, plain.updates,
+                                           plain.update_names)):
+            for k, (a, b) in enumerate(zip(mine, theirs)):
+                if a != b:
+                    name = names[k] if k < len(names) else f"value {k}"
+                    return f"{name}{what} is not bitwise the plain step's"
+        return None
 
 
 @contextlib.contextmanager
@@ -328,10 +401,16 @@ class Step:
         opt = self._optimizer()
         with _collector_paused():
             clock = Timing.start()
-            loss = self.loss_fn(_forward(self.model, inputs, None), targets)
-            loss.backward()
-            if opt is not None:
-                opt.step()
+            try:
+                loss = self.loss_fn(_forward(self.model, inputs, None), targets)
+                loss.backward()
+                if opt is not None:
+                    opt.step()
+            except Exception as exc:
+                first = str(exc).strip().split("\n")[0]
+                raise RecordError(f"the plain step (the reference, without DTR) raised "
+                                  f"{type(exc).__name__}: {first} "
+                                  f"({ModuleLocator(self.model).where_raised(exc)})") from exc
             taken = clock.stop()
             value = float(loss.detach())
             del loss
@@ -417,7 +496,7 @@ def _stop_of(exc: RecordError) -> Exception:
 def _training_step(ex: Executor, model, inputs, targets, loss_fn, opt, modules) -> float:
     """Forward, loss, backward and the optimizer's step, with the collections and
     releases where `step.record` makes them (the log must come out line for line)."""
-    loss = _run_forward(model, inputs, targets, loss_fn, None, modules)
+    loss = _run_forward(model, inputs, targets, loss_fn, None, modules, Where(model))
     with _disable_current_modes():
         value = float(loss.detach())
     ex.log.annotate("BACKWARD")
@@ -439,13 +518,15 @@ def prepare(model: torch.nn.Module, batch, loss_fn, *, cost: str = "flops",
     if optimizer is not None and optimizer not in OPTIMIZERS:
         raise RecordError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
     state = _State(model)
-    with tempfile.TemporaryDirectory(prefix="dtrf-run-") as tmp:
-        path = Path(log_path) if log_path is not None else Path(tmp) / "step.log"
-        record(model, batch, loss_fn, path, cost=cost, optimizer=optimizer)
-        _check_python_state(state.python, model)
-        lines = path.read_text(encoding="utf-8").splitlines()
-        program = parse_file(path)
-    state.restore()
+    try:
+        with tempfile.TemporaryDirectory(prefix="dtrf-run-") as tmp:
+            path = Path(log_path) if log_path is not None else Path(tmp) / "step.log"
+            record(model, batch, loss_fn, path, cost=cost, optimizer=optimizer)
+            _check_python_state(state.python, model)
+            lines = path.read_text(encoding="utf-8").splitlines()
+            program = parse_file(path)
+    finally:
+        state.restore()      # however the recording ended (an error, Ctrl-C)
     return Step(model, tuple(batch), loss_fn, optimizer, state, program, lines)
 
 
@@ -467,24 +548,24 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         from ..recorder.writer import Recorder
         Recorder(record_dir).check_target()
     step = prepare(model, batch, loss_fn, cost=cost, optimizer=optimizer, log_path=log_path)
-    step.plain()     # a first run pays PyTorch's one-time setup (kernels, caches): not timed
-    plain, plain_timing = step.plain()
-    _check_python_state(step.state.python, model)
-    program, peak = step.program, step.peak
-    if ratio is not None:
-        budget = budget_for_ratio(ratio, peak)
-    least = floor(program)
-    if budget < least.floor:
-        step.state.restore()
-        raise BudgetError(budget, least)
-    schedule = plan(program, budget, policy)
     try:
+        step.plain()     # a first run pays PyTorch's one-time setup (kernels, caches): not timed
+        plain, plain_timing = step.plain()
+        _check_python_state(step.state.python, model)
+        program, peak = step.program, step.peak
+        if ratio is not None:
+            budget = budget_for_ratio(ratio, peak)
+        least = floor(program)
+        if budget < least.floor:
+            raise BudgetError(budget, least)
+        schedule = plan(program, budget, policy)
         run = step.real(schedule, budget)
-    except RecordError:
-        step.state.restore()     # a step that cannot be followed leaves the model as it was
+    except BaseException:
+        # a refusal, an error, Ctrl-C: the model and its state as they were before
+        step.state.restore()
         raise
     if run.values is None:
-        step.state.restore()
+        step.state.restore()     # an out-of-memory, or the engine's run ended early
     result = _result(step, schedule, run, plain, plain_timing, budget, least.floor, cost)
     if record_dir is not None:
         from .real_recording import write_real_recording
@@ -521,4 +602,5 @@ def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_timi
         grads_bitwise_equal=real.grads == plain.grads if done else None,
         grads_compared=sum(g is not None for g in plain.grads),
         updates_bitwise_equal=real.updates == plain.updates if done and step.optimizer else None,
-        updates_compared=len(plain.updates))
+        updates_compared=len(plain.updates),
+        value_difference=real.difference(plain) if done else None)

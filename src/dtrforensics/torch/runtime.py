@@ -454,6 +454,7 @@ class Executor(StepRecorder):
             weakref.ref(storage, lambda _, key=key: self._died(key))
         self._tracked[key] = (ref, size)
         self.live += size
+        self._peaked()
 
     def _died(self, key: int) -> None:
         self.live -= self._tracked.pop(key)[1]
@@ -471,6 +472,13 @@ class Executor(StepRecorder):
         if entry is not None and entry[1] != (size := storage.nbytes()):
             self.live += size - entry[1]
             self._tracked[storage._cdata] = (entry[0], size)
+            self._peaked()
+
+    def _peaked(self) -> None:
+        """The step's peak: the live bytes after every allocation, a check's request
+        included (what PyTorch held, not what the engine was asked before it)."""
+        if self.live > self.stats.peak_live:
+            self.stats.peak_live = self.live
 
     def live_bytes(self) -> int:
         """Bytes of the step's storages PyTorch holds alive now, summed afresh from
@@ -484,13 +492,12 @@ class Executor(StepRecorder):
         self.measured_memory[self.pos - 1] = live + pending
         st = self.stats
         st.alloc_checks += 1
-        if live > st.peak_live:
-            st.peak_live = live
         if live + pending != memory:
             st.mismatches += 1
             if st.first_mismatch is None:
-                st.first_mismatch = (f"allocation check of {self._op_text(op)} (depth {depth}): "
-                                     f"live storages {live + pending} bytes, engine memory {memory}")
+                st.first_mismatch = (f"allocation check {st.alloc_checks} ({self._op_text(op)}, "
+                                     f"depth {depth}): live storages {live + pending:,} bytes, "
+                                     f"engine memory {memory:,}")
         if live > self.budget:
             st.over_budget += 1
 
