@@ -207,3 +207,18 @@ def test_a_finish_command_wraps_into_lines_a_shell_runs_whole(tmp_path):
     pasted = "\n".join(block)
     pasted = pasted[pasted.index("dtrf "):].replace("\\\n", "")
     assert shlex.split(pasted) == shlex.split(wide[wide.index("dtrf "):])
+
+
+def test_colour_codes_take_no_column_and_stay():
+    """A coloured message on a terminal (rich writes colour codes) wraps by what
+    shows; a live bar's cursor codes are left alone."""
+    from dtrforensics.render.lines import wrap_line
+    line = ("\x1b[33mwarning:\x1b[0m budget 1,234,567 B is below the floor of "
+            "\x1b[1m9,876,543 B\x1b[0m, what every run holds at once at the end of the step")
+    parts = wrap_line(line, 40).split("\n")
+    shown = [re.sub(r"\x1b\[[0-9;]*m", "", p) for p in parts]
+    assert len(parts) > 1 and all(len(p) <= 40 for p in shown), shown
+    assert any("1,234,567 B" in p for p in shown) and any("9,876,543 B" in p for p in shown)
+    assert " ".join("".join(parts).split()) == " ".join(line.split())
+    redraw = "\x1b[2K\x1b[1A" + "x " * 60
+    assert wrap_line(redraw, 40) == redraw

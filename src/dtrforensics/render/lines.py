@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from typing import Iterator, TextIO
 
@@ -35,20 +36,29 @@ def width_of(stream: TextIO) -> int | None:
     return None
 
 
+STYLE = re.compile(r"\x1b\[[0-9;]*m")      # colours and bold: they take no column
+
+
 def wrap_line(line: str, width: int) -> str:
     """`line` broken into lines of at most `width` columns at the places
-    `wrapping.divide` allows (a word wider than the width stays whole); a line
-    with terminal control codes (a live progress bar) is left alone."""
-    if (line.isascii() and len(line) <= width) or "\x1b" in line or "\r" in line:
+    `wrapping.divide` allows (a word wider than the width stays whole); colour
+    codes take no column, and a line with other control codes (a live progress
+    bar redrawing itself) is left alone."""
+    if (line.isascii() and len(line) <= width) or "\r" in line:
+        return line
+    plain = STYLE.sub("", line)
+    if "\x1b" in plain:
         return line
     from rich.cells import cell_len
 
     from .wrapping import divide, indent_of
-    if cell_len(line) <= width:
+    if cell_len(plain) <= width:
         return line
-    hang = indent_of(line) + HANG
-    cuts = divide(line, width, hang)
-    parts = [line[a:b].rstrip() for a, b in zip([0, *cuts], [*cuts, len(line)])]
+    styled = {i for m in STYLE.finditer(line) for i in range(m.start(), m.end())}
+    at = [i for i in range(len(line)) if i not in styled]      # plain index -> line's
+    hang = indent_of(plain) + HANG
+    cuts = [at[c] for c in divide(plain, width, hang)]
+    parts = [line[a:b].rstrip(" ") for a, b in zip([0, *cuts], [*cuts, len(line)])]
     return "\n".join([parts[0], *(" " * hang + p for p in parts[1:])])
 
 
