@@ -191,6 +191,7 @@ def test_memory_truth_is_pytorchs(monkeypatch):
     result = execute(*zoo("resnet"), ratio=0.8)
     assert result.simulated.evictions > 0
     assert result.memory_mismatches > 0 and "live storages" in result.first_mismatch
+    assert not result.matches_simulation() and result.first_mismatch in result.mismatch()
 
 
 def test_decisions_are_those_of_dtrf_run_on_the_recorded_log(tmp_path):
