@@ -4,6 +4,7 @@ here, so every answer is known; the 2020-style logs without one get nulls."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -300,3 +301,43 @@ def test_an_imported_log_keeps_its_where_file(tmp_path):
     (target,) = result.imported
     assert where_path(target).read_text() == where_path(folder / "f.log").read_text()
     assert load_program(target, cache=False).op_where(3) == "head"
+
+
+def _module_track(events: list) -> list[tuple[float, list[str]]]:
+    """(ts, open scopes after the events at ts) along the modules track."""
+    stack, states = [], []
+    for e in events:
+        if e.get("tid") != 5 or e["ph"] not in "BE":
+            continue
+        stack = stack + [e["name"]] if e["ph"] == "B" else stack[:-1]
+        if states and states[-1][0] == e["ts"]:
+            states[-1] = (e["ts"], stack)
+        else:
+            states.append((e["ts"], stack))
+    return states
+
+
+def test_perfetto_shows_module_scopes_as_nested_slices_around_the_ops(tmp_path):
+    from dtrforensics.interop.perfetto import export_perfetto
+    log, where = backward_log()
+    for name, program in (("placed", placed(log, where, tmp_path / "b.log")),
+                          ("plain", log.program("plain"))):
+        _, path = record_run(program, budget=130, out_dir=tmp_path / name)
+        export_perfetto(path, tmp_path / f"{name}.json")
+    events = json.loads((tmp_path / "placed.json").read_text())["traceEvents"]
+    states = _module_track(events)
+    assert states and states[-1][1] == []                   # every scope closed
+    assert [e["ts"] for e in events if e.get("tid") == 5 and "ts" in e] == \
+        sorted(e["ts"] for e in events if e.get("tid") == 5 and "ts" in e)
+    ops = [e for e in events if e.get("tid") == 1 and e["ph"] == "X" and "op_id" in e["args"]]
+    checked = 0
+    for op in ops:
+        module, chain, phase, _ = where[op["args"]["op_id"]]
+        if phase is None:
+            continue
+        scopes = [s for ts, s in states if ts <= op["ts"]][-1]
+        assert scopes == [phase, *chain.split(" > ")], op["args"]["op_id"]
+        checked += 1
+    assert checked >= 6
+    plain = json.loads((tmp_path / "plain.json").read_text())["traceEvents"]
+    assert not [e for e in plain if e.get("tid") == 5]

@@ -35,6 +35,12 @@ One process (pid 1, named after the run) with four threads and counters:
   allocation needed the room, request, memory and pinned bytes.
 * tid 4 `dead frees`: an instant per eager free of a released storage
   (category `free_dead`).
+* tid 5 `modules`, only for a log with a where-file (docs/torch.md, "Where
+  each op ran"): the model's scopes as nested B/E slices (category
+  `module`), outermost the phase (`forward`, `backward`, ...), then each
+  module of the top-level op's chain (`blocks.0`, `blocks.0.attn`, ...): a
+  scope opens at the first top-level op inside it and closes where the next
+  op outside it begins (or at the run's end). Constants change no scope.
 * counters ("C"): `memory`, `pinned`, `pool` (each with one series `bytes`,
   so Perfetto names the tracks `memory bytes`, ...): the recording's columns,
   written whenever they change (so the maximum of `memory bytes` is the run's
@@ -86,7 +92,7 @@ from .plumbing import (
 )
 
 PID = 1
-TID_OPS, TID_REMAT, TID_EVICT, TID_FREE = 1, 2, 3, 4
+TID_OPS, TID_REMAT, TID_EVICT, TID_FREE, TID_MODULES = 1, 2, 3, 4, 5
 THREADS = ((TID_OPS, "model operators"), (TID_REMAT, "rematerializations"),
            (TID_EVICT, "evictions"), (TID_FREE, "dead frees"))
 FLOW_CAT, FLOW_NAME = "remat", "evicted -> rematerialized"
@@ -219,6 +225,7 @@ class _PerfettoExporter:
         self.ends: dict[int, list[int]] = {}
         self.flow_ids: set[int] = set()
         self.decisions: Iterator[tuple] = iter(())
+        self.scopes = _Scopes(self, rec)
 
     # events ----------------------------------------------------------------------
     def ev(self, ph: str, tid: int, clock: int, **fields) -> None:
@@ -247,6 +254,7 @@ class _PerfettoExporter:
             frame.end = self.last_clock
             self.close(frame, {"unfinished": outcome})
         self.flush_zeros()
+        self.scopes.finish()
         self.counter("budget", self.last_clock, run["budget"])
         if self.ends:
             raise ExportError(f"{self.rec.path}: flows planned at events that never came")
@@ -296,6 +304,11 @@ class _PerfettoExporter:
                          "args": {"name": name}})
             self.w.emit({"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index",
                          "args": {"sort_index": tid}})
+        if self.scopes.chains:
+            self.w.emit({"ph": "M", "pid": PID, "tid": TID_MODULES, "name": "thread_name",
+                         "args": {"name": "modules"}})
+            self.w.emit({"ph": "M", "pid": PID, "tid": TID_MODULES, "name": "thread_sort_index",
+                         "args": {"sort_index": 0}})
 
     # slices ------------------------------------------------------------------------
     def slice_args(self, frame: _Frame) -> dict[str, Any]:
@@ -370,6 +383,8 @@ class _PerfettoExporter:
                      "dur": ts_us(end - begin), "cat": "remat" if remat else "op",
                      "name": name, "args": args})
         self.flow_ends(TID_OPS, begin, flows)
+        if "op_id" in args:
+            self.scopes.at(begin, end, args["op_id"])
 
     def flush_zeros(self) -> None:
         """Consecutive zero-cost top-level ops at one timestamp become one slice:
@@ -440,6 +455,43 @@ class _PerfettoExporter:
                 args=json_safe({"oom": self.rec.summary.get("oom"), "request": request,
                                 "memory": memory, "pinned": pinned, "depth": depth,
                                 "frontier": self.rec.run.get("frontier")}))
+
+
+class _Scopes:
+    """The model's module scopes (phase, then the module chain) as nested slices on
+    their own track, following the top-level ops in time."""
+
+    def __init__(self, exporter: _PerfettoExporter, rec: Recording):
+        self.exporter = exporter
+        self.open: list[str] = []
+        self.last_end = 0
+        self.chains: dict[int, list[str]] = {}
+        ops = rec.table("ops")
+        if "phase" not in ops.column_names:
+            return
+        columns = ops.select(["op_id", "phase", "module_chain"]).to_pydict()
+        for op, phase, chain in zip(columns["op_id"], columns["phase"], columns["module_chain"]):
+            if phase is not None:
+                self.chains[op] = [phase, *(chain.split(" > ") if chain else [])]
+
+    def at(self, begin: int, end: int, op: int) -> None:
+        chain = self.chains.get(op)
+        if chain is None:
+            return
+        common = 0
+        while common < min(len(self.open), len(chain)) and self.open[common] == chain[common]:
+            common += 1
+        for _ in self.open[common:]:
+            self.exporter.ev("E", TID_MODULES, begin)
+        for name in chain[common:]:
+            self.exporter.ev("B", TID_MODULES, begin, cat="module", name=name)
+        self.open = list(chain)
+        self.last_end = max(self.last_end, end)
+
+    def finish(self) -> None:
+        for _ in self.open:
+            self.exporter.ev("E", TID_MODULES, max(self.last_end, self.exporter.last_clock))
+        self.open = []
 
 
 def export_perfetto(recording: Recording | str | os.PathLike, out: str | os.PathLike | IO,
