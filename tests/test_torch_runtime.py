@@ -182,6 +182,9 @@ def test_rebuilds_without_the_random_state_would_differ(monkeypatch, tmp_path):
     monkeypatch.setattr(runtime.Executor, "_rebuild", rebuild_without_rng)
     result = execute(*dropout_mlp(), budget=budget)
     assert result.outcome == "ok" and result.grads_bitwise_equal is False
+    assert not result.matches_simulation() and result.memory_mismatches == 0
+    assert result.mismatch().startswith("the gradient of ")
+    assert result.mismatch().endswith(" in the real step is not bitwise that of the plain step")
 
 
 def test_memory_truth_is_pytorchs(monkeypatch):
@@ -753,19 +756,24 @@ def hidden_in_backward():
 
 @pytest.mark.parametrize("factory,first", [
     ("hidden_in_forward", "the loss is "),
-    ("hidden_in_backward", "the gradient of first.weight is not bitwise the plain step's"),
+    ("hidden_in_backward", "the gradient of first.weight in the second plain run is not bitwise "
+                           "that of the first"),
 ])
 def test_values_unlike_the_plain_steps_are_never_a_match(factory, first):
     """Same decisions, same memory, other values: not a match, exit 3, the first
-    value that differs named (JSON and text)."""
+    value that differs named (JSON and text); here two plain runs differ already,
+    and the reason says so."""
     result = execute(*globals()[factory](), ratio=1.0)
     assert result.outcome == "ok" and result.memory_mismatches == 0
-    assert not result.matches_simulation() and result.mismatch().startswith(first)
+    assert result.loss_bitwise_equal is (factory != "hidden_in_forward")
+    assert result.grads_bitwise_equal is False
+    reason = "the step is not deterministic even without DTR: from the same state " + first
+    assert not result.matches_simulation() and result.mismatch().startswith(reason)
     done = dtrf("torch", "run", f"test_torch_runtime:{factory}", "--ratio", "1.0", "--json")
     assert done.code == 3 and done.traceback is None, done.err
     doc = json.loads(done.out)
-    assert doc["matches_simulation"] is False and doc["mismatch"].startswith(first)
-    assert done.err.count("\n") == 1 and "not faithful to the simulation: " + first in done.err
+    assert doc["matches_simulation"] is False and doc["mismatch"].startswith(reason)
+    assert done.err.count("\n") == 1 and "not faithful to the simulation: " + reason in done.err
     text = dtrf("torch", "run", f"test_torch_runtime:{factory}", "--ratio", "1.0")
     assert text.code == 3 and "DIFFERENT from the simulation" in text.out
 

@@ -330,18 +330,19 @@ class Values:
         return cls(loss, tuple(_digest(p.grad) for _, p in params), tuple(_digest(t) for t in updated),
                    grads, tuple([f"parameter {n}" for n, _ in params] + states))
 
-    def difference(self, plain: Values) -> str | None:
+    def difference(self, plain: Values, mine: str = "the real step",
+                   theirs: str = "the plain step") -> str | None:
         """The first value not bitwise `plain`'s (the loss, a gradient, a parameter
         or optimizer state after the update), or None."""
         if struct.pack("<d", self.loss) != struct.pack("<d", plain.loss):
-            return f"the loss is {self.loss!r} in the real step, {plain.loss!r} in the plain step"
-        for what, mine, theirs, names in (("", self.grads, plain.grads, plain.grad_names),
+            return f"the loss is {self.loss!r} in {mine}, {plain.loss!r} in {theirs}"
+        for what, ours, others, names in (("", self.grads, plain.grads, plain.grad_names),
                                           (" after the optimizer step", self.updates, plain.updates,
                                            plain.update_names)):
-            for k, (a, b) in enumerate(zip(mine, theirs)):
+            for k, (a, b) in enumerate(zip(ours, others)):
                 if a != b:
                     name = names[k] if k < len(names) else f"value {k}"
-                    return f"{name}{what} is not bitwise the plain step's"
+                    return f"{name}{what} in {mine} is not bitwise that of {theirs}"
         return None
 
 
@@ -549,8 +550,10 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         Recorder(record_dir).check_target()
     step = prepare(model, batch, loss_fn, cost=cost, optimizer=optimizer, log_path=log_path)
     try:
-        step.plain()     # a first run pays PyTorch's one-time setup (kernels, caches): not timed
+        # a first run pays PyTorch's one-time setup (kernels, caches): not timed
+        first = step.plain()[0]
         plain, plain_timing = step.plain()
+        unsteady = plain.difference(first, "the second plain run", "the first")
         _check_python_state(step.state.python, model)
         program, peak = step.program, step.peak
         if ratio is not None:
@@ -567,6 +570,10 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
     if run.values is None:
         step.state.restore()     # an out-of-memory, or the engine's run ended early
     result = _result(step, schedule, run, plain, plain_timing, budget, least.floor, cost)
+    if unsteady is not None:
+        result = dataclasses.replace(result, value_difference=(
+            f"the step is not deterministic even without DTR: from the same state {unsteady} "
+            "(does it keep state outside the model, in a global?)"))
     if record_dir is not None:
         from .real_recording import write_real_recording
         write_real_recording(record_dir, program, schedule, run.executor, result.real_summary(), ratio)
