@@ -220,9 +220,9 @@ class StepRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         op = f"op {func.overloadpacket.__name__} ({func})"
         self._check_op(func, op)
-        if self.context is not None:
-            self.log.context = self.context.now()
         inputs, mutated = schema_tensors(func, args, kwargs)
+        if self.context is not None:
+            self.log.context = self.context.now(inputs)
         if func.overloadpacket.__name__ in LIFTS and inputs and self.fake \
                 and type(inputs[0]) in PLAIN_TYPES:
             return self._lift(func, args, kwargs, op)

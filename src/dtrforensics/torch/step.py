@@ -159,6 +159,7 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             params = list(state.values()) if state is not None else list(model.parameters())
             opt = steady_optimizer(optimizer, params)
             existing = constants_of(model, [inputs, targets], state) + state_tensors(opt)
+            context.own(opt)
             stack.enter_context(_older_objects_set_aside())
             stack.enter_context(recorder)
             for t in existing:
@@ -176,6 +177,7 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
             _run_backward(loss)
             if opt is not None:
                 context.phase = "optimizer"
+                context.own(opt)
                 _run_optimizer(recorder, opt)
             if not fake:
                 with _disable_current_modes():

@@ -15,7 +15,10 @@
   parameter names the parameter's module.
 - **Phase**: `forward`, `loss`, `backward`, `optimizer`, or `recompute` for a
   forward module running again inside backward (`torch.utils.checkpoint`).
-  Constants made before the step have none.
+  Constants made before the step have none. An optimizer's op names the
+  module of its first argument that a parameter, its gradient or its
+  optimizer state is (a foreach op over several modules: the first); a
+  temporary's (Adam's denominator) is the module of the update in progress.
 - **Source**: `file:line` of the innermost Python frame outside PyTorch, the
   standard library, the model libraries (transformers, timm, torchvision) and
   this package (whose zoo counts as model code); where the step has no such
@@ -80,6 +83,7 @@ class Where:
         self._skipped, self._installed, self._libraries, self._zoo, self._step = _prefixes()
         self._torch_and_ours = self._skipped[:2]
         self.phase: str | None = None
+        self._updating: str | None = None        # the optimizer's last owned argument's
         named = state.items() if state is not None else \
             [*model.named_parameters(), *model.named_buffers()]
         for name, t in named:
@@ -116,11 +120,32 @@ class Where:
 
     # --- the context now -----------------------------------------------------------
 
-    def now(self) -> Context:
-        """The context of the op being dispatched now."""
+    def own(self, optimizer) -> None:
+        """Give each parameter's gradient and optimizer states its module (for the
+        optimizer's ops, which run outside any module)."""
+        if optimizer is None:
+            return
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                owner = self._owners.get(_key(p))
+                if owner is None:
+                    continue
+                tensors = [p.grad, *optimizer.state[p].values()]
+                for t in tensors:
+                    if isinstance(t, torch.Tensor):
+                        self._owners[_key(t)] = owner
+
+    def now(self, inputs: list = ()) -> Context:
+        """The context of the op being dispatched now (`inputs`: its tensor
+        arguments; an optimizer's op is its first owned argument's module's)."""
         phase = self.phase
         if phase == "backward" and not self._stack:
             return self._intern(self._backward_context())
+        if phase == "optimizer":
+            owner = next((o for o in (self._owners.get(_key(t)) for t in inputs) if o),
+                         self._updating)
+            self._updating = owner
+            return self._intern((owner, owner, phase, self._source()))
         if phase == "backward":
             phase = "recompute"
         module, chain = self._module()
