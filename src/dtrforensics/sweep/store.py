@@ -55,7 +55,7 @@ from ..concepts import (  # noqa: F401 (re-exported)
     status_of,
     sweep_status,
 )
-from ..errors import DataError, OptionError
+from ..errors import DataError, OptionError, RefusedError
 from ..fsutil import atomic_path, pid_alive, utc_now
 from .schema import RUNS
 
@@ -83,6 +83,48 @@ class CorruptPartWarning(UserWarning):
 
 class ParamsMismatch(SweepStoreError):
     """Resuming a sweep with parameters other than the stored ones."""
+
+
+# --- what no other writer may touch: the sweep's own files ---------------------------
+
+OWN_ENTRIES = (PARAMS_FILE, LOCK_FILE, RUNS_DIR)   # runs/ with everything under it
+_DOC_LIMIT = 1 << 24                               # a sweep.json is a few kilobytes
+
+
+def is_sweep(folder: str | os.PathLike) -> bool:
+    """A sweep folder: its sweep.json is a sweep description (a JSON object with a
+    `format`), whatever its format or status; a stray file of that name is not one."""
+    doc = Path(folder) / PARAMS_FILE
+    try:
+        if not doc.is_file() or doc.stat().st_size > _DOC_LIMIT:
+            return False
+        content = json.loads(doc.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(content, dict) and "format" in content
+
+
+def enclosing_sweep(path: str | os.PathLike) -> Path | None:
+    """The sweep folder whose own file `path` is (its sweep.json, its sweep.lock, or
+    its runs/ folder or anything under it), if any: the one rule for every writer."""
+    path = Path(os.path.abspath(path))
+    for folder in path.parents:
+        if path.relative_to(folder).parts[0] in OWN_ENTRIES and is_sweep(folder):
+            return folder
+    return None
+
+
+def refuse_sweep_file(path: str | os.PathLike, what: str = "an output file") -> None:
+    """Raise RefusedError if `path` (an output file or folder), as given or with its
+    links resolved, is a sweep's own file or lies in its runs/ folder."""
+    for candidate in dict.fromkeys((Path(os.path.abspath(path)), Path(path).resolve())):
+        folder = enclosing_sweep(candidate)
+        if folder is not None:
+            inside = len(candidate.relative_to(folder).parts) > 1
+            where = (f"in the sweep {folder}'s {RUNS_DIR}/ folder" if inside else
+                     f"the sweep {folder}'s own {candidate.name}")
+            raise RefusedError(f"{path} is {where} (only that sweep writes its {PARAMS_FILE}, "
+                               f"{LOCK_FILE} and {RUNS_DIR}/): choose {what} elsewhere")
 
 
 @dataclass(frozen=True)
