@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -179,10 +180,15 @@ def split_policies(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
+FILE, FOLDER = "an output file", "an output folder"
+
+
 def _output(param: typer.CallbackParam, value, *, stdout: bool, what: str):
     """The one check of every output path: `-` is stdout where the command offers it and
     refused where it does not (`./-` names a file called `-`); a path that is or lies
-    inside a recording is refused (`recorder.reader.enclosing_recording`)."""
+    inside a recording (`recorder.reader.enclosing_recording`), or is a sweep's own file
+    (`sweep.store.enclosing_sweep`: its sweep.json, sweep.lock, runs/), is refused; an
+    output file's folder must exist (`fsutil.require_parent`: no folder is created)."""
     if value is None or str(value) == "":
         return value
     if str(value) == "-":
@@ -190,24 +196,59 @@ def _output(param: typer.CallbackParam, value, *, stdout: bool, what: str):
             return value
         raise validate.OptionError(f"{param.opts[0]} -: this command writes a file, not stdout; "
                                    "give a file name (./- for a file named '-')")
-    from ..recorder.reader import refuse_inside_recording
-    refuse_inside_recording(value, what)
+    refuse_protected(value, what)
+    if what == FILE:
+        from ..fsutil import require_parent
+        require_parent(value)
     return value
+
+
+def refuse_protected(path, what: str = FILE) -> None:
+    """RefusedError for a path no command may write: inside a recording, or a sweep's
+    own file."""
+    from ..recorder.reader import refuse_inside_recording
+    from ..sweep.store import refuse_sweep_file
+    refuse_inside_recording(path, what)
+    refuse_sweep_file(path, what)
 
 
 def output_file(param: typer.CallbackParam, value):
     """Callback of an output file option that cannot be stdout."""
-    return _output(param, value, stdout=False, what="an output file")
+    return _output(param, value, stdout=False, what=FILE)
 
 
 def output_file_or_stdout(param: typer.CallbackParam, value):
     """Callback of an output file option where `-` is stdout."""
-    return _output(param, value, stdout=True, what="an output file")
+    return _output(param, value, stdout=True, what=FILE)
+
+
+def recording_folder(param: typer.CallbackParam, value):
+    """Callback of a --record folder: the folder may be a recording (`--overwrite`
+    replaces it, `recorder.writer.Recorder.check_target`), but not lie inside one
+    nor be a sweep's own file."""
+    if value is None or str(value) == "":
+        return value
+    from ..recorder.reader import refuse_inside_recording
+    from ..sweep.store import refuse_sweep_file
+    refuse_inside_recording(Path(value).absolute().parent, "a recording folder")
+    refuse_sweep_file(value, "a recording folder")
+    return value
+
+
+def new_recording_folder(param: typer.CallbackParam, value):
+    """Callback of a --record folder of a command that never replaces a recording
+    (`torch run`): refused, with what to do, when the folder exists."""
+    recording_folder(param, value)
+    if value is not None and str(value) != "" and os.path.lexists(value):
+        raise validate.OptionError(f"{param.opts[0]} {value}: it already exists, and this "
+                                   "command never replaces a folder; choose a new folder "
+                                   f"(or delete {value} first)")
+    return value
 
 
 def output_folder(param: typer.CallbackParam, value):
     """Callback of an output folder option (sweeps, runs, reports)."""
-    return _output(param, value, stdout=False, what="an output folder")
+    return _output(param, value, stdout=False, what=FOLDER)
 
 
 def _setting_value(text: str):

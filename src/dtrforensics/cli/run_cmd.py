@@ -15,6 +15,7 @@ from .options import (
     check_ratio,
     check_thrash_limit,
     check_timeout,
+    recording_folder,
 )
 
 
@@ -34,7 +35,7 @@ def run(
     forbid_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: exclude storage S at decision K (repeatable).")] = None,
     force_victim: Annotated[Optional[list[str]], typer.Option(help="S@K: evict storage S at decision K instead of the policy's choice (repeatable).")] = None,
     control: Annotated[bool, typer.Option("--control", help="Also run a control (the intervention code path with nothing changed) and check it reproduces the plain run exactly.")] = False,
-    record: Annotated[Optional[str], typer.Option(help="Record the run; value: output directory, or '' for the default under recordings/.", show_default=False)] = None,
+    record: Annotated[Optional[str], typer.Option(callback=recording_folder, help="Record the run; value: output directory, or '' for the default under recordings/.", show_default=False)] = None,
     scores: Annotated[str, typer.Option(help="With --record: 'victims' (decisions only) or 'all' (every candidate's score).")] = "victims",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="With --record: replace an existing recording in that folder.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (the run summary).")] = False,

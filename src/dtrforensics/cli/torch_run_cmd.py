@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from .common import reporting_replaced
 from .errors import CommandError
 from .options import (
     POLICY_HELP,
@@ -19,6 +20,8 @@ from .options import (
     check_seed,
     check_size,
     factory_settings,
+    new_recording_folder,
+    output_file,
 )
 
 
@@ -37,8 +40,8 @@ def run_cmd(
     ratio: Annotated[float | None, typer.Option(callback=check_ratio, help="Budget as a fraction of the step's peak: floor(ratio x peak) bytes.")] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     cost: Annotated[str, typer.Option(help="Cost model of the recorded log: flops (deterministic) or measured.")] = "flops",
-    record: Annotated[Path | None, typer.Option(help="Write the real run as a recording (Parquet tables) in this folder.", show_default=False)] = None,
-    log: Annotated[Path | None, typer.Option(help="Also keep the step's DTR log at this path.", show_default=False)] = None,
+    record: Annotated[Path | None, typer.Option(callback=new_recording_folder, help="Write the real run as a recording (Parquet tables) in this folder, which must not exist yet.", show_default=False)] = None,
+    log: Annotated[Path | None, typer.Option(callback=output_file, help="Also keep the step's DTR log at this path.", show_default=False)] = None,
     batch: Annotated[int | None, typer.Option(callback=check_size, help="Batch size (passed to the factory as batch=).")] = None,
     seq: Annotated[int | None, typer.Option(callback=check_size, help="Sequence length (passed as seq=).")] = None,
     image_size: Annotated[int | None, typer.Option("--image-size", callback=check_size, help="Image side in pixels (passed as image_size=).")] = None,
@@ -66,8 +69,9 @@ def run_cmd(
     try:
         torch.manual_seed(seed)
         model, data, loss_fn = build(spec, **options)
-        result = execute(model, data, loss_fn, budget=budget, ratio=ratio, policy=policy,
-                         cost=cost, optimizer=optimizer, log_path=log, record_dir=record)
+        with reporting_replaced(log):
+            result = execute(model, data, loss_fn, budget=budget, ratio=ratio, policy=policy,
+                             cost=cost, optimizer=optimizer, log_path=log, record_dir=record)
     except BudgetError as exc:
         from ..render.floor import budget_refusal
         raise CommandError(f"{spec}: {budget_refusal(exc.budget, exc.floor.to_json())}") from None

@@ -15,6 +15,7 @@ from typing import IO, Iterator
 
 from ..fsutil import replaceable_target, require_parent
 from ..recorder.reader import Recording, open_recording, refuse_inside_recording
+from ..sweep.store import refuse_sweep_file
 
 BATCH_ROWS = 4096
 
@@ -86,6 +87,7 @@ def open_output(out: str | os.PathLike | IO, binary: bool, gzip_ok: bool = False
         return
     path = replaceable_target(require_parent(out))
     refuse_inside_recording(path)
+    refuse_sweep_file(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         umask = os.umask(0)
