@@ -4,6 +4,8 @@ the options every one of them takes."""
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,13 +74,28 @@ def require_control(matches: bool | None) -> None:
 
 
 @contextmanager
-def reporting_replaced(*paths: str | Path) -> Iterator[None]:
+def reporting_replaced(*paths: str | Path | None) -> Iterator[None]:
     """Say `replaced PATH` on stderr for each output file that existed before the
-    block wrote it (the file is replaced, as asked, but never silently)."""
-    existing = [p for p in paths if str(p) != "-" and Path(p).is_file()]
-    yield
-    for path in existing:
-        print(f"replaced {path}", file=sys.stderr)
+    block and was written by it (the file is replaced, as asked, but never silently),
+    also when the block then fails. None and `-` (stdout) are skipped."""
+    before = {p: _identity(p) for p in paths if p is not None and str(p) != "-"}
+    try:
+        yield
+    finally:
+        for path, was in before.items():
+            if was is not None and _identity(path) != was:
+                print(f"replaced {path}", file=sys.stderr)
+
+
+def _identity(path: str | Path) -> tuple | None:
+    """What changes when a file is replaced or written (links followed); None: no file."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def require_figures(what: str) -> None:

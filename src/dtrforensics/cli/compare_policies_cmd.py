@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOption, print_json, require_figures, sweeping
+from .common import JsonOption, print_json, reporting_replaced, require_figures, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import (
@@ -99,5 +99,6 @@ def compare_policies_command(
 
 def _figure(result, stem: Path) -> list[Path]:
     from ..render.policy_comparison import figure
-    from ..render.sweep_plot import save
-    return save(figure(result), stem)
+    from ..render.sweep_plot import figure_paths, save
+    with reporting_replaced(*figure_paths(stem)):
+        return save(figure(result), stem)

@@ -26,13 +26,13 @@ def plot_cmd(
     from ..sweep.holes import analyze, load_points
     from ..sweep.store import SweepStoreError
     try:
-        from ..render.sweep_plot import draw, save
+        from ..render.sweep_plot import draw, figure_paths, save
         report = analyze(sweep_dir, policies=[p for p in policy.split(",") if p] if policy else None)
         fig = draw(report, load_points(sweep_dir), failure_panel=failure_panel)
     except (SweepStoreError, ValueError, ImportError) as exc:
         raise CommandError(str(exc)) from None
     base = out if out is not None else Path(sweep_dir) / "plot"
-    with reporting_replaced(base.with_name(base.name + ".png"), base.with_name(base.name + ".svg")):
+    with reporting_replaced(*figure_paths(base)):
         paths = save(fig, base)
     for path in paths:
         print(path)

@@ -530,12 +530,16 @@ def _failure_panel(ax, report: HolesReport, points: dict[str, list[dict]]) -> No
               bbox_to_anchor=(1.08, 1), fontsize=7)
 
 
-def save(fig, stem: str | os.PathLike) -> list[Path]:
-    """Write STEM.png and STEM.svg, each whole or not at all (atomically);
-    returns both paths."""
+def figure_paths(stem: str | os.PathLike) -> list[Path]:
+    """The files `save` writes for STEM: STEM.png and STEM.svg."""
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    return [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+
+
+def save(fig, stem: str | os.PathLike) -> list[Path]:
+    """Write STEM.png and STEM.svg, each whole or not at all (atomically), into
+    STEM's folder, which must exist (`fsutil.require_parent`); returns both paths."""
+    paths = figure_paths(stem)
     for path, options in zip(paths, ({"dpi": DPI, "format": "png"}, {"format": "svg"})):
         with atomic_path(path) as tmp:
             fig.savefig(tmp, **options)
