@@ -100,8 +100,9 @@ def run_checksum(run: dict) -> str:
 
 def verify(folder: Path, run: dict) -> None:
     """Raise RecordingDamagedError unless run.json matches its own checksum (format
-    1.2 on) and the folder's table files are exactly those run.json lists, each with
-    its listed row count (and size and SHA-256)."""
+    1.2 on) and the folder's entries are exactly run.json and the table files it
+    lists (any other file or folder is an error naming it), each with its listed row
+    count (and size and SHA-256)."""
     if RUN_CHECKSUM in run and run[RUN_CHECKSUM] != run_checksum(run):
         raise _damaged(folder, run, f"{RUN_FILE} was changed after it was written "
                                     "(its content no longer matches its checksum)")
@@ -114,9 +115,10 @@ def verify(folder: Path, run: dict) -> None:
         raise _damaged(folder, run, f"{RUN_FILE} does not list {name}")
     for name in sorted(set(listed) - RECORDING_FILES):
         raise _damaged(folder, run, f"{RUN_FILE} lists {name!r}, which is not a recording table")
-    present = {p.name for p in folder.glob("*.parquet")}
+    present = {e.name for e in os.scandir(folder)} - {RUN_FILE}
     for name in sorted(present - set(listed)):
-        raise _damaged(folder, run, f"{name} is not in the manifest ({RUN_FILE})")
+        raise _damaged(folder, run, f"{name} is not in the manifest ({RUN_FILE}): a "
+                                    "recording holds only the files it lists")
     for name, entry in sorted(listed.items()):
         _verify_file(folder, run, folder / name, entry)
 
