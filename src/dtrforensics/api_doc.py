@@ -17,6 +17,8 @@ import sys
 import tokenize
 from pathlib import Path
 
+from .fsutil import atomic_path
+
 # API function -> (module, class) of what it returns; sql returns rows as dicts.
 RESULTS: dict[str, tuple[str, str]] = {
     "trace": ("dtrforensics.trace.program", "Program"),
@@ -153,5 +155,7 @@ def updated(page: str) -> str:
 if __name__ == "__main__":
     root = Path(__file__).resolve().parents[2]
     path = root / DOC
-    path.write_text(updated(path.read_text(encoding="utf-8")), encoding="utf-8")
+    text = updated(path.read_text(encoding="utf-8"))
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     print(path)

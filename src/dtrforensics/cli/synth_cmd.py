@@ -35,7 +35,7 @@ def synth(
              "random log mixing every instruction kind, as used by the property tests).",
         show_default=False)],
     output: Annotated[Path, typer.Option(
-        "--output", "-o", "--out", callback=output_file, help="File to write the log to (parent folders are created).",
+        "--output", "-o", "--out", callback=output_file, help="File to write the log to (atomically; its folder must exist).",
         show_default=False)],
     seed: Annotated[int, typer.Option(
         "--seed", "-s", callback=check_seed, help="Random seed: the same seed and options give a byte-identical log.")] = 0,
@@ -118,11 +118,11 @@ def _checked(spec: SynthSpec) -> SynthSpec:
 def _write_log(output: Path, text: str, spec_json: dict) -> dict:
     """Write the log, parse it back and measure it: the summary `--json` prints."""
     from ..engine.baseline import baseline
+    from ..fsutil import atomic_path
     from ..trace.parser import parse_lines
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        with reporting_replaced(output):
-            output.write_text(text, encoding="utf-8")
+        with reporting_replaced(output), atomic_path(output) as tmp:
+            tmp.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise CommandError(f"cannot write {output}: {exc.strerror}") from None
     program = parse_lines(text.splitlines(keepends=True), str(output))

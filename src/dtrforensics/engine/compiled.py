@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 
+from ..errors import UserError
+from ..fsutil import atomic_path
 from . import native
 
 _native: native.NativeKernel | None = None
@@ -76,8 +78,9 @@ def _build_once(K) -> None:
         native_build.build({name: (d, signatures[name]) for name, d in dispatchers.items()})
     except Exception as exc:       # noqa: BLE001 (any failure: keep numba, say why once)
         try:
-            failed.write_text(f"{type(exc).__name__}: {exc}\n")
-        except OSError:
+            with atomic_path(failed) as tmp:
+                tmp.write_text(f"{type(exc).__name__}: {exc}\n")
+        except (OSError, UserError):
             pass
         print(f"dtrforensics: the native kernel was not built ({exc}); replays use numba "
               f"(delete {failed} to try again)", file=sys.stderr)

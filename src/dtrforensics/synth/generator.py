@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..fsutil import atomic_path
+
 KINDS = ("chain", "resnet", "rnn", "mixed")
 
 __all__ = ["KINDS", "SynthSpec", "generate", "write", "random_small_log"]
@@ -546,9 +548,10 @@ def generate(spec: SynthSpec) -> str:
 
 
 def write(spec: SynthSpec, path: str | Path) -> Path:
+    """Write the log for `spec` to `path`, whole or not at all (its folders are made)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(generate(spec), encoding="utf-8")
+    with atomic_path(path, make_parents=True) as tmp:
+        tmp.write_text(generate(spec), encoding="utf-8")
     return path
 
 

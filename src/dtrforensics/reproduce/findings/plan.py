@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import concepts as K
+from ...fsutil import atomic_path
 from ...recorder.record import policy_label
 from ...sweep.store import SweepParams
 
@@ -110,7 +111,8 @@ def knob_policies(workdir: Path) -> tuple[str, ...]:
     copy = Path(workdir).resolve() / POLICIES_DIR / digest / KNOBS_FILE.name
     if not copy.is_file():
         copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(KNOBS_FILE, copy)
+        with atomic_path(copy) as tmp:     # a copy cut short is never taken for the file
+            shutil.copyfile(KNOBS_FILE, tmp)
     return (EXACT_NEIGHBOURHOODS, f"{copy}:{MIN_EVICTEE_SIZE}")
 
 
