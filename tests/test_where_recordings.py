@@ -341,3 +341,22 @@ def test_perfetto_shows_module_scopes_as_nested_slices_around_the_ops(tmp_path):
     assert checked >= 6
     plain = json.loads((tmp_path / "plain.json").read_text())["traceEvents"]
     assert not [e for e in plain if e.get("tid") == 5]
+
+
+def test_replay_names_each_allocations_module_and_each_victims(tmp_path):
+    from dtrforensics.analyses.replay_view import replay_window
+    from dtrforensics.recorder.reader import open_recording
+    log, where = backward_log()
+    program = placed(log, where, tmp_path / "b.log")
+    _, path = record_run(program, budget=130, out_dir=tmp_path / "r")
+    view = replay_window(open_recording(path))
+    victims = [v for s in view.steps for v in s.victims]
+    assert victims
+    for s in view.steps:
+        assert s.module == where[s.tensor_op_id][0]
+    for v in victims:
+        assert v.module == where[int(program.tensor_op[v.victim])][0]
+    _, plain = record_run(log.program("plain"), budget=130, out_dir=tmp_path / "p")
+    view = replay_window(open_recording(plain))
+    assert all(s.module is None and all(v.module is None for v in s.victims)
+               for s in view.steps)

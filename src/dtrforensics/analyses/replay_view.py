@@ -44,6 +44,7 @@ class Victim:
     memory: int              # before this eviction
     shortfall: int           # before this eviction (> 0)
     pool_size: int
+    module: str | None = None  # where the victim's maker ran (the log's where-file)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Step:
     remat: bool | None       # None: never computed (the failing allocation)
     oom: bool
     victims: tuple[Victim, ...] = ()
+    module: str | None = None    # where the allocating op ran (the log's where-file)
 
 
 @dataclass(frozen=True)
@@ -115,16 +117,22 @@ class ReplayWindow:
         return json_safe(asdict(self))
 
 
-def _step(row: dict, victims=()) -> Step:
-    return Step(**{k: row[k] for k in _STEP_COLUMNS}, victims=tuple(victims))
+def _step(row: dict, victims=(), module: str | None = None) -> Step:
+    return Step(**{k: row[k] for k in _STEP_COLUMNS}, victims=tuple(victims), module=module)
 
 
-def _victim(r: dict) -> Victim:
+def _victim(r: dict, module: str | None = None) -> Victim:
     return Victim(decision=r["decision"], victim=r["victim"], tensor=r["victim_tensor"],
                   bytes=r["victim_bytes"], score=r["score"], runner_up=r["runner_up"],
                   runner_up_tensor=r["runner_up_tensor"], runner_up_score=r["runner_up_score"],
                   margin=r["margin"], memory=r["memory"], shortfall=r["shortfall"],
-                  pool_size=r["pool_size"])
+                  pool_size=r["pool_size"], module=module)
+
+
+def _modules(con, run_id: str, table: str, key: str) -> dict[int, str]:
+    """`key` -> module of the rows of `table` (ops or storages) that have one."""
+    return dict(con.execute(f"SELECT {key}, module FROM {table} WHERE run_id = ? "
+                            "AND module IS NOT NULL", [run_id]).fetchall())
 
 
 def replay_window(rec: Recording, ops: tuple[int, int] | None = None, *,
@@ -143,17 +151,21 @@ def replay_window(rec: Recording, ops: tuple[int, int] | None = None, *,
         matched = len(steps)
         steps = steps[:limit] if limit is not None else steps
         victims: dict[int, list[Victim]] = {}
+        op_modules = _modules(cur, run_id, "ops", "op_id")
+        storage_modules = _modules(cur, run_id, "storages", "storage_id") if op_modules else {}
         if steps:
             for r in fetch_dicts(cur, "SELECT * FROM step_victims(?, ?, ?) WHERE step BETWEEN ? AND ?",
                            [run_id, lo, hi, steps[0]["step"], steps[-1]["step"]]):
-                victims.setdefault(r["step"], []).append(_victim(r))
+                victims.setdefault(r["step"], []).append(
+                    _victim(r, storage_modules.get(r["victim"])))
     finally:
         con.close()
     return ReplayWindow(
         run_id=run_id, trace=rec.run["trace"]["name"], policy=rec.run["policy"],
         ratio=rec.run.get("ratio"), budget=rec.run["budget"], outcome=rec.outcome,
         scores=rec.run.get("scores", ""), lo_op=lo, hi_op=None if ops is None else hi,
-        matched=matched, steps=tuple(_step(s, victims.get(s["step"], ())) for s in steps))
+        matched=matched, steps=tuple(_step(s, victims.get(s["step"], ()),
+                                           op_modules.get(s["tensor_op_id"])) for s in steps))
 
 
 class ReplaySource:

@@ -25,7 +25,8 @@ def fmt_shortfall(shortfall: int) -> Text:
 def _step_cells(s: Step) -> list:
     kind = "OOM" if s.oom else ("remat" if s.remat else "")
     return [f"{s.step:,}", f"{s.op_id} (#{s.paper_op})", str(s.depth),
-            f"{s.tensor} ← {s.op_name}", Text(kind, style="bold red" if s.oom else "yellow"),
+            f"{s.tensor} ← {s.op_name}" + (f" ({s.module})" if s.module else ""),
+            Text(kind, style="bold red" if s.oom else "yellow"),
             fmt_bytes(s.request), fmt_bytes(s.memory), fmt_bytes(s.pinned_bytes),
             f"{fmt_bytes(s.pool_bytes)} ({s.pool_size})", fmt_shortfall(s.shortfall)]
 
@@ -51,7 +52,8 @@ def replay_table(view: ReplayWindow) -> FitTable:
         for v in s.victims:
             runner = ("no runner-up" if v.runner_up is None else
                       f"runner-up {v.runner_up} {v.runner_up_tensor} {fmt_score(v.runner_up_score)}")
-            t.add_row("", "", "", Text(f"  ↳ evict {v.victim} {v.tensor} "
+            made = f" of {v.module}" if v.module else ""
+            t.add_row("", "", "", Text(f"  ↳ evict {v.victim} {v.tensor}{made} "
                                        f"({fmt_bytes(v.bytes)}) score {fmt_score(v.score)}; "
                                        f"{runner}", style="cyan"),
                       Text(f"#{v.decision}", style="dim"), *blank)
