@@ -47,7 +47,10 @@ PRINTED = {
     "A in B": r"A in B", "neighbourhood": r"neighbourhood",
     "nesting depth": r"nesting depth", "unresolved": r"unresolved", "timeout": r"timeout",
     "verdict": r"verdict", "distinct executions": r"distinct executions", "knob": r"knob",
-    "sample": r"sample",
+    "sample": r"sample", "first success": r"first success", "gap": r"gap",
+    "overlapping certificates": r"overlapping certificates", "partition": r"partition",
+    "pinned for good": r"pinned for good", "working set": r"working set",
+    "reconverge": r"re-?converge", "concentration": r"concentration",
 }
 # words of the model the outputs name by example, not by the word
 MODEL_WORDS = ("$ name", "rival", "phase", "module path", "source line", "run spec",
