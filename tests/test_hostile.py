@@ -722,6 +722,8 @@ WRITES_INTO_REC = [
     ("demo", "-o", "REC/demo"),
     ("export", "SWEEP", "-f", "csv", "-o", "REC/x.csv"),
     ("sql", "SELECT 1 AS x", "REC", "--parquet", "REC/x.parquet"),
+    ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--log", "REC/step.log"),
+    ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--record", "REC/sub"),
 ]
 
 
@@ -1214,3 +1216,130 @@ def test_ctrl_c_stops_a_policy_that_never_returns(runaway):
                                           wait=120, interrupt=True)
     assert code == 130, err
     assert seconds < 5 and "Traceback" not in err
+
+
+# --- issue 39: writers stay in their lane -----------------------------------------------------
+
+# Every command that writes, aimed at the sweep SWEEP's own files: refused, SWEEP unchanged.
+WRITES_INTO_SWEEP = [
+    ("sql", "SELECT 1 AS x", "SWEEP", "--parquet", "SWEEP/sweep.json"),
+    ("sql", "SELECT 1 AS x", "SWEEP", "--parquet", "SWEEP/runs/x.parquet"),
+    ("sql", "SELECT 1 AS x", "SWEEP", "--parquet", "to-sweep-json"),        # a link to it
+    ("export", "SWEEP", "-f", "csv", "-o", "SWEEP/sweep.json"),
+    ("synth", "chain", "-o", "SWEEP/sweep.lock"),
+    ("torch", "record", "zoo:mlp", "-o", "SWEEP/sweep.json"),
+    ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--log", "SWEEP/sweep.json"),
+    ("regime", f"{TRACE}@0.6", f"{TRACE}@0.9", "--plot", "SWEEP/runs/x.png"),
+    ("plot", "SWEEP", "-o", "SWEEP/runs/p"),
+    ("run", TRACE, "--ratio", "0.6", "--record", "SWEEP/runs/r"),
+    ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--record", "SWEEP/runs/r"),
+    ("sweep", TRACE, "--from", "0.5", "--to", "0.6", "--step", "0.1", "--out", "SWEEP/runs"),
+    ("explain", TRACE, "--ratio", "0.6", "--record-root", "SWEEP/runs"),
+]
+
+
+@pytest.mark.parametrize("args", WRITES_INTO_SWEEP, ids=" ".join)
+def test_no_command_writes_a_sweeps_own_files(ws, args):
+    """A sweep is read through its sweep.json and runs/: `sql --parquet sw/sweep.json`
+    made it unreadable. Every output option refuses them (one check, cli/options)."""
+    link = ws / "to-sweep-json"
+    if not link.is_symlink():
+        link.symlink_to(ws / "SWEEP" / "sweep.json")
+    check(ws, args, EXIT_USER, "the sweep")
+    assert SweepStore(ws / "SWEEP").read_runs().num_rows > 0
+
+
+def test_a_stray_sweep_json_is_an_ordinary_file(tmp_path):
+    """Only a sweep description makes a folder a sweep."""
+    (tmp_path / "sweep.json").write_text("mine")
+    result = dtrf("synth", "chain", "-o", "sweep.json", cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert "replaced sweep.json" in result.err
+
+
+def test_torch_run_into_an_existing_folder_says_what_to_do(ws):
+    """`torch run` has no --overwrite: its refusal must not offer one."""
+    for folder in ("REC", "adir"):
+        args = ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--record", folder)
+        check(ws, args, EXIT_USER, "choose a new folder")
+        assert "--overwrite" not in dtrf(*args, cwd=ws).err
+
+
+@pytest.mark.parametrize("args,existing,named", [
+    (("torch", "run", "zoo:mlp", "--ratio", "0.9", "--log", "old.txt"), "old.txt", "old.txt"),
+    # below the step's floor: refused after the log was written, which is still named
+    (("torch", "run", "zoo:mlp", "--ratio", "0.01", "--log", "old.txt"), "old.txt", "old.txt"),
+    (("compare-policies", TRACE, "--policy", "dtr,lru", "--from", "0.5", "--to", "0.9",
+      "--step", "0.1", "--out", "cp", "--figure", "fig", "--no-progress"), "fig.svg", "fig.svg"),
+    (("plot", "SWEEP", "-o", "p.v2"), "p.png", "p.png"),
+])
+def test_every_replaced_file_is_named(ws, tmp_path, args, existing, named):
+    shutil.copytree(ws / "SWEEP", tmp_path / "SWEEP")
+    (tmp_path / existing).write_text("precious")
+    result = dtrf(*args, cwd=tmp_path)
+    assert result.traceback is None, result.traceback
+    assert (tmp_path / existing).read_bytes() != b"precious"
+    assert f"replaced {named}" in result.err.splitlines(), result.err
+
+
+@pytest.mark.parametrize("args", [
+    ("plot", "SWEEP", "-o", "new/dir/p"),
+    ("compare-policies", TRACE, "--policy", "dtr,lru", "--step", "0.1", "--out", "SWEEP",
+     "--figure", "new/fig"),
+    ("synth", "chain", "-o", "new/x.log"),
+    ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--log", "new/x.log"),
+    ("torch", "record", "zoo:mlp", "-o", "new/x.log"),
+    ("sql", "SELECT 1 AS x", "REC", "--parquet", "new/x.parquet"),
+    ("regime", f"{TRACE}@0.6", f"{TRACE}@0.9", "--plot", "new/x.png"),
+    ("export", "SWEEP", "-f", "csv", "-o", "new/x.csv"),
+])
+def test_no_output_file_creates_folders(ws, args):
+    """`plot -o /new/dir/p` and `compare-policies --figure /nonexist/fig` made the
+    folders (at the file system's root); an output file's folder must exist."""
+    check(ws, args, EXIT_USER, "does not exist")
+
+
+def test_an_extra_file_in_a_recording_is_named(ws, tmp_path):
+    """The README promises any extra file is caught, not only an extra Parquet file."""
+    for extra in ("notes.txt", ".hidden", "sub/"):
+        rec = tmp_path / f"rec-{extra.strip('/.')}"
+        shutil.copytree(ws / "REC", rec)
+        if extra.endswith("/"):
+            (rec / extra).mkdir()
+        else:
+            (rec / extra).write_text("x")
+        with pytest.raises(RecordingDamagedError, match=extra.rstrip("/")):
+            open_recording(rec)
+        check(tmp_path, ("show", rec.name), EXIT_USER, extra.rstrip("/"))
+
+
+FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)     # a write past the limit fails (EFBIG)
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+sys.argv = ["dtrf", *sys.argv[2:]]
+from dtrforensics.cli.main import main
+main()
+"""
+
+
+@pytest.mark.parametrize("args,target", [
+    (("synth", "resnet", "-o", "old.log"), "old.log"),
+    (("torch", "record", "zoo:mlp", "-o", "old.log"), "old.log"),
+    (("sql", "SELECT random() AS x FROM range(100000)", "SWEEP", "--parquet", "old.parquet"),
+     "old.parquet"),
+    (("export", "SWEEP", "-f", "csv", "-o", "old.csv"), "old.csv"),
+])
+def test_a_full_disk_leaves_the_old_file_whole(ws, tmp_path, args, target):
+    """A write that fails midway (the disk full: here a file-size limit) leaves the file it
+    was to replace as it was, and no temporary file beside it."""
+    import subprocess
+    shutil.copytree(ws / "SWEEP", tmp_path / "SWEEP")
+    old = "the old file, " * 20
+    (tmp_path / target).write_text(old)
+    res = subprocess.run([sys.executable, "-c", FULL_DISK, "512", *args],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0, res.stderr
+    assert (tmp_path / target).read_text() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["SWEEP", target]), res.stderr
