@@ -312,7 +312,8 @@ def test_workers_with_more_than_one_thread_are_refused(logs, tmp_path, monkeypat
         address = cluster.start_scheduler()
         cluster.start_workers(1, nthreads=2)
         res = dtrf("sweep", logs["hole"], "--from", "0.5", "--to", "1.0", "--step", "0.1",
-                   "--scheduler", address, "--out", tmp_path / "s")
+                   "--scheduler", address, "--out", tmp_path / "s",
+                   COLUMNS="1000")       # stderr wraps at COLUMNS: the error line whole
     finally:
         cluster.stop()
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
@@ -320,13 +321,39 @@ def test_workers_with_more_than_one_thread_are_refused(logs, tmp_path, monkeypat
     assert line.startswith(f"error: 1 of the 1 Dask workers at {address} run 2 threads each")
     assert f"`dask worker {address} --nthreads 1`" in line
     assert not (tmp_path / "s").exists()
-    # a worker that joins later with more threads refuses its points
+    # a worker that joins later with more threads: the test below
+
+
+@pytest.mark.parametrize("who", ["client", "worker"])
+def test_a_worker_with_more_threads_joining_mid_sweep_runs_none_of_its_points(
+        logs, tmp_path, monkeypatch, who):
+    """A worker of two threads that joined a running sweep ran its points (16 of
+    41): the sweep stops with the one-thread error line, none of its rows stored.
+    The client sees it join (it reads the cluster every few seconds), and the
+    worker refuses every point it is given (`who`: the client reads it once only)."""
     from dtrforensics.errors import ClusterError
     from dtrforensics.sweep import backends
-    from dtrforensics.sweep.store import Point
-    monkeypatch.setattr(backends, "_WORKER_THREADS", 2)
-    with pytest.raises(ClusterError, match="--nthreads 1"):
-        backends.run_point("any", Point("dtr", 500, 0, 0.9, "grid"), None)
+    if who == "worker":
+        monkeypatch.setattr(backends.DaskBackend, "CAPACITY_SECONDS", float("inf"))
+    preload = tmp_path / "slow_runs.py"
+    preload.write_text(SLOW_RUNS, encoding="utf-8")
+    with loopback_cluster(tmp_path / "cluster", workers=1, preload=str(preload)) as c:
+
+        class JoinTwoThreads(runner.SweepObserver):
+            def finished(self, row: dict) -> None:
+                if len(c.workers) == 1:
+                    c.start_workers(1, preload=str(preload), nthreads=2)
+
+        with pytest.raises(ClusterError, match="2 threads") as exc:
+            runner.run_sweep(logs["chain"], SweepParams(0.3, 0.9, 0.01), tmp_path / "d",
+                             engine="dask", scheduler=c.address, observer=JoinTwoThreads())
+        joiner = c.workers[1].pid
+    assert "--nthreads 1`" in str(exc.value)
+    assert who == "worker" or str(tmp_path / "d") in str(exc.value)      # the runs kept
+    ran_on = {int(r["worker"].rsplit(":", 1)[1])
+              for r in SweepStore(tmp_path / "d").read_runs().to_pylist()}
+    assert ran_on and joiner not in ran_on
+    assert SweepStore(tmp_path / "d").read_doc()["status"] == "interrupted"
 
 
 def test_the_last_worker_gone_is_said_and_given_up_on(logs, tmp_path, monkeypatch):

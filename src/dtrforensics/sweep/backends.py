@@ -24,6 +24,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -52,10 +53,21 @@ REPEAT_START_METHOD = "spawn"
 
 _PROGRAMS: dict[str, tuple[Program, float]] = {}
 _PREFIXES = PrefixCache()
-# Threads of the Dask worker this process is (1 elsewhere). The caches a run
-# leans on (_PREFIXES, the engine's compiled scores) are per process and not
-# thread-safe: a worker with more threads refuses to run points.
-_WORKER_THREADS = 1
+
+
+def worker_threads() -> int:
+    """Threads of the Dask worker running this task (1 outside one). The caches a
+    run leans on (_PREFIXES, the engine's compiled scores) are per process and not
+    thread-safe: a worker with more threads refuses to run points. Read from the
+    worker at each run: a global the worker plugin set was set in a copy of this
+    module's globals (Dask ships the plugin's class by value), and read 1."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return 1
+    try:
+        return distributed.get_worker().state.nthreads
+    except ValueError:          # not in a Dask worker's task
+        return 1
 
 
 def one_thread_each(address: str, nthreads: dict) -> str | None:
@@ -133,9 +145,10 @@ def run_point(sha256: str, point: Point, timeout: float | None) -> dict:
     """Replay one point with the installed program; a runs-table row. Runs in
     one process share prefixes (nearby budgets resume from earlier snapshots),
     except confirmation repeats, which must not lean on other runs."""
-    if _WORKER_THREADS > 1:
-        raise ClusterError(f"a Dask worker that joined the sweep runs {_WORKER_THREADS} "
-                           f"threads; {ONE_THREAD}: start workers with "
+    threads = worker_threads()
+    if threads > 1:
+        raise ClusterError(f"a Dask worker that joined the sweep runs {threads} threads; "
+                           f"{ONE_THREAD}: start workers with "
                            f"`{worker_command('ADDRESS')}`")
     program, thrash = _PROGRAMS[sha256]
     cpu = time.process_time()
@@ -283,7 +296,7 @@ class DaskBackend:
                                ) from None
         self.client.register_plugin(_program_plugin(program, thrash_factor),
                                     name=f"dtrf-program-{program.sha256[:16]}")
-        self._threads_seen: int | None = None   # the cluster's worker threads, last read
+        self._nthreads: dict | None = None      # worker -> its threads, last read
         self._read_at = float("-inf")
         self.notice = notice or (lambda text: None)
         self._alone_since: float | None = None     # when the last worker left
@@ -308,11 +321,21 @@ class DaskBackend:
         self._check_threads()
 
     def _check_threads(self) -> None:
-        """ClusterError when a worker runs more than one thread (a worker that
-        joins later with more refuses its points: `run_point`)."""
+        """ClusterError when a worker runs more than one thread (one that joins
+        later: `_refuse_threads`)."""
         problem = one_thread_each(self.address, self.client.nthreads())
         if problem:
             self.close(abort=True)
+            raise ClusterError(problem)
+
+    def _refuse_threads(self) -> None:
+        """ClusterError when a worker that joined while the sweep runs has more than
+        one thread (the cluster read again at most every CAPACITY_SECONDS). Such a
+        worker refuses the points it gets meanwhile (`run_point`): none of its runs
+        is kept."""
+        self._threads()
+        problem = one_thread_each(self.address, self._nthreads or {})
+        if problem:
             raise ClusterError(problem)
 
     @property
@@ -330,10 +353,10 @@ class DaskBackend:
         if now - self._read_at >= self.CAPACITY_SECONDS:
             self._read_at = now
             try:
-                self._threads_seen = sum(self.client.nthreads().values())
+                self._nthreads = dict(self.client.nthreads())
             except Exception:  # noqa: BLE001 - the scheduler's loss shows up in the results
                 pass
-        return self._threads_seen
+        return None if self._nthreads is None else sum(self._nthreads.values())
 
     def submit(self, point: Point, timeout: float | None, lane: int = 0):
         return self.client.submit(run_point, self.sha256, point, timeout, pure=False)
@@ -346,6 +369,7 @@ class DaskBackend:
         futures = list(futures)
         if self.client.status != "running":
             return futures
+        self._refuse_threads()
         try:
             wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
         except (TimeoutError, cf.CancelledError):
@@ -427,8 +451,6 @@ def _program_plugin(program: Program, thrash_factor: float):
             self.sha256, self.payload, self.thrash_factor = sha256, payload, thrash_factor
 
         def setup(self, worker):
-            global _WORKER_THREADS
-            _WORKER_THREADS = worker.state.nthreads
             _install_from_ipc(self.sha256, self.payload, self.thrash_factor)
 
     return ProgramPlugin(program.sha256, payload, thrash_factor)
