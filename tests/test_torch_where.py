@@ -273,3 +273,25 @@ def test_diff_json_names_the_modules_of_the_first_divergent_victims(tmp_path, mo
     assert {e["run"] for e in entries} == {"a", "b"}
     assert min(e["position"] for e in entries) == report["first_divergence"]["position"]
     assert all(e["module"] == module_of(e["storage"]) for e in entries)
+
+
+def test_edges_name_the_modules_of_the_first_divergent_victims(tmp_path):
+    """zoo:gpt's widest hole opens at 1,172,504 B (docs/torch.md): both runs' first
+    different victims are storages of blocks.0.attn, per the where-file."""
+    from dtrforensics.analyses.edges import edges
+    from dtrforensics.sweep.runner import run_sweep
+    from dtrforensics.sweep.store import SweepParams
+    torch.manual_seed(0)
+    summary = record(*ZOO["gpt"](), tmp_path / "gpt.log")
+    program = load_program(tmp_path / "gpt.log")
+    params = SweepParams(ratio_from=(1_172_503 - 200) / summary.peak,
+                         ratio_to=(1_172_504 + 200) / summary.peak, exact=True)
+    run_sweep(program, params, tmp_path / "sweep", jobs=1)
+    (edge,) = edges(tmp_path / "sweep", cache=tmp_path / "cache").edges
+    assert (edge.below.budget, edge.above.budget) == (1_172_503, 1_172_504)
+    victim = edge.first_divergent_victim
+    for module, entry in ((victim.below_module, victim.below),
+                          (victim.above_module, victim.above)):
+        storage = int(entry.split()[2])
+        assert module == program.op_where(int(program.tensor_op[storage])) is not None
+        assert f" of {module} " in entry

@@ -60,6 +60,8 @@ class FirstDivergentVictim:
     above: str
     op_id: int | None
     cause: str
+    below_module: str | None = None  # where each entry's storage was made (a where-file)
+    above_module: str | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,8 @@ def edges(sweep: str | os.PathLike, *, policy: str | None = None, threshold: flo
         first = diff(below, above).first_divergence
         victim = None if first is None else FirstDivergentVictim(
             position=first.position, below=_entry(first.a), above=_entry(first.b),
-            op_id=first.op_id, cause=first.cause)
+            op_id=first.op_id, cause=first.cause, below_module=first.a.module,
+            above_module=first.b.module)
         out.append(Edge(kind=kind, exact=exact, below=_side(below, report.trace.peak),
                         above=_side(above, report.trace.peak),
                         gap_bytes=b[0] - a[1] - 1, decisive=decisive,
@@ -197,4 +200,5 @@ def _entry(side) -> str:
     if side.kind is None:
         return "stream ended"
     what = "pressure victim" if side.kind == "pressure" else "dead free"
-    return f"{what} {side.victim} at op {side.op_id}"
+    made = f" of {side.module}" if side.module else ""
+    return f"{what} {side.victim}{made} at op {side.op_id}"
