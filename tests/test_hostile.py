@@ -1139,6 +1139,89 @@ def _dtrf_process(*args, cwd: Path, wait: float, interrupt: bool = False):
     return proc.returncode, out, err, time.monotonic() - started
 
 
+# --- policy files: code, and only regular files of source (issue 39) --------------------
+
+MARKING_POLICY = '''
+from pathlib import Path
+Path(__file__).with_name("top-level code ran").touch()
+
+from dtrforensics.policy import policy, ratio
+
+
+@policy
+def p(compute, size):
+    return ratio(compute, size)
+'''
+
+
+NOT_SOURCE = ", not a regular file of Python source"
+
+
+@pytest.mark.parametrize("make,what", [
+    (lambda path: os.symlink("/dev/zero", path), "is a character device" + NOT_SOURCE),
+    (lambda path: os.mkfifo(path), "is a FIFO" + NOT_SOURCE),
+    (lambda path: path.mkdir(), "is a directory" + NOT_SOURCE),
+    (lambda path: path.write_text("#" * ((1 << 20) + 1)),
+     "is larger than the 1,048,576 bytes a policy file may be"),
+])
+def test_a_policy_file_must_be_a_regular_file_of_source(tmp_path, make, what):
+    """A link to /dev/zero was read without end, a FIFO blocked forever: both are
+    refused, before reading, in one line (each in its own process, so a hang fails)."""
+    make(tmp_path / "pol.py")
+    code, _, err, _ = _dtrf_process("run", TRACE, "--ratio", "0.6", "--policy", "pol.py:p",
+                                    cwd=tmp_path, wait=60)
+    assert code == EXIT_USER, err
+    assert err.strip().splitlines() == [f"error: policy pol.py:p: pol.py {what}"]
+
+
+def test_loading_a_policy_file_runs_its_top_level_code(tmp_path):
+    """Documented (docs/policies.md, every --policy's help): a policy file is code,
+    run with the user's privileges as it loads, before any policy is looked up."""
+    from dtrforensics.engine.policies import get_policy
+    (tmp_path / "marks.py").write_text(MARKING_POLICY)
+    with pytest.raises(UserError, match="defines no 'missing'"):
+        get_policy(f"{tmp_path / 'marks.py'}:missing")
+    assert (tmp_path / "top-level code ran").exists()
+
+
+def _policy_options() -> list[tuple[str, str]]:
+    from dtrforensics.cli.main import COMMANDS, load_command
+
+    found = []
+
+    def walk(command, words):
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            walk(sub, [*words, name])
+        found.extend((" ".join(words), p.opts[0]) for p in command.params
+                     if p.opts and p.opts[0] == "--policy")
+    for name in COMMANDS:
+        walk(load_command(name), [name])
+    return found
+
+
+@pytest.mark.parametrize("words,option", _policy_options())
+def test_every_option_that_runs_a_policy_file_says_it_is_code(tmp_path, words, option):
+    """An option that loads a policy file (its code runs as the option is parsed)
+    says in its --help that the file is code run as the user, by workers too."""
+    from typer.exceptions import TyperException
+
+    from dtrforensics.cli.main import load_command
+    command = load_command(words.split()[0])
+    for word in words.split()[1:]:
+        command = command.commands[word]
+    (tmp_path / "marks.py").write_text(MARKING_POLICY)
+    try:
+        command.make_context(words, [option, f"{tmp_path / 'marks.py'}:p"])
+    except TyperException:
+        pass                 # an argument the command needs, asked for after the option
+    if not (tmp_path / "top-level code ran").exists():
+        pytest.skip(f"dtrf {words} {option} names a sweep's policies; it loads no file")
+    help_text = " ".join(next(p for p in command.params if p.opts[0] == option).help.split())
+    assert "A policy file is Python code, run as you (with your privileges)" in help_text
+    assert "every sweep worker and Dask worker" in help_text
+    assert "load only files you trust" in help_text
+
+
 def test_a_recursive_policy_is_one_error_line_not_a_crash(runaway):
     """Numba compiles recursion, and a deep one killed the process with SIGSEGV
     (exit 139, no line): the cycle is found in the code and named instead."""

@@ -137,9 +137,12 @@ def warn_unreached(interventions: Interventions, decisions: int) -> None:
                               f"{decisions} eviction decisions", stacklevel=2)
 
 
+POLICY_TRUST = ("A policy file is Python code, run as you (with your privileges) when it "
+                "loads, here and in every sweep worker and Dask worker: load only files you "
+                "trust.")
 POLICY_HELP = ("Eviction policy: a built-in (dtr, no-staleness, no-size, compute-only, lru, "
                "size, msps, dtr-local, dtr-exact-nbhd) or PATH.py:NAME, a policy in a file "
-               "(docs/policies.md).")
+               "(docs/policies.md). " + POLICY_TRUST)
 
 
 def check_policy(param: typer.CallbackParam, value: str | None) -> str | None:

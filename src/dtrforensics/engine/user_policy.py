@@ -23,7 +23,9 @@ import hashlib
 import importlib.util
 import inspect
 import math
+import os
 import re
+import stat
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ from .features import FEATURE_NAMES, HISTORY_FEATURES, NEIGHBOURHOOD_FEATURES
 from .score_code import ScoreCode
 
 MAX_MIN_SIZE = 2**62          # the kernel reads min_size as an int64
+MAX_POLICY_BYTES = 1 << 20    # a policy file is Python source: 1 MiB is far beyond any
 SCORE_SIGNATURE = types.float64(*([types.int64] * len(FEATURE_NAMES)))
 NEIGHBOURHOOD_MODES = ("incremental", "fresh")
 
@@ -300,16 +303,12 @@ def load_policy(spec: str) -> CustomScore:
     """`PATH.py:NAME` -> the compiled policy (once per process and file content)."""
     path_text, _, name = spec.rpartition(":")
     path = Path(path_text)
-    try:
-        source = path.read_bytes()
-    except OSError as exc:
-        raise PolicyError(f"policy {spec}: cannot read {path}: "
-                          f"{exc.strerror or exc}") from None
+    source = read_policy_source(path, spec)
     sha = hashlib.sha256(source).hexdigest()
     key = (str(path.resolve()), sha + ":" + name)
     if key in _LOADED:
         return _LOADED[key]
-    definition = _import_definition(path, name, sha, spec)
+    definition = _import_definition(path, name, sha, spec, source)
     code = ScoreCode(definition.func, spec)          # a recursive score is refused here
     score = _score_as_compiled(code)
     loaded = CustomScore(spec, definition, sha, _compile(definition, score), score,
@@ -318,7 +317,40 @@ def load_policy(spec: str) -> CustomScore:
     return loaded
 
 
-def _import_definition(path: Path, name: str, sha: str, spec: str) -> PolicyDefinition:
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def read_policy_source(path: Path, spec: str) -> bytes:
+    """A policy file's bytes. It must be a regular file of at most MAX_POLICY_BYTES,
+    checked on the opened file before reading: a FIFO would block (it is opened
+    without waiting for a writer) and a link to /dev/zero would never end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise PolicyError(f"policy {spec}: cannot read {path}: "
+                          f"{exc.strerror or exc}") from None
+    try:
+        found = os.fstat(fd)
+        mode, size = found.st_mode, found.st_size
+        if not stat.S_ISREG(mode):
+            kind = next((k for test, k in _FILE_KINDS if test(mode)), "not a file")
+            raise PolicyError(f"policy {spec}: {path} is {kind}, not a regular file of "
+                              "Python source")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            source = fh.read(MAX_POLICY_BYTES + 1) if size <= MAX_POLICY_BYTES else b""
+    finally:
+        os.close(fd)
+    if size > MAX_POLICY_BYTES or len(source) > MAX_POLICY_BYTES:
+        raise PolicyError(f"policy {spec}: {path} is larger than the {MAX_POLICY_BYTES:,} "
+                          "bytes a policy file may be")
+    return source
+
+
+def _import_definition(path: Path, name: str, sha: str, spec: str,
+                       source: bytes) -> PolicyDefinition:
+    """Run the policy file (the bytes read and hashed, not the file again) as a module."""
     where = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
     module_name = f"dtrforensics_policy_{where}_{sha[:12]}"
     module = sys.modules.get(module_name)
@@ -326,7 +358,8 @@ def _import_definition(path: Path, name: str, sha: str, spec: str) -> PolicyDefi
         loader = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(loader)
         try:
-            loader.loader.exec_module(module)
+            code = compile(source, str(path), "exec", dont_inherit=True)
+            exec(code, module.__dict__)         # the user's code, with the user's privileges
         except SyntaxError as exc:
             raise PolicyError(f"{path}:{exc.lineno}: SyntaxError: {exc.msg}") from None
         except PolicyError:
