@@ -1352,6 +1352,10 @@ def test_torch_run_into_an_existing_folder_says_what_to_do(ws):
     (("torch", "run", "zoo:mlp", "--ratio", "0.9", "--log", "old.txt"), "old.txt", "old.txt"),
     # below the step's floor: refused after the log was written, which is still named
     (("torch", "run", "zoo:mlp", "--ratio", "0.01", "--log", "old.txt"), "old.txt", "old.txt"),
+    # the log's where-file beside it (trace/where.py)
+    (("torch", "run", "zoo:mlp", "--ratio", "0.9", "--log", "old.txt"), "old.txt.where.json",
+     "old.txt.where.json"),
+    (("torch", "record", "zoo:mlp", "-o", "old.log"), "old.log.where.json", "old.log.where.json"),
     (("compare-policies", TRACE, "--policy", "dtr,lru", "--from", "0.5", "--to", "0.9",
       "--step", "0.1", "--out", "cp", "--figure", "fig", "--no-progress"), "fig.svg", "fig.svg"),
     (("plot", "SWEEP", "-o", "p.v2"), "p.png", "p.png"),

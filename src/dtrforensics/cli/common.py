@@ -87,6 +87,15 @@ def reporting_replaced(*paths: str | Path | None) -> Iterator[None]:
                 print(f"replaced {path}", file=sys.stderr)
 
 
+def log_files(log: str | Path | None) -> tuple[Path, ...]:
+    """The files writing a DTR log to `log` may replace: the log and its where-file
+    (`trace/where.py`); none for no log."""
+    if log is None:
+        return ()
+    from ..trace.where import where_path
+    return Path(log), where_path(log)
+
+
 def _identity(path: str | Path) -> tuple | None:
     """What changes when a file is replaced or written (links followed); None: no file."""
     try:

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..render.units import fmt_bytes
-from .common import print_json, reporting_replaced
+from .common import log_files, print_json, reporting_replaced
 from .errors import CommandError
 from .options import check_seed, check_size, factory_settings, output_file
 
@@ -58,7 +58,7 @@ def record_cmd(
             options["dtype"] = parse_dtype(dtype)
         torch.manual_seed(seed)
         model, data, loss_fn = build(spec, fake=fake, **options)
-        with reporting_replaced(output):
+        with reporting_replaced(*log_files(output)):
             summary = record(model, data, loss_fn, output, cost=cost, fake=fake,
                              optimizer=optimizer, autocast=autocast)
     except RecordError as exc:

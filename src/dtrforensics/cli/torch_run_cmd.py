@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import reporting_replaced
+from .common import log_files, reporting_replaced
 from .errors import CommandError
 from .options import (
     POLICY_HELP,
@@ -69,7 +69,7 @@ def run_cmd(
     try:
         torch.manual_seed(seed)
         model, data, loss_fn = build(spec, **options)
-        with reporting_replaced(log):
+        with reporting_replaced(*log_files(log)):
             result = execute(model, data, loss_fn, budget=budget, ratio=ratio, policy=policy,
                              cost=cost, optimizer=optimizer, log_path=log, record_dir=record)
     except BudgetError as exc:
