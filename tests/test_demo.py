@@ -50,7 +50,8 @@ def test_demo_tells_the_whole_story(demo):
 
 
 def test_every_command_the_demo_suggests_runs(demo):
-    """The "Your turn" lines are commands: each runs as printed and succeeds."""
+    """The "Your turn" lines are commands: each runs as printed (one that ends with
+    ` \\` goes on in the next line, as in a shell) and succeeds."""
     import os
     import subprocess
     import sys
@@ -58,7 +59,9 @@ def test_every_command_the_demo_suggests_runs(demo):
 
     tmp_path, text, _ = demo
     turn = text.split("Your turn", 1)[1]
-    commands = [ln.strip() for ln in turn.splitlines() if ln.startswith("  dtrf ")]
+    commands = [ln.strip() for ln in turn.replace(" \\\n", " ").splitlines()
+                if ln.startswith("  dtrf ")]
+    assert all(len(ln) <= 80 for ln in turn.splitlines())
     assert len(commands) >= 8 and any(" --record " in c for c in commands)
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",

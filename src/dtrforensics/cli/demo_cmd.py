@@ -72,11 +72,13 @@ def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2)
                                           out / "resnet32", jobs, exact=False)
     _section(console, "Your turn")
     console.print(f"The same steps one command each, on the embedded log `{EMBEDDED}`; put "
+    from ..render.wrapping import shell_wrap
                   "the path of a DTR log of your own (the dtr-prototype logging format) "
                   f"where they say {EMBEDDED}:")
     for command, comment in your_turn(findings["embedded"], out):
-        console.print(f"  {command}", soft_wrap=True, highlight=False, markup=False)
-        console.print(f"      [dim]# {comment}[/]", soft_wrap=True, highlight=False)
+        for part in shell_wrap("", command, console.width - 2):   # pasted, they run whole
+            console.print(f"  {part}", soft_wrap=True, highlight=False, markup=False)
+        console.print(styled(f"      [dim]# {esc(comment)}[/]"), soft_wrap=True, highlight=False)
     findings["seconds"] = time.perf_counter() - started
     console.print(f"\n[dim]demo finished in {findings['seconds']:.1f} s; outputs under {out}/[/]")
     return findings
