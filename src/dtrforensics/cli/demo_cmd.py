@@ -71,14 +71,14 @@ def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2)
             findings["resnet32"] = _story(console, "resnet32", (0.095, 0.115, 0.001),
                                           out / "resnet32", jobs, exact=False)
     _section(console, "Your turn")
-    console.print(f"The same steps one command each, on the embedded log `{EMBEDDED}`; put "
     from ..render.wrapping import shell_wrap
+    console.print(f"The same steps one command each, on the embedded log `{EMBEDDED}`; put "
                   "the path of a DTR log of your own (the dtr-prototype logging format) "
                   f"where they say {EMBEDDED}:")
     for command, comment in your_turn(findings["embedded"], out):
         for part in shell_wrap("", command, console.width - 2):   # pasted, they run whole
             console.print(f"  {part}", soft_wrap=True, highlight=False, markup=False)
-        console.print(styled(f"      [dim]# {esc(comment)}[/]"), soft_wrap=True, highlight=False)
+        console.print(f"      [dim]# {comment}[/]", soft_wrap=True, highlight=False)
     findings["seconds"] = time.perf_counter() - started
     console.print(f"\n[dim]demo finished in {findings['seconds']:.1f} s; outputs under {out}/[/]")
     return findings
