@@ -295,3 +295,25 @@ def test_edges_name_the_modules_of_the_first_divergent_victims(tmp_path):
         storage = int(entry.split()[2])
         assert module == program.op_where(int(program.tensor_op[storage])) is not None
         assert f" of {module} " in entry
+
+
+def test_regime_drivers_name_their_makers_modules(tmp_path):
+    """zoo:gpt switches regime between 1,252,124 B (2.11x) and 1,252,376 B (1.06x)."""
+    from rich.console import Console
+
+    from dtrforensics.analyses.regime import regime
+    from dtrforensics.recorder.reader import open_recording
+    from dtrforensics.recorder.record import record_run
+    from dtrforensics.render.regime import regime_view
+    torch.manual_seed(0)
+    record(*ZOO["gpt"](), tmp_path / "gpt.log")
+    program = load_program(tmp_path / "gpt.log")
+    runs = [open_recording(record_run(program, budget=b, out_dir=tmp_path / str(b))[1])
+            for b in (1_252_376, 1_252_124)]
+    report = regime(*runs)
+    assert report.drivers
+    for d in report.drivers:
+        assert d.module == program.op_where(d.op_id) is not None
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))
+    console.print(regime_view(report))
+    assert f"in {report.drivers[0].module}" in console.export_text()

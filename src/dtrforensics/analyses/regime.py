@@ -112,6 +112,7 @@ class Driver:
     op_id: int
     paper_op: int
     op_name: str
+    module: str | None = None     # where that op ran (the log's where-file)
 
 
 @dataclass(frozen=True)
@@ -170,11 +171,14 @@ def regime(control: Recording, test: Recording, *, window_ops: int | None = None
         if slow is not None:
             ids = {"a": ida, "b": idb}
             fast = "b" if slow == "a" else "a"
+            modules = dict(con.execute("SELECT op_id, module FROM ops WHERE run_id = ? AND "
+                                       "module IS NOT NULL", [ida]).fetchall())
             drivers = tuple(Driver(
                 rank=r["rank"], storage=r["storage_id"], slow_evictions=r["slow_evictions"],
                 fast_evictions=r["fast_evictions"], excess=r["excess"],
                 first_slow_op=r["first_slow_op"], bytes=r["bytes"], tensor=r["tensor"],
-                op_id=r["op_id"], paper_op=r["paper_op"], op_name=r["op_name"])
+                op_id=r["op_id"], paper_op=r["paper_op"], op_name=r["op_name"],
+                module=modules.get(r["op_id"]))
                 for r in fetch_dicts(con, "SELECT * FROM regime_drivers(?, ?, ?, ?)",
                                      [ids[slow], ids[fast], onset.op if onset else 0, top]))
         divergence = _divergence(con, ida, idb, onset, {d.storage for d in drivers})

@@ -64,7 +64,8 @@ def regime_view(r: RegimeReport, *, windows: bool = False) -> Group:
                           style="bold"))
         for dr in r.drivers:
             parts.append(Text(f"  {dr.rank:>2}. storage {dr.storage} ({dr.tensor}, {dr.bytes:,} B, "
-                              f"made by {dr.op_name} op {dr.op_id}): "
+                              f"made by {dr.op_name} op {dr.op_id}"
+                              f"{f' in {dr.module}' if dr.module else ''}): "
                               f"{fmt_count(dr.slow_evictions, 'eviction')} "
                               f"against {dr.fast_evictions:,} (+{dr.excess:,}), first at "
                               f"op {dr.first_slow_op:,}"))
