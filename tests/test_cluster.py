@@ -141,7 +141,8 @@ def test_the_scheduler_gone_is_one_error_line_and_the_sweep_resumes(logs, tmp_pa
     with loopback_cluster(tmp_path / "cluster", workers=2) as c:
         proc = subprocess.Popen([sys.executable, str(script), *map(str, args),
                                  "--scheduler", c.address],
-                                env={**os.environ, "HELD_MARK": str(mark), "COLUMNS": "160",
+                                # stderr wraps at COLUMNS: the error line whole
+                                env={**os.environ, "HELD_MARK": str(mark), "COLUMNS": "1000",
                                      # how long the client tries to reconnect (30 s by default)
                                      "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"},
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -178,7 +179,8 @@ def test_no_scheduler_at_the_address_is_one_error_line(logs, tmp_path):
         port = s.getsockname()[1]
     res = dtrf("sweep", logs["hole"], "--from", "0.5", "--to", "1.0", "--step", "0.1",
                "--scheduler", f"tcp://127.0.0.1:{port}", "--out", tmp_path / "s",
-               DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s")
+               DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s",
+               COLUMNS="1000")                       # stderr wraps at COLUMNS: the line whole
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith(
         f"error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}")
