@@ -722,6 +722,7 @@ WRITES_INTO_REC = [
     ("demo", "-o", "REC/demo"),
     ("export", "SWEEP", "-f", "csv", "-o", "REC/x.csv"),
     ("sql", "SELECT 1 AS x", "REC", "--parquet", "REC/x.parquet"),
+    ("oom", f"{TRACE}@0.6", "--cache", "REC/cache"),
     ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--log", "REC/step.log"),
     ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--record", "REC/sub"),
 ]
@@ -1318,6 +1319,8 @@ WRITES_INTO_SWEEP = [
     ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--record", "SWEEP/runs/r"),
     ("sweep", TRACE, "--from", "0.5", "--to", "0.6", "--step", "0.1", "--out", "SWEEP/runs"),
     ("explain", TRACE, "--ratio", "0.6", "--record-root", "SWEEP/runs"),
+    ("oom", f"{TRACE}@0.6", "--cache", "SWEEP/runs"),
+    ("diff", f"{TRACE}@0.6", f"{TRACE}@0.9", "--cache", "SWEEP/runs/c"),
 ]
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 DEFAULT_CACHE = Path("recordings") / "cache"     # = analyses.runs.DEFAULT_CACHE (tests/test_cli.py)
 
 CacheOption = Annotated[Path, typer.Option(
-    help="Where run specs (TRACE@RATIO[:POLICY]) are recorded and reused.")]
+    callback=output_folder, help="Where run specs (TRACE@RATIO[:POLICY]) are recorded and reused.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 RecordRoot = Annotated[str, typer.Option(
     callback=output_folder, help="Where the runs are recorded (reused when present); '' to not record.")]
