@@ -317,3 +317,27 @@ def test_regime_drivers_name_their_makers_modules(tmp_path):
     console = Console(width=80, record=True, file=open(os.devnull, "w"))
     console.print(regime_view(report))
     assert f"in {report.drivers[0].module}" in console.export_text()
+
+
+@pytest.mark.parametrize("name", [n for n in ZOO if n != "gpt-1b"])
+def test_the_log_is_byte_identical_with_and_without_where_capture(name, tmp_path, monkeypatch):
+    """Module hooks and the per-op context change no tensor's lifetime: the log is
+    the same as a recording that follows no module and reads no frame."""
+    import contextlib
+
+    from dtrforensics.torch import where as where_module
+    logs = {}
+    for fake in ([False] if name == "moe" else [False, True]):   # MoE routing reads values
+        for capture in (True, False):
+            if not capture:
+                monkeypatch.setattr(where_module.Where, "following_modules",
+                                    lambda self: contextlib.nullcontext())
+                monkeypatch.setattr(where_module.Where, "now", lambda self, inputs=(): None)
+                monkeypatch.setattr(where_module.Where, "constant", lambda self, t: None)
+            torch.manual_seed(0)
+            path = tmp_path / f"{fake}-{capture}.log"
+            record(*ZOO[name](), path, fake=fake)
+            logs[fake, capture] = path.read_text()
+            assert where_path(path).exists() == capture
+            monkeypatch.undo()
+        assert logs[fake, True] == logs[fake, False]
