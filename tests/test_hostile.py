@@ -541,6 +541,60 @@ def test_torch_numbers_are_refused_before_the_model_is_built(tmp_path, monkeypat
     check(tmp_path, args, EXIT_USER, message)
 
 
+@pytest.mark.parametrize("value,message", [
+    ("nan", "the value must be a finite number"),
+    ("-inf", "the value must be a finite number"),
+    ("99999999999999999999", "the value is outside the int64 range"),
+])
+def test_set_numbers_are_range_checked_before_the_model_is_built(tmp_path, monkeypatch, value,
+                                                                  message):
+    pytest.importorskip("torch")
+    from dtrforensics.torch import spec
+    monkeypatch.setattr(spec, "build", lambda *a, **k: pytest.fail("the model was built"))
+    check(tmp_path, ("torch", "record", "zoo:mlp", "-o", "m.log", "--set", f"layers={value}"),
+          EXIT_USER, f"--set layers={value}: {message}")
+
+
+@pytest.fixture
+def raising_factories(tmp_path, monkeypatch):
+    """Factories whose library errors span several lines."""
+    (tmp_path / "raising_factories.py").write_text(
+        "import torch\n\n\n"
+        "def lines():\n"
+        "    raise ValueError('Class validation error:\\n    ValueError: size (-5) is bad.')\n\n\n"
+        "def frames():\n"
+        "    return torch.randn(2, 1 << 64)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize("factory,message", [
+    ("lines", "raised ValueError: Class validation error: ValueError: size (-5) is bad."),
+    ("frames", "raised TypeError: randn(): argument 'size' failed to unpack"),
+])
+def test_a_factorys_error_over_several_lines_is_one_line(raising_factories, factory, message):
+    """`--set hidden_size=-5` (hf:llama) printed the config's error over two lines;
+    PyTorch's C++ errors bring their stack frames along."""
+    pytest.importorskip("torch")
+    check(raising_factories, ("torch", "record", f"raising_factories:{factory}", "-o", "x.log"),
+          EXIT_USER, message)
+    result = dtrf("torch", "record", f"raising_factories:{factory}", "-o", "x.log",
+                  cwd=raising_factories)
+    assert "frame #" not in result.err and "Exception raised from" not in result.err
+
+
+def test_an_hf_config_error_is_one_line(tmp_path):
+    pytest.importorskip("transformers")
+    check(tmp_path, ("torch", "record", "hf:llama", "-o", "m.log", "--set", "hidden_size=-5"),
+          EXIT_USER, "The hidden size (-5) is not a multiple")
+
+
+def test_every_user_error_is_printed_in_one_line(capsys):
+    from dtrforensics.cli.errors import report_user_error
+    assert report_user_error(UserError("a library's\n   message\n\nover lines")) == EXIT_USER
+    assert capsys.readouterr().err == "error: a library's message over lines\n"
+
+
 def test_a_victim_pin_the_run_never_reaches_is_reported(ws):
     result = dtrf("run", TRACE, "--ratio", "0.6", "--forbid-victim", "3@999999", "--json", cwd=ws)
     assert result.code == 0

@@ -24,6 +24,12 @@ EXIT_NOT_DETERMINISTIC = 3
 EXIT_INTERRUPTED = 130
 
 
+def one_line(text: str) -> str:
+    """`text` as the one line an error is printed in: its lines joined by spaces
+    (a library's message over several lines, a path with a newline in it)."""
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
 class UserError(Exception):
     """A problem the user can fix; the message says what is wrong and where."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import EXIT_USER, UserError
+from ..errors import EXIT_USER, UserError, one_line
 
 
 class CommandError(UserError):
@@ -20,8 +20,8 @@ def describe(exc: BaseException) -> str:
     """One line: the message, with an OSError's file and reason spelled out."""
     if isinstance(exc, OSError) and not isinstance(exc, UserError) and exc.strerror:
         where = f"{exc.filename}: " if exc.filename is not None else ""
-        return f"{where}{exc.strerror}"
-    return str(exc).strip() or type(exc).__name__
+        return one_line(f"{where}{exc.strerror}")
+    return one_line(str(exc)) or type(exc).__name__
 
 
 def exit_code(exc: BaseException) -> int:

@@ -3,6 +3,7 @@ and typer callbacks that check a value where it enters (`dtrforensics.validate`)
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from pathlib import Path
@@ -278,7 +279,17 @@ def factory_settings(pairs: list[str], given: dict[str, object]) -> dict[str, ob
         if given.get(key) is not None:
             raise CommandError(f"--set {pair} and --{key.replace('_', '-')} {given[key]} both set {key}: give one")
         settings[key] = _setting_value(value)
+        if isinstance(settings[key], (int, float)) and not isinstance(settings[key], bool):
+            _check_setting(pair, settings[key])
     return settings
+
+
+def _check_setting(pair: str, number: int | float) -> None:
+    """A number given with --set: finite, and (a whole number) inside int64."""
+    if isinstance(number, float) and not math.isfinite(number):
+        raise CommandError(f"--set {pair}: the value must be a finite number")
+    if isinstance(number, int) and not -validate.MAX_INT - 1 <= number <= validate.MAX_INT:
+        raise CommandError(f"--set {pair}: the value is outside the int64 range")
 
 
 SCHEDULER_HELP = ("A Dask scheduler's address (tcp://host:8786): run the points on its "

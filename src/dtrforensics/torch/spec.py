@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+from ..errors import one_line
 from . import named, zoo
 from .recorder import RecordError
 
@@ -86,6 +87,13 @@ class _FakeDeepcopy(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def model_error(exc: BaseException) -> str:
+    """A model's exception in one line: its type and message, the message's lines
+    joined and PyTorch's C++ stack (`Exception raised from ...`, frames) left out."""
+    text = str(exc).split("Exception raised from ")[0]
+    return f"{type(exc).__name__}: {one_line(text)}"
+
+
 def build(spec: str, fake: bool = False, **options):
     """Call the spec's factory with the options given (None means "not given");
     under a FakeTensorMode when `fake`. Returns `(model, batch, loss_fn)`."""
@@ -107,7 +115,7 @@ def build(spec: str, fake: bool = False, **options):
     except RecordError:
         raise
     except Exception as exc:
-        raise RecordError(f"the factory {spec} raised {type(exc).__name__}: {exc}") from None
+        raise RecordError(f"the factory {spec} raised {model_error(exc)}") from None
     if not (isinstance(built, tuple) and len(built) == 3 and isinstance(built[0], torch.nn.Module)
             and callable(built[2])):
         raise RecordError(f"the factory {spec} must return (model, batch, loss_fn), "
