@@ -221,6 +221,12 @@ def test_a_json_number_that_is_no_int64_is_refused(tmp_path, value):
     assert err.line == 3 and err.problem.startswith("TIME ")
 
 
+@pytest.mark.parametrize("alias", [float("inf"), float("-inf"), 0.5, True])
+def test_an_alias_that_is_no_integer_is_refused(tmp_path, alias):
+    _, err = parse_error(tmp_path, [*constant("x"), *call("f", ["y"], ["x"], aliases=[alias])])
+    assert (err.line, err.problem) == (5, f"ALIAS is not an integer: {alias!r}")
+
+
 @pytest.mark.parametrize("field", ["MEMORY", "TIME"])
 def test_sums_beyond_int64_are_refused_at_the_line_that_overflows(tmp_path, field):
     half = 1 << 62                  # each fits int64; the two together do not

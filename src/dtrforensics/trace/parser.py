@@ -348,10 +348,13 @@ class _Lowering:
         """The ALIAS line after a result's MEMORY line: an argument index or -1."""
         path = self.path
         aline, ali = self.take("ALIAS", result, "CALL", line_no)
+        value = _field(ali, "ALIAS", path, aline)
         try:
-            alias = int(_field(ali, "ALIAS", path, aline))
-        except (TypeError, ValueError):
-            raise TraceError(path, aline, f"ALIAS is not an integer: {ali.get('ALIAS')!r}") from None
+            alias = int(value)
+        except (TypeError, ValueError, OverflowError):
+            raise TraceError(path, aline, f"ALIAS is not an integer: {value!r}") from None
+        if isinstance(value, bool) or (isinstance(value, float) and alias != value):
+            raise TraceError(path, aline, f"ALIAS is not an integer: {value!r}")
         if alias < -1 or alias >= n_args:
             raise TraceError(path, aline,
                              f"ALIAS index {alias} out of range for {n_args} argument(s)")
