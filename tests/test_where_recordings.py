@@ -360,3 +360,27 @@ def test_replay_names_each_allocations_module_and_each_victims(tmp_path):
     view = replay_window(open_recording(plain))
     assert all(s.module is None and all(v.module is None for v in s.victims)
                for s in view.steps)
+
+
+def test_the_replay_tui_shows_modules_of_allocations_and_victims(tmp_path):
+    from dtrforensics.analyses.replay_view import ReplaySource
+    from dtrforensics.recorder.reader import open_recording
+    from dtrforensics.render.units import score_format
+    from dtrforensics.tui.widgets.step_list import step_line
+    from dtrforensics.tui.widgets.step_panel import step_items, victim_line
+    log, where = backward_log()
+    program = placed(log, where, tmp_path / "b.log")
+    _, path = record_run(program, budget=130, out_dir=tmp_path / "r")
+    source = ReplaySource(open_recording(path))
+    try:
+        index = next(i for i, s in enumerate(source.steps) if s.evictions)
+        step, victims = source.steps[index], source.victims(index)
+    finally:
+        source.close()
+    assert step.module == where[step.tensor_op_id][0]
+    assert step.module in step_line(step).plain
+    assert f"in {step.module}" in step_items(step, 1, victims)[1].plain
+    for v in victims:
+        module = where[int(program.tensor_op[v.victim])][0]
+        assert v.module == module
+        assert f"of {module}" in victim_line(v, score_format([v.score]), False).plain

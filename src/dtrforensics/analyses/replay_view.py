@@ -182,7 +182,11 @@ class ReplaySource:
         self.lo, self.hi = ops if ops is not None else ALL_OPS
         self.con, (self.run_id,) = open_together([rec])
         self._lock = threading.Lock()
-        self.steps: list[Step] = [_step(r) for r in fetch_dicts(
+        op_modules = _modules(self.con, self.run_id, "ops", "op_id")
+        self._storage_modules = _modules(self.con, self.run_id, "storages", "storage_id") \
+            if op_modules else {}
+        self.steps: list[Step] = [_step(r, (), op_modules.get(r["tensor_op_id"]))
+                                  for r in fetch_dicts(
             self.con, "SELECT * FROM allocation_steps(?, ?, ?) ORDER BY step",
             [self.run_id, self.lo, self.hi])]
         self.has_candidates = rec.run.get("scores") == "all"
@@ -250,7 +254,7 @@ class ReplaySource:
         rows = self._query("SELECT * FROM step_victims(?, ?, ?) WHERE step = ? "
                                      "ORDER BY decision",
                      [self.run_id, step.op_id, step.op_id, step.step])
-        return [_victim(r) for r in rows]
+        return [_victim(r, self._storage_modules.get(r["victim"])) for r in rows]
 
     def candidates(self, decision: int, k: int = 10) -> list[Candidate]:
         """The k best-ranked candidates of a decision (victim and runner-up only

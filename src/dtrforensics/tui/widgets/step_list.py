@@ -30,6 +30,8 @@ def step_line(step: Step) -> Text:
         t.append(" " * 5)
     t.append("R " if step.remat else "  ", style="yellow")
     t.append(f"{step.tensor} ← {step.op_name}")
+    if step.module:
+        t.append(f" {step.module}", style="green")
     return t
 
 

@@ -21,6 +21,8 @@ def check_lines(step: Step, total: int) -> list[Text]:
     what.append("allocating ", style="dim")
     what.append(step.tensor, style="bold")
     what.append(f" ← {step.op_name} (op {step.tensor_op_id})")
+    if step.module:
+        what.append(f" in {step.module}", style="green")
     if step.oom:
         what.append("  OUT OF MEMORY", style="bold red")
     elif step.remat:
@@ -46,7 +48,8 @@ def check_lines(step: Step, total: int) -> list[Text]:
 
 def victim_line(v: Victim, fmt_score: ScoreFormat, current: bool) -> Text:
     t = Text("  ▶ " if current else "  ↳ ", style="bold" if current else "cyan")
-    t.append(f"#{v.decision} evict {v.victim} {v.tensor} ({fmt_bytes(v.bytes)}) "
+    made = f" of {v.module}" if v.module else ""
+    t.append(f"#{v.decision} evict {v.victim} {v.tensor}{made} ({fmt_bytes(v.bytes)}) "
              f"score {fmt_score(v.score)}", style="cyan")
     if v.runner_up is not None:
         t.append(f"; runner-up {v.runner_up} {fmt_score(v.runner_up_score)}", style="dim")
