@@ -1045,7 +1045,7 @@ def test_a_dying_sweep_worker_is_one_error_line_and_the_sweep_resumes(tmp_path):
             "--no-progress", "--flush-rows", "1", "--out", str(out)]
     import dtrforensics
     src = str(Path(dtrforensics.__file__).resolve().parents[1])
-    env = {**os.environ, "COLUMNS": "200",
+    env = {**os.environ, "COLUMNS": "1000",  # stderr wraps at COLUMNS: the error line whole
            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run([_sys.executable, "-c", KILLING_SWEEP, *args], capture_output=True,
                          text=True, env=env, cwd=tmp_path, timeout=300)
