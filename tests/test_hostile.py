@@ -541,6 +541,23 @@ def test_torch_numbers_are_refused_before_the_model_is_built(tmp_path, monkeypat
     check(tmp_path, args, EXIT_USER, message)
 
 
+@pytest.mark.parametrize("given,message", [
+    ({"ratio": float("inf")}, "ratio must be a finite number"),
+    ({"ratio": float("-inf")}, "ratio must be a finite number"),
+    ({"ratio": 1e308}, "bytes a budget may be"),
+    ({"budget": 1 << 63}, "budget must be between 0 and"),
+])
+def test_torch_execute_checks_its_budget_before_the_step(monkeypatch, given, message):
+    """The library's door: `execute(ratio=inf)` recorded and ran the step, then crashed."""
+    torch = pytest.importorskip("torch")
+    from dtrforensics.torch import execute as executing
+    monkeypatch.setattr(executing, "prepare", lambda *a, **k: pytest.fail("the step was recorded"))
+    model = torch.nn.Linear(3, 1)
+    with pytest.raises(OptionError, match=message):
+        executing.execute(model, (torch.ones(2, 3), torch.ones(2, 1)),
+                          lambda out, target: (out - target).pow(2).sum(), **given)
+
+
 @pytest.mark.parametrize("value,message", [
     ("nan", "the value must be a finite number"),
     ("-inf", "the value must be a finite number"),

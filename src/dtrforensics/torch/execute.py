@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .. import validate
 from ..analyses.floor import Floor, floor
 from ..engine.baseline import baseline, budget_for_ratio
 from ..engine.summary import RunSummary, victims_sha256
@@ -545,6 +546,10 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
     faithfully; an out-of-memory is a result (`outcome == "oom"`)."""
     if (budget is None) == (ratio is None):
         raise ValueError("give exactly one of budget (bytes) or ratio")
+    if budget is not None:          # checked before the step is recorded and run
+        validate.budget(budget, "budget")
+    else:
+        validate.ratio(ratio, "ratio")
     if record_dir is not None:
         from ..recorder.writer import Recorder
         Recorder(record_dir).check_target()
