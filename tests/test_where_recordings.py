@@ -384,3 +384,25 @@ def test_the_replay_tui_shows_modules_of_allocations_and_victims(tmp_path):
         module = where[int(program.tensor_op[v.victim])][0]
         assert v.module == module
         assert f"of {module}" in victim_line(v, score_format([v.score]), False).plain
+
+
+def test_memory_viz_frames_carry_the_module_and_source_line(tmp_path):
+    import pickle
+
+    from dtrforensics.interop.memory_viz import export_memory_viz
+    log, where = backward_log()
+    for name, program in (("placed", placed(log, where, tmp_path / "b.log")),
+                          ("plain", log.program("plain"))):
+        _, path = record_run(program, budget=130, out_dir=tmp_path / name)
+        export_memory_viz(path, tmp_path / f"{name}.pickle")
+    snapshot = pickle.loads((tmp_path / "placed.pickle").read_bytes())
+    frames = [f for e in snapshot["device_traces"][0] for f in e["frames"]
+              if f["name"].split(": ")[0] in {"block.0", "block.1", "block.2", "embed"}]
+    assert frames and all(f["filename"] == "model.py" for f in frames
+                          if not f["name"].startswith("embed"))
+    by_op = {w[0]: w[3] for w in where if w[3]}
+    assert all(f"{f['filename']}:{f['line']}" == by_op[f["name"].split(": ")[0]]
+               for f in frames if f["filename"] == "model.py")
+    plain = pickle.loads((tmp_path / "plain.pickle").read_bytes())
+    assert not [f for e in plain["device_traces"][0] for f in e["frames"]
+                if f["filename"] == "model.py" or f["name"].startswith("block")]

@@ -26,7 +26,11 @@ The snapshot is a dict `{"segments": [...], "device_traces": [[...]]}`:
   for x8012`, `free dead ...`, `OOM allocating ...`), then the chain of
   materializations in progress, innermost first, one frame per level
   (`filename` = the trace's log, `line` = the op's line in it, `name` =
-  `op 470 (paper #471) add: remat x9012 [depth 2]`). Chains deeper than
+  `op 470 (paper #471) add: remat x9012 [depth 2]`; for a log with a
+  where-file, docs/torch.md, the level's op's module leads the name and its
+  source line is the frame's `filename` and `line`, so the stack view reads
+  `blocks.0.fc: op 79 (paper #80) addmm: remat x87 [depth 12] zoo.py:69`).
+  Chains deeper than
   `max_frames` keep their innermost levels and the top-level op, with one
   frame saying how many levels were left out.
 * Sizes are exact (`size` = `requested_size` = the storage's bytes).
@@ -147,6 +151,22 @@ class _SnapshotWriter:
 
 # --- the exporter -----------------------------------------------------------------------
 
+def _op_where(rec: Recording) -> dict[int, tuple[str | None, str | None, int]]:
+    """op -> (module, source file, source line) from the recording's ops table, for
+    ops that have either; empty for a log without a where-file."""
+    ops = rec.table("ops")
+    if "module" not in ops.column_names:
+        return {}
+    columns = ops.select(["op_id", "module", "source"]).to_pydict()
+    found = {}
+    for op, module, source in zip(columns["op_id"], columns["module"], columns["source"]):
+        if module is None and source is None:
+            continue
+        filename, _, line = (source or "").rpartition(":")
+        found[op] = (module, filename or None, int(line) if line.isdigit() else 0)
+    return found
+
+
 class _Level:
     """One materialization in progress."""
 
@@ -172,10 +192,17 @@ class _MemoryVizExporter:
         self.peak = 0
         self.op_done = bytearray(len(self.s.op_name))
         self.n_alloc = self.n_free = 0
+        self.where = _op_where(rec)
 
     # frames ------------------------------------------------------------------------
     def frame(self, name: str, op: int | None = None) -> dict:
         line = self.s.op_line[op] if op is not None else 0
+        where = self.where.get(op) if op is not None else None
+        if where is not None:           # the model's module and source line
+            module, filename, source_line = where
+            return {"filename": filename or self.filename,
+                    "line": source_line if filename else line,
+                    "name": (f"{module}: {name}" if module else name).replace(";", ",")}
         return {"filename": self.filename, "line": line, "name": name.replace(";", ",")}
 
     def chain(self) -> list[dict]:
