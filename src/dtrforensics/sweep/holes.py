@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from .. import validate
+from ..concepts import COMPLETE, INTERRUPTED, KILLED, RUNNING, STOPPED
 from ..rows import fetch_dicts
 from .store import SweepParams, SweepStore, TraceInfo
 
@@ -252,8 +253,10 @@ class PolicyHoles:
 
 
 # What ended a sweep (`HolesReport.ended`); `render/sweep.py` says each in words.
+# The last three are the sweep's status (`concepts.sweep_status`, as every view
+# of the sweep says it).
 ENDINGS = ("range-certified", "run-limit", "time-limit", "samples-run", "gaps-open",
-           "interrupted", "killed", "running")
+           INTERRUPTED, KILLED, RUNNING)
 
 
 @dataclass(frozen=True)
@@ -263,7 +266,7 @@ class HolesReport:
     params: SweepParams
     range_bytes: tuple[int, int]
     threshold: float
-    status: str
+    status: str             # concepts.sweep_status: "killed" when its writer is gone
     policies: list[PolicyHoles]
 
     def policy(self, name: str) -> PolicyHoles:
@@ -277,8 +280,8 @@ class HolesReport:
         """What ended the sweep, as far as its folder tells: one of `ENDINGS`. A
         sweep that ran to its end is `range-certified` only when every policy's
         certificates cover the whole range."""
-        if self.status != "complete":
-            return {"stopped": "time-limit"}.get(self.status, self.status)
+        if self.status != COMPLETE:
+            return {STOPPED: "time-limit"}.get(self.status, self.status)
         open_ = [p.certain for p in self.policies if p.certain is not None
                  and not p.certain.complete]
         if not open_:
