@@ -406,3 +406,21 @@ def test_memory_viz_frames_carry_the_module_and_source_line(tmp_path):
     plain = pickle.loads((tmp_path / "plain.pickle").read_bytes())
     assert not [f for e in plain["device_traces"][0] for f in e["frames"]
                 if f["filename"] == "model.py" or f["name"].startswith("block")]
+
+
+def test_a_where_file_that_is_not_one_is_one_error_naming_it(tmp_path):
+    import pytest
+
+    from dtrforensics.trace.parser import TraceError
+    from dtrforensics.trace.where import where_path
+    log, where = frontier_log()
+    path = tmp_path / "f.log"
+    placed(log, where, path)
+    good = json.loads(where_path(path).read_text())
+    bad = [{**good, "version": 99}, {**good, "strings": "embed"},
+           {**good, "ops": {**good["ops"], "module": [0]}},
+           {**good, "ops": {**good["ops"], "phase": [99, 99, 99, 99]}}, [1, 2]]
+    for data in bad:
+        where_path(path).write_text(json.dumps(data))
+        with pytest.raises(TraceError, match="f.log.where.json"):
+            load_program(path, cache=False)

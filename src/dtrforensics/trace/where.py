@@ -81,6 +81,9 @@ def read_where(program: Program, log: str | Path) -> OpWhere | None:
 
 
 def _lowered(program: Program, data: dict) -> OpWhere:
+    if not isinstance(data["strings"], list) or not isinstance(data["ops"], dict) or \
+            not all(isinstance(data["ops"].get(k), list) for k in ("line", *OpWhere.FIELDS)):
+        raise ValueError("'strings' and each column of 'ops' must be lists")
     strings = tuple(str(s) for s in data["strings"])
     ops = data["ops"]
     lines = [int(x) for x in ops["line"]]
