@@ -955,6 +955,13 @@ def test_a_factory_calling_sys_exit_is_one_error_line(factories):
     assert not (factories / "x.log").exists()
 
 
+def test_a_factory_calling_sys_exit_under_torch_run_is_one_error_line(factories):
+    """`torch run` exited 0, silently, when the model's code called sys.exit(0)."""
+    pytest.importorskip("torch")
+    check(factories, ("torch", "run", "odd_factories:exits", "--ratio", "0.5"), EXIT_USER,
+          "sys.exit(0)")
+
+
 def test_torch_record_json_of_a_nan_loss_is_strict(factories):
     pytest.importorskip("torch")
     result = dtrf("torch", "record", "odd_factories:nan_loss", "-o", "n.log", "--json",
