@@ -152,9 +152,9 @@ def test_parameters_are_constants_of_their_module_and_optimizer_ops_have_their_p
 def test_the_log_with_a_where_file_is_still_a_plain_log(tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "g.log"
-    record(*ZOO["gpt"](layers=1, width=32, seq=8), path)
+    summary = record(*ZOO["gpt"](layers=1, width=32, seq=8), path)
     side = where_path(path)
-    assert side.name == "g.log.where.json" and side.exists()
+    assert side.name == "g.log.where.json" and side.exists() and summary.where == side
     for line in path.read_text().splitlines():        # the 2020 keys only
         assert set(json.loads(line)) <= {"INSTRUCTION", "NAME", "ARGS", "RESULT", "TIME",
                                          "MEMORY", "ALIAS", "MUTATE", "ANNOTATION",

@@ -54,12 +54,13 @@ class LogWriter:
     def release(self, name: str) -> None:
         self._emit(INSTRUCTION="RELEASE", NAME=name)
 
-    def write(self, path: str | Path) -> None:
+    def write(self, path: str | Path) -> Path | None:
         """The log, and beside it its where-file when ops have contexts
-        (`trace/where.py`: the log keeps the 2020 format)."""
+        (`trace/where.py`: the log keeps the 2020 format); the where-file's path."""
         text = "\n".join(self.lines) + "\n"
         with atomic_path(path) as tmp:
             tmp.write_text(text, encoding="utf-8")
         if any(context is not None for _, context in self.contexts):
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-            write_where(path, digest, self.contexts)
+            return write_where(path, digest, self.contexts)
+        return None

@@ -47,6 +47,7 @@ class RecordSummary:
     fake: bool
     loss: float | None  # the step's loss (None in fake mode: there are no values)
     floor: Floor       # the bytes no budget can go below (`analyses/floor.py`)
+    where: Path | None = None   # the where-file beside the log (module paths, phases, lines)
 
 
 class ModuleLocator:
@@ -188,11 +189,11 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
         recorder.close()
         if gc_was_enabled:
             gc.enable()
-    log.write(path)
+    where = log.write(path)
     program = parse_file(path)
     least = floor(program)
     return RecordSummary(path=Path(path), peak=least.peak, ops=program.n_ops, lines=len(log.lines),
-                         cost=cost, fake=fake, loss=loss_value, floor=least)
+                         cost=cost, fake=fake, loss=loss_value, floor=least, where=where)
 
 
 @contextlib.contextmanager
