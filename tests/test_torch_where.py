@@ -341,3 +341,45 @@ def test_the_log_is_byte_identical_with_and_without_where_capture(name, tmp_path
             assert where_path(path).exists() == capture
             monkeypatch.undo()
         assert logs[fake, True] == logs[fake, False]
+
+
+def test_a_transformers_model_at_a_failing_budget_speaks_in_its_modules(tmp_path):
+    """GPT-NeoX from its configuration, one byte below the lowest budget `dtr`
+    completes at: the OOM's failing op and largest storages, the retention that
+    removes it and the first divergent victims against the completing run are
+    named by their modules, as the where-file has them."""
+    pytest.importorskip("transformers")
+    from dtrforensics.analyses.diff import diff
+    from dtrforensics.analyses.explain import explain
+    from dtrforensics.analyses.oom import explain_oom
+    from dtrforensics.engine.replay import replay
+    from dtrforensics.recorder.reader import open_recording
+    from dtrforensics.recorder.record import record_run
+    from dtrforensics.torch.spec import build
+    torch.manual_seed(0)
+    model, batch, loss_fn = build("hf:gpt_neox", seq=16, batch=2, hidden_size=32,
+                                  intermediate_size=64, num_attention_heads=4, vocab_size=128)
+    summary = record(model, batch, loss_fn, tmp_path / "neox.log")
+    program = load_program(tmp_path / "neox.log")
+    fails, works = summary.floor.floor, summary.peak
+    while works - fails > 1:
+        middle = (fails + works) // 2
+        if replay(program, budget=middle).summary.outcome == "ok":
+            works = middle
+        else:
+            fails = middle
+    module_of = lambda s: program.op_where(int(program.tensor_op[s]))  # noqa: E731
+    failing = open_recording(record_run(program, budget=fails, out_dir=tmp_path / "a")[1])
+    oom = explain_oom(failing).to_json()
+    assert oom["tensor_module"] == program.op_where(oom["tensor_op_id"]) is not None
+    assert oom["largest_storages"] and all(
+        s["module"] == module_of(s["storage_id"]) for s in oom["largest_storages"])
+    found = explain(program, budget=fails, record_root=None, jobs=1).to_json()
+    assert found["fixes"] and found["failing_module"] == oom["tensor_module"]
+    for fix in found["fixes"]:
+        assert fix["modules"] == [module_of(s) for s in fix["retain"] or [fix["force"][0]]]
+    completing = open_recording(record_run(program, budget=works, out_dir=tmp_path / "b")[1])
+    first = diff(completing, failing).to_json()["first_divergence"]
+    for side in ("a", "b"):
+        if first[side]["victim"] is not None:
+            assert first[side]["module"] == module_of(first[side]["victim"]) is not None
