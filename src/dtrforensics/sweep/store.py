@@ -450,7 +450,10 @@ class SweepStore:
     def lock_holder(self) -> int | None:
         """The pid of the live sweep holding the lock (0: a holder whose lock names
         none), or None (no lock, or a stale one)."""
-        fd = _open_lock(self.lock_path)
+        try:
+            fd = _open_lock(self.lock_path)
+        except SweepStoreError:
+            return None                       # unreadable: no sweep of ours holds it
         if fd is None:
             return None
         try:
@@ -491,14 +494,14 @@ class SweepStore:
                 if pid == os.getpid():
                     return False
                 if _dead_here(text):        # a stale lock another taker is removing
-                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    _wait_flock(fd, fcntl.LOCK_SH, self.lock_path)
                     return True
                 raise SweepStoreError(
                     f"another sweep (pid {pid or 'unknown'}) is writing to {self.path}: wait "
                     f"for it or stop it; if no such sweep runs (a pid reused by another "
                     f"program), delete {self.lock_path}")
             # only other takers can hold this file's flock now, each for a moment
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _wait_flock(fd, fcntl.LOCK_EX, self.lock_path)
             if _names(self.lock_path, fd):
                 if _lock_pid(text) not in (None, os.getpid()):
                     warnings.warn(f"{self.lock_path} was left by a sweep that is no longer "
@@ -637,10 +640,21 @@ def _link_lock(folder: Path) -> int | None:
 
 
 def _open_lock(lock: Path) -> int | None:
+    """The lock file open for reading, or None when there is none."""
     try:
         return os.open(lock, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise SweepStoreError(f"cannot read the lock {lock}: {exc.strerror or exc}") from None
+
+
+def _wait_flock(fd: int, op: int, lock: Path) -> None:
+    try:
+        fcntl.flock(fd, op)
+    except OSError as exc:
+        raise SweepStoreError(f"cannot lock {lock}: {exc.strerror or exc} (the sweep folder's "
+                              "file system must support flock)") from None
 
 
 def _read_lock(fd: int) -> str:
