@@ -600,6 +600,15 @@ def test_a_factorys_error_over_several_lines_is_one_line(raising_factories, fact
     assert "frame #" not in result.err and "Exception raised from" not in result.err
 
 
+@pytest.mark.parametrize("command", [("record", "-o", "x.log"), ("run", "--ratio", "0.5")])
+def test_a_model_file_named_as_a_spec_says_what_to_write(raising_factories, command):
+    """`file.py:factory` is no module name: the error says the spec to write instead."""
+    pytest.importorskip("torch")
+    verb, *rest = command
+    check(raising_factories, ("torch", verb, "raising_factories.py:lines", *rest), EXIT_USER,
+          "a model spec names a module, not a file: write raising_factories:lines, run in .")
+
+
 def test_an_hf_config_error_is_one_line(tmp_path):
     pytest.importorskip("transformers")
     check(tmp_path, ("torch", "record", "hf:llama", "-o", "m.log", "--set", "hidden_size=-5"),

@@ -26,6 +26,10 @@ DEFAULT_CACHE = Path("recordings") / "cache"     # = analyses.runs.DEFAULT_CACHE
 CacheOption = Annotated[Path, typer.Option(
     callback=output_folder, help="Where run specs (TRACE@RATIO[:POLICY]) are recorded and reused.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+BriefOption = Annotated[bool, typer.Option("--brief", help=(
+    "Print only the verdict the output opens with: what happened, the numbers that decide "
+    "it and the next command to run (at most 8 lines of 80 columns); with --json, only "
+    "{\"verdict\": ...}."))]
 RecordRoot = Annotated[str, typer.Option(
     callback=output_folder, help="Where the runs are recorded (reused when present); '' to not record.")]
 
@@ -58,11 +62,27 @@ def open_runs(texts: list[str], *, scores: str, cache: Path) -> list[Recording]:
     return [open_run(text, scores=scores, cache=cache) for text in texts]
 
 
+def trace_of(text: str, rec: Recording) -> str:
+    """The trace of a run argument as a next command names it: a run spec's
+    trace as the user wrote it, else the recording's trace file."""
+    if "@" in str(text) and not Path(text).exists():
+        return str(text).rpartition("@")[0]
+    trace = rec.run["trace"]
+    return trace.get("source") or trace["name"]
+
+
 def budget_args(ratio: float | None, budget: int | None) -> dict:
     """`--ratio` or `--budget`, exactly one, as an analysis's keyword argument."""
     if (ratio is None) == (budget is None):
         raise CommandError("give exactly one of --ratio or --budget")
     return {"ratio": ratio} if ratio is not None else {"budget": budget}
+
+
+def run_flags(ratio: float | None, budget: int | None, policy: str) -> list[str]:
+    """`--ratio R` or `--budget B`, and `--policy P` unless dtr: the run as a next
+    command (explain, intervene) names it."""
+    flags = ["--ratio", str(ratio)] if ratio is not None else ["--budget", str(budget)]
+    return flags + (["--policy", policy] if policy != "dtr" else [])
 
 
 def require_control(matches: bool | None) -> None:
@@ -118,6 +138,14 @@ def require_figures(what: str) -> None:
                            f"({exc}): pip install 'dtrforensics[plot]'") from None
 
 
+def verdict_first(console, verdict, *, brief: bool) -> bool:
+    """Draw `verdict` at the top of the output; True when --brief asked for it
+    alone (the command prints nothing more)."""
+    from ..render.verdict import print_verdict
+    print_verdict(console, verdict, brief=brief)
+    return brief
+
+
 def print_json(data, *, indent: int | None = 2) -> None:
     """One strict JSON document on stdout."""
     from ..render.jsonout import dumps
@@ -146,10 +174,13 @@ def sweeping(out: Path, banner: str, *, progress: bool):
         sys.exit(130)   # typer turns KeyboardInterrupt into a return value main() drops
 
 
-def report_sweep(sweep_dir: Path, policy: str | None, threshold: float | None, as_json: bool) -> None:
-    """A sweep folder's map (`dtrf holes`), as text or JSON; reruns or certificates
-    that disagree exit 3 after it is shown."""
+def report_sweep(sweep_dir: Path, policy: str | None, threshold: float | None, as_json: bool,
+                 brief: bool = False) -> None:
+    """A sweep folder's map (`dtrf holes`), its verdict first, as text or JSON
+    (`brief`: the verdict alone); reruns or certificates that disagree exit 3
+    after it is shown."""
     from ..render.sweep import print_holes
+    from ..render.verdicts import holes_verdict
     from ..sweep.holes import analyze
     from ..sweep.store import SweepStoreError
     policies = [p for p in policy.split(",") if p] if policy else None
@@ -157,12 +188,16 @@ def report_sweep(sweep_dir: Path, policy: str | None, threshold: float | None, a
         report = analyze(sweep_dir, threshold=threshold, policies=policies)
     except (SweepStoreError, ValueError) as exc:
         raise CommandError(str(exc)) from None
+    verdict = holes_verdict(report)
     if as_json:
         from ..render.jsonout import dumps
-        typer.echo(dumps(report.to_json(), indent=1))
+        from ..render.verdict import with_verdict
+        typer.echo(dumps(with_verdict(report.to_json(), verdict, brief=brief), indent=1))
     else:
         from ..render.console import console
-        print_holes(console(), report)
+        out = console()
+        if not verdict_first(out, verdict, brief=brief):
+            print_holes(out, report)
     bad = [p.policy for p in report.policies
            if p.disagreements or (p.exact is not None and p.exact.overlaps)]
     if bad:

@@ -7,7 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOption, print_json, reporting_replaced, require_figures, sweeping
+from .common import (
+    BriefOption,
+    JsonOption,
+    print_json,
+    reporting_replaced,
+    require_figures,
+    sweeping,
+    verdict_first,
+)
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import (
@@ -45,6 +53,7 @@ def compare_policies_command(
     figure: Annotated[Optional[Path], typer.Option(callback=output_file, help="Figure path without suffix (default SWEEP/compare-policies): .png and .svg.")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     as_json: JsonOption = False,
+    brief: BriefOption = False,
 ) -> None:
     """Several eviction policies over one budget range: holes, first success,
     overheads, regime switches, and which policy is best where, with a figure.
@@ -86,11 +95,17 @@ def compare_policies_command(
                                   step=step, exact=exact, out=out, jobs=jobs, timeout=timeout,
                                   max_runs=max_runs, observer=observer, engine=engine,
                                   scheduler=scheduler, estimate_samples=START_SAMPLES)
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import comparison_verdict
     figures = _figure(result, figure if figure is not None else out / "compare-policies")
+    verdict = comparison_verdict(result)
     if as_json:
-        print_json({**comparison_json(result), "figures": [str(p) for p in figures]})
+        print_json(with_verdict({**comparison_json(result), "figures": [str(p) for p in figures]},
+                                verdict, brief=brief))
         return
     console = wide_console()
+    if verdict_first(console, verdict, brief=brief):
+        return
     console.print(comparison_view(result))
     print_commands(console, finish_lines(result))
     for path in figures:

@@ -11,7 +11,15 @@ from typing import Annotated, Optional
 import typer
 
 from .. import validate
-from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
+from .common import (
+    DEFAULT_CACHE,
+    BriefOption,
+    CacheOption,
+    JsonOption,
+    open_run,
+    print_json,
+    verdict_first,
+)
 from .errors import CommandError
 from .options import at_least
 
@@ -31,6 +39,7 @@ def replay_command(
     scores: Annotated[str, typer.Option(help="For a run spec: record 'all' candidate scores or only 'victims'.")] = "all",
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
+    brief: BriefOption = False,
 ) -> None:
     """Replay a recording allocation by allocation: request, memory, budget, pinned
     and pool bytes at each check, and every victim with its score and runner-up."""
@@ -50,13 +59,18 @@ def replay_command(
     from ..analyses.replay_view import replay_window
     from ..render.console import wide_console
     from ..render.replay import replay_table
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import replay_verdict
 
     shown = limit if limit is not None else (None if as_json else DEFAULT_LIMIT)
     view = replay_window(rec, window, limit=shown, only_evicting=evicting)
+    verdict = replay_verdict(view, rec.summary, recording)
     if as_json:
-        print_json(view.to_json())
+        print_json(with_verdict(view.to_json(), verdict, brief=brief))
         return
     out = wide_console()
+    if verdict_first(out, verdict, brief=brief):
+        return
     out.print(replay_table(view))
     if view.matched > len(view.steps):
         out.print(f"[dim]{len(view.steps):,} of {view.matched:,} steps shown: narrow --ops, "

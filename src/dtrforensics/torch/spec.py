@@ -9,6 +9,7 @@ import importlib
 import inspect
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -45,7 +46,12 @@ def resolve(spec: str):
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise RecordError(f"cannot import {module_name!r} for {spec}: {type(exc).__name__}: {exc}") from None
+        hint = ""
+        if module_name.endswith(".py"):      # a file named where a module goes
+            file = Path(module_name)
+            hint = (f"; a model spec names a module, not a file: write {file.stem}:{attr}, "
+                    f"run in {file.parent} or with it on PYTHONPATH")
+        raise RecordError(f"cannot import {module_name!r} for {spec}: {model_error(exc)}{hint}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise RecordError(f"{spec}: module {module_name!r} has no callable {attr!r}")
@@ -60,8 +66,31 @@ def fake_context():
 
     from .concrete import ConcreteValues, real_paths
     mode = FakeTensorMode()
-    with mode, ConcreteValues(mode), real_paths(), _FakeDeepcopy():
+    with mode, ConcreteValues(mode), real_paths(), _FakeDeepcopy(), _swappable():
         yield mode
+
+
+@contextlib.contextmanager
+def _swappable():
+    """`model.to(dtype)`, `.half()`, `.bfloat16()`, `.to(device)` of a fake model.
+
+    `Module._apply` swaps a fake parameter with its converted copy
+    (`torch.utils.swap_tensors`), which refuses a tensor with a weak reference,
+    and a parameter an initialiser filled with a constant has one: its concrete
+    value's entry (`concrete._VALUES`). The converted parameter replaces it, so
+    the entry is dropped before the swap (its value would be the old dtype's)."""
+    from .concrete import forget
+    swap = torch.utils.swap_tensors
+
+    def swap_forgetting(t1, t2):
+        forget(t1)
+        forget(t2)
+        return swap(t1, t2)
+    torch.utils.swap_tensors = swap_forgetting
+    try:
+        yield
+    finally:
+        torch.utils.swap_tensors = swap
 
 
 class _FakeDeepcopy(torch.overrides.TorchFunctionMode):
