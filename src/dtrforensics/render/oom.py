@@ -22,6 +22,7 @@ from .units import fmt_bytes, fmt_exact_bytes
 HEAD = 3            # outer levels always shown
 TAIL = 5            # inner levels always shown
 NESTED_MAX = 12     # up to this many shown nodes the tree is nested, beyond it flat
+MODULES_SHOWN = 10  # modules in the by-module table (the JSON has every one)
 
 
 @dataclass(frozen=True)
@@ -154,17 +155,26 @@ def by_module_view(r: OomReport) -> list:
     with their modules; nothing for a log without a where-file."""
     if not r.has_where:
         return []
-    t = FitTable(title="Resident at the failure, by module (all pinned)", title_justify="left")
+    t = FitTable(title="Resident at the failure, by module (all pinned)", title_justify="left",
+                 box=None, padding=(0, 1, 0, 0))
     for header in ("module", "storages", "bytes", "constants", "share"):
         t.add_column(header, justify="left" if header == "module" else "right")
-    for m in r.by_module:
-        t.add_row(m.module or "-", f"{m.storages:,}", fmt_exact_bytes(m.bytes),
+    shown, rest = r.by_module[:MODULES_SHOWN], r.by_module[MODULES_SHOWN:]
+    for m in shown:
+        t.add_row(m.module or "-", f"{m.storages:,}", fmt_bytes(m.bytes),
                   fmt_bytes(m.constant_bytes), f"{m.bytes / max(r.memory, 1):.1%}")
-    big = FitTable(title="Largest resident storages", title_justify="left")
-    sources = any(s.source for s in r.largest_storages)
-    for header in ("storage", "bytes", "made by", "module", *(("source",) if sources else ())):
-        big.add_column(header, justify="right" if header == "bytes" else "left")
+    if rest:
+        rest_bytes = sum(m.bytes for m in rest)
+        t.add_row(f"{len(rest):,} more modules (--json lists all)",
+                  f"{sum(m.storages for m in rest):,}", fmt_bytes(rest_bytes),
+                  fmt_bytes(sum(m.constant_bytes for m in rest)),
+                  f"{rest_bytes / max(r.memory, 1):.1%}")
+    big = [Text("Largest resident storages", style="italic")]
     for s in r.largest_storages:
-        big.add_row(f"{s.storage_id} ({s.tensor})", fmt_bytes(s.size), s.op_name,
-                    s.module or "-", *((short_source(s.source) or "-",) if sources else ()))
-    return [t, big]
+        line = Text(f"  {fmt_bytes(s.size):>10}  storage {s.storage_id} ({s.tensor}) ← "
+                    f"{s.op_name}")
+        line.append(f" in {s.module}" if s.module else "", style="green")
+        if s.source:
+            line.append(f", {short_source(s.source)}", style="dim")
+        big.append(line)
+    return [t, *big]
