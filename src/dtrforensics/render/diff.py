@@ -137,7 +137,7 @@ def _where_rows(d: Divergence) -> list[tuple[str, str, str]]:
 def _divergent_table(r: DiffReport) -> FitTable:
     """Each run's first entries from the divergence on, with their modules."""
     t = FitTable(title="From the divergence on: what each run frees, by module",
-                 title_justify="left")
+                 title_justify="left", box=None, padding=(0, 1, 0, 0))
     for col in ("run", "entry", "frees", "module"):
         t.add_column(col, justify="right" if col == "entry" else "left")
     for e in r.divergent_entries:

@@ -10,6 +10,7 @@ from .labels import op_label
 from .tables import FitTable
 from .units import fmt_bytes, fmt_fraction
 
+MODULES_SHOWN = 12   # (module, phase) rows of the by-module table (the JSON has every one)
 SCOPE_LABEL = {"pressure": "pressure victims only", "stream": "whole stream (pressure + dead)"}
 
 
@@ -56,13 +57,21 @@ def _top_table(run: RunFigures, scope: str) -> FitTable:
 
 
 def _by_module_table(run: RunFigures) -> FitTable:
-    """What the run evicted and recomputed, by module and phase (`run/work_by_module`)."""
-    t = FitTable(title=f"{run.run_id}: evictions and recompute by module", title_justify="left")
-    for col in ("module", "phase", "evictions", "bytes", "remats", "compute"):
+    """What the run evicted (count, bytes) and the compute its rematerializations
+    cost, by module and phase (`run/work_by_module`; the JSON adds remat counts)."""
+    t = FitTable(title=f"{run.run_id}: evictions and recompute by module", title_justify="left",
+                 box=None, padding=(0, 1, 0, 0))
+    for col in ("module", "phase", "evicted", "bytes", "recompute"):
         t.add_column(col, justify="left" if col in ("module", "phase") else "right")
-    for m in run.by_module:
+    shown, rest = run.by_module[:MODULES_SHOWN], run.by_module[MODULES_SHOWN:]
+    for m in shown:
         t.add_row(m.module or "-", m.phase or "-", f"{m.evictions:,}",
-                  fmt_bytes(m.evicted_bytes), f"{m.remats:,}", f"{m.remat_compute:,}")
+                  fmt_bytes(m.evicted_bytes), f"{m.remat_compute:,}")
+    if rest:
+        t.add_row(f"{len(rest):,} more (--json lists all)", "",
+                  f"{sum(m.evictions for m in rest):,}",
+                  fmt_bytes(sum(m.evicted_bytes for m in rest)),
+                  f"{sum(m.remat_compute for m in rest):,}")
     return t
 
 
