@@ -31,6 +31,8 @@ def print_diff(report: DiffReport, out: Console,
     elif not both:
         out.print(_divergence_panel("First divergent choice", choice, report))
     if report.divergent_entries:
+        out.print(Text("From the divergence on: what each run frees, by module",
+                       style="italic"))
         out.print(_divergent_table(report))
     if report.aftermath is not None:
         out.print(_aftermath_table(report))
@@ -136,8 +138,7 @@ def _where_rows(d: Divergence) -> list[tuple[str, str, str]]:
 
 def _divergent_table(r: DiffReport) -> FitTable:
     """Each run's first entries from the divergence on, with their modules."""
-    t = FitTable(title="From the divergence on: what each run frees, by module",
-                 title_justify="left", box=None, padding=(0, 1, 0, 0))
+    t = FitTable(box=None, padding=(0, 1, 0, 0))
     for col in ("run", "entry", "frees", "module"):
         t.add_column(col, justify="right" if col == "entry" else "left")
     for e in r.divergent_entries:

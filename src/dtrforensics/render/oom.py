@@ -155,8 +155,7 @@ def by_module_view(r: OomReport) -> list:
     with their modules; nothing for a log without a where-file."""
     if not r.has_where:
         return []
-    t = FitTable(title="Resident at the failure, by module (all pinned)", title_justify="left",
-                 box=None, padding=(0, 1, 0, 0))
+    t = FitTable(box=None, padding=(0, 1, 0, 0))
     for header in ("module", "storages", "bytes", "constants", "share"):
         t.add_column(header, justify="left" if header == "module" else "right")
     shown, rest = r.by_module[:MODULES_SHOWN], r.by_module[MODULES_SHOWN:]
@@ -177,4 +176,4 @@ def by_module_view(r: OomReport) -> list:
         if s.source:
             line.append(f", {short_source(s.source)}", style="dim")
         big.append(line)
-    return [t, *big]
+    return [Text("Resident at the failure, by module (all pinned)", style="italic"), t, *big]

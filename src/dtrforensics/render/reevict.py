@@ -4,6 +4,7 @@ overlap of two runs' evicted sets, and the most re-evicted storages."""
 from __future__ import annotations
 
 from rich.console import Group
+from rich.text import Text
 
 from ..analyses.reevict import ReevictReport, RunFigures
 from .labels import op_label
@@ -59,8 +60,7 @@ def _top_table(run: RunFigures, scope: str) -> FitTable:
 def _by_module_table(run: RunFigures) -> FitTable:
     """What the run evicted (count, bytes) and the compute its rematerializations
     cost, by module and phase (`run/work_by_module`; the JSON adds remat counts)."""
-    t = FitTable(title=f"{run.run_id}: evictions and recompute by module", title_justify="left",
-                 box=None, padding=(0, 1, 0, 0))
+    t = FitTable(box=None, padding=(0, 1, 0, 0))
     for col in ("module", "phase", "evicted", "bytes", "recompute"):
         t.add_column(col, justify="left" if col in ("module", "phase") else "right")
     shown, rest = run.by_module[:MODULES_SHOWN], run.by_module[MODULES_SHOWN:]
@@ -94,5 +94,8 @@ def reevict_view(r: ReevictReport, top: int) -> Group:
         parts.append(_overlap_table(r))
     if top:
         parts += [_top_table(run, scope) for run in r.runs for scope in ("pressure", "stream")]
-    parts += [_by_module_table(run) for run in r.runs if run.by_module]
+    for run in r.runs:
+        if run.by_module:       # a heading of its own: a narrow table would wrap its title
+            parts += [Text(f"{run.run_id}: evictions and recompute by module", style="italic"),
+                      _by_module_table(run)]
     return Group(*parts)
