@@ -157,7 +157,7 @@ def sweeping(out: Path, banner: str, *, progress: bool):
     """A sweep in progress: the banner and a progress bar on stderr (yields the
     observer); a sweep-store error becomes one line, and Ctrl-C keeps the
     finished runs, says how to resume and exits 130."""
-    from ..render.console import err_console
+    from ..render.console import err_console, esc, styled
     from ..render.sweep import SweepProgress
     from ..sweep.store import SweepStoreError
     err = err_console()
@@ -169,8 +169,8 @@ def sweeping(out: Path, banner: str, *, progress: bool):
     except SweepStoreError as exc:
         raise CommandError(str(exc)) from None
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted: finished runs are kept in {out}; rerun the same "
-                  f"command (with --out {out}) to resume[/]")
+        err.print(styled(f"[yellow]interrupted: finished runs are kept in {esc(out)}; rerun "
+                         f"the same command (with --out {esc(out)}) to resume[/]"))
         sys.exit(130)   # typer turns KeyboardInterrupt into a return value main() drops
 
 

@@ -55,18 +55,19 @@ def _section(console: Console, title: str) -> None:
 def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2) -> dict:
     """The story on the embedded trace (and ResNet-32 when found); returns the key
     findings (hole edges, first divergence, OOM, fixes) so tests can check them."""
+    from ..render.console import esc, styled
     from ..trace.registry import TraceNotFoundError, resolve_trace
     started = time.perf_counter()
     out = Path(out)
-    console.print("[bold]dtrforensics demo[/]: budgets a hair apart, deterministically "
-                  "different runs. Everything below is computed now, offline.")
+    console.print(styled("[bold]dtrforensics demo[/]: budgets a hair apart, deterministically "
+                         "different runs. Everything below is computed now, offline."))
     findings = {"embedded": _story(console, EMBEDDED, EMBEDDED_RANGE, out / EMBEDDED, jobs)}
     if public:
         try:
             resolve_trace("resnet32")
         except TraceNotFoundError:
-            console.print("\n[dim]Public traces not found: set DTRF_TRACES or run "
-                          "`dtrf traces fetch` to see the same story on ResNet-32.[/]")
+            console.print(styled("\n[dim]Public traces not found: set DTRF_TRACES or run "
+                                 "`dtrf traces fetch` to see the same story on ResNet-32.[/]"))
         else:
             findings["resnet32"] = _story(console, "resnet32", (0.095, 0.115, 0.001),
                                           out / "resnet32", jobs, exact=False)
@@ -78,9 +79,10 @@ def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2)
     for command, comment in your_turn(findings["embedded"], out):
         for part in shell_wrap("", command, console.width - 2):   # pasted, they run whole
             console.print(f"  {part}", soft_wrap=True, highlight=False, markup=False)
-        console.print(f"      [dim]# {comment}[/]", soft_wrap=True, highlight=False)
+        console.print(styled(f"      [dim]# {esc(comment)}[/]"), soft_wrap=True, highlight=False)
     findings["seconds"] = time.perf_counter() - started
-    console.print(f"\n[dim]demo finished in {findings['seconds']:.1f} s; outputs under {out}/[/]")
+    console.print(styled(f"\n[dim]demo finished in {findings['seconds']:.1f} s; outputs under "
+                         f"{esc(out)}/[/]"))
     return findings
 
 
@@ -114,6 +116,7 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
     from ..analyses.oom import explain_oom
     from ..analyses.runs import RunSpec, record_spec
     from ..render import sweep_plot
+    from ..render.console import esc, styled
     from ..render.diff import print_diff
     from ..render.explain import attempts_table
     from ..render.oom import oom_view
@@ -136,7 +139,7 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
         console.print(part)
     dtr = report.policy("dtr")
     if not dtr.failure_regions:
-        console.print("[yellow]No hole in this range.[/]")
+        console.print(styled("[yellow]No hole in this range.[/]"))
         return {"hole": None}
     region = dtr.failure_regions[0]
     ok_below, failing = region.below, region.lo
@@ -167,9 +170,9 @@ def _story(console: Console, trace: str, grid: tuple[float, float, float], out: 
     found = explain(program, ratio=failing.ratio, max_attempts=8, max_combo=1, jobs=jobs,
                     kinds=("retain",), record_root=out / "explain", stop_after_fixes=1)
     console.print(attempts_table(found))
-    console.print(("Control: the failure reproduces exactly without the retention. "
-                   if found.control_matches else "[red]Control mismatch.[/] ")
-                  + f"[dim]{found.note}[/]")
+    console.print(styled(("Control: the failure reproduces exactly without the retention. "
+                          if found.control_matches else "[red]Control mismatch.[/] ")
+                         + f"[dim]{esc(found.note)}[/]"))
     fixes = [list(a.retain) for a in found.fixes]
     if fixes:
         first = found.fixes[0].summary

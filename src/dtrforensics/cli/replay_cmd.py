@@ -57,7 +57,7 @@ def replay_command(
         run_replay_app(rec, ops=window)
         return
     from ..analyses.replay_view import replay_window
-    from ..render.console import wide_console
+    from ..render.console import styled, wide_console
     from ..render.replay import replay_table
     from ..render.verdict import with_verdict
     from ..render.verdicts import replay_verdict
@@ -73,5 +73,5 @@ def replay_command(
         return
     out.print(replay_table(view))
     if view.matched > len(view.steps):
-        out.print(f"[dim]{len(view.steps):,} of {view.matched:,} steps shown: narrow --ops, "
-                  "use --evicting, or raise --limit[/dim]")
+        out.print(styled(f"[dim]{len(view.steps):,} of {view.matched:,} steps shown: narrow "
+                         "--ops, use --evicting, or raise --limit[/dim]"))

@@ -92,13 +92,14 @@ def run(
 
 def _print_summary(program, summary: dict, where, control_matches: bool | None) -> None:
     from ..render.console import console as make_console
+    from ..render.console import styled
     from ..render.panels import summary_panel
     console = make_console()
     extra = [("recording", str(where))] if where is not None else []
     console.print(summary_panel(summary, program.op_name, extra=extra,
                                 title=f"{summary['trace']} · {summary['policy']}"))
     if control_matches is not None:
-        console.print("[green]control: the empty intervention reproduces the plain run "
-                      "exactly[/]" if control_matches else
-                      "[bold red]control: the empty intervention does NOT reproduce the "
-                      "plain run[/]")
+        console.print(styled("[green]control: the empty intervention reproduces the plain "
+                             "run exactly[/]" if control_matches else
+                             "[bold red]control: the empty intervention does NOT reproduce "
+                             "the plain run[/]"))

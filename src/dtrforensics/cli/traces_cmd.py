@@ -66,7 +66,7 @@ def list_traces(as_json: JsonOption = False) -> None:
     """Every trace found, with its size, unconstrained peak and single-op bottleneck."""
     from ..analyses.traces import summarize
     from ..render.console import console as Console
-    from ..render.console import wide_console
+    from ..render.console import esc, styled, wide_console
     from ..render.tables import FitTable
     from ..render.units import fmt_bytes, fmt_ns
     from ..trace.parser import TraceError
@@ -98,7 +98,7 @@ def list_traces(as_json: JsonOption = False) -> None:
                          min_width=12 if wrap else None)
     for row in rows:
         if "error" in row:
-            table.add_row(row["name"], *[""] * 7, f"[red]{row['error']}[/red]")
+            table.add_row(row["name"], *[""] * 7, styled(f"[red]{esc(row['error'])}[/red]"))
             continue
         op = row["bottleneck_op"]
         table.add_row(
@@ -112,7 +112,8 @@ def list_traces(as_json: JsonOption = False) -> None:
     else:
         console.print("No traces found.")
     if missing:
-        Console(stderr=True).print(f"[yellow]{_missing_hint(missing)}[/yellow]", soft_wrap=True)
+        Console(stderr=True).print(styled(f"[yellow]{esc(_missing_hint(missing))}[/yellow]"),
+                                   soft_wrap=True)
 
 
 @traces_app.command("info")
@@ -123,6 +124,7 @@ def info(
     """Details of one trace: op counts, backward ops, constants, hashes, cache status."""
     from ..analyses.traces import describe
     from ..render.console import console as Console
+    from ..render.console import esc, styled
     from ..render.floor import floor_lines
     from ..render.tables import FitTable
     from ..render.units import fmt_bytes, fmt_ns
@@ -139,13 +141,13 @@ def info(
     table.add_column("value", overflow="fold")
     verified = {None: "not a published log", True: "matches the published SHA-256",
                 False: "[red]differs from the published SHA-256 "
-                       f"{data['published_sha256']}[/red]"}[data["verified"]]
+                       f"{esc(data['published_sha256'])}[/red]"}[data["verified"]]
     cache_words = {CACHE_HIT: "hit", CACHE_MISS: "miss (parsed, now cached)",
                    CACHE_REBUILT: "corrupt entry replaced"}.get(status, "not cached")
     peak_op, bott = data["peak_op"], data["bottleneck_op"]
     for field, value in (
         ("path", data["path"]),
-        ("sha256", f"{data['sha256']} ({verified})"),
+        ("sha256", styled(f"{esc(data['sha256'])} ({verified})")),
         ("file size", fmt_bytes(data["file_bytes"])),
         ("ops", f"{data['ops']:,} ({data['constants']:,} constants, "
                 f"{data['backward_ops']:,} backward, {data['distinct_op_names']} distinct names)"),
@@ -172,14 +174,15 @@ def info(
 
 
 def _report_import(result: registry.ImportResult, console, err) -> None:
+    from ..render.console import esc, styled
     for path in result.imported:
         console.print(f"imported {path}", soft_wrap=True)
     for path in result.unchanged:
         console.print(f"already present {path}", soft_wrap=True)
     for message in result.warnings:
-        err.print(f"[yellow]warning:[/yellow] {message}", soft_wrap=True)
+        err.print(styled(f"[yellow]warning:[/yellow] {esc(message)}"), soft_wrap=True)
     for message in result.refused:
-        err.print(f"[red]{message}[/red]", soft_wrap=True)
+        err.print(styled(f"[red]{esc(message)}[/red]"), soft_wrap=True)
     if not result.ok:
         raise CommandError(f"{len(result.refused)} file(s) refused; the others were imported")
 
@@ -229,6 +232,7 @@ def import_cmd(
 ) -> None:
     """Copy traces into the user trace directory, verifying the published ones."""
     from ..render.console import console as Console
+    from ..render.console import esc, styled
     err = Console(stderr=True)
     try:
         result = registry.import_traces(path)
@@ -237,4 +241,4 @@ def import_cmd(
     _report_import(result, Console(), err)
     missing = registry.missing_public()
     if missing:
-        err.print(f"[yellow]{_missing_hint(missing)}[/yellow]", soft_wrap=True)
+        err.print(styled(f"[yellow]{esc(_missing_hint(missing))}[/yellow]"), soft_wrap=True)

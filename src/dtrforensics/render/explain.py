@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..analyses.explain import Attempt, Explanation
+from .console import esc, styled
 from .tables import FitTable
 from .units import fmt_count, fmt_overhead
 
@@ -100,20 +101,21 @@ def print_explanation(found: Explanation, console: Console, *, reproduce: str) -
         console.print(f"The run does not fail (outcome {base['outcome']}): nothing to explain.")
         return
     module = f" in {escape(found.failing_module)}" if found.failing_module else ""
-    console.print(f"Baseline: [bold red]oom[/] at op {base['oom']['op_id']} allocating "
-                  f"{base['oom']['tensor']}{module} at depth {base['oom']['depth']}; "
+    console.print(styled(
+                  f"Baseline: [bold red]oom[/] at op {base['oom']['op_id']} allocating "
+                  f"{esc(base['oom']['tensor'])}{module} at depth {base['oom']['depth']}; "
                   f"{fmt_count(len(found.candidates), 'retention candidate')}, "
-                  f"{fmt_count(len(found.forced), 'forced victim')}.")
+                  f"{fmt_count(len(found.forced), 'forced victim')}."))
     if found.forced or found.nearby:
         console.print(nearby_text(found))
     if found.fixes:
         console.print(fixes_table(found))
         console.print(f"Reproduce a fix: {reproduce} {change_text(found.fixes[0])}")
     else:
-        console.print("[yellow]No tried change completes the run.[/]")
+        console.print(styled("[yellow]No tried change completes the run.[/]"))
     console.print(coverage_text(found))
-    console.print("Controls: " + ("every control and rerun reproduced the failure exactly."
-                                  if found.control_matches else
-                                  "[bold red]a control or a rerun did not reproduce the "
-                                  "failure[/]"))
-    console.print(f"[dim]{found.note}[/]")
+    console.print(styled("Controls: " + ("every control and rerun reproduced the failure "
+                                         "exactly." if found.control_matches else
+                                         "[bold red]a control or a rerun did not reproduce "
+                                         "the failure[/]")))
+    console.print(styled(f"[dim]{esc(found.note)}[/]"))

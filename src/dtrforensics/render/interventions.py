@@ -7,13 +7,14 @@ import json
 from rich.console import Group
 
 from ..analyses.interventions import InterventionResult
+from .console import styled
 from .tables import FitTable
 from .units import fmt_exact_bytes, fmt_overhead
 
 CONTROL_VERDICT = {
-    True: "[green]the control reproduces the baseline exactly[/]",
-    False: "[bold red]the control does NOT reproduce the baseline: the comparison is not "
-           "valid[/]",
+    True: styled("[green]the control reproduces the baseline exactly[/]"),
+    False: styled("[bold red]the control does NOT reproduce the baseline: the comparison is "
+                  "not valid[/]"),
 }
 
 

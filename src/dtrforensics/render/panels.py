@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from rich.panel import Panel
 
+from .console import esc, styled
 from .labels import op_label
 from .tables import FitPanel, FitTable
 from .units import fmt_exact_bytes, fmt_overhead, ratio_format
@@ -17,7 +18,8 @@ OUTCOME_STYLE = {"ok": "bold green", "oom": "bold red", "thrashed": "bold yellow
 
 
 def outcome_text(outcome: str) -> str:
-    return f"[{OUTCOME_STYLE.get(outcome, 'bold')}]{outcome}[/]"
+    """The outcome in its colour, as markup (wrap it, and what joins it, in `styled`)."""
+    return f"[{OUTCOME_STYLE.get(outcome, 'bold')}]{esc(outcome)}[/]"
 
 
 def _interval(s: dict) -> str | None:
@@ -42,7 +44,8 @@ def summary_panel(s: dict, op_name: Callable[[int], str], *, title: str,
     if s.get("ratio") is not None:
         budget += f"  ratio {s['ratio']:g}"
     rows = [
-        ("outcome", outcome_text(s["outcome"]) + (f"  ({s['error']})" if s.get("error") else "")),
+        ("outcome", styled(outcome_text(s["outcome"])
+                           + (f"  ({esc(s['error'])})" if s.get("error") else ""))),
         ("budget", budget),
         ("peak / model compute", f"{fmt_exact_bytes(s['peak'])} / {s['model_compute']:,} ns"),
         ("overhead", fmt_overhead(s.get("overhead"))),

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from ..sweep.holes import Certainty, ExactRegion, ExactView, HolesReport, PolicyHoles
 from ..sweep.store import SweepParams
+from .console import esc, styled
 from .tables import FitPanel, FitTable
 from .units import RatioFormat, fmt_count, fmt_exact_bytes, fmt_overhead, fmt_ratio, ratio_format
 from .wrapping import kept_progress, shell_wrap
@@ -190,14 +191,14 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
     fs = p.first_success
     first = (f"ratio {fmt_ratio(fs.sample.ratio)} ({fs.sample.budget:,} B, overhead {_ov(fs.sample.overhead)})"
              if fs.sample else "[red]none: no sample completes[/]")
-    parts.append(f"samples {fs.samples:,}; first sampled success {first}; "
-                 f"{fs.failing_below:,} failing below it")
+    parts.append(styled(f"samples {fs.samples:,}; first sampled success {first}; "
+                        f"{fs.failing_below:,} failing below it"))
     if p.failures_above:
         shown = ", ".join(fmt_ratio(s.ratio, s.budget) for s in p.failures_above[:12])
         more = (f" and {len(p.failures_above) - 12:,} more (--json lists every one)"
                 if len(p.failures_above) > 12 else "")
-        parts.append(f"[red]{len(p.failures_above):,} failing samples above the first success:[/] "
-                     f"{shown}{more}")
+        parts.append(styled(f"[red]{len(p.failures_above):,} failing samples above the first "
+                            f"success:[/] {shown}{more}"))
     if p.failure_regions:
         t = FitTable(title="failure regions (samples)", title_justify="left")
         for c in ("#", "failing ratios", "failing bytes", "samples", "outcome",
@@ -233,9 +234,10 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
                       f"{_ov(s.lo.overhead)} -> {_ov(s.hi.overhead)}", f"{s.factor:.2f} {s.direction}")
         parts.append(t)
     if p.unresolved:
-        parts.append("[magenta]unresolved (timeout): "
-                     + ", ".join(f"{fmt_ratio(u.ratio, u.budget)}" + (f" rep {u.rep}" if u.rep else "")
-                                 for u in p.unresolved[:20]) + "[/]")
+        parts.append(styled("[magenta]unresolved (timeout): "
+                            + ", ".join(f"{fmt_ratio(u.ratio, u.budget)}"
+                                        + (f" rep {u.rep}" if u.rep else "")
+                                        for u in p.unresolved[:20]) + "[/]"))
     if p.exact is not None:
         parts += _exact_parts(p.exact, peak)
     if p.certain is not None:
@@ -243,7 +245,7 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
         parts.append(Text(holes_line(p.certain)))
     if p.reruns or p.disagreements:
         if p.disagreements:
-            t = FitTable(title="[red]reruns that disagree[/]", title_justify="left")
+            t = FitTable(title=styled("[red]reruns that disagree[/]"), title_justify="left")
             for c in ("ratio", "budget", "rep", "differs in", "outcomes"):
                 t.add_column(c)
             for d in p.disagreements:
@@ -251,7 +253,7 @@ def _policy_panel(report: HolesReport, p: PolicyHoles) -> FitPanel:
                           f"{d.outcome_run} / {d.outcome_rerun}")
             parts.append(t)
         else:
-            parts.append(f"[green]{p.reruns} reruns in fresh processes, all identical[/]")
+            parts.append(styled(f"[green]{p.reruns} reruns in fresh processes, all identical[/]"))
     return FitPanel(Group(*parts), title=f"{report.trace.name} · {p.policy}", expand=False)
 
 
@@ -293,11 +295,11 @@ def _exact_parts(x: ExactView, peak: int) -> list:
         by_reason: dict[str, list] = {}
         for g in x.gaps:
             by_reason.setdefault(g.reason, []).append(g)
-        parts.append("[yellow]uncertified: " + "; ".join(
-            f"{fmt_count(len(gs), 'gap')} {GAP_REASONS.get(reason, reason)} "
-            f"({sum(g.width for g in gs):,} bytes)" for reason, gs in by_reason.items()) + "[/]")
+        parts.append(styled("[yellow]uncertified: " + "; ".join(
+            f"{fmt_count(len(gs), 'gap')} {esc(GAP_REASONS.get(reason, reason))} "
+            f"({sum(g.width for g in gs):,} bytes)" for reason, gs in by_reason.items()) + "[/]"))
     if x.overlaps:
-        parts.append(f"[red]{len(x.overlaps)} overlapping certificates[/]")
+        parts.append(styled(f"[red]{len(x.overlaps)} overlapping certificates[/]"))
     return parts
 
 

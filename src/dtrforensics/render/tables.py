@@ -19,6 +19,8 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from .console import Styled
+
 UNBOUNDED = 1 << 20     # columns to measure a table's natural width in
 ELASTIC_MIN = 12        # narrowest an elastic column may become
 
@@ -127,10 +129,20 @@ def _one_line(text: Text) -> Text:
     return Text(" · ").join(parts) if len(parts) > 1 else text
 
 
+def _as_text(title):
+    """A panel's title: a plain string as a `Text` (rich would read it as markup)."""
+    return Text(title) if isinstance(title, str) and not isinstance(title, Styled) else title
+
+
 class FitPanel(Panel):
     """A `rich.panel.Panel` drawn without its border (its title as a bold line
     above its content) when a line of its content would be wider than the inside
-    of the border: a word that cannot be broken is never cut by the frame."""
+    of the border: a word that cannot be broken is never cut by the frame. Its
+    title prints as it is unless `Styled` (rich reads a panel's string title as
+    markup itself, not through the console)."""
+
+    def __init__(self, *args, title=None, subtitle=None, **kwargs) -> None:
+        super().__init__(*args, title=_as_text(title), subtitle=_as_text(subtitle), **kwargs)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         inner = options.update_width(max(1, options.max_width - 4))
