@@ -11,7 +11,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_runs, print_json
+from .common import (
+    DEFAULT_CACHE,
+    BriefOption,
+    CacheOption,
+    JsonOption,
+    open_runs,
+    print_json,
+    verdict_first,
+)
 from .errors import CommandError
 from .options import at_least
 
@@ -26,6 +34,7 @@ def diff_command(
     window: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Ops per aftermath window (default: about 20 windows).")] = None,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
+    brief: BriefOption = False,
 ) -> None:
     """Compare two executions of one trace: first divergence of the eviction streams,
     first divergent choice, aftermath, and what a failing run lost."""
@@ -33,6 +42,8 @@ def diff_command(
     from ..analyses.runs import RunSpecError
     from ..render.console import wide_console
     from ..render.diff import print_diff
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import diff_verdict
 
     if window is not None and window < 1:
         raise CommandError("--window must be at least 1")
@@ -41,7 +52,10 @@ def diff_command(
         report = diff(rec_a, rec_b, window_ops=window)
     except RunSpecError as exc:
         raise CommandError(str(exc)) from None
+    verdict = diff_verdict(report, a, b)
     if as_json:
-        print_json(report.to_json())
+        print_json(with_verdict(report.to_json(), verdict, brief=brief))
         return
-    print_diff(report, wide_console())
+    out = wide_console()
+    if not verdict_first(out, verdict, brief=brief):
+        print_diff(report, out)

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import DEFAULT_CACHE, CacheOption, JsonOption, print_json
+from .common import DEFAULT_CACHE, BriefOption, CacheOption, JsonOption, print_json, verdict_first
 from .errors import CommandError
 from .options import at_least, positive
 
@@ -23,6 +23,7 @@ def edges_command(
     max_edges: Annotated[int, typer.Option(callback=at_least(1), help="Diff at most this many edges, in budget order.")] = 20,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
+    brief: BriefOption = False,
 ) -> None:
     """Both sides of every edge of a sweep (outcome or regime changes): the budget
     comparison that decides it, to the byte, and the first divergent victim.
@@ -33,6 +34,8 @@ def edges_command(
     from ..analyses.edges import edges
     from ..render.console import err_console, wide_console
     from ..render.edges import edges_view
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import edges_verdict
 
     if max_edges < 1:
         raise CommandError("--max-edges must be at least 1")
@@ -48,7 +51,10 @@ def edges_command(
                                f"recording and comparing both sides of edge {i} of {n}"))
         except KeyError as exc:
             raise CommandError(f"the sweep has no policy {exc}") from None
+    verdict = edges_verdict(report)
     if as_json:
-        print_json(report.to_json())
+        print_json(with_verdict(report.to_json(), verdict, brief=brief))
         return
-    wide_console().print(edges_view(report))
+    out = wide_console()
+    if not verdict_first(out, verdict, brief=brief):
+        out.print(edges_view(report))

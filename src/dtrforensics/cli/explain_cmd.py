@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import RecordRoot, budget_args, require_control
+from .common import BriefOption, RecordRoot, budget_args, require_control, run_flags, verdict_first
 from .kernel_notice import announce_compile
 from .options import (
     POLICY_HELP,
@@ -51,6 +51,7 @@ def explain_command(
     first: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Stop after this many fixes are found.")] = None,
     record_root: RecordRoot = "recordings/explain",
     as_json: Annotated[bool, typer.Option("--json", help="Print {fixes, tried, untried, search, control, ...} as JSON.")] = False,
+    brief: BriefOption = False,
 ) -> None:
     """For a failing run, find the single changes that turn the failure into a
     completion: retaining a storage the failing frontier needed, or forcing
@@ -66,6 +67,8 @@ def explain_command(
     from ..analyses.explain import explain
     from ..render.console import err_console, wide_console
     from ..render.explain import change_text, print_explanation
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import explain_verdict
     from ..render.wrapping import kept_progress as Progress
     from ..trace import load_trace
 
@@ -91,10 +94,11 @@ def explain_command(
                          stop_after_fixes=first,
                          record_root=Path(record_root) if record_root else None,
                          on_attempt=on_attempt, **budget_args(ratio, budget))
+    verdict = explain_verdict(result, trace, run_flags(ratio, budget, policy))
     if as_json:
         from ..render.jsonout import dumps
-        typer.echo(dumps(result.to_json()))
-    else:
+        typer.echo(dumps(with_verdict(result.to_json(), verdict, brief=brief)))
+    elif not verdict_first(console, verdict, brief=brief):
         where = f"--ratio {ratio}" if ratio is not None else f"--budget {budget}"
         where += f" --policy {policy}" if policy != "dtr" else ""
         print_explanation(result, console, reproduce=f"dtrf intervene {trace} {where}")

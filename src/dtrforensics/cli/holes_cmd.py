@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import report_sweep
+from .common import BriefOption, report_sweep
 from .options import positive
 
 
@@ -20,6 +20,7 @@ def holes_cmd(
     policy: Annotated[Optional[str], typer.Option(help="Only these policies (comma-separated).")] = None,
     threshold: Annotated[Optional[float], typer.Option(callback=positive, help="Overhead jump for a regime switch (default: the sweep's --overhead-jump).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    brief: BriefOption = False,
 ) -> None:
     """Feasibility holes, edges, timeouts and regime switches of a sweep."""
-    report_sweep(sweep_dir, policy, threshold, as_json)
+    report_sweep(sweep_dir, policy, threshold, as_json, brief)

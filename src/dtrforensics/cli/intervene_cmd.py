@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import RecordRoot, budget_args, require_control
+from .common import BriefOption, RecordRoot, budget_args, require_control, run_flags, verdict_first
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import POLICY_HELP, check_budget, check_policy, check_ratio, check_timeout
@@ -29,6 +29,7 @@ def intervene_command(
     timeout: Annotated[Optional[float], typer.Option(callback=check_timeout, help="Wall-clock limit per run, seconds.")] = None,
     record_root: RecordRoot = "recordings/interventions",
     as_json: Annotated[bool, typer.Option("--json", help="Print {baseline, intervention, control, control_matches}.")] = False,
+    brief: BriefOption = False,
 ) -> None:
     """Run TRACE at a budget three times: baseline, with the intervention, and a
     control (same code path, nothing changed) that must reproduce the baseline."""
@@ -48,13 +49,19 @@ def intervene_command(
                            **budget_args(ratio, budget))
     except InterventionError as exc:
         raise CommandError(str(exc)) from None
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import intervene_verdict
+    verdict = intervene_verdict(result, trace, run_flags(ratio, budget, policy))
     if as_json:
         from ..render.jsonout import dumps
-        typer.echo(dumps(result.to_json()))
+        typer.echo(dumps(with_verdict(result.to_json(), verdict, brief=brief)))
     else:
         from ..render.console import wide_console
         from ..render.interventions import CONTROL_VERDICT, side_by_side
         console = wide_console()
+        if verdict_first(console, verdict, brief=brief):
+            require_control(result.control_matches)
+            return
         console.print(side_by_side(result, ivs.to_json()))
         console.print(CONTROL_VERDICT[result.control_matches])
         if result.baseline.recording and result.intervention.recording:

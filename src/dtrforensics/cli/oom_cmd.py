@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_run, print_json
+from .common import (
+    DEFAULT_CACHE,
+    BriefOption,
+    CacheOption,
+    JsonOption,
+    open_run,
+    print_json,
+    trace_of,
+    verdict_first,
+)
 from .errors import CommandError
 
 
@@ -19,19 +28,25 @@ def oom_command(
     full: Annotated[bool, typer.Option("--full", help="Show every level of the frontier.")] = False,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
+    brief: BriefOption = False,
 ) -> None:
     """Explain an OOM: the chain of in-progress materializations down to the failing
     allocation, the bytes each level holds locked, and proof the pool was empty."""
     from ..analyses.oom import NotAnOomError, explain_oom
     from ..render.console import wide_console
     from ..render.oom import oom_view
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import oom_verdict
 
     rec = open_run(recording, scores="victims", cache=cache)
     try:
         report = explain_oom(rec)
     except NotAnOomError as exc:
         raise CommandError(str(exc)) from None
+    verdict = oom_verdict(report, trace_of(recording, rec))
     if as_json:
-        print_json(report.to_json())
+        print_json(with_verdict(report.to_json(), verdict, brief=brief))
         return
-    wide_console().print(oom_view(report, full=full))
+    out = wide_console()
+    if not verdict_first(out, verdict, brief=brief):
+        out.print(oom_view(report, full=full))

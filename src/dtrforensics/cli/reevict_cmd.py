@@ -6,7 +6,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import DEFAULT_CACHE, CacheOption, JsonOption, open_runs, print_json
+from .common import (
+    DEFAULT_CACHE,
+    BriefOption,
+    CacheOption,
+    JsonOption,
+    open_runs,
+    print_json,
+    verdict_first,
+)
 from .errors import CommandError
 from .options import at_least
 
@@ -21,6 +29,7 @@ def reevict_command(
     top: Annotated[int, typer.Option(callback=at_least(0), help="Most re-evicted storages listed per run and scope.")] = 10,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
+    brief: BriefOption = False,
 ) -> None:
     """Re-eviction figures (evictions per storage, concentration, collateral remats),
     each over pressure victims alone and over the whole eviction stream."""
@@ -28,6 +37,8 @@ def reevict_command(
     from ..analyses.runs import RunSpecError
     from ..render.console import wide_console
     from ..render.reevict import reevict_view
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import reevict_verdict
 
     if top < 0:
         raise CommandError("--top must be >= 0")
@@ -37,7 +48,10 @@ def reevict_command(
         report = reevict(recs, top=top)
     except RunSpecError as exc:
         raise CommandError(str(exc)) from None
+    verdict = reevict_verdict(report, [recording] + ([other] if other is not None else []))
     if as_json:
-        print_json(report.to_json())
+        print_json(with_verdict(report.to_json(), verdict, brief=brief))
         return
-    wide_console().print(reevict_view(report, top))
+    out = wide_console()
+    if not verdict_first(out, verdict, brief=brief):
+        out.print(reevict_view(report, top))

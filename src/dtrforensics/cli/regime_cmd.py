@@ -9,12 +9,14 @@ import typer
 
 from .common import (
     DEFAULT_CACHE,
+    BriefOption,
     CacheOption,
     JsonOption,
     open_runs,
     print_json,
     reporting_replaced,
     require_figures,
+    verdict_first,
 )
 from .errors import CommandError
 from .options import at_least, number, output_file
@@ -38,6 +40,7 @@ def regime_command(
     plot: Annotated[Optional[Path], typer.Option("--plot", "-o", "--out", callback=output_file, help="Write the evictions-per-window figure here (.png or .svg).")] = None,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,
+    brief: BriefOption = False,
 ) -> None:
     """Compare two runs in different regimes: evictions per op window, the onset of the
     slow regime, the storages that drive it, the link to the first divergence.
@@ -50,6 +53,8 @@ def regime_command(
     from ..analyses.runs import RunSpecError
     from ..render.console import wide_console
     from ..render.regime import regime_view
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import regime_verdict
 
     if window is not None and window < 1:
         raise CommandError("--window must be at least 1 op")
@@ -74,9 +79,12 @@ def regime_command(
         from ..render.regime_plot import draw
         with reporting_replaced(plot), atomic_path(plot) as tmp:
             draw(report).savefig(tmp, dpi=110, format=plot.suffix.lstrip("."))
+    verdict = regime_verdict(report, control, test)
     if as_json:
-        print_json(report.to_json())
+        print_json(with_verdict(report.to_json(), verdict, brief=brief))
         return
-    wide_console().print(regime_view(report, windows=windows))
+    out = wide_console()
+    if not verdict_first(out, verdict, brief=brief):
+        out.print(regime_view(report, windows=windows))
     if plot is not None:
         wide_console(stderr=True).print(f"figure: {plot}")

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .common import BriefOption
 from .errors import CommandError
 from .options import (
     POLICY_HELP,
@@ -40,6 +41,7 @@ def reproduce_command(
     total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", callback=positive, help="With --findings: finish within this many seconds: the running map stops, maps not reached are read as stored, and findings.md says it is partial (the next run resumes).")] = None,
     scheduler: Annotated[Optional[str], typer.Option(help="With --findings: " + SCHEDULER_HELP)] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help="The policy that stands in for DTR in every claim about DTR (the ablation claims keep their ablations): do the findings hold under it? " + POLICY_HELP)] = "dtr",
+    brief: BriefOption = False,
 ) -> None:
     """Both DTR studies' published numbers beside ours, with a verdict each, and their
     figures in a report.
@@ -69,9 +71,11 @@ def reproduce_command(
     from ..render.console import err_console, wide_console
     from ..render.reproduce import print_reproduction
     from ..render.reproduce_report import write_report
+    from ..render.verdict import with_verdict
+    from ..render.verdicts import reproduction_verdict
     from ..reproduce.protocol import reproduce
     from ..trace.registry import resolve_trace
-    from .common import print_json, require_figures
+    from .common import print_json, require_figures, verdict_first
 
     _claim_work(out, create=False)
     require_figures("dtrf reproduce")
@@ -89,10 +93,13 @@ def reproduce_command(
     command = ("dtrf reproduce" + (" --quick" if quick else "")
                + (f" --policy {policy}" if policy != "dtr" else ""))
     path = write_report(rep, out, command=command, wall_seconds=time.perf_counter() - started)
+    verdict = reproduction_verdict(rep, str(out))
     if as_json:
-        print_json({**rep.to_json(), "report": str(path)})
+        print_json(with_verdict({**rep.to_json(), "report": str(path)}, verdict, brief=brief))
         return
-    print_reproduction(wide_console(), rep)
+    console = wide_console()
+    if not verdict_first(console, verdict, brief=brief):
+        print_reproduction(console, rep)
     print(f"report: {path}", file=sys.stderr)
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import report_sweep, sweeping
+from .common import BriefOption, report_sweep, sweeping
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import (
@@ -59,6 +59,7 @@ def sweep(
     estimate: Annotated[bool, typer.Option("--estimate", help="Only say what the sweep would cost (executions, CPU-hours, time on the workers), from a short sample of runs; store nothing.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the holes report as JSON.")] = False,
+    brief: BriefOption = False,
 ) -> None:
     """Replay TRACE over a range of budgets, in parallel, resumably; then map its holes."""
     from ..render.console import err_console
@@ -102,7 +103,7 @@ def sweep(
               + (f", {result.skipped} already stored (resumed)" if result.skipped else "")
               + ("; stopped at --max-seconds: the same command continues it"
                  if result.stopped else ""))
-    report_sweep(out, None, None, as_json)
+    report_sweep(out, None, None, as_json, brief)
 
 
 def _estimate(program, params, jobs, engine, scheduler, as_json: bool,

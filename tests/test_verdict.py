@@ -1,0 +1,160 @@
+"""The answer first (issue 40): every long output opens with a verdict of at most
+8 lines of at most 80 columns -- what happened, the numbers that decide it (the
+result's own, in the model's words where the log has a where-file), the next
+`dtrf` command -- and `--brief` prints it alone, `--json` carries it.
+
+Each command runs on the embedded trace (`hole-rnn-seed16`) and on a
+hand-written log with a where-file; the verdict's next command is run too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+
+import pytest
+from logdsl import Log
+from test_where_recordings import placed, w
+from typer.testing import CliRunner
+
+from dtrforensics.cli.main import app
+from dtrforensics.render.verdict import MAX_LINES, WIDTH, Verdict, verdict_lines
+
+HOLE = "hole@25200000B"          # inside the embedded trace's hole: OOM at op 18
+OK = "hole@0.92"                 # completes
+ABOVE = "hole@0.95"
+
+
+def dtrf(cwd, *args: str, width: int = 200):
+    with contextlib.chdir(cwd):
+        return CliRunner().invoke(app, list(args), env={"COLUMNS": str(width)})
+
+
+def ok(cwd, *args: str, width: int = 200) -> str:
+    res = dtrf(cwd, *args, width=width)
+    assert res.exit_code == 0, res.output
+    return res.stdout
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A folder with an exact sweep across the hole, a recording inside it and
+    a small model's log with a where-file (`model.log`)."""
+    root = tmp_path_factory.mktemp("verdict")
+    ok(root, "sweep", "hole", "--from", "0.85", "--to", "0.95", "--exact", "--jobs", "1",
+       "--no-progress", "-o", "sweep")
+    ok(root, "run", "hole", "--budget", "25200000", "--record", "rec")
+    log = (Log().const("w", 10).call("a", "f", ["w"], 10, 40).call("b", "f", ["a"], 10, 40)
+           .call("c", "g", ["a", "b"], 10, 50).release("a").release("b").release("c"))
+    placed(log, [w("embed", None), w("block.0", line=3), w("block.1", line=4),
+                 w("head", line=5)], root / "model.log")
+    return root
+
+
+MODEL = "model.log@139B"         # fails allocating c, made by `head`
+MODEL_OK = "model.log@200B"
+
+COMMANDS = {
+    "replay": ("replay", HOLE),
+    "oom": ("oom", HOLE),
+    "diff": ("diff", OK, HOLE),
+    "reevict": ("reevict", OK, HOLE),
+    "regime": ("regime", OK, ABOVE),
+    "show": ("show", "rec"),
+    "intervene": ("intervene", "hole", "--budget", "25200000", "--force-victim", "4@0"),
+    "explain": ("explain", "hole", "--budget", "25200000", "--jobs", "1"),
+    "holes": ("holes", "sweep"),
+    "edges": ("edges", "sweep"),
+    "sweep": ("sweep", "hole", "--from", "0.9", "--to", "0.93", "--exact", "--jobs", "1",
+              "--no-progress", "-o", "sweep2"),
+    "compare-policies": ("compare-policies", "hole", "--from", "0.9", "--to", "0.93",
+                         "--exact", "--policy", "dtr,lru", "--jobs", "1", "--no-progress",
+                         "-o", "compare"),
+    "model oom": ("oom", MODEL),
+    "model replay": ("replay", MODEL),
+    "model diff": ("diff", MODEL_OK, MODEL),
+    "model explain": ("explain", "model.log", "--budget", "139", "--jobs", "1"),
+    "model intervene": ("intervene", "model.log", "--budget", "139", "--retain", "1"),
+}
+
+
+def opening(stdout: str) -> list[str]:
+    """The lines before the output's first blank line: its verdict."""
+    return stdout.split("\n\n", 1)[0].splitlines()
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_the_verdict_comes_first_fits_and_brief_prints_it_alone(folder, name):
+    args = COMMANDS[name]
+    full = ok(folder, *args)
+    verdict = opening(full)
+    assert 2 <= len(verdict) <= MAX_LINES, full
+    assert all(len(line) <= WIDTH for line in verdict), verdict
+    assert verdict[-1].startswith("next: dtrf ") or verdict[-2].startswith("next: dtrf ")
+    assert len(full.splitlines()) > len(verdict) + 1          # details follow
+    assert ok(folder, *args, "--brief").splitlines() == verdict
+    data = json.loads(ok(folder, *args, "--json"))
+    assert data["verdict"]["text"] == verdict
+    assert json.loads(ok(folder, *args, "--json", "--brief")) == {"verdict": data["verdict"]}
+    # a narrow terminal narrows it, never widens it past 8 lines
+    narrow = ok(folder, *args, "--brief", width=60).splitlines()
+    assert len(narrow) <= MAX_LINES and all(len(line) <= 60 for line in narrow), narrow
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_the_next_command_runs(folder, name):
+    data = json.loads(ok(folder, *COMMANDS[name], "--json", "--brief"))
+    words = shlex.split(data["verdict"]["next"])
+    assert words[0] == "dtrf"
+    res = dtrf(folder, *words[1:])
+    assert res.exit_code == 0, (words, res.output)
+
+
+def test_the_oom_verdict_gives_the_reports_numbers(folder):
+    report = json.loads(ok(folder, "oom", HOLE, "--json"))
+    text = " ".join(" ".join(report["verdict"]["text"]).split())
+    assert text.startswith("OOM: ")
+    for key in ("budget", "request", "memory", "pinned", "shortfall"):
+        assert f"{report[key]:,} B" in text, key
+    assert f"op {report['op_id']} " in text and report["op_name"] in text
+    assert report["verdict"]["next"] == f"dtrf explain hole --budget {report['budget']}"
+    assert " in " not in report["verdict"]["headline"]   # no where-file: no module said
+
+
+def test_verdicts_speak_in_module_paths_where_the_log_has_them(folder):
+    oom = json.loads(ok(folder, "oom", MODEL, "--json"))
+    assert oom["op_module"] == "head"
+    assert oom["verdict"]["headline"].endswith(f"op {oom['op_id']} (paper #"
+                                               f"{oom['op_id'] + 1}) g in head")
+    assert "allocating c in head (forward)" in " ".join(oom["verdict"]["lines"])
+    replay = json.loads(ok(folder, "replay", MODEL, "--json"))
+    assert "failing check: c in head" in " ".join(replay["verdict"]["lines"])
+    explain = json.loads(ok(folder, "explain", "model.log", "--budget", "139", "--jobs", "1",
+                            "--json"))
+    assert explain["verdict"]["headline"].endswith("in head")
+
+
+def test_runs_and_diffs_state_outcomes_and_budgets(folder):
+    diff = json.loads(ok(folder, "diff", OK, HOLE, "--json"))
+    text = " ".join(diff["verdict"]["text"])
+    for run in ("a", "b"):
+        assert f"{run} {diff[run]['outcome']} at {diff[run]['budget']:,} B" in text
+    assert f"stream entry {diff['first_divergence']['position']:,}" in text
+    assert diff["verdict"]["next"] == f"dtrf oom {HOLE}"        # b fails: its frontier next
+    holes = json.loads(ok(folder, "holes", "sweep", "--json"))
+    lo, hi = holes["policies"]["dtr"]["failure_regions_bytes"][0]
+    assert f"dtr: 1 hole, first {lo:,}-{hi:,} B ({hi - lo + 1:,} B)" in \
+        " ".join(holes["verdict"]["text"])
+
+
+def test_a_long_verdict_keeps_its_headline_and_command_within_8_lines():
+    v = Verdict("a headline " * 12, tuple("detail number 1,234,567 B " * 5 for _ in range(6)),
+                "dtrf explain hole --budget 25200000 --policy dtr --max-attempts 64")
+    lines = verdict_lines(v)
+    assert len(lines) <= MAX_LINES and all(len(line) <= WIDTH for line in lines)
+    assert " ".join(lines).count("detail") < 30                 # the last details gave way
+    assert lines[0].startswith("a headline") and lines[-1].startswith("next: dtrf explain")
+    assert all(line.count("1,234,567") == line.count("1,234,567 B") for line in lines)
+    with pytest.raises(ValueError):
+        Verdict("h", tuple("x" for _ in range(7)))
