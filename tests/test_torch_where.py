@@ -107,19 +107,23 @@ def test_backward_ops_name_the_forward_module_of_their_autograd_node(monkeypatch
 
 
 class Checkpointed(nn.Module):
-    def __init__(self):
+    def __init__(self, reentrant: bool):
         super().__init__()
+        self.reentrant = reentrant
+        self.pre = nn.Linear(16, 16)     # the reentrant form needs an input requiring grad
         self.inner = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 16))
         self.head = nn.Linear(16, 4)
 
     def forward(self, x):
-        y = torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+        y = torch.utils.checkpoint.checkpoint(self.inner, self.pre(x),
+                                              use_reentrant=self.reentrant)
         return self.head(y)
 
 
-def test_checkpointed_forward_runs_again_in_backward_as_recompute(tmp_path):
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointed_forward_runs_again_in_backward_as_recompute(tmp_path, reentrant):
     torch.manual_seed(0)
-    model = Checkpointed()
+    model = Checkpointed(reentrant)
     batch = (torch.randn(8, 16), torch.randint(0, 4, (8,)))
     record(model, batch, nn.functional.cross_entropy, tmp_path / "c.log")
     program = load_program(tmp_path / "c.log", cache=False)
@@ -131,6 +135,8 @@ def test_checkpointed_forward_runs_again_in_backward_as_recompute(tmp_path):
     # the loss is outside the model; the head's weight gradient is the head's
     assert "loss" in phases and {modules[i] for i, p in enumerate(phases) if p == "loss"} == {None}
     assert any(m == "head" and p == "backward" for m, p in zip(modules, phases))
+    # the recomputed forward's own backward names the checkpointed modules
+    assert {m for m, p in zip(modules, phases) if p == "backward"} >= {"inner.0", "inner.2"}
 
 
 def test_parameters_are_constants_of_their_module_and_optimizer_ops_have_their_phase(tmp_path):
