@@ -424,3 +424,23 @@ def test_a_where_file_that_is_not_one_is_one_error_naming_it(tmp_path):
         where_path(path).write_text(json.dumps(data))
         with pytest.raises(TraceError, match="f.log.where.json"):
             load_program(path, cache=False)
+
+
+def test_a_where_file_that_is_a_fifo_or_a_folder_is_refused_without_blocking(tmp_path):
+    import os
+
+    import pytest
+
+    from dtrforensics.trace.parser import TraceError
+    from dtrforensics.trace.where import where_path
+    log, _ = frontier_log()
+    path = tmp_path / "f.log"
+    path.write_text(log.text())
+    side = where_path(path)
+    os.mkfifo(side)
+    with pytest.raises(TraceError, match="not a regular file"):
+        load_program(path, cache=False)
+    side.unlink()
+    side.mkdir()
+    with pytest.raises(TraceError, match="where.json"):
+        load_program(path, cache=False)

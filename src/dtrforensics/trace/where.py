@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ from .program import OpWhere, Program
 FORMAT = "dtrforensics.where"
 VERSION = 1
 SUFFIX = ".where.json"
+MAX_BYTES = 1 << 30     # about 30 bytes an op: tens of millions of ops
 
 
 def where_path(log: str | Path) -> Path:
@@ -63,10 +66,10 @@ def read_where(program: Program, log: str | Path) -> OpWhere | None:
     another log. A where-file that is not one is an error naming it."""
     path = where_path(log)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_regular(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise TraceError(str(path), None, f"cannot read the where-file: {exc}") from None
     try:
         data = json.loads(text)
@@ -78,6 +81,20 @@ def read_where(program: Program, log: str | Path) -> OpWhere | None:
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         raise TraceError(str(path), None, f"malformed where-file ({exc}); delete it to read "
                          "the log without module paths") from None
+
+
+def _read_regular(path: Path) -> str:
+    """The text of `path` if it is a regular file of at most `MAX_BYTES`, checked on
+    the opened file (a FIFO is opened without blocking, a link to /dev/zero is
+    not read without end)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > MAX_BYTES:
+            raise ValueError(f"{info.st_size:,} bytes, more than {MAX_BYTES:,}")
+        return fh.read(MAX_BYTES + 1).decode("utf-8")
 
 
 def _lowered(program: Program, data: dict) -> OpWhere:
