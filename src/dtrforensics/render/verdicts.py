@@ -315,7 +315,8 @@ def comparison_verdict(c: PolicyComparison) -> Verdict:
     head = f"{c.trace}: {len(c.policies)} policies over {lo:,}-{hi:,} B"
     lines = []
     for s in c.policies[:4]:
-        first = "none" if s.first_success is None else f"{s.first_success:,} B"
+        first = ("none" if s.first_success is None else
+                 ("at or below " if s.first_success_below_range else "") + f"{s.first_success:,} B")
         lines.append(f"{s.policy}: {fmt_count(s.holes, 'hole')} ({s.hole_bytes:,} B), first "
                      f"success {first}, overhead p50 {fmt_overhead(s.overhead_p50, 3)}")
     widest = max((s for s in c.policies if s.completed), default=None,
@@ -323,7 +324,7 @@ def comparison_verdict(c: PolicyComparison) -> Verdict:
     if widest is not None:
         lines.append(f"best over the most budgets: {widest.policy}")
     finish = [line.partition(": dtrf ")[2] for line in finish_lines(c.report, "compare-policies")]
-    holed = [s.policy for s in c.policies if s.holes]
+    holed = [s.policy for s in sorted(c.policies, key=lambda s: -s.hole_bytes) if s.holes]
     nxt = ("dtrf " + next(f for f in finish if f) if any(finish) else
            command("edges", c.sweep, "--policy", holed[0]) if holed else command("holes", c.sweep))
     return Verdict(head, tuple(lines[:6]), nxt)
