@@ -12,7 +12,11 @@ Connections are read-only by default: once the views exist, DuckDB itself is
 told to touch no file but the recordings' own Parquet files
 (`allowed_paths`, `enable_external_access = false`, then
 `lock_configuration = true`), so SQL can read the views and those files and
-nothing else -- no other file, no network, no extension, no ATTACH. The
+nothing else -- no other file, no network, no extension, no ATTACH. Turning
+external access off lets DuckDB keep its temporary directory, which defaults
+to `.tmp` of the current folder (anyone's files); it is first moved into a
+private, new folder of the system's temporary directory (removed with the
+connection), and the lock-down checks that DuckDB allows no other folder. The
 recordings' files could still be written by a COPY naming them:
 `check_read_only(con, sql)` refuses every statement that is not a query or an
 in-memory definition, and `dtrf sql` runs it on every statement it is given.
@@ -25,8 +29,15 @@ runs them all.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import weakref
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -129,9 +140,30 @@ def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathL
 
 def lock_down(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
     """From here on `con` may read `files` and nothing else (see above)."""
+    spill = _private_spill_folder(con)
+    con.execute(f"SET temp_directory = {quote(spill)}")
     con.execute(f"SET allowed_paths = [{', '.join(map(quote, files))}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
+    allowed = con.sql("SELECT current_setting('allowed_directories')").fetchall()[0][0]
+    if any(os.path.normpath(folder) != spill for folder in allowed or ()):
+        con.close()
+        raise RuntimeError(f"DuckDB allows reading {allowed} after the lock-down; "
+                           f"only {spill} was expected")
+
+
+def _private_spill_folder(con: duckdb.DuckDBPyConnection) -> str:
+    """A folder for DuckDB's temporary files inside a new folder only this user can
+    enter (DuckDB makes it when it spills and removes it when it closes); the
+    private folder goes when `con` does, removed by the process that made it."""
+    private = tempfile.mkdtemp(prefix="dtrf-sql-")
+    weakref.finalize(con, _remove_private, private, os.getpid())
+    return os.path.join(private, "spill")
+
+
+def _remove_private(folder: str, owner: int) -> None:
+    if os.getpid() == owner:        # not a forked child's copy of the connection
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def union_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, id_column: str,
@@ -168,6 +200,51 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
             raise SqlRefusedError(
                 f"{kind} statements are refused: dtrf sql only reads recordings (save a "
                 f"result with --csv, --json or --parquet FILE)")
+
+
+@contextlib.contextmanager
+def interruptible(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Ctrl-C (SIGINT) stops what `con` runs inside the block, which then raises
+    KeyboardInterrupt -- also a query that never hands control back to Python (a
+    recursive CTE without end), whose Python signal handler would never run: Python's
+    C handler writes the signal's number to a wakeup socket, and a thread waiting on
+    it calls `con.interrupt()`. Outside the main thread, a plain block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    hit = threading.Event()
+
+    def on_sigint(signum, frame):
+        hit.set()
+        con.interrupt()
+        raise KeyboardInterrupt
+
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    watcher = threading.Thread(target=_watch, args=(reader, con, hit), daemon=True,
+                               name="dtrf-sql-interrupt")
+    watcher.start()
+    old_handler = signal.signal(signal.SIGINT, on_sigint)
+    old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    try:
+        yield
+    except (duckdb.Error, RuntimeError):
+        if hit.is_set():
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.set_wakeup_fd(old_fd)
+        signal.signal(signal.SIGINT, old_handler)
+        writer.close()                      # the watcher reads the end and returns
+        watcher.join()
+        reader.close()
+
+
+def _watch(reader: socket.socket, con: duckdb.DuckDBPyConnection, hit: threading.Event) -> None:
+    while data := reader.recv(64):
+        if signal.SIGINT in data:
+            hit.set()
+            con.interrupt()
 
 
 # --- shipped queries -------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import EXIT_INTERRUPTED
 from .common import print_json, reporting_replaced
 from .errors import CommandError
 from .options import at_least, output_file
@@ -84,10 +85,12 @@ def sql(
 
     A sweep folder opens as the views `runs` (its runs table,
     docs/sweep-format.md) and `sweeps` (its sweep.json). SQL may read the
-    views and the given folders' own Parquet files, nothing else; it cannot
-    write: COPY, EXPORT, ATTACH, INSTALL, LOAD, PRAGMA and SET are refused
-    (save a result with --csv, --json or --parquet FILE, outside any
-    recording)."""
+    views and the given folders' own Parquet files, nothing else (DuckDB's
+    temporary files go to a new private folder, not .tmp of the current
+    folder); it cannot write: COPY, EXPORT, ATTACH, INSTALL, LOAD, PRAGMA and
+    SET are refused (save a result with --csv, --json or --parquet FILE,
+    outside any recording). Values print as they are stored. Ctrl-C stops any
+    query (exit 130)."""
     if sum([as_csv, parquet is not None, as_json]) > 1:
         raise CommandError("choose one of --csv, --parquet and --json")
     if not query.strip():
@@ -97,24 +100,34 @@ def sql(
     from .. import db
     con = _connect(recordings)
     try:
-        db.check_read_only(con, query)
-        if parquet is not None:
-            with reporting_replaced(parquet):
-                rows = write_parquet_result(con.sql(query), parquet)
-            print(f"wrote {rows} rows to {parquet}", file=sys.stderr)
-            return
-        con.execute(query)
-        columns = [d[0] for d in con.description or ()]
-        if as_csv:
-            _write_csv(con, columns)
-        elif as_json:
-            print_json([dict(zip(columns, row)) for row in con.fetchall()])
-        else:
-            _print_table(con, limit)
+        with db.interruptible(con):
+            db.check_read_only(con, query)
+            _answer(con, query, as_csv=as_csv, parquet=parquet, as_json=as_json, limit=limit)
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C): the query was stopped", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)  # typer would turn KeyboardInterrupt into exit 1
     except duckdb.Error as exc:
         raise CommandError(f"SQL: {str(exc).strip().splitlines()[0]}") from None
     finally:
         con.close()
+
+
+def _answer(con, query: str, *, as_csv: bool, parquet: Path | None, as_json: bool,
+            limit: int) -> None:
+    """Run `query` and hand its rows to the chosen output."""
+    if parquet is not None:
+        with reporting_replaced(parquet):
+            rows = write_parquet_result(con.sql(query), parquet)
+        print(f"wrote {rows} rows to {parquet}", file=sys.stderr)
+        return
+    con.execute(query)
+    columns = [d[0] for d in con.description or ()]
+    if as_csv:
+        _write_csv(con, columns)
+    elif as_json:
+        print_json([dict(zip(columns, row)) for row in con.fetchall()])
+    else:
+        _print_table(con, limit)
 
 
 def write_parquet_result(relation, path: Path) -> int:
@@ -143,7 +156,7 @@ def _write_csv(con, columns: list[str]) -> None:
 
 def _print_table(con, limit: int) -> None:
     """The first `limit` rows of the pending result of `con` as a rich table."""
-    from ..render.console import wide_console
+    from ..render.console import styled, wide_console
     from ..render.recording import result_table
     columns = [(name, str(type_)) for name, type_, *_ in con.description or ()]
     rows = con.fetchmany(limit + 1)
@@ -152,4 +165,4 @@ def _print_table(con, limit: int) -> None:
     console = wide_console()
     console.print(result_table(columns, rows[:limit]))
     if len(rows) > limit:
-        console.print(f"[dim]first {limit} rows shown (--limit N, or --csv for all)[/dim]")
+        console.print(styled(f"[dim]first {limit} rows shown (--limit N, or --csv for all)[/dim]"))
