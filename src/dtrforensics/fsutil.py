@@ -7,7 +7,10 @@ import ctypes
 import datetime as _dt
 import errno
 import os
+import re
+import socket
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,7 +50,9 @@ def atomic_path(dest: str | os.PathLike, *, make_parents: bool = False) -> Itera
         dest.parent.mkdir(parents=True, exist_ok=True)
     require_parent(dest)
     dest = replaceable_target(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    _remove_dead_temps(dest)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}-{_HOST_TAG}.", suffix=".tmp",
+                               dir=dest.parent)
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -59,6 +64,22 @@ def atomic_path(dest: str | os.PathLike, *, make_parents: bool = False) -> Itera
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+_HOST_TAG = f"{zlib.crc32(socket.gethostname().encode()):08x}"
+
+
+def _remove_dead_temps(dest: Path) -> None:
+    """The temporary files of atomic writes to `dest` whose process died (kill -9
+    runs no cleanup) are removed, so that they never pile up: each is named
+    `.NAME.PID-HOST.RANDOM.tmp`, and one of this host whose pid is gone is stale."""
+    stale = re.compile(rf"\.{re.escape(dest.name)}\.(\d{{1,9}})-{_HOST_TAG}\.[a-z0-9_]+\.tmp")
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(dest.parent):
+            found = stale.fullmatch(entry.name)
+            if found and not pid_alive(int(found[1])):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 RENAME_EXCHANGE = 2      # linux/fs.h
