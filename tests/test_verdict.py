@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 from logdsl import Log
@@ -158,3 +159,63 @@ def test_a_long_verdict_keeps_its_headline_and_command_within_8_lines():
     assert all(line.count("1,234,567") == line.count("1,234,567 B") for line in lines)
     with pytest.raises(ValueError):
         Verdict("h", tuple("x" for _ in range(7)))
+
+
+def _said(data: dict) -> str:
+    """The verdict's drawn lines as one line of words."""
+    return " ".join(" ".join(data["verdict"]["text"]).split())
+
+
+def test_each_verdict_states_its_results_own_numbers(folder):
+    explain = json.loads(ok(folder, *COMMANDS["explain"], "--json"))
+    fix = explain["fixes"][0]
+    assert explain["verdict"]["next"] == ("dtrf intervene hole --budget 25200000 "
+                                          + " ".join(fix["args"]))
+    assert f"{len(explain['fixes'])} changes of {len(explain['attempts'])} tried" in \
+        _said(explain)
+    iv = json.loads(ok(folder, *COMMANDS["intervene"], "--json"))
+    assert f"{iv['baseline']['outcome']} -> {iv['intervention']['outcome']}" in _said(iv)
+    assert iv["verdict"]["next"].startswith("dtrf diff recordings/interventions/")
+    edges = json.loads(ok(folder, "edges", "sweep", "--json"))
+    e = edges["edges"][0]
+    assert (f"first: {e['below']['budget']:,} B {e['below']['outcome']}, "
+            f"{e['above']['budget']:,} B {e['above']['outcome']}") in _said(edges)
+    below, above = (str(Path(e[k]["recording"]).relative_to(folder)) for k in ("below", "above"))
+    assert edges["verdict"]["next"] == f"dtrf diff {below} {above}"   # from here, as it runs
+    regime = json.loads(ok(folder, "regime", OK, ABOVE, "--json"))
+    for run in ("a", "b"):
+        assert f"{run}: {regime[run]['outcome']} at {regime[run]['budget']:,} B" in _said(regime)
+    reevict = json.loads(ok(folder, "reevict", OK, HOLE, "--json"))
+    for run in reevict["runs"]:
+        p = run["pressure"]
+        assert (f"{p['evictions']:,} pressure evictions of {p['distinct_storages']:,} "
+                "storages") in _said(reevict)
+    show = json.loads(ok(folder, "show", "rec", "--json"))
+    oom = show["run"]["summary"]["oom"]
+    assert f"fails at op {oom['op_id']} " in _said(show)
+    assert f"allocating {oom['tensor']}, {oom['request']:,} B" in _said(show)
+    assert show["verdict"]["next"] == "dtrf oom rec"
+    replay = json.loads(ok(folder, "replay", OK, "--json"))
+    assert f"budget {replay['budget']:,} " in _said(replay)
+
+
+def test_the_diff_verdict_names_the_divergent_victims_module(folder):
+    diff = json.loads(ok(folder, "diff", MODEL_OK, MODEL, "--json"))
+    entry = diff["first_divergence"]["a"]
+    assert entry["module"] == "block.0"
+    assert f"a frees {entry['victim']} in block.0" in _said(diff)
+
+
+def test_the_reproduction_verdict_counts_the_claims_and_names_those_off():
+    from dtrforensics.render.verdicts import reproduction_verdict
+    from dtrforensics.reproduce.claims import Claim
+    from dtrforensics.reproduce.protocol import Reproduction
+    claims = [Claim("a.x", "holes", "x", "1", "1", "match"),
+              Claim("b.y", "holes", "y", "2 GB", "3 GB", "differs"),
+              Claim("c.z", "dtr", "z", "-", "-", "sharper")]
+    v = reproduction_verdict(Reproduction(quick=True, claims=claims), "out")
+    assert v.headline == "3 claims: 1 match, 1 differs, 1 sharper"
+    assert v.lines == ("b.y: differs; published 2 GB, ours 3 GB",)
+    assert v.next == "dtrf reproduce -o out"            # the quick subset: the whole next
+    full = reproduction_verdict(Reproduction(quick=False, claims=claims), "out")
+    assert full.next == "dtrf reproduce --findings -o out"

@@ -216,8 +216,9 @@ def reevict_verdict(r: ReevictReport, runs: list[str]) -> Verdict:
             lines.append(f"most evicted: storage {t.storage} ({t.tensor}{_in(t.module)}, "
                          f"{fmt_bytes(t.bytes)}) {fmt_count(t.evictions, 'time')}")
     first = r.runs[0].pressure
-    head = (f"re-eviction: up to {first.max_per_storage or 0:,} evictions of one storage, "
-            f"mean {first.mean_per_storage or 0:.2f} per evicted storage")
+    head = (f"re-eviction: up to {fmt_count(first.max_per_storage, 'eviction')} of one "
+            f"storage, mean {first.mean_per_storage:.2f} per evicted storage"
+            if first.evictions else "re-eviction: the first run makes no pressure eviction")
     if r.overlap and "pressure" in r.overlap:
         o = r.overlap["pressure"]
         lines.append(f"evicted by both runs: {o.common:,} of {o.union_storages:,} storages")
@@ -264,8 +265,8 @@ def edges_verdict(r: EdgesReport) -> Verdict:
                      f"{e.decisive.request:,} B with {e.decisive.memory:,} B resident")
     v = e.first_divergent_victim
     if v is not None:
-        lines.append(f"first divergent victim (entry {v.position:,}): below {v.below}"
-                     f"{_in(v.below_module)}, above {v.above}{_in(v.above_module)}")
+        lines.append(f"first divergent victim (entry {v.position:,}): below {v.below}, "
+                     f"above {v.above}")            # each entry names its maker's module
     return Verdict(head, tuple(lines), command("diff", here(e.below.recording), here(e.above.recording)))
 
 
