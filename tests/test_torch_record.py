@@ -201,3 +201,81 @@ def test_hf_model_types_get_their_standard_head_and_token_ids_that_fit():
     assert (small.vocab_size, small.bos_token_id, small.eos_token_id) == (1024, None, None)
     assert hf_config("gpt2", vocab_size=50257)[0].eos_token_id == 50256
     assert hf_config("gpt2", eos_token_id=7)[0].eos_token_id == 7
+
+
+def test_hf_encoder_decoders_and_per_stage_configs_build_from_the_small_shape():
+    """`hf:t5` needs a decoder start token its config no longer has (and took
+    sequence classification), `hf:whisper` a start token inside the smaller
+    vocabulary and heads that divide its width, `hf:swin` per-stage lists, which
+    the small shape's integers do not fit: each builds and computes its loss; a
+    start token can be given, and a list (`--set num_heads=[2,4]`) reaches the config."""
+    pytest.importorskip("transformers")
+    from dtrforensics.torch.named import hf, hf_config
+    config, model_class = hf_config("t5")
+    assert model_class.__name__ == "T5ForConditionalGeneration"
+    assert config.decoder_start_token_id == config.pad_token_id == 0
+    assert hf_config("t5", decoder_start_token_id=3)[0].decoder_start_token_id == 3
+    for arch, options in (("t5", {"seq": 8}), ("whisper", {"seq": 8}),
+                          ("swin", {"num_heads": [2, 4], "depths": [1, 1], "embed_dim": 16,
+                                    "image_size": 56, "batch": 1})):
+        torch.manual_seed(0)
+        model, (inputs, targets), loss_fn = hf(arch, **options)
+        assert torch.isfinite(loss_fn(model(**inputs), targets)), arch
+    swin = hf_config("swin")[0]
+    assert isinstance(swin.num_heads, (list, tuple)) and len(swin.num_heads) == len(swin.depths)
+
+
+def test_set_takes_lists_and_nested_keys():
+    """`--set num_heads=[2,4]` gives a list, `--set text_config.hidden_size=64` a
+    nested dict (which `hf:` merges into the nested config); a key set both whole
+    and by its parts, or a malformed list, is one error."""
+    from dtrforensics.cli.options import factory_settings
+    assert factory_settings(["num_heads=[2,4]", "ratios=[0.5, 1]", "none=[]",
+                             "text_config.hidden_size=64", "text_config.act=gelu"], {}) == \
+        {"num_heads": [2, 4], "ratios": [0.5, 1], "none": [],
+         "text_config": {"hidden_size": 64, "act": "gelu"}}
+    for pairs in (["a=1", "a.b=2"], ["a.b=2", "a=1"], ["a..b=1"], ["x=[1,,2]"], ["x=[1,1e999]"]):
+        with pytest.raises(CommandError):
+            factory_settings(pairs, {})
+    pytest.importorskip("transformers")
+    from dtrforensics.torch.named import hf_config
+    clip = hf_config("clip", vision_config={"hidden_size": 64, "num_attention_heads": 2})[0]
+    assert (clip.vision_config.hidden_size, clip.vision_config.num_attention_heads) == (64, 2)
+    with pytest.raises(RecordError, match="vision_config has no key nope"):
+        hf_config("clip", vision_config={"nope": 1})
+    with pytest.raises(RecordError, match="not a nested config"):
+        hf_config("llama", hidden_size={"a": 1})
+
+
+def converted_llama(convert: str, fake: bool = False):
+    """A tiny Llama as factories write it: built, then converted (`.to(...)`)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dtrforensics.torch.spec import fake_context
+    config = LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+                         use_cache=False)
+    torch.manual_seed(0)
+    with fake_context() if fake else torch.no_grad():
+        model = LlamaForCausalLM(config)
+        model = {"to(bfloat16)": lambda: model.to(torch.bfloat16), "half()": model.half,
+                 "bfloat16()": model.bfloat16, "to(cpu)": lambda: model.to("cpu"),
+                 "to(cpu, float16)": lambda: model.to("cpu", torch.float16)}[convert]()
+        ids = torch.randint(64, (2, 8))
+    return model, ({"input_ids": ids, "labels": ids}, None), lambda out, _targets: out.loss
+
+
+@pytest.mark.parametrize("convert", ["to(bfloat16)", "half()", "bfloat16()", "to(cpu)",
+                                     "to(cpu, float16)"])
+def test_fake_mode_converts_models_as_factories_do(convert, tmp_path):
+    """`_apply(): Couldn't swap Embedding.weight`: a fake parameter with a concrete
+    value (weakly referenced) could not be swapped for its converted copy. Now
+    converted, and the fake log is the real one's, byte for byte."""
+    pytest.importorskip("transformers")
+    fake = converted_llama(convert, fake=True)
+    dtypes = {p.dtype for p in fake[0].parameters()}
+    assert dtypes == {{"half()": torch.float16, "to(cpu, float16)": torch.float16,
+                       "to(cpu)": torch.float32}.get(convert, torch.bfloat16)}
+    record(*fake, tmp_path / "fake.log", fake=True)
+    record(*converted_llama(convert), tmp_path / "real.log")
+    assert (tmp_path / "fake.log").read_bytes() == (tmp_path / "real.log").read_bytes()

@@ -255,8 +255,16 @@ def output_folder(param: typer.CallbackParam, value):
     return _output(param, value, stdout=False, what=FOLDER)
 
 
-def _setting_value(text: str):
-    """An integer, a float, true/false, or the text itself."""
+def _setting_value(text: str, pair: str = ""):
+    """An integer, a float, true/false, a list of these in brackets (`[2,4]`, `[]`),
+    or the text itself."""
+    if text.startswith("[") and text.endswith("]"):
+        items = [t.strip() for t in text[1:-1].split(",")]
+        if items == [""]:
+            return []
+        if "" in items:
+            raise CommandError(f"--set {pair}: a list takes values between commas, e.g. [2,4]")
+        return [_setting_value(t, pair) for t in items]
     for parse in (int, float):
         try:
             return parse(text)
@@ -278,10 +286,30 @@ def factory_settings(pairs: list[str], given: dict[str, object]) -> dict[str, ob
                                "give it once")
         if given.get(key) is not None:
             raise CommandError(f"--set {pair} and --{key.replace('_', '-')} {given[key]} both set {key}: give one")
-        settings[key] = _setting_value(value)
-        if isinstance(settings[key], (int, float)) and not isinstance(settings[key], bool):
-            _check_setting(pair, settings[key])
-    return settings
+        settings[key] = _setting_value(value, pair)
+        for number in (settings[key] if isinstance(settings[key], list) else [settings[key]]):
+            if isinstance(number, (int, float)) and not isinstance(number, bool):
+                _check_setting(pair, number)
+    return _nested(settings)
+
+
+def _nested(settings: dict[str, object]) -> dict[str, object]:
+    """Dotted keys (`text_config.hidden_size=64`) as nested dicts; a key set both
+    whole and by its parts (`a=1` and `a.b=2`) is refused."""
+    found: dict[str, object] = {}
+    for key, value in settings.items():
+        *outer, last = key.split(".")
+        if "" in outer or not last:
+            raise CommandError(f"--set {key}: a nested key is NAME.NAME (e.g. text_config.hidden_size)")
+        place = found
+        for i, part in enumerate(outer):
+            place = place.setdefault(part, {})
+            if not isinstance(place, dict):
+                raise CommandError(f"--set {key} and --set {'.'.join(outer[:i + 1])} both set it: give one")
+        if last in place:
+            raise CommandError(f"--set {key} and --set {key}.KEY both set {key}: give one")
+        place[last] = value
+    return found
 
 
 def _check_setting(pair: str, number: int | float) -> None:

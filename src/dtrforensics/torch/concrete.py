@@ -33,6 +33,20 @@ OVERWRITING = ("fill_", "zero_", "copy_")   # ops whose result does not read the
 # Fake tensor -> its real value; a side table rather than an attribute, so that
 # copying a module (`copy.deepcopy` of its tensors' `__dict__`) copies no value.
 _VALUES = WeakTensorKeyDictionary()
+
+
+def forget(t) -> None:
+    """Drop the weak references to fake tensor `t`: its concrete value, and its
+    fake mode's memo entry (of the real tensor it was converted from, if any)."""
+    if isinstance(t, torch.Tensor):
+        _VALUES.pop(t, None)
+        mode = getattr(t, "fake_mode", None)
+        if mode is not None:
+            memo = mode.fake_tensor_converter.tensor_memo
+            for key in [k for k, v in memo.items() if v is t]:
+                del memo[key]
+
+
 # Mirrored storages whose value went unknown (written by an op that could not be
 # mirrored), by storage id; the tensor held keeps the id from being reused.
 _STALE: dict[int, torch.Tensor] = {}

@@ -9,9 +9,11 @@ mode.
   (`LlamaConfig`) or model class (`BertForSequenceClassification`). A type or
   config picks the masked LM head where the library has one (BERT-style
   encoders, whose causal heads need `is_decoder`), else the causal LM head,
-  else image or sequence classification. The config starts from `HF_SMALL`
-  (the keys it has), then the `--set` overrides; a key the config does not
-  have is an error, and a special token id the smaller vocabulary does not
+  else the sequence-to-sequence LM head (T5), else image or sequence
+  classification. The config starts from `HF_SMALL` (the keys it has, but
+  not over a per-stage list), then the `--set` overrides (a dict updates a
+  nested config); an encoder-decoder gets a decoder start token; a key the
+  config does not have is an error, and a special token id the smaller vocabulary does not
   have is cleared unless given. The loss is the model's own (`labels=` in the batch): the causal LM
   loss on `input_ids` shifted, the masked LM loss on every token, or
   cross-entropy on random labels.
@@ -36,12 +38,17 @@ PREFIXES = ("hf", "timm", "torchvision")
 # cache (a training step has no use for one).
 HF_SMALL = {"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512,
             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024,
-            "max_position_embeddings": 512, "use_cache": False}
+            "max_position_embeddings": 512, "use_cache": False,
+            # encoder-decoders name them per side (T5, BART, Whisper)
+            "encoder_layers": 2, "decoder_layers": 2, "num_decoder_layers": 2,
+            "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 512, "decoder_ffn_dim": 512, "d_ff": 512}
 HF_TASKS = (("ForCausalLM", "causal"), ("LMHeadModel", "causal"), ("ForMaskedLM", "masked"),
             ("ForConditionalGeneration", "masked"),
             ("ForSequenceClassification", "sequence"), ("ForImageClassification", "image"))
 HF_HEADS = (("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked"),
             ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal"),
+            ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "masked"),
             ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "image"),
             ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "sequence"))
 TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
@@ -113,22 +120,53 @@ def _hf_task(model_class) -> str:
 
 
 def hf_config(arch: str, **overrides):
-    """The config an `hf:` spec builds: small shapes, then the overrides."""
+    """The config an `hf:` spec builds: small shapes, then the overrides (a dict
+    for a nested config, `--set text_config.hidden_size=64`, updates it)."""
     config_class, model_class = _hf_classes(arch)
     default = config_class()
-    unknown = [k for k in overrides if not hasattr(default, k)]
-    if unknown:
-        raise RecordError(f"{config_class.__name__} has no key {', '.join(unknown)}")
+    _check_keys(config_class.__name__, default, overrides)
     canonical = getattr(default, "attribute_map", {})
-    keys = {canonical.get(k, k): v for k, v in HF_SMALL.items() if hasattr(default, k)}
-    keys.update({canonical.get(k, k): v for k, v in overrides.items()})
+    # a small shape for a key whose default is a list (per-stage heads or depths)
+    # would not fit it: those keep the library's default
+    keys = {canonical.get(k, k): v for k, v in HF_SMALL.items() if hasattr(default, k)
+            and not isinstance(getattr(default, k), (list, tuple))}
+    for key, value in overrides.items():
+        inner = getattr(default, key, None)
+        if isinstance(value, dict) and hasattr(inner, "to_dict"):
+            value = {**inner.to_dict(), **value}
+        keys[canonical.get(key, key)] = value
     vocabulary = keys.get("vocab_size", getattr(default, "vocab_size", None))
     for key in TOKEN_IDS:
         value = getattr(default, key, None)
         if isinstance(value, int) and vocabulary is not None and value >= vocabulary \
                 and key not in keys:
             keys[key] = None
+    if keys.get("decoder_start_token_id") is None and "decoder_start_token_id" not in overrides \
+            and (getattr(default, "is_encoder_decoder", False) or
+                 hasattr(default, "decoder_start_token_id")):
+        keys["decoder_start_token_id"] = _start_token(keys, default, vocabulary)
     return config_class(**keys), model_class
+
+
+def _start_token(keys: dict, default, vocabulary: int | None) -> int:
+    """The decoder's first input of an encoder-decoder (which its `_shift_right`
+    needs): the padding id where the vocabulary has it, as T5 and BART use, else 0."""
+    pad = keys["pad_token_id"] if "pad_token_id" in keys else getattr(default, "pad_token_id", None)
+    return pad if isinstance(pad, int) and (vocabulary is None or 0 <= pad < vocabulary) else 0
+
+
+def _check_keys(where: str, default, overrides: dict) -> None:
+    """Every overridden key is one the config has (or a token id, which some configs
+    leave to the generation config), nested keys those of the nested config."""
+    unknown = [k for k in overrides if not hasattr(default, k) and k not in TOKEN_IDS]
+    if unknown:
+        raise RecordError(f"{where} has no key {', '.join(unknown)}")
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            inner = getattr(default, key, None)
+            if not hasattr(inner, "to_dict"):
+                raise RecordError(f"{where}.{key} is not a nested config: set it as {key}=VALUE")
+            _check_keys(f"{where}.{key}", inner, value)
 
 
 def hf(arch: str, batch: int = 2, seq: int = 32, dtype: torch.dtype | None = None, **overrides):

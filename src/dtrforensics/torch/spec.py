@@ -66,8 +66,32 @@ def fake_context():
 
     from .concrete import ConcreteValues, real_paths
     mode = FakeTensorMode()
-    with mode, ConcreteValues(mode), real_paths(), _FakeDeepcopy():
+    with mode, ConcreteValues(mode), real_paths(), _FakeDeepcopy(), _swappable():
         yield mode
+
+
+@contextlib.contextmanager
+def _swappable():
+    """`model.to(dtype)`, `.half()`, `.bfloat16()`, `.to(device)` of a fake model.
+
+    `Module._apply` swaps a fake parameter with its converted copy
+    (`torch.utils.swap_tensors`), which refuses a tensor with a weak reference,
+    and a fake parameter can have two: its concrete value's entry (a parameter
+    an initialiser filled with a constant) and the fake mode's memo of the real
+    tensor it was made from. The converted parameter replaces it, so both are
+    dropped before the swap (`concrete.forget`)."""
+    from .concrete import forget
+    swap = torch.utils.swap_tensors
+
+    def swap_forgetting(t1, t2):
+        forget(t1)
+        forget(t2)
+        return swap(t1, t2)
+    torch.utils.swap_tensors = swap_forgetting
+    try:
+        yield
+    finally:
+        torch.utils.swap_tensors = swap
 
 
 class _FakeDeepcopy(torch.overrides.TorchFunctionMode):
