@@ -119,3 +119,30 @@ def test_flops_logs_are_identical_across_runs_and_in_fake_mode(name, tmp_path):
     assert (tmp_path / "b.log").read_bytes() == text
     assert (tmp_path / "fake.log").read_bytes() == text
     assert (tmp_path / "built-fake.log").read_bytes() == text
+
+
+def test_writes_through_views_are_new_versions_of_the_whole_storage(tmp_path):
+    """T5's `_shift_right` (`view_writes.shift_right`): `copy_` into a slice,
+    `fill_` into a select, `masked_fill_` of the whole. The log rebinds every
+    name of the written storage to the new version, so each old version dies
+    with the write, as PyTorch's bytes do: the log's peak is the live peak (it
+    was 32,768 B over, two old versions of the ids kept to the embedding's
+    backward), and the fake log is the real one."""
+    from view_writes import shift_right
+    model, batch, loss_fn = shift_right()
+    with LiveBytesTracker(constants_of(model, batch)) as tracker:
+        summary = record(model, batch, loss_fn, tmp_path / "m.log")
+    assert summary.peak == tracker.peak
+    record(*shift_right(), tmp_path / "fake.log", fake=True)
+    assert (tmp_path / "fake.log").read_bytes() == (tmp_path / "m.log").read_bytes()
+
+
+def test_t5_log_peak_is_the_live_peak(tmp_path):
+    """transformers' T5 (`view_writes.t5`, one layer each side, tiny): the same."""
+    pytest.importorskip("transformers")
+    from view_writes import t5
+    torch.manual_seed(0)
+    model, batch, loss_fn = t5(layers=1, width=32, ff=64, vocab=64, heads=2, batch=8, seq=32)
+    with LiveBytesTracker(constants_of(model, batch)) as tracker:
+        summary = record(model, batch, loss_fn, tmp_path / "m.log")
+    assert summary.peak == tracker.peak

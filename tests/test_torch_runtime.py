@@ -168,6 +168,37 @@ def test_dropout_and_in_place_ops_rebuild_to_the_same_bits(tmp_path):
     assert result.random_rebuilds > 0
 
 
+def test_writes_through_views_run_as_dtr_has_them(tmp_path):
+    """T5's `_shift_right` (`view_writes.shift_right`) writes through a slice and
+    a select of one tensor, then reads the whole: refused before ("reads a tensor
+    whose storage an in-place op changed after the tensor was made"), and at the
+    unconstrained budget live bytes differed from the engine's (the old versions,
+    and the lifted scalar the engine pins). Now every name of the storage is the
+    new version: faithful with nothing evicted and at evicting budgets."""
+    from view_writes import shift_right
+    path = tmp_path / "step.log"
+    record(*shift_right(), path)
+    program = parse_file(path)
+    peak, least = baseline(program).peak, floor(program).floor
+    assert_faithful(execute(*shift_right(), budget=2 * peak), constrained=False)
+    budgets = [least + (peak - least) * i // 4 for i in range(4)]
+    completing = [b for b in budgets if replay(program, budget=b).summary.outcome == "ok"]
+    assert completing
+    for budget in completing[:2]:
+        assert_faithful(execute(*shift_right(), budget=budget))
+
+
+def test_t5_runs_at_an_evicting_budget(tmp_path):
+    """transformers' T5 (`view_writes.t5`, tiny): the same, with its own loss."""
+    needs_library("hf:t5")
+    from view_writes import t5
+
+    def tiny():
+        torch.manual_seed(0)
+        return t5(layers=1, width=32, ff=64, vocab=64, heads=2, batch=8, seq=32)
+    assert_faithful(execute(*tiny(), budget=lowest_completing(tiny, tmp_path, points=10)))
+
+
 def test_rebuilds_without_the_random_state_would_differ(monkeypatch, tmp_path):
     """The dropout test can fail: rebuilding random ops under the current random
     state gives other gradients."""
@@ -405,6 +436,8 @@ def test_a_rebuild_that_would_read_a_state_written_since_is_refused(monkeypatch)
             refused[budget] = str(exc)
     assert refused and all("\n" not in m and "optimizer state" in m for m in refused.values())
     assert "before op" in min(refused.values()) and "cannot be recomputed faithfully" in min(refused.values())
+    # the rebuilt op's module, from the log's where-file
+    assert all(" in module Linear, which read optimizer state" in m for m in refused.values())
     monkeypatch.setattr(runtime.Executor, "_check_states_unwritten", lambda *args: None)
     result = execute(model, batch, nn.functional.mse_loss, budget=min(refused), policy="size",
                      optimizer="read-then-write")

@@ -36,6 +36,7 @@ from ..errors import NotDeterministicError
 from ..jsonsafe import json_safe
 from ..trace.parser import parse_file
 from ..trace.program import Program
+from ..trace.where import with_where
 from .optim import OPTIMIZERS, state_tensors, steady_optimizer
 from .recorder import RecordError, constants_of
 from .runtime import (
@@ -526,7 +527,7 @@ def prepare(model: torch.nn.Module, batch, loss_fn, *, cost: str = "flops",
             record(model, batch, loss_fn, path, cost=cost, optimizer=optimizer)
             _check_python_state(state.python, model)
             lines = path.read_text(encoding="utf-8").splitlines()
-            program = parse_file(path)
+            program = with_where(parse_file(path), path)   # module paths for refusals
     finally:
         state.restore()      # however the recording ended (an error, Ctrl-C)
     return Step(model, tuple(batch), loss_fn, optimizer, state, program, lines)

@@ -89,6 +89,9 @@ class StepRecorder(TorchDispatchMode):
         self._open = True
         self._counter = 0
         self._in_place: set[int] = set()     # storage keys written as views (optimizer states)
+        # every constant, held to the end of the step: a DTR run pins constants, so a
+        # lifted literal or wrapped scalar lives as long in PyTorch as in the engine
+        self._constants: list[torch.Tensor] = []
 
     # --- names and lifetimes -------------------------------------------------------
 
@@ -178,6 +181,7 @@ class StepRecorder(TorchDispatchMode):
         """Stop writing; tensors that outlive the step end the log still referenced."""
         self._open = False
         self._finalizers.clear()     # a dropped reference never calls back
+        self._constants.clear()
 
     # --- constants -----------------------------------------------------------------
 
@@ -199,6 +203,7 @@ class StepRecorder(TorchDispatchMode):
             log.constant(name, t.untyped_storage().nbytes())
             log.context = now
         self._register(t, name, owner=True)
+        self._constants.append(t)
         return name
 
     # --- ops -----------------------------------------------------------------------
@@ -341,6 +346,36 @@ class StepRecorder(TorchDispatchMode):
             name = self._new_name()
             self.log.call("alias", [source], [(name, t.untyped_storage().nbytes(), 0)], 1)
             self._register(t, name, owner=False)
+        if versioned:
+            self._rebind_views(inputs, arg_names, versioned)
+
+    def _rebind_views(self, inputs: list, arg_names: list[str], versioned: list[int]) -> None:
+        """After a MUTATE: a write through one name of a storage is a new version of
+        the whole storage, as DTR has it (every view of the storage sees the new
+        bytes). The MUTATE rebinds the written name; every other name of that
+        storage, in creation order, is rebound here to a view of the new version (an
+        `alias` of the written name) and its old name released, so the old version
+        dies after the write, as PyTorch's bytes do, and a later read of any view
+        reads the new version. Every name is rebound, live tensor or not: which
+        tensor objects are alive differs in fake mode, the log must not."""
+        done: set[int] = set()
+        for i in versioned:
+            key = storage_key(inputs[i])
+            names = self._storage_names.get(key)
+            if names is None or key in done or names == [arg_names[i]]:
+                continue
+            done.add(key)
+            renamed: dict[str, str] = {}
+            nbytes = inputs[i].untyped_storage().nbytes()
+            for k, old in enumerate(names):
+                if old != arg_names[i]:
+                    names[k] = renamed[old] = self._new_name()
+                    self.log.call("alias", [arg_names[i]], [(names[k], nbytes, 0)], 1)
+            for tid, name in list(self._names.items()):
+                if name in renamed:
+                    self._names[tid] = renamed[name]
+            for old in renamed:
+                self._release(old)
 
 
 _OP_NAMES: dict[int, tuple[str, object]] = {}

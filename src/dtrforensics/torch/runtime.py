@@ -149,9 +149,10 @@ def _op_lines(expected: list[dict]) -> dict[int, int]:
 def _plan_lines(exp: list[dict], line_op: dict[int, int]) -> dict[int, tuple]:
     """Per CALL or MUTATE line of the recording, what `Executor._planned` needs
     from it: for a CALL its name, arguments, op, the MUTATE of the same op that
-    may follow it (op, arguments) and the views (`alias` CALLs of its results)
-    after that MUTATE or, without one, after the CALL; for a MUTATE its name,
-    arguments and op."""
+    may follow it (op, arguments) and the views (`alias` CALLs of its results,
+    and of the names that MUTATE writes) after that MUTATE or, without one,
+    after the CALL; for a MUTATE its name, arguments, op and the views of the
+    names it writes after it (the other names of their storages, rebound)."""
     def at(j):
         return exp[j] if j < len(exp) else {}
 
@@ -167,7 +168,7 @@ def _plan_lines(exp: list[dict], line_op: dict[int, int]) -> dict[int, tuple]:
     plans = {}
     for i, r in enumerate(exp):
         if r["INSTRUCTION"] == "MUTATE":
-            plans[i] = (False, r["NAME"], r["ARGS"], line_op[i])
+            plans[i] = (False, r["NAME"], r["ARGS"], line_op[i], views(i + 1, _written(r)))
         elif r["INSTRUCTION"] == "CALL":
             results = set(r["RESULT"])
             j = i + 1 + 2 * len(r["RESULT"])
@@ -175,8 +176,14 @@ def _plan_lines(exp: list[dict], line_op: dict[int, int]) -> dict[int, tuple]:
             mutate = (line_op[j], m["ARGS"]) if m.get("INSTRUCTION") == "MUTATE" and \
                 m["NAME"] == r["NAME"] else None
             plans[i] = (True, r["NAME"], r["ARGS"], line_op[i], mutate,
-                        views(j + 1, results) if mutate else [], views(j, results))
+                        views(j + 1, results | _written(m)) if mutate else [], views(j, results))
     return plans
+
+
+def _written(mutate: dict) -> set[str]:
+    """The names a MUTATE record writes: the recorder rebinds the other names of
+    their storages to views of them (`alias` CALLs right after it)."""
+    return {mutate["ARGS"][m] for m in mutate["MUTATE"]}
 
 
 class FollowingLog(LogWriter):
@@ -526,7 +533,7 @@ class Executor(StepRecorder):
             try:
                 s.resize_(0)
             except RuntimeError as exc:
-                raise ScheduleError(f"storage {sid} of {self._op_text(self.current_op)} cannot "
+                raise ScheduleError(f"storage {sid} of {self._refused_op(self.current_op)} cannot "
                                     f"be evicted: {exc}") from None
             self._reread(s)
         return True
@@ -547,6 +554,11 @@ class Executor(StepRecorder):
 
     def _op_text(self, op: int) -> str:
         return f"op {op} ({self.program.op_name(op)})" if op >= 0 else "the step"
+
+    def _refused_op(self, op: int) -> str:
+        """`_op_text`, with the op's module where the log's where-file names it."""
+        module = self.program.op_where(op) if op >= 0 else None
+        return self._op_text(op) + (f" in module {module}" if module else "")
 
     def advance(self, stop_op: int | None, pending: int = 0, deferred: list | None = None) -> None:
         """Apply the engine's events up to the top-level compute of `stop_op`
@@ -610,7 +622,7 @@ class Executor(StepRecorder):
         self.stats.remat_compute += self._op_cost[op]
         rec = self._ops.get(op)
         if rec is None:
-            raise ScheduleError(f"the schedule rebuilds {self._op_text(op)}, which the step "
+            raise ScheduleError(f"the schedule rebuilds {self._refused_op(op)}, which the step "
                                 "never ran")
         targets = [(i, tid) for i, tid in rec.outputs if tid not in self._resident]
         if not targets:
@@ -621,7 +633,7 @@ class Executor(StepRecorder):
             for index, (sid, dtype, size, stride, offset) in enumerate(rec.slots):
                 s = self._storage(sid)
                 if s is None or sid not in self._resident:
-                    raise ScheduleError(f"rebuilding {self._op_text(op)}: its input storage {sid} "
+                    raise ScheduleError(f"rebuilding {self._refused_op(op)}: its input storage {sid} "
                                         "is not resident")
                 if index in rec.writes:
                     s = s.clone()
@@ -645,7 +657,7 @@ class Executor(StepRecorder):
             writer = self._state_writes.get(sid, -1)
             if writer > op:
                 raise ScheduleError(
-                    f"the schedule rebuilds {self._op_text(op)}, which read optimizer state "
+                    f"the schedule rebuilds {self._refused_op(op)}, which read optimizer state "
                     f"{self.program.tensor_name(sid)} before {self._op_text(writer)} wrote it in "
                     "place; the log writes a state's update as a view of it (no old version), so "
                     "the rebuild cannot read the value the op read: cannot be recomputed faithfully")
@@ -678,7 +690,7 @@ class Executor(StepRecorder):
         if p is None or p[1] != name:
             return []
         if not p[0]:
-            return [(p[3], "mutate")] if p[2] == arg_names else []
+            return [(p[3], "mutate"), *p[4]] if p[2] == arg_names else []
         if p[2][:len(arg_names)] != arg_names:
             return []
         planned = [(p[3], "call")]
