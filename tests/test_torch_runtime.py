@@ -39,6 +39,7 @@ from dtrforensics.torch.schedule import plan
 from dtrforensics.torch.spec import build
 from dtrforensics.torch.zoo import ZOO
 from dtrforensics.trace.parser import parse_file
+from dtrforensics.trace.where import with_where
 
 runner = CliRunner()
 # Values are compared bitwise: one intra-op thread sums in the same order every
@@ -573,6 +574,27 @@ def test_an_oom_is_reported_as_simulated_and_leaves_the_model_as_it_was(tmp_path
     assert result.oom.live_bytes == sim.oom.memory
     assert result.memory_mismatches == 0 and result.over_budget_checks == 0
     assert _same(before, _state(model))
+
+
+def test_an_oom_of_the_real_step_speaks_in_the_models_modules(tmp_path):
+    """torch run's OOM report names the module, phase and source line of the failing
+    op, and the module of each frontier level, as the recorded where-file has them."""
+    path = tmp_path / "resnet.log"
+    record(*zoo("resnet"), path)
+    program = with_where(parse_file(path), path)
+    budget = floor(program).floor + 1000
+    done = dtrf("torch", "run", "zoo:resnet", "--budget", str(budget), "--json")
+    doc = json.loads(done.out)
+    oom, levels = doc["oom"], doc["frontier"]["frontier"]
+    assert doc["outcome"] == "oom" and levels
+    assert (oom["module"], oom["phase"], oom["source"]) == \
+        tuple(program.op_where(oom["op_id"], f) for f in ("module", "phase", "source"))
+    assert oom["module"] and oom["phase"] in ("forward", "backward")
+    assert [lv["module"] for lv in levels] == [program.op_where(lv["op_id"]) for lv in levels]
+    text = dtrf("torch", "run", "zoo:resnet", "--budget", str(budget)).out
+    assert f"the failing op ran in {oom['module']} ({oom['phase']}), at {oom['source']}" in \
+        " ".join(text.split())
+    assert f" in {levels[0]['module']}, " in text
 
 
 def test_a_budget_below_the_floor_is_refused_up_front():

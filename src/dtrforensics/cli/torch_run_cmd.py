@@ -33,6 +33,12 @@ def register(app: typer.Typer) -> None:
     group.command("run")(run_cmd)
 
 
+def check_steps(param: typer.CallbackParam, value: int) -> int:
+    """Callback of --steps: 1 to `execute.MAX_STEPS` (10,000)."""
+    from .. import validate
+    return validate.at_least(value, 1, param.opts[0], maximum=10_000)
+
+
 def run_cmd(
     spec: Annotated[str, typer.Argument(help="zoo:NAME, hf:ARCH, timm:NAME, torchvision:NAME, or package.module:factory returning (model, batch, loss_fn).",
                                         show_default=False)],
@@ -46,11 +52,12 @@ def run_cmd(
     seq: Annotated[int | None, typer.Option(callback=check_size, help="Sequence length (passed as seq=).")] = None,
     image_size: Annotated[int | None, typer.Option("--image-size", callback=check_size, help="Image side in pixels (passed as image_size=).")] = None,
     optimizer: Annotated[str | None, typer.Option(help="Add optimizer.step() in its steady state, as `torch record` has it: sgd, adam or adamw.", show_default=False)] = None,
+    steps: Annotated[int, typer.Option(callback=check_steps, help="Run this many training steps (above 1: needs --optimizer), each under the recorded step's schedule, each checked against the plain step of the same number: every loss, memory at every check, the final parameters and optimizer states.")] = 1,
     sizes: Annotated[list[str] | None, typer.Option("--set", help="Another factory keyword or hf: config key, KEY=VALUE (e.g. layers=4); repeatable.")] = None,
     seed: Annotated[int, typer.Option(callback=check_seed, help="torch.manual_seed before building the model.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
 ) -> None:
-    """Run one training step of SPEC for real under DTR (evicting and recomputing real tensors) and compare it with the simulation; exit 3 when the real step differs from it (decisions, live bytes at an allocation check, or values)."""
+    """Run one training step of SPEC for real under DTR (evicting and recomputing real tensors) and compare it with the simulation; exit 3 when the real step differs from it (decisions, live bytes at an allocation check, or values). With --steps N, N steps under the same schedule; exit 3 names the first step that differs."""
     if (ratio is None) == (budget is None):
         raise CommandError("give exactly one of --ratio or --budget")
     try:
@@ -71,7 +78,8 @@ def run_cmd(
         model, data, loss_fn = build(spec, **options)
         with reporting_replaced(*log_files(log)):
             result = execute(model, data, loss_fn, budget=budget, ratio=ratio, policy=policy,
-                             cost=cost, optimizer=optimizer, log_path=log, record_dir=record)
+                             cost=cost, optimizer=optimizer, log_path=log, record_dir=record,
+                             steps=steps)
     except BudgetError as exc:
         from ..render.floor import budget_refusal
         raise CommandError(f"{spec}: {budget_refusal(exc.budget, exc.floor.to_json())}") from None

@@ -31,10 +31,14 @@ def run_lines(doc: dict) -> list[str]:
         lines.append(f"out of memory at op {oom['op_id']} (paper #{oom['op_id'] + 1}) {oom['op_name']} "
                      f"({oom['tensor']}): request {oom['request']:,} bytes, live {oom['live_bytes']:,}, "
                      f"shortfall {oom['shortfall']:,} bytes; the model was left as before the step")
+        if oom.get("module"):
+            lines.append(f"the failing op ran in {oom['module']} ({oom['phase']}), "
+                         f"at {oom['source']}")
         front = doc["frontier"]
         if front:
             lines.append(f"pinned frontier: {front['pinned']:,} bytes pinned, depth {front['depth']}, "
                          f"engine shortfall {front['shortfall']:,} bytes")
+            lines += _frontier_modules(front)
     else:
         values = (f"values: loss bitwise equal {real['loss_bitwise_equal']}, "
                   f"{real['grads_compared']} gradients bitwise equal {real['grads_bitwise_equal']}")
@@ -42,10 +46,50 @@ def run_lines(doc: dict) -> list[str]:
             values += (f", {real['updates_compared']} tensors after the {doc['optimizer']} step "
                        f"(parameters and states) bitwise equal {real['updates_bitwise_equal']}")
         lines.append(values)
+    if doc.get("n_steps", 1) > 1:
+        lines += step_lines(doc)
     lines.append(f"one run each: wall time {real['wall_seconds']:.4f} s against "
                  f"{real['plain_wall_seconds']:.4f} s for the plain step{_times(real['slowdown'])}, "
                  f"CPU time {real['cpu_seconds']:.4f} s against {real['plain_cpu_seconds']:.4f} s"
                  f"{_times(real['cpu_slowdown'])} (benchmarks/torch_execute.py measures the cost)")
+    return lines
+
+
+def _frontier_modules(front: dict, shown: int = 3) -> list[str]:
+    """The frontier's levels summed by the module their op ran in, most bytes locked
+    first; nothing for a log without a where-file."""
+    by_module: dict[str, list[int]] = {}
+    for level in front["frontier"]:
+        if level.get("module"):
+            entry = by_module.setdefault(level["module"], [0, 0])
+            entry[0] += 1
+            entry[1] += level["new_locked_bytes"]
+    ranked = sorted(by_module.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    if not ranked:
+        return []
+    return ["its levels by the module their op ran in, most bytes locked first:"] + [
+            f"  {levels:,} level{'s' * (levels != 1)} in {module}, {locked:,} bytes locked"
+            for module, (levels, locked) in ranked[:shown]]
+
+
+def step_lines(doc: dict) -> list[str]:
+    """One line per step of `torch run --steps N`, then the final parameters' verdict."""
+    steps, n = doc["steps"], doc["n_steps"]
+    lines = [f"{n:,} steps under the recorded step's schedule, each beside the plain step of "
+             "the same number from the same starting state (the lines above: step 1):"]
+    for s in steps:
+        loss = "no loss" if s["loss"] is None else f"loss {s['loss']!r}"
+        lines.append(f"step {s['step']} of {n}: {s['outcome']}, {loss} bitwise equal "
+                     f"{s['loss_bitwise_equal']}, memory equal at "
+                     f"{s['alloc_checks'] - s['memory_mismatches']:,} of {s['alloc_checks']:,} "
+                     f"checks, evictions {s['evictions']:,}, rematerializations {s['remats']:,}"
+                     + (f"; differs: {s['mismatch']}" if s["mismatch"] else ""))
+    last = steps[-1]
+    if len(steps) < n:
+        lines.append(f"stopped after step {last['step']}: steps {last['step'] + 1} to {n} not run")
+    elif last["updates_bitwise_equal"] is not None:
+        lines.append(f"after step {n}: parameters and optimizer states bitwise equal "
+                     f"{last['updates_bitwise_equal']}")
     return lines
 
 

@@ -82,6 +82,9 @@ class RealOom:
     live_bytes: int       # storages PyTorch held alive at the failing check
     engine_memory: int
     budget: int
+    module: str | None = None     # where the failing op ran (the log's where-file)
+    phase: str | None = None
+    source: str | None = None
 
     @property
     def shortfall(self) -> int:
@@ -91,7 +94,8 @@ class RealOom:
         return {"op_id": self.op_id, "op_name": self.op_name, "tensor": self.tensor,
                 "request": self.request, "live_bytes": self.live_bytes,
                 "engine_memory": self.engine_memory, "budget": self.budget,
-                "shortfall": self.shortfall}
+                "shortfall": self.shortfall, "module": self.module, "phase": self.phase,
+                "source": self.source}
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,8 @@ class ExecuteResult:
     updates_bitwise_equal: bool | None   # parameters and optimizer states after its step
     updates_compared: int
     value_difference: str | None = None  # the first value not bitwise the plain step's
+    steps: tuple[StepCheck, ...] = ()    # every step run, the first one this result's
+    n_steps: int = 1                     # the steps asked for
 
     @property
     def victims_sha256(self) -> str:
@@ -172,6 +178,7 @@ class ExecuteResult:
             "simulated": sim.to_json(),
             "matches_simulation": self.matches_simulation(),
             "mismatch": self.mismatch(),
+            "n_steps": self.n_steps, "steps": [check.to_json() for check in self.steps],
         })
 
     def real_summary(self) -> RunSummary:
@@ -195,7 +202,15 @@ class ExecuteResult:
         return self.mismatch() is None
 
     def mismatch(self) -> str | None:
-        """The first way the real step differs from the simulation, or None."""
+        """The first way the real step differs from the simulation, or None; with
+        several steps, the first way any of them does, naming the step."""
+        if self.n_steps > 1:
+            return next((f"step {c.step} of {self.n_steps}: {c.mismatch}"
+                         for c in self.steps if c.mismatch is not None), None)
+        return self.step_mismatch()
+
+    def step_mismatch(self) -> str | None:
+        """The first way this one real step differs from the simulation, or None."""
         sim = self.simulated
         decisions = [("outcome", self.outcome, sim.outcome),
                      ("evictions", len(self.victims), sim.evictions),
@@ -217,6 +232,43 @@ class ExecuteResult:
         reason = self.mismatch()
         if reason is not None:
             raise NotFaithfulError(reason)
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """One of the training steps `execute(steps=N)` runs, beside its simulation (the
+    same schedule every step) and the plain step of the same number."""
+
+    step: int                      # 1 for the first
+    outcome: str
+    loss: float | None
+    plain_loss: float
+    loss_bitwise_equal: bool | None
+    grads_bitwise_equal: bool | None
+    updates_bitwise_equal: bool | None   # parameters and optimizer states after its update
+    alloc_checks: int
+    memory_mismatches: int
+    over_budget_checks: int
+    evictions: int
+    remats: int
+    clock: int
+    peak_live_bytes: int
+    mismatch: str | None           # the step's first difference, or None
+
+    @classmethod
+    def of(cls, step: int, result: ExecuteResult) -> StepCheck:
+        return cls(step=step, outcome=result.outcome, loss=result.loss, plain_loss=result.plain_loss,
+                   loss_bitwise_equal=result.loss_bitwise_equal,
+                   grads_bitwise_equal=result.grads_bitwise_equal,
+                   updates_bitwise_equal=result.updates_bitwise_equal,
+                   alloc_checks=result.alloc_checks, memory_mismatches=result.memory_mismatches,
+                   over_budget_checks=result.over_budget_checks, evictions=len(result.victims),
+                   remats=result.remats, clock=result.clock,
+                   peak_live_bytes=result.peak_live_bytes, mismatch=result.step_mismatch())
+
+    def to_json(self) -> dict:
+        return json_safe({**dataclasses.asdict(self),
+                          "memory_equal": self.alloc_checks > 0 and self.memory_mismatches == 0})
 
 
 # --- model state ----------------------------------------------------------------------
@@ -399,9 +451,25 @@ class Step:
 
     def plain(self) -> tuple[Values, Timing]:
         """The unconstrained step without any dispatch mode: its values and times."""
+        values, timings = self.plain_steps(1)
+        return values[0], timings[0]
+
+    def plain_steps(self, steps: int) -> tuple[list[Values], list[Timing]]:
+        """`steps` unconstrained steps from the state before the first, one optimizer
+        throughout (gradients set to None between steps, as a training loop does)."""
         self.state.restore()
-        inputs, targets = self.batch
         opt = self._optimizer()
+        values, timings = [], []
+        for k in range(steps):
+            if k and opt is not None:
+                opt.zero_grad(set_to_none=True)
+            value, timing = self._plain_step(opt)
+            values.append(value)
+            timings.append(timing)
+        return values, timings
+
+    def _plain_step(self, opt) -> tuple[Values, Timing]:
+        inputs, targets = self.batch
         with _collector_paused():
             clock = Timing.start()
             try:
@@ -421,8 +489,25 @@ class Step:
 
     def real(self, schedule: Plan, budget: int) -> RealStep:
         """The step under `runtime.Executor`, following `schedule` at `budget`."""
+        return self.real_steps(schedule, budget, 1)[0]
+
+    def real_steps(self, schedule: Plan, budget: int, steps: int) -> list[RealStep]:
+        """`steps` steps, each under its own `runtime.Executor` following the same
+        `schedule` (the steady state's: every step runs the recorded ops on tensors
+        of the recorded sizes) from the state before the first, one optimizer
+        throughout; they end at the first that does not complete."""
         self.state.restore()
         opt = self._optimizer()
+        runs: list[RealStep] = []
+        for k in range(steps):
+            if k and opt is not None:
+                opt.zero_grad(set_to_none=True)
+            runs.append(self._real_step(schedule, budget, opt))
+            if runs[-1].values is None:
+                break
+        return runs
+
+    def _real_step(self, schedule: Plan, budget: int, opt) -> RealStep:
         inputs, targets = self.batch
         modules = ModuleLocator(self.model)
         log = FollowingLog(self.recording)
@@ -533,33 +618,38 @@ def prepare(model: torch.nn.Module, batch, loss_fn, *, cost: str = "flops",
     return Step(model, tuple(batch), loss_fn, optimizer, state, program, lines)
 
 
+MAX_STEPS = 10_000
+
+
 def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None,
             ratio: float | None = None, policy="dtr", cost: str = "flops",
             optimizer: str | None = None, log_path: str | Path | None = None,
-            record_dir: str | Path | None = None) -> ExecuteResult:
+            record_dir: str | Path | None = None, steps: int = 1) -> ExecuteResult:
     """Run one training step of `model` for real under DTR at `budget` bytes (or
     `ratio` of the step's unconstrained peak), decisions from `policy`;
     `optimizer` adds `optimizer.step()` as `record` has it.
 
-    `record_dir` writes the real step as a recording (`real_recording`).
+    `steps` above 1 (an optimizer needed) runs that many training steps, one
+    optimizer throughout, each under the schedule of the recorded step (the
+    steady state's, planned once), each beside the plain step of the same number
+    run from the same starting state: the result is the first step's, its
+    `steps` every step's check, its `mismatch()` the first difference of any.
+
+    `record_dir` writes the (first) real step as a recording (`real_recording`).
     Raises `BudgetError` for a budget below the step's floor and `RecordError`
     (a `ScheduleError`) for a step that cannot be recorded or recomputed
     faithfully; an out-of-memory is a result (`outcome == "oom"`)."""
-    if (budget is None) == (ratio is None):
-        raise ValueError("give exactly one of budget (bytes) or ratio")
-    if budget is not None:          # checked before the step is recorded and run
-        validate.budget(budget, "budget")
-    else:
-        validate.ratio(ratio, "ratio")
+    _check_arguments(budget, ratio, optimizer, steps)
     if record_dir is not None:
         from ..recorder.writer import Recorder
         Recorder(record_dir).check_target()
     step = prepare(model, batch, loss_fn, cost=cost, optimizer=optimizer, log_path=log_path)
     try:
         # a first run pays PyTorch's one-time setup (kernels, caches): not timed
-        first = step.plain()[0]
-        plain, plain_timing = step.plain()
-        unsteady = plain.difference(first, "the second plain run", "the first")
+        first = step.plain_steps(steps)[0]
+        plains, plain_timings = step.plain_steps(steps)
+        unsteady = [plain.difference(before, "the second plain run", "the first")
+                    for plain, before in zip(plains, first)]
         _check_python_state(step.state.python, model)
         program, peak = step.program, step.peak
         if ratio is not None:
@@ -568,22 +658,53 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         if budget < least.floor:
             raise BudgetError(budget, least)
         schedule = plan(program, budget, policy)
-        run = step.real(schedule, budget)
+        runs = step.real_steps(schedule, budget, steps)
     except BaseException:
         # a refusal, an error, Ctrl-C: the model and its state as they were before
         step.state.restore()
         raise
-    if run.values is None:
+    if runs[-1].values is None:
         step.state.restore()     # an out-of-memory, or the engine's run ended early
-    result = _result(step, schedule, run, plain, plain_timing, budget, least.floor, cost)
-    if unsteady is not None:
-        result = dataclasses.replace(result, value_difference=(
-            f"the step is not deterministic even without DTR: from the same state {unsteady} "
-            "(does it keep state outside the model, in a global?)"))
+    results = []
+    for run, plain, timing, differs in zip(runs, plains, plain_timings, unsteady):
+        result = _result(step, schedule, run, plain, timing, budget, least.floor, cost)
+        if differs is not None:
+            result = dataclasses.replace(result, value_difference=(
+                f"the step is not deterministic even without DTR: from the same state {differs} "
+                "(does it keep state outside the model, in a global?)"))
+        results.append(result)
+    result = dataclasses.replace(results[0], n_steps=steps, steps=tuple(
+        StepCheck.of(k, each) for k, each in enumerate(results, start=1)))
     if record_dir is not None:
         from .real_recording import write_real_recording
-        write_real_recording(record_dir, program, schedule, run.executor, result.real_summary(), ratio)
+        write_real_recording(record_dir, program, schedule, runs[0].executor,
+                             result.real_summary(), ratio)
     return result
+
+
+def _check_arguments(budget: int | None, ratio: float | None, optimizer, steps: int) -> None:
+    """What `execute` checks before the step is recorded and run."""
+    if (budget is None) == (ratio is None):
+        raise ValueError("give exactly one of budget (bytes) or ratio")
+    if budget is not None:
+        validate.budget(budget, "budget")
+    else:
+        validate.ratio(ratio, "ratio")
+    validate.at_least(steps, 1, "steps", maximum=MAX_STEPS)
+    if steps > 1 and optimizer is None:
+        raise RecordError(f"{steps} steps are training steps: they need an optimizer "
+                          f"({', '.join(OPTIMIZERS)})")
+
+
+def _frontier_json(program, frontier) -> dict | None:
+    """The engine's pinned frontier at its OOM, each level naming the module its op ran
+    in (None for a log without a where-file)."""
+    if frontier is None:
+        return None
+    doc = frontier.to_json()
+    for level in doc["frontier"]:
+        level["module"] = program.op_where(level["op_id"])
+    return doc
 
 
 def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_timing: Timing,
@@ -594,13 +715,14 @@ def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_timi
         outcome = "oom"
         oom = RealOom(op_id=stop.op_id, op_name=program.op_name(stop.op_id),
                       tensor=program.tensor_name(stop.tensor_id), request=stop.request,
-                      live_bytes=stop.live, engine_memory=stop.memory, budget=budget)
+                      live_bytes=stop.live, engine_memory=stop.memory, budget=budget,
+                      **{f: program.op_where(stop.op_id, f) for f in ("module", "phase", "source")})
     else:
         outcome = sim.outcome if stop is not None else "ok"
     real = run.values
     done = real is not None
     return ExecuteResult(
-        simulated=sim, frontier=schedule.frontier.to_json() if schedule.frontier else None,
+        simulated=sim, frontier=_frontier_json(program, schedule.frontier),
         budget=budget, peak=step.peak, floor=least, cost=cost, optimizer=step.optimizer,
         outcome=outcome, victims=tuple(st.victims), dead_frees=st.dead_frees, remats=st.remats,
         collateral_remats=st.collateral, clock=1 + st.model_compute + st.remat_compute,
