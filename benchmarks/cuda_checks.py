@@ -1,0 +1,167 @@
+"""The runtime's proofs on a CUDA device, with the allocator's own count beside the live count.
+
+For zoo:gpt, zoo:mlp and a small transformers Llama built from its config (no
+download), each moved to the first CUDA device, at two budgets (where a DTR
+run evicts nothing: the peak of a run with memory to spare; and the lowest
+budget of a 10-point grid from the floor up where the engine completes with
+evictions), `execute(..., optimizer="adamw", steps=--steps)` runs the steps
+for real under the engine's schedule. Per model and budget the table says:
+whether every step matched (`ExecuteResult.mismatch()` is None: decisions the
+engine's, live bytes the engine's memory at every allocation check, loss,
+gradients, parameters and optimizer states bitwise those of the plain steps),
+the checks and evictions per step, and, around every real step, the
+allocator's truth from `torch.cuda.memory_stats()`: its peak of allocated
+bytes above what was allocated when the step began, beside the executor's
+live count's peak above its count at that moment (the step's constants).
+The allocator's figure may exceed the live count by its rounding (512-byte
+blocks) and by kernel workspaces (cuBLAS), which the engine does not model;
+`num_alloc_retries` and `num_ooms` say whether the caching allocator had to
+free cached blocks or failed.
+
+Bitwise comparisons on CUDA need deterministic kernels: the script sets
+`CUBLAS_WORKSPACE_CONFIG=:4096:8` and `torch.use_deterministic_algorithms(True)`
+before CUDA starts. It exits 3 when a run does not match, 0 otherwise, and 0
+with one line on a machine without CUDA.
+
+    python benchmarks/cuda_checks.py [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import common  # noqa: F401  (this checkout's src/ first on the path)
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import torch  # noqa: E402
+from torch.utils._pytree import tree_map  # noqa: E402
+
+import dtrforensics.torch.execute as execute_module  # noqa: E402
+from dtrforensics.analyses.floor import floor  # noqa: E402
+from dtrforensics.engine.replay import replay  # noqa: E402
+from dtrforensics.torch.execute import execute, prepare  # noqa: E402
+from dtrforensics.torch.spec import build  # noqa: E402
+
+MODELS = [("zoo:gpt", {"batch": 8}), ("zoo:mlp", {}),
+          ("hf:LlamaForCausalLM", {"seq": 64, "batch": 4, "hidden_size": 64,
+                                   "intermediate_size": 128})]
+OPTIMIZER = "adamw"
+
+
+def on_cuda(spec: str, options: dict):
+    """The model, batch and loss function of `spec`, built on the CPU from seed 0
+    and moved to the first CUDA device."""
+    torch.manual_seed(0)
+    model, batch, loss_fn = build(spec, **options)
+    moved = tree_map(lambda x: x.cuda() if isinstance(x, torch.Tensor) else x, tuple(batch))
+    return model.cuda(), moved, loss_fn
+
+
+def budgets(spec: str, options: dict, points: int = 10) -> dict[str, int]:
+    """No eviction (the peak of a DTR run with memory to spare) and the lowest
+    budget of a grid from the floor up where the engine completes with evictions."""
+    program = prepare(*on_cuda(spec, options), optimizer=OPTIMIZER).program
+    least = floor(program).floor
+    top = replay(program, budget=1 << 62).summary.peak_memory
+    found = {"no eviction": top}
+    for budget in (least + (top - least) * i // points for i in range(points)):
+        summary = replay(program, budget=budget).summary
+        if summary.outcome == "ok" and summary.evictions > 0:
+            found["evicting"] = budget
+            break
+    return found
+
+
+class AllocatorWatch:
+    """`torch.cuda.memory_stats()` around every real step: the peak of allocated
+    bytes above the allocated bytes when the step's training step began, and the
+    executor's live count then (its constants)."""
+
+    def __init__(self):
+        self.steps: list[dict] = []
+        self._training_step = execute_module._training_step
+        self._real_step = execute_module.Step._real_step
+
+    def install(self) -> None:
+        watch = self
+
+        def training_step(ex, *args):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            stats = torch.cuda.memory_stats()
+            watch.steps.append({"allocated_at_start": stats["allocated_bytes.all.current"],
+                                "live_at_start": ex.live, "executor": ex})
+            return watch._training_step(ex, *args)
+
+        def real_step(step, *args):
+            run = watch._real_step(step, *args)
+            torch.cuda.synchronize()
+            stats = torch.cuda.memory_stats()
+            now = watch.steps[-1]
+            ex = now.pop("executor")
+            now.update(allocator_over_start=stats["allocated_bytes.all.peak"] - now["allocated_at_start"],
+                       live_over_start=ex.stats.peak_live - now["live_at_start"],
+                       retries=stats["num_alloc_retries"], ooms=stats["num_ooms"])
+            return run
+
+        execute_module._training_step = training_step
+        execute_module.Step._real_step = real_step
+
+
+def check(spec: str, options: dict, label: str, budget: int, steps: int, watch: AllocatorWatch) -> dict:
+    watch.steps.clear()
+    result = execute(*on_cuda(spec, options), budget=budget, optimizer=OPTIMIZER, steps=steps)
+    over = [s["allocator_over_start"] - s["live_over_start"] for s in watch.steps]
+    return {"model": spec, "budget kind": label, "budget": budget, "mismatch": result.mismatch(),
+            "steps": f"{sum(c.mismatch is None for c in result.steps)}/{steps}",
+            "checks": result.steps[0].alloc_checks,
+            "memory equal": all(c.memory_mismatches == 0 for c in result.steps),
+            "evictions": result.steps[0].evictions, "remats": result.steps[0].remats,
+            "peak live": result.peak_live_bytes,
+            "live over start": max(s["live_over_start"] for s in watch.steps),
+            "allocator over start": max(s["allocator_over_start"] for s in watch.steps),
+            "allocator - live": f"{min(over):,}..{max(over):,}",
+            "retries": sum(s["retries"] for s in watch.steps),
+            "ooms": sum(s["ooms"] for s in watch.steps)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/cuda_checks.py needs a CUDA GPU: torch.cuda.is_available() is False "
+              "here, nothing was run")
+        return 0
+    torch.use_deterministic_algorithms(True)
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+          f"optimizer {OPTIMIZER}, {args.steps} steps")
+    watch = AllocatorWatch()
+    watch.install()
+    rows = []
+    for spec, options in MODELS:
+        for label, budget in budgets(spec, options).items():
+            rows.append(check(spec, options, label, budget, args.steps, watch))
+            print(rows[-1], flush=True)
+    print_table(rows)
+    failed = [r for r in rows if r["mismatch"] is not None]
+    for r in failed:
+        print(f"NOT FAITHFUL: {r['model']} at {r['budget']:,} B: {r['mismatch']}")
+    return 3 if failed else 0
+
+
+def print_table(rows: list[dict]) -> None:
+    keys = [k for k in rows[0] if k != "mismatch"]
+    cells = [[f"{r[k]:,}" if isinstance(r[k], int) and not isinstance(r[k], bool) else str(r[k])
+              for k in keys] for r in rows]
+    print("| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for row in cells:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
