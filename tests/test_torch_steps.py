@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import weakref
 
 import pytest
 
@@ -198,3 +199,22 @@ def test_several_steps_need_an_optimizer():
         execute(*build("zoo:mlp"), ratio=1.0, steps=2)
     done = dtrf("torch", "run", "zoo:mlp", "--ratio", "1.0", "--steps", "0")
     assert done.code == 2 and done.err.count("\n") == 1 and "--steps must be >= 1" in done.err
+
+
+def test_a_step_lets_the_last_steps_executor_go(monkeypatch):
+    """No executor outlives its step (its ghosts and its parameters' old versions,
+    a copy of every parameter with an optimizer): N steps hold one step's worth."""
+    executors = []
+    original = execute_module._training_step
+
+    def watched(ex, *args):
+        alive = [k for k, ref in enumerate(executors, start=1) if ref() is not None]
+        assert alive == [], f"the executors of steps {alive} are alive in step {len(executors) + 1}"
+        executors.append(weakref.ref(ex))
+        return original(ex, *args)
+
+    monkeypatch.setattr(execute_module, "_training_step", watched)
+    torch.manual_seed(0)
+    result = execute(*build("zoo:mlp"), budget=evicting_budget("zoo:mlp", (), "adam"),
+                     optimizer="adam", steps=4)
+    assert result.mismatch() is None and len(executors) == 4

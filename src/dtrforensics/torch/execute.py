@@ -22,6 +22,7 @@ import hashlib
 import struct
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -489,23 +490,28 @@ class Step:
 
     def real(self, schedule: Plan, budget: int) -> RealStep:
         """The step under `runtime.Executor`, following `schedule` at `budget`."""
-        return self.real_steps(schedule, budget, 1)[0]
+        return next(self.real_steps(schedule, budget, 1))
 
-    def real_steps(self, schedule: Plan, budget: int, steps: int) -> list[RealStep]:
+    def real_steps(self, schedule: Plan, budget: int, steps: int) -> Iterator[RealStep]:
         """`steps` steps, each under its own `runtime.Executor` following the same
         `schedule` (the steady state's: every step runs the recorded ops on tensors
         of the recorded sizes) from the state before the first, one optimizer
-        throughout; they end at the first that does not complete."""
+        throughout; they end at the first that does not complete. Yielded one by
+        one, so that a step's executor (its ghosts, its parameters' old versions)
+        can go before the next step runs."""
         self.state.restore()
         opt = self._optimizer()
-        runs: list[RealStep] = []
         for k in range(steps):
-            if k and opt is not None:
-                opt.zero_grad(set_to_none=True)
-            runs.append(self._real_step(schedule, budget, opt))
-            if runs[-1].values is None:
-                break
-        return runs
+            if k:
+                gc.collect()    # the last step's executor, a cycle: its old versions go
+                if opt is not None:
+                    opt.zero_grad(set_to_none=True)
+            run = self._real_step(schedule, budget, opt)
+            stopped = run.values is None
+            yield run
+            del run
+            if stopped:
+                return
 
     def _real_step(self, schedule: Plan, budget: int, opt) -> RealStep:
         inputs, targets = self.batch
@@ -658,26 +664,30 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         if budget < least.floor:
             raise BudgetError(budget, least)
         schedule = plan(program, budget, policy)
-        runs = step.real_steps(schedule, budget, steps)
+        first, checks, completed = None, [], True
+        for run in step.real_steps(schedule, budget, steps):    # no enumerate: it holds the last
+            k = len(checks)
+            result = _result(step, schedule, run, plains[k], plain_timings[k], budget,
+                             least.floor, cost)
+            if unsteady[k] is not None:
+                result = dataclasses.replace(result, value_difference=(
+                    f"the step is not deterministic even without DTR: from the same state "
+                    f"{unsteady[k]} (does it keep state outside the model, in a global?)"))
+            if first is None:
+                first, first_run = result, run if record_dir is not None else None
+            checks.append(StepCheck.of(k + 1, result))
+            completed = run.values is not None
+            del run, result
     except BaseException:
         # a refusal, an error, Ctrl-C: the model and its state as they were before
         step.state.restore()
         raise
-    if runs[-1].values is None:
+    if not completed:
         step.state.restore()     # an out-of-memory, or the engine's run ended early
-    results = []
-    for run, plain, timing, differs in zip(runs, plains, plain_timings, unsteady):
-        result = _result(step, schedule, run, plain, timing, budget, least.floor, cost)
-        if differs is not None:
-            result = dataclasses.replace(result, value_difference=(
-                f"the step is not deterministic even without DTR: from the same state {differs} "
-                "(does it keep state outside the model, in a global?)"))
-        results.append(result)
-    result = dataclasses.replace(results[0], n_steps=steps, steps=tuple(
-        StepCheck.of(k, each) for k, each in enumerate(results, start=1)))
+    result = dataclasses.replace(first, n_steps=steps, steps=tuple(checks))
     if record_dir is not None:
         from .real_recording import write_real_recording
-        write_real_recording(record_dir, program, schedule, runs[0].executor,
+        write_real_recording(record_dir, program, schedule, first_run.executor,
                              result.real_summary(), ratio)
     return result
 
