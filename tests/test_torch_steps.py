@@ -26,8 +26,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 LLAMA = {"seq": 32, "batch": 2, "hidden_size": 32, "intermediate_size": 64}
 # (spec, options, optimizer): Adam's moments and step counts; batch norm's running
-# statistics with SGD's momentum; a transformers model built from its config.
-MODELS = [("zoo:mlp", {}, "adam"), ("zoo:resnet", {}, "sgd"), ("hf:LlamaForCausalLM", LLAMA, "adamw")]
+# statistics with SGD's momentum; a transformers model built from its config;
+# dropout after every layer (random rebuilds, the generator moving on step by step).
+MODELS = [("zoo:mlp", {}, "adam"), ("zoo:resnet", {}, "sgd"), ("hf:LlamaForCausalLM", LLAMA, "adamw"),
+          ("test_torch_runtime:dropout_mlp", {}, "adam")]
 STEPS = 5
 
 
