@@ -4,7 +4,8 @@ factories (`dtrf torch run view_writes:t5 --budget B` from this folder).
 T5's `_shift_right` makes the decoder's input ids by writing through views of
 one tensor: `copy_` into a slice, `fill_` into a select (of a Python scalar,
 which enters the step as a lifted constant), then `masked_fill_` of the whole.
-`shift_right` does the same in plain PyTorch; `t5` is transformers' T5 built
+`shift_right` does the same in plain PyTorch, with an `index_put_` into a
+slice besides; `t5` is transformers' T5 built
 from its configuration (nothing downloaded)."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class ShiftRight(nn.Module):
         shifted = ids.new_zeros(ids.shape)
         shifted[..., 1:] = ids[..., :-1].clone()
         shifted[..., 0] = 0
+        shifted[:, :1].index_put_((torch.arange(2),), torch.tensor(0))
         shifted.masked_fill_(shifted == -100, 0)
         return self.body(self.embed(shifted))
 
