@@ -220,3 +220,40 @@ def test_a_step_lets_the_last_steps_executor_go(monkeypatch):
     result = execute(*build("zoo:mlp"), budget=evicting_budget("zoo:mlp", (), "adam"),
                      optimizer="adam", steps=4)
     assert result.mismatch() is None and len(executors) == 4
+
+
+def out_of_memory_in_executor(at: int, monkeypatch):
+    """PyTorch out of memory at the fifth allocation check of the `at`-th real step."""
+    executors = []
+    original = runtime.Executor._check
+
+    def planted(self, memory, pending, op, depth):
+        if not executors or executors[-1][0] is not self:
+            executors.append([self, 0])
+        executors[-1][1] += 1
+        if len(executors) == at and executors[-1][1] == 5:
+            raise runtime.RealOutOfMemory(op, 0, pending, self.live, memory)
+        original(self, memory, pending, op, depth)
+
+    monkeypatch.setattr(runtime.Executor, "_check", planted)
+
+
+def test_a_step_that_stops_ends_the_run_and_leaves_the_model_as_before(monkeypatch):
+    """An out-of-memory the simulation does not have, in the third real step: steps 4
+    and 5 are not run, the verdict names step 3 (exit 3, the text says which steps
+    did not run), and the model is as it was before the first step."""
+    out_of_memory_in_executor(3, monkeypatch)
+    torch.manual_seed(0)
+    model, batch, loss_fn = build("zoo:mlp")
+    before = {k: bits(t) for k, t in model.state_dict().items()}
+    budget = evicting_budget("zoo:mlp", (), "adam")
+    result = execute(model, batch, loss_fn, budget=budget, optimizer="adam", steps=STEPS)
+    assert [c.outcome for c in result.steps] == ["ok", "ok", "oom"]
+    assert result.mismatch() == f"step 3 of {STEPS}: outcome oom in the real step, ok in the simulation"
+    assert {k: bits(t) for k, t in model.state_dict().items()} == before
+    monkeypatch.undo()
+    out_of_memory_in_executor(3, monkeypatch)
+    done = dtrf("torch", "run", "zoo:mlp", "--budget", budget, "--optimizer", "adam", "--steps", STEPS)
+    assert done.code == 3 and done.traceback is None, done.err
+    assert f"stopped after step 3: steps 4 to {STEPS} not run" in done.out
+    assert done.err.count("\n") == 1 and f"step 3 of {STEPS}: outcome oom" in done.err
