@@ -268,7 +268,7 @@ def _leftovers(folder: Path, keep: set[str]) -> set[str]:
 @pytest.mark.parametrize("kills", NEWER_KILLS)
 def test_a_killed_torch_record_leaves_no_log_or_the_whole_log(tmp_path, one_thread, kills):
     """`dtrf torch record -o LOG` killed anywhere: LOG is missing or the whole
-    log; what is left beside it is a dot-named temporary that no trace listing
+    log (and its where-file whole, or none); what else is left is a dot-named temporary that no trace listing
     takes for a log, and the next record writes LOG whole."""
     pytest.importorskip("torch")
     from dtrforensics.torch import record
@@ -281,6 +281,7 @@ def test_a_killed_torch_record_leaves_no_log_or_the_whole_log(tmp_path, one_thre
 
     record_to(tmp_path / "reference.log")
     want = (tmp_path / "reference.log").read_bytes()
+    want_where = (tmp_path / "reference.log.where.json").read_bytes()
     folder = tmp_path / "out"
     folder.mkdir()
     target = folder / "mlp.log"
@@ -294,8 +295,11 @@ def test_a_killed_torch_record_leaves_no_log_or_the_whole_log(tmp_path, one_thre
         killed += _in_child(lambda: record_to(target), k)
         if target.exists():
             assert target.read_bytes() == want
+        where = folder / "mlp.log.where.json"     # written whole after the log, or not at all
+        if where.exists():
+            assert target.exists() and where.read_bytes() == want_where
         assert all(name.startswith(".mlp.log.") and name.endswith(".tmp")
-                   for name in _leftovers(folder, {"mlp.log"}))
+                   for name in _leftovers(folder, {"mlp.log", where.name}))
         assert _logs_under(folder) == ([target] if target.exists() else [])
         record_to(target)
         assert target.read_bytes() == want
