@@ -19,9 +19,11 @@ blocks) and by kernel workspaces (cuBLAS), which the engine does not model;
 free cached blocks or failed.
 
 Bitwise comparisons on CUDA need deterministic kernels: the script sets
-`CUBLAS_WORKSPACE_CONFIG=:4096:8` and `torch.use_deterministic_algorithms(True)`
-before CUDA starts. It exits 3 when a run does not match, 0 otherwise, and 0
-with one line on a machine without CUDA.
+`CUBLAS_WORKSPACE_CONFIG=:4096:8` and `torch.use_deterministic_algorithms(True,
+warn_only=True)` before CUDA starts (an op without a deterministic kernel
+warns, and its values then show whether it mattered). A run that raises is a
+row with its error. It exits 3 when a run does not match or raised, 0
+otherwise, and 0 with one line on a machine without CUDA.
 
     python benchmarks/cuda_checks.py [--steps N]
 """
@@ -128,6 +130,20 @@ def check(spec: str, options: dict, label: str, budget: int, steps: int, watch: 
             "ooms": sum(s["ooms"] for s in watch.steps)}
 
 
+COLUMNS = ("model", "budget kind", "budget", "mismatch", "steps", "checks", "memory equal",
+           "evictions", "remats", "peak live", "live over start", "allocator over start",
+           "allocator - live", "retries", "ooms")
+
+
+def failed_row(spec: str, label: str, budget: int, exc: Exception) -> dict:
+    """A row for a run that raised: the error as its mismatch, the rest empty."""
+    row = dict.fromkeys(COLUMNS, "-")
+    first = str(exc).strip().split("\n")[0]
+    row.update({"model": spec, "budget kind": label, "budget": budget,
+                "mismatch": f"raised {type(exc).__name__}: {first}"})
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=3)
@@ -136,15 +152,24 @@ def main() -> int:
         print("benchmarks/cuda_checks.py needs a CUDA GPU: torch.cuda.is_available() is False "
               "here, nothing was run")
         return 0
-    torch.use_deterministic_algorithms(True)
+    # an op without a deterministic kernel warns; its values then show it
+    torch.use_deterministic_algorithms(True, warn_only=True)
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"optimizer {OPTIMIZER}, {args.steps} steps")
     watch = AllocatorWatch()
     watch.install()
     rows = []
     for spec, options in MODELS:
-        for label, budget in budgets(spec, options).items():
-            rows.append(check(spec, options, label, budget, args.steps, watch))
+        try:
+            found = budgets(spec, options)
+        except Exception as exc:    # noqa: BLE001 - one model's failure is a row of the table
+            found = {}
+            rows.append(failed_row(spec, "any", 0, exc))
+        for label, budget in found.items():
+            try:
+                rows.append(check(spec, options, label, budget, args.steps, watch))
+            except Exception as exc:    # noqa: BLE001
+                rows.append(failed_row(spec, label, budget, exc))
             print(rows[-1], flush=True)
     print_table(rows)
     failed = [r for r in rows if r["mismatch"] is not None]
@@ -154,7 +179,7 @@ def main() -> int:
 
 
 def print_table(rows: list[dict]) -> None:
-    keys = [k for k in rows[0] if k != "mismatch"]
+    keys = [k for k in COLUMNS if k != "mismatch"]
     cells = [[f"{r[k]:,}" if isinstance(r[k], int) and not isinstance(r[k], bool) else str(r[k])
               for k in keys] for r in rows]
     print("| " + " | ".join(keys) + " |")
