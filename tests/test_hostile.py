@@ -1310,6 +1310,20 @@ def test_every_option_that_runs_a_policy_file_says_it_is_code(tmp_path, words, o
     assert "load only files you trust" in help_text
 
 
+@pytest.mark.parametrize("command", ["diff", "oom", "reevict", "replay", "regime"])
+def test_every_run_spec_argument_says_a_policy_file_in_it_is_code(command):
+    """A run spec TRACE@RATIO:PATH.py:NAME loads a policy file too: each argument that
+    takes one says in its --help that the file is code run as the user."""
+    from dtrforensics.cli.main import load_command
+    specs = [p for p in load_command(command).params
+             if p.param_type_name == "argument" and "TRACE@RATIO[:POLICY]" in (p.help or "")]
+    assert specs
+    for param in specs:
+        help_text = " ".join(param.help.split())
+        assert "is a policy file: Python code, run as you" in help_text
+        assert "load only files you trust" in help_text
+
+
 def test_a_recursive_policy_is_one_error_line_not_a_crash(runaway):
     """Numba compiles recursion, and a deep one killed the process with SIGSEGV
     (exit 139, no line): the cycle is found in the code and named instead."""

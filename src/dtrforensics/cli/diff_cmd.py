@@ -21,7 +21,7 @@ from .common import (
     verdict_first,
 )
 from .errors import CommandError
-from .options import at_least
+from .options import RUN_SPEC_TRUST, at_least
 
 
 def register(app: typer.Typer) -> None:
@@ -29,8 +29,8 @@ def register(app: typer.Typer) -> None:
 
 
 def diff_command(
-    a: Annotated[str, typer.Argument(help="Control: a recording or TRACE@RATIO[:POLICY].")],
-    b: Annotated[str, typer.Argument(help="Test: a recording or TRACE@RATIO[:POLICY].")],
+    a: Annotated[str, typer.Argument(help="Control: a recording or TRACE@RATIO[:POLICY]. " + RUN_SPEC_TRUST)],
+    b: Annotated[str, typer.Argument(help="Test: a recording or TRACE@RATIO[:POLICY]. " + RUN_SPEC_TRUST)],
     window: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Ops per aftermath window (default: about 20 windows).")] = None,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,

@@ -17,6 +17,7 @@ from .common import (
     verdict_first,
 )
 from .errors import CommandError
+from .options import RUN_SPEC_TRUST
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
 
 def oom_command(
-    recording: Annotated[str, typer.Argument(help="A recording that ended OOM, or TRACE@RATIO[:POLICY].")],
+    recording: Annotated[str, typer.Argument(help="A recording that ended OOM, or TRACE@RATIO[:POLICY]. " + RUN_SPEC_TRUST)],
     full: Annotated[bool, typer.Option("--full", help="Show every level of the frontier.")] = False,
     cache: CacheOption = DEFAULT_CACHE,
     as_json: JsonOption = False,

@@ -141,6 +141,8 @@ def warn_unreached(interventions: Interventions, decisions: int) -> None:
 POLICY_TRUST = ("A policy file is Python code, run as you (with your privileges) when it "
                 "loads, here and in every sweep worker and Dask worker: load only files you "
                 "trust.")
+RUN_SPEC_TRUST = ("A :POLICY that is PATH.py:NAME is a policy file: Python code, run as you "
+                  "when the spec is read (docs/policies.md); load only files you trust.")
 POLICY_HELP = ("Eviction policy: a built-in (dtr, no-staleness, no-size, compute-only, lru, "
                "size, msps, dtr-local, dtr-exact-nbhd) or PATH.py:NAME, a policy in a file "
                "(docs/policies.md). " + POLICY_TRUST)

@@ -16,7 +16,7 @@ from .common import (
     verdict_first,
 )
 from .errors import CommandError
-from .options import at_least
+from .options import RUN_SPEC_TRUST, at_least
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 
 def reevict_command(
-    recording: Annotated[str, typer.Argument(help="A recording, or TRACE@RATIO[:POLICY].")],
+    recording: Annotated[str, typer.Argument(help="A recording, or TRACE@RATIO[:POLICY]. " + RUN_SPEC_TRUST)],
     other: Annotated[Optional[str], typer.Argument(help="A second run of the same trace: adds the overlap of the evicted sets.")] = None,
     top: Annotated[int, typer.Option(callback=at_least(0), help="Most re-evicted storages listed per run and scope.")] = 10,
     cache: CacheOption = DEFAULT_CACHE,

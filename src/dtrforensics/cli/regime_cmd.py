@@ -19,7 +19,7 @@ from .common import (
     verdict_first,
 )
 from .errors import CommandError
-from .options import at_least, number, output_file
+from .options import RUN_SPEC_TRUST, at_least, number, output_file
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -29,8 +29,8 @@ def register(app: typer.Typer) -> None:
 
 
 def regime_command(
-    control: Annotated[str, typer.Argument(help="Run a: a recording, or TRACE@RATIO[:POLICY].")],
-    test: Annotated[str, typer.Argument(help="Run b, of the same trace.")],
+    control: Annotated[str, typer.Argument(help="Run a: a recording, or TRACE@RATIO[:POLICY]. " + RUN_SPEC_TRUST)],
+    test: Annotated[str, typer.Argument(help="Run b, of the same trace. " + RUN_SPEC_TRUST)],
     window: Annotated[Optional[int], typer.Option(callback=at_least(1), help="Ops per window (default: 100 windows over the longer run).")] = None,
     factor: Annotated[float, typer.Option(callback=number(1.0), help="Onset rule: the slow run evicts at least this many times as often as the fast run.")] = 2.0,
     min_excess: Annotated[int, typer.Option(callback=at_least(0), help="Onset rule: and at least this many more pressure evictions.")] = 10,

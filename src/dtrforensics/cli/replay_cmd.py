@@ -21,7 +21,7 @@ from .common import (
     verdict_first,
 )
 from .errors import CommandError
-from .options import at_least
+from .options import RUN_SPEC_TRUST, at_least
 
 DEFAULT_LIMIT = 200     # steps printed when no --limit is given (JSON: all)
 
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
 
 
 def replay_command(
-    recording: Annotated[str, typer.Argument(help="A recording, or TRACE@RATIO[:POLICY].")],
+    recording: Annotated[str, typer.Argument(help="A recording, or TRACE@RATIO[:POLICY]. " + RUN_SPEC_TRUST)],
     ops: Annotated[Optional[str], typer.Option(help="Top-level op window A..B (inclusive op ids).")] = None,
     evicting: Annotated[bool, typer.Option("--evicting", help="Only the allocations that evicted something or failed.")] = False,
     limit: Annotated[Optional[int], typer.Option(callback=at_least(0), help=f"Steps to show (default {DEFAULT_LIMIT}; --json: all).")] = None,
