@@ -59,7 +59,11 @@ def test_in_place_relu_is_a_mutate_of_the_tensor_it_writes():
             .mutate("relu_", ["x1"], [0], 32)
             .call("x2", "select", ["x1"], 1, 64, [0])
             .mutate("relu_", ["x2"], [0], 8)
-            .release("x1").release("x2"))            # every name of the storage, in order
+            # a write through a view is a new version of the whole storage: the
+            # base's name is rebound to it (an alias of the written view), the old released
+            .call("x3", "alias", ["x2"], 1, 64, [0])
+            .release("x1")
+            .release("x3").release("x2"))            # every name of the storage, in order
     assert recorded(step, torch.zeros(4, 4)) == expected(want)
 
 
