@@ -9,7 +9,9 @@ that log at the budget (`runtime.Executor`). The model is left as a completed
 real step leaves it; however else the step ends (an out-of-memory, a refusal,
 an error, Ctrl-C) it is put back as it was before. A real step that differs
 from its simulation (decisions, live bytes at a check, values) is never a
-match (`ExecuteResult.mismatch`).
+match (`ExecuteResult.mismatch`). With `steps=N` the real and plain runs are N
+steps each, one optimizer throughout, every real step under the recorded
+step's schedule and checked against the plain step of the same number.
 """
 
 from __future__ import annotations
