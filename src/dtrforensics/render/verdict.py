@@ -6,8 +6,9 @@ where the recording has them), and the next command to run, a real `dtrf`
 line. `verdict_lines` draws it in at most `MAX_LINES` lines of at most `WIDTH`
 columns, whatever the terminal: lines break where `wrapping.divide` allows
 (never inside a number, digest, path or number-unit pair) and the command
-between its shell words, continued with ` \\`; when the lines do not fit, the
-last detail lines give way, never the headline or the command. `--brief`
+between its shell words, continued with ` \\`; when the lines do not fit at
+80 columns, the last detail lines give way, never the headline or the command
+(a narrower terminal gets the same words in more, narrower lines). `--brief`
 prints these lines alone; `--json` carries the verdict as `{"verdict": ...}`.
 The verdicts of each result are built in `verdicts.py`.
 """
@@ -54,19 +55,30 @@ def _wrapped(line: str, width: int, indent: int) -> list[str]:
     return [parts[0], *(" " * (indent + HANG) + p.lstrip() for p in parts[1:])]
 
 
-def verdict_lines(verdict: Verdict, width: int = WIDTH) -> list[str]:
-    """The verdict as drawn: at most `MAX_LINES` lines of at most `width` columns
-    (a single word wider than that, such as a long path, is kept whole)."""
-    width = min(width, WIDTH)
-    head = _wrapped(verdict.headline, width, 0)
-    tail = shell_wrap(NEXT, verdict.next, width) if verdict.next else []
-    details: list[str] = []
+def kept_lines(verdict: Verdict) -> tuple[str, ...]:
+    """The detail lines that fit, with the headline and the command, in
+    `MAX_LINES` lines of `WIDTH` columns: the last ones give way first."""
+    used = len(_wrapped(verdict.headline, WIDTH, 0))
+    used += len(shell_wrap(NEXT, verdict.next, WIDTH)) if verdict.next else 0
+    kept: list[str] = []
     for line in verdict.lines:
-        more = _wrapped(line, width, 2)
-        if len(head) + len(details) + len(more) + len(tail) > MAX_LINES:
+        used += len(_wrapped(line, WIDTH, 2))
+        if used > MAX_LINES:
             break
-        details += more
-    return (head[:MAX_LINES - len(tail)] + details + tail)[:MAX_LINES]
+        kept.append(line)
+    return tuple(kept)
+
+
+def verdict_lines(verdict: Verdict, width: int = WIDTH) -> list[str]:
+    """The verdict as drawn: at most `MAX_LINES` lines of at most `WIDTH`
+    columns. A narrower terminal gets the same words in lines of its width
+    (more of them: what a verdict says does not depend on the terminal); a
+    single word wider than the line, such as a long path, is kept whole."""
+    width = min(width, WIDTH)
+    lines = _wrapped(verdict.headline, width, 0)
+    for line in kept_lines(verdict):
+        lines += _wrapped(line, width, 2)
+    return lines + (shell_wrap(NEXT, verdict.next, width) if verdict.next else [])
 
 
 def print_verdict(console: Console, verdict: Verdict, *, brief: bool = False) -> None:
