@@ -141,7 +141,7 @@ def test_verdicts_speak_in_module_paths_where_the_log_has_them(folder):
     assert oom["op_module"] == "head"
     assert oom["verdict"]["headline"].endswith(f"op {oom['op_id']} (paper #"
                                                f"{oom['op_id'] + 1}) g in head")
-    assert "allocating c in head (forward)" in " ".join(oom["verdict"]["lines"])
+    assert "allocating c in head (forward) at model.py:5:" in " ".join(oom["verdict"]["lines"])
     replay = json.loads(ok(folder, "replay", MODEL, "--json"))
     assert "failing check: c in head" in " ".join(replay["verdict"]["lines"])
     explain = json.loads(ok(folder, "explain", "model.log", "--budget", "139", "--jobs", "1",

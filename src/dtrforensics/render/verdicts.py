@@ -13,7 +13,7 @@ import os
 import shlex
 from typing import TYPE_CHECKING
 
-from .labels import op_label, run_label
+from .labels import op_label, run_label, short_source
 from .units import fmt_bytes, fmt_count, fmt_exact_bytes, fmt_overhead
 from .verdict import Verdict
 
@@ -101,11 +101,12 @@ def oom_verdict(r: OomReport, trace: str) -> Verdict:
     """`oom`: the failing op, what it asked, what was pinned and where in the model."""
     name = run_label(r.trace, r.ratio, r.budget, r.policy)
     head = f"OOM: {name} fails at {op_label(r.op_id, r.op_name)}{_in(r.op_module)}"
-    lines = [f"allocating {r.tensor}{_in(r.tensor_module, r.tensor_phase)}: "
+    source = f" at {short_source(r.tensor_source)}" if r.tensor_source else ""
+    lines = [f"allocating {r.tensor}{_in(r.tensor_module, r.tensor_phase)}{source}: "
              f"{r.request:,} B with {r.memory:,} B resident, {r.shortfall:,} B "
              f"short of the budget {r.budget:,} B after the pool drained",
              f"{r.pinned:,} B pinned, {r.locked_total:,} B locked by a frontier "
-             f"{r.depth} levels deep; " + ("the pool was empty" if r.pool_empty else
+             f"{fmt_count(r.depth, 'level')} deep; " + ("the pool was empty" if r.pool_empty else
                                            f"{r.pool_size:,} candidates left")]
     top = [m for m in r.by_module if m.module][:3]
     if top:
