@@ -39,6 +39,18 @@ def check_steps(param: typer.CallbackParam, value: int) -> int:
     return validate.at_least(value, 1, param.opts[0], maximum=10_000)
 
 
+def check_reserve(param: typer.CallbackParam, value: str | None) -> str | int | None:
+    """Callback of --reserve-workspace: auto, or bytes (0 or more)."""
+    if value is None or value == "auto":
+        return value
+    from .. import validate
+    try:
+        number = int(value.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise typer.BadParameter(f"a number of bytes or auto, got {value!r}") from None
+    return validate.at_least(number, 0, param.opts[0])
+
+
 def run_cmd(
     spec: Annotated[str, typer.Argument(help="zoo:NAME, hf:ARCH, timm:NAME, torchvision:NAME, or package.module:factory returning (model, batch, loss_fn).",
                                         show_default=False)],
@@ -55,6 +67,8 @@ def run_cmd(
     steps: Annotated[int, typer.Option(callback=check_steps, help="Run this many training steps (above 1: needs --optimizer), each under the recorded step's schedule, each checked against the plain step of the same number: every loss, memory at every check, the final parameters and optimizer states.")] = 1,
     sizes: Annotated[list[str] | None, typer.Option("--set", help="Another factory keyword or hf: config key, KEY=VALUE (e.g. layers=4); repeatable.")] = None,
     seed: Annotated[int, typer.Option(callback=check_seed, help="torch.manual_seed before building the model.")] = 0,
+    workspaces: Annotated[bool, typer.Option("--workspaces", help="Measure kernel workspaces (scratch memory an op allocates and frees inside itself, beyond its outputs) around each op of the real step and report them apart from the live bytes; its timings then include the measuring.")] = False,
+    reserve_workspace: Annotated[str | None, typer.Option("--reserve-workspace", callback=check_reserve, metavar="BYTES|auto", help="Run the engine at the budget less this reserve for workspaces (auto: the largest workspace of a measuring run at the unconstrained budget), so the allocator's total stays within the budget; implies --workspaces.", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
 ) -> None:
     """Run one training step of SPEC for real under DTR (evicting and recomputing real tensors) and compare it with the simulation; exit 3 when the real step differs from it (decisions, live bytes at an allocation check, or values). With --steps N, N steps under the same schedule; exit 3 names the first step that differs."""
@@ -79,7 +93,8 @@ def run_cmd(
         with reporting_replaced(*log_files(log)):
             result = execute(model, data, loss_fn, budget=budget, ratio=ratio, policy=policy,
                              cost=cost, optimizer=optimizer, log_path=log, record_dir=record,
-                             steps=steps)
+                             steps=steps, workspaces=workspaces,
+                             reserve_workspace=reserve_workspace)
     except BudgetError as exc:
         from ..render.floor import budget_refusal
         raise CommandError(f"{spec}: {budget_refusal(exc.budget, exc.floor.to_json())}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .torch_workspace import workspace_lines
 from .units import fmt_bytes, fmt_exact_bytes, fmt_overhead
 
 
@@ -24,6 +25,7 @@ def run_lines(doc: dict) -> list[str]:
     ]
     if real["first_mismatch"] and real["first_mismatch"] not in (doc["mismatch"] or ""):
         lines.append(f"first mismatch: {real['first_mismatch']}")
+    lines += workspace_lines(doc)
     if doc["mismatch"]:
         lines.append(f"not faithful to the simulation: {doc['mismatch']}")
     if doc["oom"]:

@@ -53,6 +53,7 @@ from .runtime import (
 from .schedule import Plan, plan
 from .step import ModuleLocator, _forward, _run_backward, _run_forward, _run_optimizer, record
 from .where import Where
+from .workspace import Meter, Workspaces
 
 
 class BudgetError(RecordError):
@@ -142,6 +143,8 @@ class ExecuteResult:
     value_difference: str | None = None  # the first value not bitwise the plain step's
     steps: tuple[StepCheck, ...] = ()    # every step run, the first one this result's
     n_steps: int = 1                     # the steps asked for
+    workspaces: Workspaces | None = None # measured around each op of the (first) real step, if asked
+    reserved_workspace: int = 0          # bytes taken off the budget asked for: the engine ran at `budget`
 
     @property
     def victims_sha256(self) -> str:
@@ -182,6 +185,9 @@ class ExecuteResult:
             "matches_simulation": self.matches_simulation(),
             "mismatch": self.mismatch(),
             "n_steps": self.n_steps, "steps": [check.to_json() for check in self.steps],
+            "workspaces": self.workspaces.to_json() if self.workspaces is not None else None,
+            "reserved_workspace": self.reserved_workspace,
+            "budget_asked": self.budget + self.reserved_workspace,
         })
 
     def real_summary(self) -> RunSummary:
@@ -490,11 +496,13 @@ class Step:
             del loss
         return Values.of(value, self.model, opt), taken
 
-    def real(self, schedule: Plan, budget: int) -> RealStep:
-        """The step under `runtime.Executor`, following `schedule` at `budget`."""
-        return next(self.real_steps(schedule, budget, 1))
+    def real(self, schedule: Plan, budget: int, measure: bool = False) -> RealStep:
+        """The step under `runtime.Executor`, following `schedule` at `budget`
+        (`measure`: its kernel workspaces measured around each op, `workspace.Meter`)."""
+        return next(self.real_steps(schedule, budget, 1, measure))
 
-    def real_steps(self, schedule: Plan, budget: int, steps: int) -> Iterator[RealStep]:
+    def real_steps(self, schedule: Plan, budget: int, steps: int,
+                   measure: bool = False) -> Iterator[RealStep]:
         """`steps` steps, each under its own `runtime.Executor` following the same
         `schedule` (the steady state's: every step runs the recorded ops on tensors
         of the recorded sizes) from the state before the first, one optimizer
@@ -508,24 +516,25 @@ class Step:
                 gc.collect()    # the last step's executor, a cycle: its old versions go
                 if opt is not None:
                     opt.zero_grad(set_to_none=True)
-            run = self._real_step(schedule, budget, opt)
+            run = self._real_step(schedule, budget, opt, measure and not k)
             stopped = run.values is None
             yield run
             del run
             if stopped:
                 return
 
-    def _real_step(self, schedule: Plan, budget: int, opt) -> RealStep:
+    def _real_step(self, schedule: Plan, budget: int, opt, measure: bool = False) -> RealStep:
         inputs, targets = self.batch
         modules = ModuleLocator(self.model)
         log = FollowingLog(self.recording)
         ex = Executor(log, self.program, schedule.events, budget, modules.where)
+        ex.meter = Meter(_step_device(self.model)) if measure else None
         existing = constants_of(self.model, [inputs, targets]) + state_tensors(opt)
         loss_value, stop = None, None
         with _collector_paused():
             clock = Timing.start()
             try:
-                with ex:
+                with ex.meter.session() if measure else contextlib.nullcontext(), ex:
                     try:
                         for t in existing:
                             ex.name_of(t)
@@ -543,7 +552,7 @@ class Step:
                 taken = clock.stop()
                 ex.close()
         values = Values.of(loss_value, self.model, opt) if stop is None else None
-        return RealStep(ex, values, stop, taken)
+        return RealStep(ex, values, stop, taken, ex.meter.summary(self.program) if measure else None)
 
 
 @dataclass(frozen=True)
@@ -573,6 +582,12 @@ class RealStep:
     values: Values | None          # None unless the step completed
     stop: Exception | None         # RealOutOfMemory or ScheduleEnded
     timing: Timing
+    workspaces: Workspaces | None = None
+
+
+def _step_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter (CPU for a model without one)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def _stop_of(exc: RecordError) -> Exception:
@@ -632,7 +647,8 @@ MAX_STEPS = 10_000
 def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None,
             ratio: float | None = None, policy="dtr", cost: str = "flops",
             optimizer: str | None = None, log_path: str | Path | None = None,
-            record_dir: str | Path | None = None, steps: int = 1) -> ExecuteResult:
+            record_dir: str | Path | None = None, steps: int = 1, workspaces: bool = False,
+            reserve_workspace: int | str | None = None) -> ExecuteResult:
     """Run one training step of `model` for real under DTR at `budget` bytes (or
     `ratio` of the step's unconstrained peak), decisions from `policy`;
     `optimizer` adds `optimizer.step()` as `record` has it.
@@ -644,10 +660,17 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
     `steps` every step's check, its `mismatch()` the first difference of any.
 
     `record_dir` writes the (first) real step as a recording (`real_recording`).
+    `workspaces` measures the kernel workspaces of the (first) real step around
+    each op (`workspace.Meter`; its timings then include the measuring).
+    `reserve_workspace` (bytes, or "auto": the largest workspace of a measuring
+    run at the unconstrained budget) runs the engine at the budget less that
+    reserve, so the allocator's total, workspaces included, stays within the
+    budget asked for; it implies `workspaces`.
     Raises `BudgetError` for a budget below the step's floor and `RecordError`
     (a `ScheduleError`) for a step that cannot be recorded or recomputed
     faithfully; an out-of-memory is a result (`outcome == "oom"`)."""
     _check_arguments(budget, ratio, optimizer, steps)
+    reserve_workspace = _check_reserve(reserve_workspace)
     if record_dir is not None:
         from ..recorder.writer import Recorder
         Recorder(record_dir).check_target()
@@ -662,12 +685,15 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         program, peak = step.program, step.peak
         if ratio is not None:
             budget = budget_for_ratio(ratio, peak)
+        reserved = _reserved(step, reserve_workspace, budget, policy)
+        budget -= reserved
         least = floor(program)
         if budget < least.floor:
-            raise BudgetError(budget, least)
+            raise _below_floor(budget, least, reserved)
         schedule = plan(program, budget, policy)
         first, checks, completed = None, [], True
-        for run in step.real_steps(schedule, budget, steps):    # no enumerate: it holds the last
+        measure = workspaces or reserve_workspace is not None
+        for run in step.real_steps(schedule, budget, steps, measure):    # no enumerate: it holds the last
             k = len(checks)
             result = _result(step, schedule, run, plains[k], plain_timings[k], budget,
                              least.floor, cost)
@@ -686,7 +712,8 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         raise
     if not completed:
         step.state.restore()     # an out-of-memory, or the engine's run ended early
-    result = dataclasses.replace(first, n_steps=steps, steps=tuple(checks))
+    result = dataclasses.replace(first, n_steps=steps, steps=tuple(checks),
+                                 reserved_workspace=reserved)
     if record_dir is not None:
         from .real_recording import write_real_recording
         write_real_recording(record_dir, program, schedule, first_run.executor,
@@ -706,6 +733,43 @@ def _check_arguments(budget: int | None, ratio: float | None, optimizer, steps: 
     if steps > 1 and optimizer is None:
         raise RecordError(f"{steps} steps are training steps: they need an optimizer "
                           f"({', '.join(OPTIMIZERS)})")
+
+
+def _check_reserve(reserve: int | str | None) -> int | str | None:
+    """`reserve_workspace`: None, "auto" or a number of bytes (0 or more)."""
+    if reserve is None or reserve == "auto":
+        return reserve
+    if isinstance(reserve, str):
+        try:
+            reserve = int(reserve.replace(",", "").replace("_", ""))
+        except ValueError:
+            raise RecordError(f"reserve_workspace must be a number of bytes or auto, "
+                              f"got {reserve!r}") from None
+    return validate.at_least(reserve, 0, "reserve_workspace")
+
+
+def _below_floor(budget: int, least: Floor, reserved: int) -> Exception:
+    """The refusal of a budget below the floor; with a reserve, saying so."""
+    if not reserved:
+        return BudgetError(budget, least)
+    return RecordError(f"the budget less the workspace reserve of {reserved:,} bytes, "
+                       f"{budget:,} bytes, is below the step's floor of {least.floor:,} bytes")
+
+
+def _reserved(step: Step, reserve: int | str | None, budget: int, policy) -> int:
+    """The bytes to take off `budget` for workspaces: as given, or with "auto" the
+    largest workspace of a real step at the unconstrained budget (every op run once)."""
+    if reserve is None:
+        return 0
+    if reserve == "auto":
+        run = step.real(plan(step.program, step.peak, policy), step.peak, measure=True)
+        reserve = run.workspaces.largest
+        del run
+        step.state.restore()
+    if reserve >= budget:
+        raise RecordError(f"the workspace reserve of {reserve:,} bytes leaves nothing of the "
+                          f"budget of {budget:,} bytes")
+    return reserve
 
 
 def _frontier_json(program, frontier) -> dict | None:
@@ -750,4 +814,5 @@ def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_timi
         grads_compared=sum(g is not None for g in plain.grads),
         updates_bitwise_equal=real.updates == plain.updates if done and step.optimizer else None,
         updates_compared=len(plain.updates),
-        value_difference=real.difference(plain) if done else None)
+        value_difference=real.difference(plain) if done else None,
+        workspaces=run.workspaces)

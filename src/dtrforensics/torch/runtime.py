@@ -441,6 +441,7 @@ class Executor(StepRecorder):
         self.current_op = -1
         self.measured_memory: dict[int, int] = {}   # event index -> live bytes at that check
         self.measured_ns: dict[int, int] = {}       # compute event index -> wall ns of the real op
+        self.meter = None      # a `workspace.Meter` measuring each aten call, when asked
 
     def _rebuilt_ops(self) -> set[int]:
         """The ops the schedule reruns: only these keep what a rerun needs."""
@@ -641,7 +642,8 @@ class Executor(StepRecorder):
             args, kwargs = _fill((rec.args, rec.kwargs), tensors)
             if rec.rng is not None:
                 self.stats.random_rebuilds += 1
-            with rec.rng.replayed() if rec.rng is not None else contextlib.nullcontext():
+            with (rec.rng.replayed() if rec.rng is not None else contextlib.nullcontext(),
+                  self.meter.around(op, self.live) if self.meter is not None else contextlib.nullcontext()):
                 out = rec.func(*args, **kwargs)
             produced = ([tensors[i] for i in rec.versioned] if rec.mutation
                         else output_tensors(out))
@@ -759,7 +761,11 @@ class Executor(StepRecorder):
                     rec.rng = rng
             self._binds.clear()
             start = time.perf_counter_ns()
-            out = func(*args, **kwargs)
+            if self.meter is None:
+                out = func(*args, **kwargs)
+            else:
+                with self.meter.around(planned[0][0] if planned else self.current_op, self.live):
+                    out = func(*args, **kwargs)
             if planned:
                 self.measured_ns[self.top_compute] = time.perf_counter_ns() - start
             for m in mutated:
