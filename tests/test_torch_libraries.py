@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("timm")
 pytest.importorskip("torchvision")
 
-from test_torch_memory import LiveBytesTracker  # noqa: E402
+from live_count import LiveBytesTracker  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from dtrforensics.cli.main import app  # noqa: E402

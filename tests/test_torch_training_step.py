@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_torch_memory import LiveBytesTracker
+from live_count import LiveBytesTracker
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from typer.testing import CliRunner

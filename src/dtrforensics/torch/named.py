@@ -9,14 +9,15 @@ mode.
   (`LlamaConfig`) or model class (`BertForSequenceClassification`). A type or
   config picks the masked LM head where the library has one (BERT-style
   encoders, whose causal heads need `is_decoder`), else the causal LM head,
-  else the sequence-to-sequence LM head (T5), else image or sequence
+  else the sequence-to-sequence LM head (T5), else image, sequence or audio
   classification. The config starts from `HF_SMALL` (the keys it has, but
   not over a per-stage list), then the `--set` overrides (a dict updates a
   nested config); an encoder-decoder gets a decoder start token; a key the
   config does not have is an error, and a special token id the smaller vocabulary does not
   have is cleared unless given. The loss is the model's own (`labels=` in the batch): the causal LM
   loss on `input_ids` shifted, the masked LM loss on every token, or
-  cross-entropy on random labels.
+  cross-entropy on random labels (images for an image classifier, a waveform of
+  `SAMPLES_PER_TOKEN` samples per token of `seq` for an audio classifier).
 - `timm:NAME`, `torchvision:NAME`: the library's factory with `--set`
   keywords passed through, cross-entropy on random labels of its classes.
 """
@@ -45,14 +46,19 @@ HF_SMALL = {"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512
             "encoder_ffn_dim": 512, "decoder_ffn_dim": 512, "d_ff": 512}
 HF_TASKS = (("ForCausalLM", "causal"), ("LMHeadModel", "causal"), ("ForMaskedLM", "masked"),
             ("ForConditionalGeneration", "masked"),
-            ("ForSequenceClassification", "sequence"), ("ForImageClassification", "image"))
+            ("ForSequenceClassification", "sequence"), ("ForImageClassification", "image"),
+            ("ForAudioClassification", "audio"))
 HF_HEADS = (("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked"),
             ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal"),
             ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "masked"),
             ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "image"),
-            ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "sequence"))
+            ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "sequence"),
+            ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "audio"))
 TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 DEFAULT_IMAGE = 224
+# Waveform samples per token of `--seq` for audio models (wav2vec2-style feature
+# encoders stride 320 samples, about one frame per 20 ms at 16 kHz).
+SAMPLES_PER_TOKEN = 320
 
 
 def resolve(spec: str):
@@ -105,6 +111,8 @@ def _hf_classes(arch: str):
     config_class = CONFIG_MAPPING[model_type]
     for mapping, _ in HF_HEADS:
         head = getattr(modeling_auto, mapping).get(model_type)
+        if isinstance(head, (tuple, list)):     # DeiT, LeViT: the plain head, then others
+            head = head[0]
         if head:
             return config_class, getattr(transformers, head)
     raise RecordError(f"hf:{arch}: transformers has no causal LM, masked LM or classification "
@@ -112,6 +120,8 @@ def _hf_classes(arch: str):
 
 
 def _hf_task(model_class) -> str:
+    if getattr(model_class, "main_input_name", None) == "input_values":
+        return "audio"       # a waveform classifier (wav2vec2's ForSequenceClassification)
     for suffix, task in HF_TASKS:
         if model_class.__name__.endswith(suffix):
             return task
@@ -128,8 +138,7 @@ def hf_config(arch: str, **overrides):
     canonical = getattr(default, "attribute_map", {})
     # a small shape for a key whose default is a list (per-stage heads or depths)
     # would not fit it: those keep the library's default
-    keys = {canonical.get(k, k): v for k, v in HF_SMALL.items() if hasattr(default, k)
-            and not isinstance(getattr(default, k), (list, tuple))}
+    keys = {canonical.get(k, k): v for k, v in small_keys(default, HF_SMALL).items()}
     for key, value in overrides.items():
         inner = getattr(default, key, None)
         if isinstance(value, dict) and hasattr(inner, "to_dict"):
@@ -146,6 +155,27 @@ def hf_config(arch: str, **overrides):
                  hasattr(default, "decoder_start_token_id")):
         keys["decoder_start_token_id"] = _start_token(keys, default, vocabulary)
     return config_class(**keys), model_class
+
+
+def small_keys(default, shape: dict) -> dict:
+    """The keys of `shape` a config (`default`, an instance) has, but not over a
+    per-stage list: a small shape for a key whose default is a list (per-stage
+    heads or depths) would not fit it, so those keep the library's default."""
+    return {k: v for k, v in shape.items() if hasattr(default, k)
+            and not isinstance(getattr(default, k), (list, tuple)) and not _derived(default, k)}
+
+
+def _derived(default, key: str) -> bool:
+    """Whether a config computes `key` from others (a property without a setter,
+    Falcon's `head_dim`): setting it raises, and the small shape sets its parts."""
+    attribute = getattr(type(default), key, None)
+    return isinstance(attribute, property) and attribute.fset is None
+
+
+def hf_shape(arch: str, shape: dict) -> dict:
+    """The keys of `shape` an `hf:` spec's config has (as `HF_SMALL` is applied):
+    one small shape, given as `--set` keys, fits every model type."""
+    return small_keys(_hf_classes(arch)[0](), shape)
 
 
 def _start_token(keys: dict, default, vocabulary: int | None) -> int:
@@ -180,6 +210,10 @@ def hf(arch: str, batch: int = 2, seq: int = 32, dtype: torch.dtype | None = Non
         size = getattr(config, "image_size", DEFAULT_IMAGE)
         images, labels = _classification_batch(config.num_labels, batch, size, dtype)
         return model, ({"pixel_values": images, "labels": labels}, None), _model_loss
+    if task == "audio":
+        waves = torch.randn(batch, seq * SAMPLES_PER_TOKEN, dtype=dtype)
+        labels = torch.randint(config.num_labels, (batch,))
+        return model, ({"input_values": waves, "labels": labels}, None), _model_loss
     input_ids = torch.randint(config.vocab_size, (batch, seq))
     labels = torch.randint(config.num_labels, (batch,)) if task == "sequence" else input_ids
     return model, ({"input_ids": input_ids, "labels": labels}, None), _model_loss
