@@ -18,6 +18,13 @@ blocks) and by kernel workspaces (cuBLAS), which the engine does not model;
 `num_alloc_retries` and `num_ooms` say whether the caching allocator had to
 free cached blocks or failed.
 
+Then, per model at its evicting budget, one step with `workspaces=True` (the
+allocator's statistics around each op: its largest workspace, op and module,
+and live bytes plus the running op's allocations) and one with
+`reserve_workspace="auto"`, whose live bytes plus workspace must stay within
+the budget (exit 3 otherwise). These are separate runs: the per-op reset of
+the peak statistics would spoil the table's step-wide peak.
+
 Bitwise comparisons on CUDA need deterministic kernels: the script sets
 `CUBLAS_WORKSPACE_CONFIG=:4096:8` and `torch.use_deterministic_algorithms(True,
 warn_only=True)` before CUDA starts (an op without a deterministic kernel
@@ -172,10 +179,39 @@ def main() -> int:
                 rows.append(failed_row(spec, label, budget, exc))
             print(rows[-1], flush=True)
     print_table(rows)
+    for spec, options in MODELS:
+        rows += workspace_rows(spec, options, budgets(spec, options).get("evicting"))
     failed = [r for r in rows if r["mismatch"] is not None]
     for r in failed:
         print(f"NOT FAITHFUL: {r['model']} at {r['budget']:,} B: {r['mismatch']}")
     return 3 if failed else 0
+
+
+def workspace_rows(spec: str, options: dict, budget: int | None) -> list[dict]:
+    """One step measuring workspaces at `budget`, one reserving them; printed as they
+    run, a row (with its mismatch) for each."""
+    if budget is None:
+        return []
+    rows = []
+    for label, kwargs in (("workspaces", {"workspaces": True}),
+                          ("reserve auto", {"reserve_workspace": "auto"})):
+        try:
+            result = execute(*on_cuda(spec, options), budget=budget, optimizer=OPTIMIZER, **kwargs)
+            ws = result.workspaces
+            mismatch = result.mismatch()
+            if mismatch is None and label == "reserve auto" and ws.peak_with_workspaces > budget:
+                mismatch = (f"live plus workspace {ws.peak_with_workspaces:,} B over the "
+                            f"budget {budget:,} B despite the reserve")
+            print(f"{spec} at {budget:,} B, {label}: engine budget {result.budget:,} B, largest "
+                  f"workspace {ws.largest:,} B at op {ws.op_id} ({ws.op_name}) in {ws.module}, "
+                  f"total {ws.total:,} B over {ws.with_workspace:,} of {ws.op_runs:,} calls, live "
+                  f"plus workspace at most {ws.peak_with_workspaces:,} B; mismatch {mismatch}",
+                  flush=True)
+        except Exception as exc:    # noqa: BLE001 - a row of its own
+            mismatch = f"raised {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+            print(f"{spec} at {budget:,} B, {label}: {mismatch}", flush=True)
+        rows.append({"model": spec, "budget": budget, "mismatch": mismatch})
+    return rows
 
 
 def print_table(rows: list[dict]) -> None:

@@ -151,3 +151,27 @@ def test_a_cuda_step_measures_workspaces_with_the_allocators_statistics():
     result = execute(model, batch, loss_fn, ratio=1.0, workspaces=True)
     assert result.workspaces.method == Meter(torch.device("cuda")).method
     assert result.workspaces.op_runs > 0 and result.matches_simulation()
+
+
+def test_on_cuda_a_workspace_is_read_from_the_allocators_statistics(monkeypatch):
+    """The CUDA path's arithmetic, with the allocator's counters played by a fake
+    (this machine has no device): allocated before, peak since the reset, after."""
+    state = {"now": 1000, "peak": 0}
+
+    def allocate(n):
+        state["now"] += n
+        state["peak"] = max(state["peak"], state["now"])
+
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: state["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda dev=None: state["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda dev=None: state.update(peak=state["now"]))
+    meter = Meter(torch.device("cuda"))
+    with meter.session():
+        with meter.around(7, 500):
+            allocate(256)       # the output
+            allocate(4096)      # scratch
+            allocate(-4096)
+        with meter.around(8, 756):
+            allocate(128)
+    assert meter.runs == [(7, 4096, 500 + 256 + 4096), (8, 0, 756 + 128)]
