@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("timm")
 
-from dtrforensics.torch.named import hf, hf_shape  # noqa: E402
+from dtrforensics.torch.named import hf, hf_config, hf_shape  # noqa: E402
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
 import model_coverage  # noqa: E402
@@ -77,3 +77,10 @@ def test_a_derived_config_key_is_left_to_its_parts():
     assert shape == {"hidden_size": 32, "num_attention_heads": 4}
     model, _, _ = hf("falcon", **shape, num_hidden_layers=1, vocab_size=64)
     assert model.config.head_dim == 8
+
+
+def test_every_special_token_id_beyond_the_smaller_vocabulary_is_cleared():
+    """ModernBERT's `cls_token_id` and `sep_token_id` (50,281 and 50,282) are
+    beyond a 128-token vocabulary, as its `pad_token_id` is; one given is kept."""
+    config, _ = hf_config("modernbert", vocab_size=128, cls_token_id=1)
+    assert (config.pad_token_id, config.sep_token_id, config.cls_token_id) == (None, None, 1)

@@ -145,7 +145,7 @@ def hf_config(arch: str, **overrides):
             value = {**inner.to_dict(), **value}
         keys[canonical.get(key, key)] = value
     vocabulary = keys.get("vocab_size", getattr(default, "vocab_size", None))
-    for key in TOKEN_IDS:
+    for key in _token_keys(default):
         value = getattr(default, key, None)
         if isinstance(value, int) and vocabulary is not None and value >= vocabulary \
                 and key not in keys:
@@ -155,6 +155,13 @@ def hf_config(arch: str, **overrides):
                  hasattr(default, "decoder_start_token_id")):
         keys["decoder_start_token_id"] = _start_token(keys, default, vocabulary)
     return config_class(**keys), model_class
+
+
+def _token_keys(default) -> list[str]:
+    """The special token ids a config has: the usual ones and any other `*_token_id`
+    (ModernBERT's `cls_token_id` and `sep_token_id`)."""
+    found = [k for k in vars(default) if k.endswith("_token_id") and k not in TOKEN_IDS]
+    return [*TOKEN_IDS, *found]
 
 
 def small_keys(default, shape: dict) -> dict:
