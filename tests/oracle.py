@@ -455,7 +455,9 @@ class Runtime:
 
     def replay(self) -> str:
         program = self.program
-        for kind, arg in zip(program.sched_kind.tolist(), program.sched_arg.tolist()):
+        kinds = program.sched_kind.tolist()
+        last_compute = max((i for i, k in enumerate(kinds) if k == CMD_COMPUTE), default=-1)
+        for position, (kind, arg) in enumerate(zip(kinds, program.sched_arg.tolist())):
             try:
                 if kind == CMD_COMPUTE:
                     self.compute(arg)
@@ -468,6 +470,7 @@ class Runtime:
                 else:
                     raise ValueError(f"unknown command kind {kind}")
             except _OutOfMemory:
+                self.oom["final_pins"] = position > last_compute    # §2.3
                 return "oom"
             except _Thrashed:
                 return "thrashed"

@@ -41,9 +41,9 @@ def test_engine_agrees_with_oracle(program, fraction, policy):
         assert s.oom is None
     else:
         assert (s.oom.op_id, s.oom.request, s.oom.memory, s.oom.pinned, s.oom.depth,
-                s.oom.tensor, s.oom.root_tensor) == tuple(
+                s.oom.tensor, s.oom.root_tensor, s.oom.final_pins) == tuple(
             want.oom[k] for k in ("op_id", "request", "memory", "pinned", "depth", "tensor",
-                                  "root_tensor"))
+                                  "root_tensor", "final_pins"))
 
 
 @settings(max_examples=200, deadline=None)

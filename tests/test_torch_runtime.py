@@ -26,6 +26,7 @@ from dtrforensics.engine.hooks import (
 )
 from dtrforensics.engine.replay import replay
 from dtrforensics.engine.summary import victims_sha256
+from dtrforensics.render.labels import short_source
 from dtrforensics.torch import (
     RecordError,
     record,
@@ -577,8 +578,9 @@ def test_an_oom_is_reported_as_simulated_and_leaves_the_model_as_it_was(tmp_path
 
 
 def test_an_oom_of_the_real_step_speaks_in_the_models_modules(tmp_path):
-    """torch run's OOM report names the module, phase and source line of the failing
-    op, and the module of each frontier level, as the recorded where-file has them."""
+    """torch run's OOM report names the module, phase and source line of the op that
+    makes the failing allocation, and the module of each frontier level, as the
+    recorded where-file has them."""
     path = tmp_path / "resnet.log"
     record(*zoo("resnet"), path)
     program = with_where(parse_file(path), path)
@@ -587,13 +589,16 @@ def test_an_oom_of_the_real_step_speaks_in_the_models_modules(tmp_path):
     doc = json.loads(done.out)
     oom, levels = doc["oom"], doc["frontier"]["frontier"]
     assert doc["outcome"] == "oom" and levels
+    maker = int(program.tensor_op[program.tensor_name_id.tolist().index(
+        program.tensor_names.index(oom["tensor"]))])
     assert (oom["module"], oom["phase"], oom["source"]) == \
-        tuple(program.op_where(oom["op_id"], f) for f in ("module", "phase", "source"))
+        tuple(program.op_where(maker, f) for f in ("module", "phase", "source"))
+    assert oom["final_pins"] is False
     assert oom["module"] and oom["phase"] in ("forward", "backward")
     assert [lv["module"] for lv in levels] == [program.op_where(lv["op_id"]) for lv in levels]
     text = dtrf("torch", "run", "zoo:resnet", "--budget", str(budget)).out
-    assert f"the failing op ran in {oom['module']} ({oom['phase']}), at {oom['source']}" in \
-        " ".join(text.split())
+    assert (f"{oom['tensor']} is made by an op of {oom['module']} ({oom['phase']}), at "
+            f"{short_source(oom['source'])}") in " ".join(text.split())
     assert f" in {levels[0]['module']}, " in text
 
 

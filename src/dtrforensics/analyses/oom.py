@@ -101,6 +101,8 @@ class OomReport:
     max_depth: int                   # deepest nesting anywhere in the run
     max_depth_op_id: int | None
     chain_from_events: bool          # the events rebuild the same chain
+    # op_id is then the last op's, op_module the pinned root's maker's:
+    final_pins: bool | None = None       # failed in the final pins (§2.3); None: not recorded
     # where in the model (null, and empty, for logs without a where-file):
     tensor_module: str | None = None     # the module of the failing allocation's op
     tensor_phase: str | None = None
@@ -146,6 +148,9 @@ def explain_oom(rec: Recording) -> OomReport:
         **modules.get(lv["op_id"], {}))
         for lv in front["frontier"])
     from_events = [(r["depth"], r["tensor_id"]) for r in stack]
+    final_pins = (rec.run.get("summary", {}).get("oom") or {}).get("final_pins")
+    if final_pins and levels:
+        where["op_module"] = levels[0].module
     return OomReport(
         run_id=run_id, path=str(rec.path), trace=rec.run["trace"]["name"],
         policy=rec.run["policy"], ratio=rec.run.get("ratio"), budget=front["budget"],
@@ -162,7 +167,7 @@ def explain_oom(rec: Recording) -> OomReport:
         peak_pinned_op_id=peak["peak_op_id"], max_depth=peak["max_depth"],
         max_depth_op_id=peak["max_depth_op_id"],
         chain_from_events=from_events == [(lv.depth, lv.tensor_id) for lv in levels],
-        **where)
+        final_pins=final_pins, **where)
 
 
 LARGEST = 5       # the largest resident storages reported

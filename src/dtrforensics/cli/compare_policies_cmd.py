@@ -62,11 +62,7 @@ def compare_policies_command(
     a built-in name or a policy in a file (PATH.py:NAME, docs/policies.md)."""
     from ..analyses.policy_comparison import compare_policies
     from ..render.console import wide_console
-    from ..render.policy_comparison import (
-        comparison_json,
-        comparison_view,
-        finish_lines,
-    )
+    from ..render.policy_comparison import comparison_json, comparison_view, finish_lines
     from ..render.sweep import print_commands
     from ..sweep.estimate import START_SAMPLES
     from ..sweep.resume import sweep_folder

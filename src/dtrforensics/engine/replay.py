@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import validate
 from ..errors import OptionError, PolicyError
-from ..trace.program import Program, op_label
+from ..trace.program import CMD_COMPUTE, Program, op_label
 from . import compiled
 from . import layout as L
 from .baseline import Baseline, baseline, budget_for_ratio
@@ -526,7 +526,8 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
         oom = OomInfo(op_id=int(sc[L.S_CUR_OP]), tensor=last.tensor, tensor_id=last.tensor_id,
                       request=frontier.request, memory=frontier.memory,
                       pinned=frontier.pinned_bytes, depth=len(frontier.levels),
-                      budget=ctx.budget, root_tensor=frontier.levels[0].tensor)
+                      budget=ctx.budget, root_tensor=frontier.levels[0].tensor,
+                      final_pins=_in_final_pins(program, int(sc[L.S_CMD_POS]) - 1))
     hi = int(sc[L.S_HI_TRUE])
     max_pinned = MaxPinned(int(sc[L.S_MAXPIN_BYTES]), int(sc[L.S_MAXPIN_DEPTH]),
                            int(sc[L.S_MAXPIN_OP]))
@@ -546,6 +547,14 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
         interventions=ctx.interventions.to_json(), error=error,
         anomalies=int(sc[L.S_ANOMALIES]), exclusion_checks=int(sc[L.S_EXCLUSION_CHECKS]),
         frontier_misses=int(sc[L.S_FRONTIER_MISSES]), note=_no_candidate_note(ctx, sc))
+
+
+def _in_final_pins(program: Program, command: int) -> bool:
+    """Whether schedule command `command` (the one running: S_CMD_POS is already the
+    next) is one of the final pins (§2.3), after the last compute, where the current
+    op id stays the last op's."""
+    computes = np.flatnonzero(program.sched_kind == CMD_COMPUTE)
+    return bool(computes.size) and command > int(computes[-1])
 
 
 def _no_candidate_note(ctx, sc) -> str | None:

@@ -32,6 +32,7 @@ class OomInfo:
     depth: int
     budget: int
     root_tensor: str
+    final_pins: bool = False    # failed pinning what the step keeps, after its last op (§2.3)
 
 
 @dataclass(frozen=True)

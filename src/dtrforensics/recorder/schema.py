@@ -343,6 +343,9 @@ RUNS = Table("runs", doc=(
     _run("oom_depth", I64, "count", "summary.oom.depth", "OOM: nesting depth."),
     _run("oom_root_tensor", STR, "", "summary.oom.root_tensor",
          "OOM: the tensor at the root of the chain."),
+    _run("oom_final_pins", BOOL, "", "summary.oom.final_pins",
+         "OOM: during the final pins, after the last op (semantics §2.3; oom_op_id is "
+         "then the last op's); null in recordings made before it was recorded."),
     _run("started_at", STR, "", "started_at", "Start (UTC, ISO 8601)."),
     _run("finished_at", STR, "", "finished_at", "End (UTC, ISO 8601)."),
     _run("wall_seconds", F64, "s", "summary.wall_seconds", "Replay wall time."),

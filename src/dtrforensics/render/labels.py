@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from ..trace.program import op_label
 
-__all__ = ["op_label", "run_label", "short_source"]
+__all__ = ["failure_label", "op_label", "run_label", "short_source"]
+
+
+def failure_label(op_id: int, name: str | None = None, final_pins: bool | None = False) -> str:
+    """Where a run failed: 'op 8 (paper #9) mm', or, for a failure while pinning what
+    the step keeps (docs/semantics.md §2.3, where the op id stays the last op's),
+    'the final pins after op 299 (paper #300)' (the last op's name would read as the
+    failing op's)."""
+    if final_pins:
+        return f"the final pins after {op_label(op_id)}"
+    return op_label(op_id, name)
 
 
 def run_label(trace: str, ratio: float | None, budget: int, policy: str) -> str:

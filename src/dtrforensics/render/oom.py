@@ -15,7 +15,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..analyses.oom import Level, OomReport
-from .labels import op_label, short_source
+from .labels import failure_label, op_label, short_source
 from .tables import FitPanel, FitTable
 from .units import fmt_bytes, fmt_exact_bytes
 
@@ -92,7 +92,8 @@ def _overlap(r: OomReport) -> list[tuple[str, str]]:
 def oom_view(r: OomReport, full: bool = False) -> Group:
     """The frontier tree (collapsed unless `full`) above the failure's facts."""
     shown = collapse(r.frontier, full)
-    title = Text(f"OOM at {op_label(r.op_id, r.op_name)}: allocating {r.tensor} "
+    title = Text(f"OOM at {failure_label(r.op_id, r.op_name, r.final_pins)}: "
+                 f"allocating {r.tensor} "
                  f"({fmt_exact_bytes(r.request)}) at depth {r.depth}"
                  + (f" in {r.tensor_module}" if r.tensor_module else ""), style="bold red")
     tree = Tree(title)
@@ -146,7 +147,8 @@ def _where_rows(r: OomReport) -> list[tuple[str, str]]:
     if r.tensor_source:
         rows.append(("source", short_source(r.tensor_source)))
     if r.op_module and r.op_module != r.tensor_module:
-        rows.append(("top-level op's module", r.op_module))
+        rows.append(("pinned root's module" if r.final_pins else "top-level op's module",
+                     r.op_module))
     return rows
 
 

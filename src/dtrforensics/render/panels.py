@@ -64,7 +64,8 @@ def summary_panel(s: dict, op_name: Callable[[int], str], *, title: str,
     oom = s.get("oom")
     if oom:
         rows += [
-            ("OOM at", f"{op(oom['op_id'])}, depth {oom['depth']}"),
+            ("OOM at", ("the final pins after " if oom.get("final_pins") else "")
+             + f"{op(oom['op_id'])}, depth {oom['depth']}"),
             ("failing allocation", f"{oom['tensor']} ({fmt_exact_bytes(oom['request'])}) in a "
                                    f"chain rooted at {oom['root_tensor']}"),
             ("pinned at failure", fmt_exact_bytes(oom["pinned"])),

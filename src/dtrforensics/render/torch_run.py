@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from .labels import short_source
 from .torch_workspace import workspace_lines
-from .units import fmt_bytes, fmt_exact_bytes, fmt_overhead
+from .units import fmt_bytes, fmt_count, fmt_exact_bytes, fmt_overhead
 
 
 def run_lines(doc: dict) -> list[str]:
@@ -32,10 +33,13 @@ def run_lines(doc: dict) -> list[str]:
         oom = doc["oom"]
         lines.append(f"out of memory at op {oom['op_id']} (paper #{oom['op_id'] + 1}) {oom['op_name']} "
                      f"({oom['tensor']}): request {oom['request']:,} bytes, live {oom['live_bytes']:,}, "
-                     f"shortfall {oom['shortfall']:,} bytes; the model was left as before the step")
+                     f"shortfall {fmt_count(oom['shortfall'], 'byte')}; the model was left as before the step")
+        if oom.get("final_pins"):
+            lines.append("it failed in the final pins, rebuilding what the step keeps after "
+                         "its last op (the op named is that last op)")
         if oom.get("module"):
-            lines.append(f"the failing op ran in {oom['module']} ({oom['phase']}), "
-                         f"at {oom['source']}")
+            lines.append(f"{oom['tensor']} is made by an op of {oom['module']} "
+                         f"({oom['phase']}), at {short_source(oom['source'])}")
         front = doc["frontier"]
         if front:
             lines.append(f"pinned frontier: {front['pinned']:,} bytes pinned, depth {front['depth']}, "
@@ -69,9 +73,13 @@ def _frontier_modules(front: dict, shown: int = 3) -> list[str]:
     ranked = sorted(by_module.items(), key=lambda kv: (-kv[1][1], kv[0]))
     if not ranked:
         return []
+    rest = ranked[shown:]
+    more = ([f"  and {fmt_count(sum(n for _, (n, _) in rest), 'level')} in "
+             f"{fmt_count(len(rest), 'more module')}, {sum(b for _, (_, b) in rest):,} bytes "
+             "locked (--json lists every level)"] if rest else [])
     return ["its levels by the module their op ran in, most bytes locked first:"] + [
-            f"  {levels:,} level{'s' * (levels != 1)} in {module}, {locked:,} bytes locked"
-            for module, (levels, locked) in ranked[:shown]]
+            f"  {fmt_count(levels, 'level')} in {module}, {locked:,} bytes locked"
+            for module, (levels, locked) in ranked[:shown]] + more
 
 
 def step_lines(doc: dict) -> list[str]:

@@ -13,7 +13,7 @@ import os
 import shlex
 from typing import TYPE_CHECKING
 
-from .labels import op_label, run_label, short_source
+from .labels import failure_label, op_label, run_label, short_source
 from .units import fmt_bytes, fmt_count, fmt_exact_bytes, fmt_overhead
 from .verdict import Verdict
 
@@ -74,7 +74,8 @@ def run_verdict(summary: dict, run: str) -> Verdict:
     name = run_label(s["trace"], s.get("ratio"), s["budget"], s["policy"])
     oom = s.get("oom")
     if oom:
-        head = (f"OOM: {name} fails at {op_label(oom['op_id'])} allocating "
+        head = (f"OOM: {name} fails at {failure_label(oom['op_id'], None, oom.get('final_pins'))}"
+                f" allocating "
                 f"{oom['tensor']}, {oom['request']:,} B")
         return Verdict(head, (summary_lines(s)[1],
                               f"{oom['pinned']:,} B pinned at depth {oom['depth']}"),
@@ -100,7 +101,9 @@ def replay_verdict(view: ReplayWindow, summary: dict, run: str) -> Verdict:
 def oom_verdict(r: OomReport, trace: str) -> Verdict:
     """`oom`: the failing op, what it asked, what was pinned and where in the model."""
     name = run_label(r.trace, r.ratio, r.budget, r.policy)
-    head = f"OOM: {name} fails at {op_label(r.op_id, r.op_name)}{_in(r.op_module)}"
+    head = (f"OOM: {name} fails at {failure_label(r.op_id, r.op_name, r.final_pins)}"
+            + (f", pinning {r.root_tensor}{_in(r.op_module)}" if r.final_pins
+               else _in(r.op_module)))
     source = f" at {short_source(r.tensor_source)}" if r.tensor_source else ""
     lines = [f"allocating {r.tensor}{_in(r.tensor_module, r.tensor_phase)}{source}: "
              f"{r.request:,} B with {r.memory:,} B resident, {r.shortfall:,} B "
@@ -125,8 +128,9 @@ def explain_verdict(found: Explanation, trace: str, args: list[str]) -> Verdict:
     oom = base["oom"]
     where = _in(found.failing_module)
     head = (f"{fmt_count(len(found.fixes), 'change')} of {len(found.attempts):,} tried "
-            f"complete the run failing at op {oom['op_id']}{where}")
-    lines = [f"failure: allocating {oom['tensor']} at depth {oom['depth']}, budget "
+            f"complete the run failing at "
+            f"{failure_label(oom['op_id'], None, oom.get('final_pins'))}")
+    lines = [f"failure: allocating {oom['tensor']}{where} at depth {oom['depth']}, budget "
              f"{fmt_exact_bytes(base['budget'])}"]
     if found.fixes:
         first = found.fixes[0]

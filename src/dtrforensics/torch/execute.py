@@ -86,9 +86,10 @@ class RealOom:
     live_bytes: int       # storages PyTorch held alive at the failing check
     engine_memory: int
     budget: int
-    module: str | None = None     # where the failing op ran (the log's where-file)
+    module: str | None = None     # where the failing allocation's op ran (the where-file)
     phase: str | None = None
     source: str | None = None
+    final_pins: bool = False      # while pinning what the step keeps, after its last op
 
     @property
     def shortfall(self) -> int:
@@ -99,7 +100,7 @@ class RealOom:
                 "request": self.request, "live_bytes": self.live_bytes,
                 "engine_memory": self.engine_memory, "budget": self.budget,
                 "shortfall": self.shortfall, "module": self.module, "phase": self.phase,
-                "source": self.source}
+                "source": self.source, "final_pins": self.final_pins}
 
 
 @dataclass(frozen=True)
@@ -792,7 +793,9 @@ def _result(step: Step, schedule: Plan, run: RealStep, plain: Values, plain_timi
         oom = RealOom(op_id=stop.op_id, op_name=program.op_name(stop.op_id),
                       tensor=program.tensor_name(stop.tensor_id), request=stop.request,
                       live_bytes=stop.live, engine_memory=stop.memory, budget=budget,
-                      **{f: program.op_where(stop.op_id, f) for f in ("module", "phase", "source")})
+                      final_pins=bool(sim.oom and sim.oom.final_pins),
+                      **{f: program.op_where(int(program.tensor_op[stop.tensor_id]), f)
+                         for f in ("module", "phase", "source")})
     else:
         outcome = sim.outcome if stop is not None else "ok"
     real = run.values
