@@ -1,6 +1,8 @@
 """An OOM while pinning what the step keeps, after its last op (docs/semantics.md
 §2.3), is said to be one: the op id there stays the last op's, so naming that op
-as the failing one (and its module) told a false story."""
+as the failing one (and its module) told a false story. And the verdicts' other
+words found untrue by a trial: next commands that went round in circles, a replay
+verdict that changed with the rows shown, a reevict headline of one run of two."""
 
 from __future__ import annotations
 
@@ -42,3 +44,36 @@ def test_oom_run_and_their_verdicts_say_final_pins(tmp_path, monkeypatch):
     early = json.loads(dtrf("oom", "pins.log@105B", "--json").out)
     assert early["final_pins"] is False
     assert "final pins" not in dtrf("oom", "pins.log@105B", "--brief").out
+
+
+# c (10 B) feeds a (100 B): at 109 B computing a fails with nothing to evict; at 110 B
+# it fits. The two runs make the same (no) decisions: only a check's answer differs.
+EDGE = Log().const("c", 10).call("a", "f", ["c"], 5, 100)
+
+
+def test_next_commands_lead_to_the_failure_not_round_in_circles(tmp_path, monkeypatch):
+    """diff of two runs with the same eviction stream, and regime finding no slow
+    regime, point at the failing run's OOM (they pointed at each other)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "edge.log").write_text(EDGE.text())
+    ok_run, failing = "edge.log@110B", "edge.log@109B"
+    for command in ("diff", "regime"):
+        verdict = json.loads(dtrf(command, ok_run, failing, "--json").out)["verdict"]
+        assert verdict["next"] == f"dtrf oom {failing}", (command, verdict)
+        assert dtrf(*verdict["next"].split()[1:]).code == 0
+
+
+def test_the_replay_verdict_is_the_same_however_many_checks_are_shown(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = dtrf("replay", "hole@25200000B", "--limit", "1", "--brief").out
+    doc = json.loads(dtrf("replay", "hole@25200000B", "--limit", "1", "--json").out)
+    assert text.splitlines() == doc["verdict"]["text"]
+    assert "failing check" in text and f"window: {doc['matched']:,} allocation checks" in text
+
+
+def test_the_reevict_headline_speaks_of_both_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    doc = json.loads(dtrf("reevict", "hole@0.92", "hole@25200000B", "--json").out)
+    head = doc["verdict"]["headline"]
+    for name, run in zip("ab", doc["runs"]):
+        assert f"{name} up to {run['pressure']['max_per_storage']:,} eviction" in head, head

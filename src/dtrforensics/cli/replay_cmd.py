@@ -63,8 +63,10 @@ def replay_command(
     from ..render.verdicts import replay_verdict
 
     shown = limit if limit is not None else (None if as_json else DEFAULT_LIMIT)
-    view = replay_window(rec, window, limit=shown, only_evicting=evicting)
-    verdict = replay_verdict(view, rec.summary, recording)
+    whole = replay_window(rec, window, limit=None, only_evicting=evicting)
+    view = whole if shown is None else replay_window(rec, window, limit=shown,
+                                                     only_evicting=evicting)
+    verdict = replay_verdict(whole, rec.summary, recording)   # the same words however many shown
     if as_json:
         print_json(with_verdict(view.to_json(), verdict, brief=brief))
         return

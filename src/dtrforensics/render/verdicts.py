@@ -86,10 +86,11 @@ def run_verdict(summary: dict, run: str) -> Verdict:
 
 
 def replay_verdict(view: ReplayWindow, summary: dict, run: str) -> Verdict:
-    """`replay`: the run's outcome, and the window's steps shown."""
+    """`replay`: the run's outcome, and the window's allocation checks (all of them:
+    `view` is the whole window, however many the table below shows)."""
     base = run_verdict(summary, run)
     fail = next((st for st in view.steps if st.oom), None)
-    shown = (f"window: {len(view.steps):,} of {view.matched:,} allocation checks shown, "
+    shown = (f"window: {fmt_count(view.matched, 'allocation check')}, "
              f"{sum(st.evictions for st in view.steps):,} evictions among them")
     lines = [*base.lines, shown]
     if fail is not None:
@@ -179,8 +180,10 @@ def diff_verdict(r: DiffReport, a: str, b: str) -> Verdict:
     runs = (f"a {r.a.outcome} at {r.a.budget:,} B ({r.a.stream_entries:,} stream entries), "
             f"b {r.b.outcome} at {r.b.budget:,} B ({r.b.stream_entries:,})")
     d = r.first_divergence
-    if d is None:
-        return Verdict("the eviction streams are the same", (runs,), command("regime", a, b))
+    if d is None:     # the same decisions: what differs is an allocation check's answer
+        failing = a if r.a.outcome != "ok" else b if r.b.outcome != "ok" else None
+        return Verdict("the eviction streams are the same", (runs,),
+                       command("oom", failing) if failing else command("replay", a))
     head = (f"the runs part at stream entry {d.position:,}, {op_label(d.op_id, d.op_name)}: "
             f"a {_entry(d.a)}, b {_entry(d.b)}")
     lines = [runs, f"cause: {d.cause}"]
@@ -220,10 +223,12 @@ def reevict_verdict(r: ReevictReport, runs: list[str]) -> Verdict:
             t = p.top[0]
             lines.append(f"most evicted: storage {t.storage} ({t.tensor}{_in(t.module)}, "
                          f"{fmt_bytes(t.bytes)}) {fmt_count(t.evictions, 'time')}")
-    first = r.runs[0].pressure
-    head = (f"re-eviction: up to {fmt_count(first.max_per_storage, 'eviction')} of one "
-            f"storage, mean {first.mean_per_storage:.2f} per evicted storage"
-            if first.evictions else "re-eviction: the first run makes no pressure eviction")
+    names = ("a", "b") if len(r.runs) > 1 else ("",)
+    head = "re-eviction: " + "; ".join(
+        (f"{name + ' ' if name else ''}up to {fmt_count(f.pressure.max_per_storage, 'eviction')}"
+         f" of one storage, mean {f.pressure.mean_per_storage:.2f}" if f.pressure.evictions
+         else f"{name + ' ' if name else ''}no pressure eviction")
+        for name, f in zip(names, r.runs))
     if r.overlap and "pressure" in r.overlap:
         o = r.overlap["pressure"]
         lines.append(f"evicted by both runs: {o.common:,} of {o.union_storages:,} storages")
@@ -238,8 +243,9 @@ def regime_verdict(r: RegimeReport, a: str, b: str) -> Verdict:
                  + f", {x.evictions:,} pressure evictions" for x in (r.a, r.b))
     o = r.onset
     if o is None or r.slow is None:
+        failing = a if r.a.outcome != "ok" else b if r.b.outcome != "ok" else None
         return Verdict("no slow regime: no sustained blow-up of evictions under the rule",
-                       runs, command("diff", a, b))
+                       runs, command("oom", failing) if failing else command("diff", a, b))
     head = (f"run {r.slow} turns slow at op {o.op}: {o.regime_slow_evictions:,} pressure "
             f"evictions from there against {o.regime_fast_evictions:,}")
     lines = list(runs)
