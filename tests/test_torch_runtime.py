@@ -32,7 +32,7 @@ from dtrforensics.torch import (
     record,
     runtime,
 )
-from dtrforensics.torch.execute import BudgetError, _stop_of, execute, prepare
+from dtrforensics.torch.execute import BudgetError, NotFaithfulError, _stop_of, execute, prepare
 from dtrforensics.torch.optim import OPTIMIZERS
 from dtrforensics.torch.recorder import VALUE_READS
 from dtrforensics.torch.runtime import ScheduleError
@@ -672,13 +672,16 @@ def growing():
     return Growing(), (torch.randn(2, 4), torch.randn(2, 4)), nn.functional.mse_loss
 
 
-@pytest.mark.parametrize("factory,words", [("counting", "changed its attribute 'calls'"),
-                                           ("growing", "ran differently from its recording")])
-def test_a_step_that_changes_python_state_is_refused_in_one_line(factory, words):
+@pytest.mark.parametrize("factory,words,code,error", [
+    ("counting", "changed its attribute 'calls'", 2, ScheduleError),
+    # one more op each call: the plain runs differ too, so not the same step each time
+    ("growing", "not the same step each time it runs, so it cannot follow its recording (the step "
+                "ran differently from its recording", 3, NotFaithfulError)])
+def test_a_step_that_changes_python_state_is_refused_in_one_line(factory, words, code, error):
     done = dtrf("torch", "run", f"test_torch_runtime:{factory}", "--ratio", "1.0")
-    assert done.code == 2 and done.traceback is None, done.err
+    assert done.code == code and done.traceback is None, done.err
     assert done.err.count("\n") == 1 and words in done.error_lines[0]
-    with pytest.raises(ScheduleError):
+    with pytest.raises(error):
         execute(*globals()[factory](), ratio=1.0)
 
 
@@ -836,6 +839,83 @@ def test_values_unlike_the_plain_steps_are_never_a_match(factory, first):
     assert done.err.count("\n") == 1 and "not faithful to the simulation: " + reason in done.err
     text = dtrf("torch", "run", f"test_torch_runtime:{factory}", "--ratio", "1.0")
     assert text.code == 3 and "DIFFERENT from the simulation" in text.out
+
+
+GLOBAL_STATE: dict = {}      # what the models below keep between calls, outside themselves
+
+
+class GlobalState(nn.Module):
+    """Keeps each call's activation in a module global: "sum" adds the previous
+    call's (detached), "graph" keeps it with its graph and adds half of it, "list"
+    only appends it to a list (read by nobody)."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how, self.l1, self.l2 = how, nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.l1(x))
+        kept = GLOBAL_STATE.get(self.how)
+        if self.how == "list":
+            GLOBAL_STATE.setdefault("list", []).append(h)
+            return self.l2(h)
+        if kept is not None:
+            h = h + (kept if self.how == "sum" else kept.detach() * 0.5)
+        GLOBAL_STATE[self.how] = h.detach() if self.how == "sum" else h
+        return self.l2(h)
+
+
+def _global_state(how):
+    GLOBAL_STATE.clear()
+    torch.manual_seed(0)
+    return GlobalState(how), (torch.randn(8, 8), torch.randint(0, 4, (8,))), nn.CrossEntropyLoss()
+
+
+def global_sum():
+    return _global_state("sum")
+
+
+def global_graph():
+    return _global_state("graph")
+
+
+def global_list():
+    return _global_state("list")
+
+
+@pytest.mark.parametrize("factory", ["global_sum", "global_graph"])
+def test_a_step_reading_a_module_global_it_changes_is_not_the_same_step_each_time(factory):
+    """Each call adds the previous call's activation, kept in a module global:
+    the recording, the plain runs and the real step are each another step. Not an
+    internal KeyError (a tensor the recording never saw) nor a bare divergence:
+    one line, exit 3, saying the step is not the same each time it runs."""
+    with pytest.raises(NotFaithfulError) as info:
+        execute(*globals()[factory](), ratio=0.95)
+    said = str(info.value)
+    assert "the step is not deterministic even without DTR" in said
+    assert "not the same step each time it runs" in said and "in a global" in said
+    done = dtrf("torch", "run", f"test_torch_runtime:{factory}", "--ratio", "0.95")
+    assert done.code == 3 and done.traceback is None, done.err
+    assert done.err.count("\n") == 1 and "KeyError" not in done.err
+    assert done.err.startswith(f"error: test_torch_runtime:{factory}: the real step is not faithful")
+    assert "not the same step each time it runs" in done.err
+
+
+def test_a_module_global_list_keeping_activations_alive_is_faithful():
+    """Appending each activation to a global list changes no value, and it does so
+    in every run, the recording's included: the log keeps the activation alive to
+    the step's end, the engine counts it, and PyTorch's live
+    bytes equal the engine's at every check. So a match (exit 0) is the truth; the
+    list's last activation is resident and right after the evicting real step."""
+    model, batch, loss_fn = global_list()
+    result = execute(model, batch, loss_fn, ratio=0.95)
+    assert result.victims and result.matches_simulation(), result.mismatch()
+    assert result.alloc_checks > 0 and result.memory_mismatches == 0
+    kept = GLOBAL_STATE["list"][-1]
+    assert kept.untyped_storage().nbytes() == kept.numel() * kept.element_size()
+    assert torch.equal(kept, torch.relu(model.l1(batch[0])).detach())
+    done = dtrf("torch", "run", "test_torch_runtime:global_list", "--ratio", "0.95")
+    assert done.code == 0, done.err
 
 
 def test_live_bytes_unlike_the_engines_are_never_a_match(monkeypatch):

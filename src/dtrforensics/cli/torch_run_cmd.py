@@ -100,6 +100,8 @@ def run_cmd(
         raise CommandError(f"{spec}: {budget_refusal(exc.budget, exc.floor.to_json())}") from None
     except (RecordError, OptionError, ValueError) as exc:
         raise CommandError(f"{spec}: {exc}") from None
+    except NotFaithfulError as exc:   # a step not the same each time it runs: exit 3
+        raise NotFaithfulError(exc.reason, spec) from None
     except SystemExit as exc:       # the user's model code, not a verdict: exit 2
         raise CommandError(f"{spec}: the model's code called sys.exit({exc.code!r}) while the "
                            "step was built, recorded or run") from None

@@ -694,14 +694,13 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         schedule = plan(program, budget, policy)
         first, checks, completed = None, [], True
         measure = workspaces or reserve_workspace is not None
-        for run in step.real_steps(schedule, budget, steps, measure):    # no enumerate: it holds the last
+        real_runs = _unsteady_named(step.real_steps(schedule, budget, steps, measure), unsteady)
+        for run in real_runs:    # no enumerate: it holds the last
             k = len(checks)
             result = _result(step, schedule, run, plains[k], plain_timings[k], budget,
                              least.floor, cost)
             if unsteady[k] is not None:
-                result = dataclasses.replace(result, value_difference=(
-                    f"the step is not deterministic even without DTR: from the same state "
-                    f"{unsteady[k]} (does it keep state outside the model, in a global?)"))
+                result = dataclasses.replace(result, value_difference=_unsteady_reason(unsteady[k]))
             if first is None:
                 first, first_run = result, run if record_dir is not None else None
             checks.append(StepCheck.of(k + 1, result))
@@ -720,6 +719,30 @@ def execute(model: torch.nn.Module, batch, loss_fn, *, budget: int | None = None
         write_real_recording(record_dir, program, schedule, first_run.executor,
                              result.real_summary(), ratio)
     return result
+
+
+def _unsteady_reason(difference: str) -> str:
+    """Why a step whose two plain runs from the same state differ is not a match."""
+    return (f"the step is not deterministic even without DTR: from the same state {difference} "
+            "(does it keep state outside the model, in a global?)")
+
+
+def _unsteady_named(runs: Iterator[RealStep], unsteady: list[str | None]) -> Iterator[RealStep]:
+    """The real steps; one that fails where the plain runs of its number already
+    differed is not the same step each time it runs (state outside the model, a
+    module global it changes): `NotFaithfulError` says so, not the failure's symptom."""
+    done = 0     # the runs yielded: the failing one is number done + 1
+    try:
+        for run in runs:
+            yield run
+            del run
+            done += 1
+    except RecordError as exc:
+        k = min(done, len(unsteady) - 1)
+        if unsteady[k] is None:
+            raise
+        raise NotFaithfulError(f"{_unsteady_reason(unsteady[k])}: it is not the same step each "
+                               f"time it runs, so it cannot follow its recording ({exc})") from None
 
 
 def _check_arguments(budget: int | None, ratio: float | None, optimizer, steps: int) -> None:

@@ -670,6 +670,8 @@ class Executor(StepRecorder):
         before = self.log.ops
         name = super().name_of(t, op)
         if self.log.ops > before:  # a CONSTANT: op `before` of the log
+            if self.log.diverged is not None:    # a tensor the recording never saw
+                raise ScheduleError(self.log.divergence())
             self._binds.clear()
             self.current_op = before
             self.advance(before)
