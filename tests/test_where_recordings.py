@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from hostile import dtrf
 from logdsl import Log
 
 from dtrforensics import db
@@ -444,3 +445,22 @@ def test_a_where_file_that_is_a_fifo_or_a_folder_is_refused_without_blocking(tmp
     side.mkdir()
     with pytest.raises(TraceError, match="where.json"):
         load_program(path, cache=False)
+
+
+def test_intervene_names_where_the_storages_it_changes_were_made(tmp_path, monkeypatch):
+    """`intervene` names the module, phase and source line of each storage its
+    interventions name (text and --json); a log without a where-file prints nothing
+    new."""
+    monkeypatch.chdir(tmp_path)
+    placed(*frontier_log(), tmp_path / "f.log")
+    done = dtrf("intervene", "f.log", "--budget", "200", "--retain", "1,2", "--json")
+    assert json.loads(done.out)["where"] == {
+        "1": {"module": "block.0", "phase": "forward", "source": "model.py:3"},
+        "2": {"module": "block.1", "phase": "forward", "source": "model.py:4"}}
+    text = dtrf("intervene", "f.log", "--budget", "200", "--retain", "1,2").out
+    assert "storage 1: made in block.0 (forward) at model.py:3" in text
+    assert "the storages named are made in block.0, block.1" in text
+    (tmp_path / "plain.log").write_text(frontier_log()[0].text())
+    plain = dtrf("intervene", "plain.log", "--budget", "200", "--retain", "1,2", "--json")
+    assert json.loads(plain.out)["where"] == {}
+    assert "made in" not in dtrf("intervene", "plain.log", "--budget", "200", "--retain", "1").out

@@ -405,8 +405,7 @@ def storage_where(program: Program, found: Explanation) -> dict[int, dict]:
     named |= {s for f in found.forced for s in (f.storage, f.instead_of)}
     for a in found.attempts:
         named |= set(a.change.retain) | ({a.change.force[0]} if a.change.force else set())
-    return {s: {k: program.op_where(int(program.tensor_op[s]), k)
-                for k in ("module", "phase", "source")} for s in sorted(named)}
+    return {s: program.maker_where(s) for s in sorted(named)}
 
 
 def _workers(jobs: int | None, attempts: int, failing_seconds: float) -> int:

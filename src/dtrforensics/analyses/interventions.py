@@ -10,7 +10,7 @@ reused instead of rerunning it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,6 +76,9 @@ class InterventionResult:
     baseline: ComparedRun
     intervention: ComparedRun
     control: ComparedRun
+    # where the maker of each storage the interventions name ran (module, phase,
+    # source): empty for a log without a where-file
+    where: dict[int, dict] = field(default_factory=dict)
 
     @property
     def control_matches(self) -> bool:
@@ -86,7 +89,8 @@ class InterventionResult:
                 "control": self.control.summary, "control_matches": self.control_matches,
                 "recordings": {k: (str(r.recording) if r.recording else None) for k, r in
                                (("baseline", self.baseline), ("intervention", self.intervention),
-                                ("control", self.control))}}
+                                ("control", self.control))},
+                "where": {str(s): w for s, w in sorted(self.where.items())}}
 
 
 def intervene(program: Program, interventions: Interventions, *, ratio: float | None = None,
@@ -101,4 +105,6 @@ def intervene(program: Program, interventions: Interventions, *, ratio: float | 
     baseline = run_once(program, interventions=Interventions(), **common)
     intervention = run_once(program, interventions=replace(interventions, control=False), **common)
     control = run_once(program, interventions=Interventions(control=True), **common)
-    return InterventionResult(baseline, intervention, control)
+    named = {*interventions.retain, *(s for s, _ in interventions.forbid + interventions.force)}
+    where = {s: program.maker_where(s) for s in sorted(named)} if program.where else {}
+    return InterventionResult(baseline, intervention, control, where)

@@ -8,6 +8,7 @@ from rich.console import Group
 
 from ..analyses.interventions import InterventionResult
 from .console import styled
+from .labels import short_source
 from .tables import FitTable
 from .units import fmt_exact_bytes, fmt_overhead
 
@@ -40,5 +41,14 @@ def side_by_side(result: InterventionResult, interventions: dict) -> Group:
     table.caption = f"intervention: {json.dumps({k: v for k, v in interventions.items() if v})}"
     digests = [f"victims sha256, {name}: {s['victims_sha256']}"
                for name, s in zip(("baseline", "intervention", "control"), runs)]
-    return Group(table, *digests)
+    return Group(table, *digests, *named_storages(result.where))
+
+
+def named_storages(where: dict[int, dict]) -> list[str]:
+    """Each storage the interventions name, with where its maker ran in the model;
+    nothing for a log without a where-file."""
+    return [f"storage {s}: made in {w['module'] or 'no module'}"
+            + (f" ({w['phase']})" if w["phase"] else "")
+            + (f" at {short_source(w['source'])}" if w["source"] else "")
+            for s, w in sorted(where.items())]
 

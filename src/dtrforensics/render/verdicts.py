@@ -167,6 +167,9 @@ def intervene_verdict(result: InterventionResult, trace: str, args: list[str]) -
              f"budget {fmt_exact_bytes(b['budget'])}",
              "the control reproduces the baseline exactly" if result.control_matches else
              "the control does NOT reproduce the baseline: the comparison is not valid"]
+    modules = sorted({w["module"] for w in result.where.values() if w["module"]})
+    if modules:
+        lines.insert(1, "the storages named are made in " + ", ".join(modules))
     if result.baseline.recording and result.intervention.recording and not same:
         nxt = command("diff", here(result.baseline.recording), here(result.intervention.recording))
     else:

@@ -155,5 +155,11 @@ class Program:
             return None
         return self.where.of(field_name, op_id)
 
+    def maker_where(self, storage: int) -> dict[str, str | None]:
+        """Where the op that made a storage (its owning tensor) ran: module, phase and
+        source; all None for a log without a where-file."""
+        op = int(self.tensor_op[storage])
+        return {f: self.op_where(op, f) for f in ("module", "phase", "source")}
+
     def is_constant(self, op_id: int) -> bool:
         return self.op_name(op_id) == CONSTANT_OP_NAME
