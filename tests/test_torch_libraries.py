@@ -196,6 +196,61 @@ def test_fake_factory_initialises_as_the_library_does():
     assert rates == pytest.approx([0.1 * i / 11 for i in range(1, 12)])
 
 
+class TruncInitialised(torch.nn.Module):
+    """Initialised as ViT, DeiT, DINOv2 and ModernBERT are: `nn.init.trunc_normal_`,
+    whose redraw loop reads random values (`mask.any()`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+        torch.nn.init.trunc_normal_(self.lin.weight, std=0.02)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def trunc_initialised():
+    torch.manual_seed(0)
+    return TruncInitialised(), (torch.randn(4, 8), torch.randint(0, 4, (4,))), torch.nn.CrossEntropyLoss()
+
+
+class PaddingWarned(torch.nn.Module):
+    """Calls transformers' padding warning on its input ids, as MegatronBERT and
+    DeBERTa-v2 do: an index by a list and a scalar read of the ids."""
+
+    def __init__(self):
+        super().__init__()
+        from types import SimpleNamespace
+        self.config = SimpleNamespace(pad_token_id=0, bos_token_id=None, eos_token_id=None)
+        self.embed = torch.nn.Embedding(16, 8)
+
+    def forward(self, ids):
+        from transformers.modeling_utils import PreTrainedModel
+        PreTrainedModel.warn_if_padding_and_no_attention_mask(self, ids, None)
+        return self.embed(ids).sum(1)
+
+
+def padding_warned():
+    import transformers.modeling_utils  # noqa: F401 (the library patched under fake mode)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 16, (2, 6))
+    return PaddingWarned(), (ids, torch.randint(0, 8, (2,))), torch.nn.CrossEntropyLoss()
+
+
+@pytest.mark.parametrize("factory", ["trunc_initialised", "padding_warned"])
+def test_fake_mode_builds_and_records_what_reads_values_only_to_draw_or_warn(factory, tmp_path):
+    """`trunc_normal_` of a fake tensor is a clamped normal draw (its values do not
+    matter), and the padding warning's reads of the input ids are answered 0 with
+    the same ops run: each builds and records under fake mode, its log equal to
+    the real one byte for byte."""
+    import test_torch_libraries as here
+    real = record(*getattr(here, factory)(), tmp_path / "real.log")
+    fake = record(*build(f"test_torch_libraries:{factory}", fake=True), tmp_path / "fake.log",
+                  fake=True)
+    assert fake.fake and fake.peak == real.peak
+    assert (tmp_path / "fake.log").read_bytes() == (tmp_path / "real.log").read_bytes()
+
+
 # --- every command ------------------------------------------------------------------
 
 # Ratios around each log's first completing budget: the exact sweep walks a

@@ -103,6 +103,9 @@ class ConcreteValues(TorchDispatchMode):
             name not in UNINITIALISED
         written = _written(func, args, kwargs)
         if needs_data(func):
+            if not known and _UNREAD:     # a check that only warns: shapes as fake mode has them
+                return _unread_answer(args[0].dtype) if name == "_local_scalar_dense" \
+                    else func(*args, **kwargs)
             if not known:
                 raise FakeValueError(f"{name} needs tensor values and "
                                      "fake tensors have none (only values computed from Python "
@@ -164,6 +167,58 @@ def _written(func, args, kwargs) -> list:
     return found
 
 
+_UNREAD: list[bool] = []    # non-empty inside `values_unread()`
+
+
+@contextlib.contextmanager
+def values_unread():
+    """A scalar read of a value fake mode does not have answers 0 (False) here, for a
+    library path that reads a value only to decide whether to warn: the ops it runs
+    (logged as the real step logs them) are the same whatever the answer. Other ops
+    that need values (an index by a list) get the shapes fake mode gives them."""
+    _UNREAD.append(True)
+    try:
+        yield
+    finally:
+        _UNREAD.pop()
+
+
+def _unread_answer(dtype: torch.dtype):
+    if dtype == torch.bool:
+        return False
+    return 0.0 if dtype.is_floating_point else 0j if dtype.is_complex else 0
+
+
+def _warning_only(method):
+    """`method`, a library check that only warns, with its value reads unread."""
+    def unread(*args, **kwargs):
+        with values_unread():
+            return method(*args, **kwargs)
+    return unread
+
+
+# Library checks that read input values only to decide whether to warn.
+WARNING_ONLY = (("transformers.modeling_utils", "PreTrainedModel",
+                 "warn_if_padding_and_no_attention_mask"),)
+
+
+@contextlib.contextmanager
+def _warnings_unread():
+    """Every `WARNING_ONLY` method of a library already imported, its reads unread."""
+    patched = []
+    for module_name, owner_name, attr in WARNING_ONLY:
+        owner = getattr(sys.modules.get(module_name), owner_name, None)
+        method = vars(owner).get(attr) if isinstance(owner, type) else None
+        if callable(method):
+            patched.append((owner, attr, method))
+            setattr(owner, attr, _warning_only(method))
+    try:
+        yield
+    finally:
+        for owner, attr, method in patched:
+            setattr(owner, attr, method)
+
+
 @contextlib.contextmanager
 def real_paths():
     """Libraries that branch on "is this a FakeTensor" take their real-mode path.
@@ -173,14 +228,18 @@ def real_paths():
     runs (its packed-sequence check, `.all()` then a scalar read, is skipped). Here
     the fake step has the real step's concrete values, so it takes the eager path
     and its log equals the real one; a read of a value fake mode does not have
-    still fails, naming the op."""
+    still fails, naming the op, except in a check that only warns
+    (`WARNING_ONLY`: transformers' padding warning reads the input ids), where
+    the read is answered 0 and the same ops run."""
     module = sys.modules.get("transformers.utils.import_utils")
     if module is None or not hasattr(module, "is_fake_tensor"):
-        yield
+        with _warnings_unread():
+            yield
         return
     original = module.is_fake_tensor
     module.is_fake_tensor = lambda _x: False
     try:
-        yield
+        with _warnings_unread():
+            yield
     finally:
         module.is_fake_tensor = original

@@ -66,8 +66,34 @@ def fake_context():
 
     from .concrete import ConcreteValues, real_paths
     mode = FakeTensorMode()
-    with mode, ConcreteValues(mode), real_paths(), _FakeDeepcopy(), _swappable():
+    with mode, ConcreteValues(mode), real_paths(), _FakeDeepcopy(), _swappable(), \
+            _fake_trunc_normal():
         yield mode
+
+
+@contextlib.contextmanager
+def _fake_trunc_normal():
+    """`nn.init.trunc_normal_` of a fake tensor as a normal draw clamped to [a, b].
+
+    PyTorch redraws the values outside [a, b] until none is left, a loop on
+    `mask.any()` over random values, which fake mode cannot read (ViT, DeiT,
+    DINOv2 and ModernBERT initialise with it). Under fake mode values do not
+    matter, only shapes and the ops' kind: the same tensor, filled in place."""
+    from torch.nn import init
+
+    from .concrete import _is_fake
+    original = init._no_grad_trunc_normal_
+
+    def trunc_normal(tensor, mean, std, a, b, generator=None):
+        if not _is_fake(tensor):
+            return original(tensor, mean, std, a, b, generator=generator)
+        with torch.no_grad():
+            return tensor.normal_(mean, std, generator=generator).clamp_(a, b)
+    init._no_grad_trunc_normal_ = trunc_normal
+    try:
+        yield
+    finally:
+        init._no_grad_trunc_normal_ = original
 
 
 @contextlib.contextmanager
