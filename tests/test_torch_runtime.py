@@ -918,6 +918,39 @@ def test_a_module_global_list_keeping_activations_alive_is_faithful():
     assert done.code == 0, done.err
 
 
+class DrawsOutsideTorch(nn.Module):
+    """Scales its activation by draws from numpy's and Python's global generators, as
+    wav2vec2 draws its time masks from numpy."""
+
+    def __init__(self, source: str):
+        super().__init__()
+        self.source, self.l1, self.l2 = source, nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        import random
+
+        import numpy
+        draw = numpy.random.rand() if self.source == "numpy" else random.random()
+        return self.l2(torch.relu(self.l1(x)) * (1.0 + draw))
+
+
+@pytest.mark.parametrize("source", ["numpy", "python"])
+def test_a_step_drawing_from_numpy_or_python_random_runs_from_the_same_state(source):
+    """Each run of the step (recording, plain runs, real step) starts from the same
+    numpy and Python random states, as from the same torch state: the two plain
+    runs agree and the evicting real step matches."""
+    import random
+
+    import numpy
+    torch.manual_seed(0)
+    batch = (torch.randn(8, 8), torch.randint(0, 4, (8,)))
+    numpy.random.seed(1)
+    random.seed(1)
+    result = execute(DrawsOutsideTorch(source), batch, nn.CrossEntropyLoss(), ratio=0.9)
+    assert result.victims and result.matches_simulation(), result.mismatch()
+    assert result.outcome == "ok" and result.loss == result.plain_loss
+
+
 def test_live_bytes_unlike_the_engines_are_never_a_match(monkeypatch):
     """A mismatch planted at the third allocation check (the engine's memory one byte
     more than PyTorch's live bytes): exit 3, naming the check, the op and both

@@ -21,7 +21,9 @@ import dataclasses
 import functools
 import gc
 import hashlib
+import random
 import struct
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -286,7 +288,7 @@ class StepCheck:
 
 class _State:
     """Parameters, buffers, gradients, the modules' plain Python attributes and the
-    random state before the step."""
+    random state before the step (torch's, and Python's and numpy's generators)."""
 
     def __init__(self, model: torch.nn.Module):
         with torch.no_grad():
@@ -295,6 +297,10 @@ class _State:
                           for p in model.parameters()]
         self.rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if _cuda_in_use() else None
+        # Python's and numpy's generators: a model may draw there (wav2vec2's time masks)
+        self.py_rng = random.getstate()
+        numpy = sys.modules.get("numpy")
+        self.np_rng = (numpy, numpy.random.get_state()) if numpy is not None else None
         self.python = _python_state(model)
         self.attributes = [(module, key, value) for _, module, key, value in _plain_attributes(model)]
 
@@ -313,6 +319,10 @@ class _State:
         torch.set_rng_state(self.rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
+        random.setstate(self.py_rng)
+        if self.np_rng is not None:
+            numpy, state = self.np_rng
+            numpy.random.set_state(state)
 
 
 def _plain_attributes(model: torch.nn.Module):
