@@ -1534,3 +1534,102 @@ def test_a_full_disk_leaves_the_old_file_whole(ws, tmp_path, args, target):
     assert res.returncode != 0, res.stderr
     assert (tmp_path / target).read_text() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["SWEEP", target]), res.stderr
+
+
+# --- writers stay in their lane: default folders, links, replaced folders -----------------
+
+@pytest.mark.parametrize("where,args,message", [
+    ("REC", ("sweep", TRACE, "--from", "0.9", "--to", "0.91", "--step", "0.01"),
+     "inside the recording"),
+    ("REC", ("compare-policies", TRACE, "--from", "0.9", "--to", "0.91", "--step", "0.01",
+             "--policy", "dtr,lru"), "inside the recording"),
+    ("REC", ("replay", f"{TRACE}@0.5"), "inside the recording"),
+    ("REC", ("reproduce", "--quick"), "inside the recording"),
+    ("REC", ("export", ".", "-f", "perfetto"), "inside the recording"),
+    ("SWEEP/runs", ("sweep", TRACE, "--from", "0.9", "--to", "0.91", "--step", "0.01"),
+     "runs/ folder"),
+    ("SWEEP/runs", ("export", "..", "-f", "csv"), "runs/ folder"),
+])
+def test_default_output_folders_are_refused_inside_a_recording_or_a_sweeps_runs(
+        ws, tmp_path, where, args, message):
+    """Run from inside a recording (or a sweep's runs/), a command's default output
+    folder (recordings/sweeps/..., recordings/cache, recordings/reproduce, recordings/)
+    landed inside it and damaged it: refused as an explicit one is, before anything
+    is created."""
+    shutil.copytree(ws / where.split("/")[0], tmp_path / where.split("/")[0])
+    check(tmp_path / where, args, EXIT_USER, message)
+
+
+def test_a_sweeps_runs_folder_that_is_a_link_is_never_written_through(ws, tmp_path):
+    """runs/ replaced by a link to a recording: the part files landed in the recording."""
+    shutil.copytree(ws / "REC", tmp_path / "REC")
+    shutil.copytree(ws / "SWEEP", tmp_path / "s")
+    shutil.rmtree(tmp_path / "s" / "runs")
+    os.symlink("../REC", tmp_path / "s" / "runs")
+    check(tmp_path, ("sweep", TRACE, "--from", "0.3", "--to", "1.0", "--step", "0.05",
+                     "--jobs", "1", "--out", "s", "--no-progress"), EXIT_USER, "is a link")
+
+
+def test_a_linked_part_file_is_never_read(ws, tmp_path):
+    """A link in a sweep's runs/ to a part file elsewhere was read by `dtrf sql` (and the
+    file outside added to DuckDB's allowed paths): only the folder's own files count."""
+    out = tmp_path / "s"
+    shutil.copytree(ws / "SWEEP", out)
+    (part,) = (out / "runs").glob("part-*.parquet")
+    (tmp_path / "elsewhere").mkdir()
+    outside = tmp_path / "elsewhere" / part.name
+    shutil.copy(part, outside)
+    os.symlink(outside, out / "runs" / "part-00000000000000000000-1-00001.parquet")
+    result = dtrf("sql", "SELECT count(*) AS n FROM runs", out, "--csv", cwd=tmp_path)
+    assert result.code == 0 and result.traceback is None, result.err
+    assert result.out.split() == ["n", str(pq.read_metadata(part).num_rows)]
+    assert "a link" in result.err
+
+
+def test_overwriting_a_recording_names_it(ws, tmp_path):
+    rec = tmp_path / "rec"
+    shutil.copytree(ws / "REC", rec)
+    result = dtrf("run", TRACE, "--ratio", "0.5", "--record", rec, "--overwrite", cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert f"replaced {rec}" in result.err.splitlines(), result.err
+    result = dtrf("run", TRACE, "--ratio", "0.5", "--record", tmp_path / "new", cwd=tmp_path)
+    assert result.code == 0 and "replaced" not in result.err, result.err
+
+
+@pytest.mark.parametrize("args", [
+    ("run", TRACE, "--ratio", "0.6", "--record", "new/deep/r"),
+    ("sweep", TRACE, "--from", "0.9", "--to", "0.91", "--step", "0.01", "--out", "new/b/c"),
+    ("compare-policies", TRACE, "--policy", "dtr,lru", "--from", "0.9", "--to", "0.91",
+     "--step", "0.01", "--out", "new/b/c"),
+    ("explain", TRACE, "--ratio", "0.5", "--record-root", "new/b/c"),
+    ("replay", f"{TRACE}@0.5", "--cache", "new/b/c"),
+])
+def test_no_output_folder_creates_its_parent(ws, args):
+    """`--record nodir/deep/r` made every missing folder: the tool's own new folder
+    is made, but a parent a typo named must exist (as an output file's folder)."""
+    check(ws, args, EXIT_USER, "does not exist")
+
+
+def test_a_file_written_meanwhile_then_replaced_is_named(tmp_path, capsys):
+    """Two writers of one file: the one renaming last replaced a file that did not exist
+    when it started (a before/after comparison saw nothing to name)."""
+    from dtrforensics.cli.common import reporting_replaced
+    from dtrforensics.fsutil import atomic_path
+    target = tmp_path / "x.parquet"
+    with reporting_replaced(target):
+        target.write_text("the other command's")
+        with atomic_path(target) as tmp:
+            tmp.write_text("mine")
+    assert f"replaced {target}" in capsys.readouterr().err.splitlines()
+    with reporting_replaced(tmp_path / "fresh"):
+        with atomic_path(tmp_path / "fresh") as tmp:
+            tmp.write_text("mine")
+    assert "replaced" not in capsys.readouterr().err
+
+
+def test_the_tools_own_recordings_folder_is_made_whole(tmp_path):
+    """The README's `--record recordings/resnet32-0.104` in a new folder: parents under
+    the current folder's `recordings/` are the tool's own, and made."""
+    result = dtrf("run", TRACE, "--ratio", "0.6", "--record", "recordings/deep/r", cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert open_recording(tmp_path / "recordings" / "deep" / "r").run["ratio"] == 0.6

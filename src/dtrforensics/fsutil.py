@@ -59,6 +59,9 @@ def atomic_path(dest: str | os.PathLike, *, make_parents: bool = False) -> Itera
     os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have created it
     try:
         yield Path(tmp)
+        if os.path.lexists(dest):
+            key = os.path.realpath(dest)
+            _REPLACED[key] = _REPLACED.get(key, 0) + 1
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -67,6 +70,15 @@ def atomic_path(dest: str | os.PathLike, *, make_parents: bool = False) -> Itera
 
 
 _HOST_TAG = f"{zlib.crc32(socket.gethostname().encode()):08x}"
+_REPLACED: dict[str, int] = {}  # file -> times an atomic write of this process renamed onto it
+
+
+def replacements(path: str | os.PathLike) -> int:
+    """How many times an atomic write of this process replaced a file at `path` (links
+    followed), one that appeared after the command looked (written meanwhile by
+    another command) included, which a before/after comparison cannot see: compare
+    the count before and after a command."""
+    return _REPLACED.get(os.path.realpath(path), 0)
 
 
 def _remove_dead_temps(dest: Path) -> None:

@@ -95,15 +95,18 @@ def require_control(matches: bool | None) -> None:
 
 @contextmanager
 def reporting_replaced(*paths: str | Path | None) -> Iterator[None]:
-    """Say `replaced PATH` on stderr for each output file that existed before the
-    block and was written by it (the file is replaced, as asked, but never silently),
-    also when the block then fails. None and `-` (stdout) are skipped."""
-    before = {p: _identity(p) for p in paths if p is not None and str(p) != "-"}
+    """Say `replaced PATH` on stderr for each output file (or recording folder) that
+    existed before the block and was written by it (the file is replaced, as asked, but
+    never silently), also when the block then fails, and for each one that appeared
+    during the block (another command's) and was then replaced by an atomic write of
+    this one (`fsutil.replacements`). None and `-` (stdout) are skipped."""
+    from ..fsutil import replacements
+    before = {p: (_identity(p), replacements(p)) for p in paths if p is not None and str(p) != "-"}
     try:
         yield
     finally:
-        for path, was in before.items():
-            if was is not None and _identity(path) != was:
+        for path, (was, renamed) in before.items():
+            if (was is not None and _identity(path) != was) or replacements(path) > renamed:
                 print(f"replaced {path}", file=sys.stderr)
 
 
@@ -117,11 +120,15 @@ def log_files(log: str | Path | None) -> tuple[Path, ...]:
 
 
 def _identity(path: str | Path) -> tuple | None:
-    """What changes when a file is replaced or written (links followed); None: no file."""
+    """What changes when a file is replaced or written, or a folder replaced (a
+    recording's, by `--overwrite`: a new folder takes its place), links followed;
+    None: no file or folder."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):
         return None
+    if stat.S_ISDIR(st.st_mode):
+        return st.st_dev, st.st_ino
     if not stat.S_ISREG(st.st_mode):
         return None
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns

@@ -16,7 +16,7 @@ import typer
 
 from .common import print_json, reporting_replaced
 from .errors import CommandError
-from .options import at_least, output_file_or_stdout
+from .options import at_least, output_file_or_stdout, refuse_protected
 
 RECORDING_FORMATS = ("perfetto", "memory-viz")
 TABLE_FORMATS = ("csv", "parquet")
@@ -82,7 +82,8 @@ def export(
     if fmt in TABLE_FORMATS and recording:
         raise CommandError(f"{fmt} exports a sweep's runs table; {source} is a recording "
                            "(query its tables with `dtrf sql ... --csv/--parquet`)")
-    if output is None:
+    if output is None:      # the default passes the check an explicit -o passes, first
+        refuse_protected(out)
         DEFAULT_DIR.mkdir(exist_ok=True)
     try:
         with reporting_replaced(out):

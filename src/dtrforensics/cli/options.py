@@ -189,12 +189,14 @@ def split_policies(text: str) -> tuple[str, ...]:
 FILE, FOLDER = "an output file", "an output folder"
 
 
-def _output(param: typer.CallbackParam, value, *, stdout: bool, what: str):
+def _output(param: typer.CallbackParam, value, *, stdout: bool, what: str,
+            ctx: typer.Context | None = None):
     """The one check of every output path: `-` is stdout where the command offers it and
     refused where it does not (`./-` names a file called `-`); a path that is or lies
     inside a recording (`recorder.reader.enclosing_recording`), or is a sweep's own file
     (`sweep.store.enclosing_sweep`: its sweep.json, sweep.lock, runs/), is refused; an
-    output file's folder must exist (`fsutil.require_parent`: no folder is created)."""
+    output file's folder must exist (`fsutil.require_parent`: no folder is created),
+    and so must a named output folder's parent (the folder itself may be made)."""
     if value is None or str(value) == "":
         return value
     if str(value) == "-":
@@ -206,7 +208,28 @@ def _output(param: typer.CallbackParam, value, *, stdout: bool, what: str):
     if what == FILE:
         from ..fsutil import require_parent
         require_parent(value)
+    elif given(ctx, param):
+        require_folder_parent(value)
     return value
+
+
+def given(ctx: typer.Context | None, param: typer.CallbackParam) -> bool:
+    """Whether the user named this option's value (not its default): a folder the user
+    names is made, but never its parent (output paths never create folders a typo
+    named); a default folder (`recordings/cache`) is the tool's own and made whole."""
+    source = ctx.get_parameter_source(param.name) if ctx is not None else None
+    return source is None or source.name != "DEFAULT"
+
+
+def require_folder_parent(value) -> None:
+    """OptionError unless a named output folder's parent exists: the folder is made,
+    never a missing parent a typo named, except inside the tool's own `recordings/`
+    of the current folder (`--record recordings/r`, `-o recordings/sweeps/s`)."""
+    from ..fsutil import require_parent
+    own = Path("recordings").absolute()
+    path = Path(value).absolute()
+    if path != own and not path.is_relative_to(own):
+        require_parent(value)
 
 
 def refuse_protected(path, what: str = FILE) -> None:
@@ -228,7 +251,7 @@ def output_file_or_stdout(param: typer.CallbackParam, value):
     return _output(param, value, stdout=True, what=FILE)
 
 
-def recording_folder(param: typer.CallbackParam, value):
+def recording_folder(ctx: typer.Context, param: typer.CallbackParam, value):
     """Callback of a --record folder: the folder may be a recording (`--overwrite`
     replaces it, `recorder.writer.Recorder.check_target`), but not lie inside one
     nor be a sweep's own file."""
@@ -238,13 +261,15 @@ def recording_folder(param: typer.CallbackParam, value):
     from ..sweep.store import refuse_sweep_file
     refuse_inside_recording(Path(value).absolute().parent, "a recording folder")
     refuse_sweep_file(value, "a recording folder")
+    if given(ctx, param):
+        require_folder_parent(value)    # the recording's folder is made, not its parent
     return value
 
 
-def new_recording_folder(param: typer.CallbackParam, value):
+def new_recording_folder(ctx: typer.Context, param: typer.CallbackParam, value):
     """Callback of a --record folder of a command that never replaces a recording
     (`torch run`): refused, with what to do, when the folder exists."""
-    recording_folder(param, value)
+    recording_folder(ctx, param, value)
     if value is not None and str(value) != "" and os.path.lexists(value):
         raise validate.OptionError(f"{param.opts[0]} {value}: it already exists, and this "
                                    "command never replaces a folder; choose a new folder "
@@ -252,9 +277,9 @@ def new_recording_folder(param: typer.CallbackParam, value):
     return value
 
 
-def output_folder(param: typer.CallbackParam, value):
+def output_folder(ctx: typer.Context, param: typer.CallbackParam, value):
     """Callback of an output folder option (sweeps, runs, reports)."""
-    return _output(param, value, stdout=False, what=FOLDER)
+    return _output(param, value, stdout=False, what=FOLDER, ctx=ctx)
 
 
 def _setting_value(text: str, pair: str = ""):

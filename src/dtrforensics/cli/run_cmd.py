@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .common import reporting_replaced
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import (
@@ -59,9 +60,10 @@ def run(
     try:
         if record is not None:
             from ..recorder.record import record_run
-            result, where = record_run(program, out_dir=record or None, scores=scores,
-                                       interventions=interventions, overwrite=overwrite,
-                                       **run_args)
+            with reporting_replaced(record or None):    # --overwrite never replaces silently
+                result, where = record_run(program, out_dir=record or None, scores=scores,
+                                           interventions=interventions, overwrite=overwrite,
+                                           **run_args)
         else:
             result = replay(program, interventions=interventions, **run_args)
     except (InterventionError, ValueError) as exc:

@@ -127,6 +127,24 @@ def refuse_sweep_file(path: str | os.PathLike, what: str = "an output file") -> 
                                f"{LOCK_FILE} and {RUNS_DIR}/): choose {what} elsewhere")
 
 
+def refuse_unsafe_folder(folder: str | os.PathLike, what: str = "a sweep folder", *,
+                         own: bool = False) -> None:
+    """The one check of a folder a writer fills (a sweep folder, its runs/): RefusedError
+    if it is a link (its files would land wherever it points), lies inside a recording
+    or (unless it is the writer's `own` sweep file) is a sweep's own file, as given or
+    with its links resolved. Run it before anything is created, for a folder given or a
+    default one alike."""
+    from ..recorder.reader import refuse_inside_recording
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise RefusedError(f"{folder} is a link, not a folder: refusing to write through it "
+                           f"(its files would land in {os.path.realpath(folder)}); "
+                           f"choose {what}")
+    refuse_inside_recording(folder, what)
+    if not own:
+        refuse_sweep_file(folder, what)
+
+
 @dataclass(frozen=True)
 class SweepParams:
     """Everything that decides which points a sweep runs and what they yield.
@@ -355,7 +373,10 @@ class SweepStore:
 
     def open_or_create(self, params: SweepParams, trace: TraceInfo,
                        range_bytes: tuple[int, int]) -> bool:
-        """Create the sweep, or check a stored one matches. True when resuming."""
+        """Create the sweep, or check a stored one matches. True when resuming.
+        The folder and its runs/ pass `refuse_unsafe_folder` first."""
+        refuse_unsafe_folder(self.path)
+        refuse_unsafe_folder(self.runs_dir, "another sweep folder", own=True)
         if self.exists():
             stored = self.read_doc()
             if stored["trace"]["sha256"] != trace.sha256:
@@ -543,11 +564,18 @@ class SweepStore:
         return good
 
     def checked_parts(self) -> list[tuple[Path, str | None]]:
-        """Every part file with what is wrong with it (None: nothing)."""
+        """Every part file with what is wrong with it (None: nothing). Only the
+        folder's own regular files are read: a link (to a file anywhere) is a problem,
+        and a runs/ that is a link is not read at all (warned)."""
+        if self.runs_dir.is_symlink():
+            warnings.warn(f"skipping {self.runs_dir}: a link, not the sweep's own folder",
+                          CorruptPartWarning, stacklevel=3)
+            return []
         if not self.runs_dir.is_dir():
             return []
         expected = self._expected()
-        return [(p, _part_problem(p, expected))
+        return [(p, "a link, not a file of the sweep's own" if p.is_symlink()
+                 else _part_problem(p, expected))
                 for p in sorted(self.runs_dir.glob("part-*.parquet"))]
 
     def set_aside_corrupt(self) -> list[Path]:
@@ -585,6 +613,7 @@ class SweepStore:
         table = pa.Table.from_pylist(self._buffer, schema=RUN_SCHEMA).replace_schema_metadata(
             {IDENTITY_KEY: self.identity().encode(),
              TRACE_KEY: self.read_doc()["trace"]["sha256"].encode()})
+        refuse_unsafe_folder(self.runs_dir, "another sweep folder", own=True)
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._parts += 1
         name = f"part-{time.time_ns():020d}-{os.getpid()}-{self._parts:05d}.parquet"
