@@ -64,8 +64,12 @@ USER_ERRORS = [
     (("run", TRACE, "--ratio", "1e12"), "bytes a budget may be"),
     (("run", TRACE, "--ratio", "0"), "> 0"),
     (("run", TRACE, "--ratio", "-0.5"), "> 0"),
-    (("run", TRACE, "--budget", "9223372036854775808"), "between 0 and"),
-    (("run", TRACE, "--budget", "-1"), "between 0 and"),
+    (("run", TRACE, "--budget", "9223372036854775808"), "between 1 and"),
+    (("run", TRACE, "--budget", "-1"), "between 1 and"),
+    (("run", TRACE, "--budget", "0"), "a budget must be > 0"),
+    (("explain", TRACE, "--budget", "0"), "a budget must be > 0"),
+    (("intervene", TRACE, "--budget", "0", "--retain", "3"), "a budget must be > 0"),
+    (("oom", f"{TRACE}@0B"), "a budget must be > 0"),
     (("run", TRACE), "exactly one of --ratio or --budget"),
     (("oom", f"{TRACE}@inf"), "finite"),
     (("oom", f"{TRACE}@nan"), "finite"),
@@ -78,6 +82,15 @@ USER_ERRORS = [
     (("run", TRACE, "--ratio", "0.6", "--timeout", "0"), "--timeout must be > 0"),
     (("run", TRACE, "--ratio", "0.6", "--timeout", "nan"), "finite"),
     (("run", TRACE, "--ratio", "0.6", "--timeout", "inf"), "finite"),
+    (("run", TRACE, "--ratio", "0.6", "--timeout", "1e308"), "at most 31,536,000 seconds"),
+    (("run", TRACE, "--ratio", "0.6", "--timeout", str(1 << 63)), "at most 31,536,000 seconds"),
+    (("sweep", TRACE, "--from", "0.1", "--to", "0.2", "--step", "0.01", "--max-seconds",
+      "1e308", "--out", "S1"), "--max-seconds must be <= 3.1536e+07"),
+    (("sweep", TRACE, "--from", "0.1", "--to", "0.2", "--step", "0.01", "--min-step",
+      "1e308", "--out", "S1"), "--min-step must be <="),
+    (("sweep", TRACE, "--from", "0.1", "--to", "0.2", "--step", "0.01", "--overhead-jump",
+      str(1 << 63), "--out", "S1"), "--overhead-jump must be <="),
+    (("run", TRACE, "--ratio", "0.6", "--thrash-limit", "1e308"), "whatever the trace"),
     (("run", TRACE, "--ratio", "0.6", "--thrash-limit", "inf"), "finite"),
     (("run", TRACE, "--ratio", "0.6", "--thrash-limit", "0"), "must be >= 1"),
     (("run", TRACE, "--ratio", "0.6", "--thrash-limit", "0.5"), "must be >= 1"),
@@ -101,6 +114,18 @@ USER_ERRORS = [
     (("run", TRACE, "--ratio", "0.6", "--retain", "999999"), "not a storage id"),
     (("run", TRACE, "--ratio", "0.6", "--retain-ops", "1..2"), "--retain-ops needs --retain"),
     (("run", TRACE, "--ratio", "0.6", "--forbid-victim", "3"), "STORAGE@DECISION"),
+    (("run", TRACE, "--ratio", "0.5", "--force-victim", f"3@{1 << 63}"), "decision index"),
+    (("run", TRACE, "--ratio", "0.5", "--forbid-victim", f"3@{1 << 63}"), "decision index"),
+    (("run", TRACE, "--ratio", "0.5", "--forbid-victim", "3@-1"), "decision index"),
+    (("run", TRACE, "--ratio", "0.5", "--force-victim", f"{1 << 64}@1"), "storage id"),
+    (("intervene", TRACE, "--ratio", "0.5", "--force-victim", f"3@{1 << 63}"), "decision index"),
+    (("intervene", TRACE, "--ratio", "0.5", "--forbid-victim", f"3@{1 << 63}"),
+     "decision index"),
+    (("run", TRACE, "--ratio", "0.5", "--retain", f"3,{1 << 63}"), "--retain"),
+    (("intervene", TRACE, "--ratio", "0.5", "--retain", "-3"), "--retain"),
+    (("run", TRACE, "--ratio", "0.5", "--retain", "3", "--retain-ops", f"0..{1 << 64}"),
+     "op id"),
+    (("replay", "REC", "--ops", f"{1 << 63}..{1 << 64}"), "op id"),
     (("replay", "REC", "--ops", "0..9999"), "outside the trace"),
     (("replay", "REC", "--ops", "9..3"), "reversed"),
     (("replay", "REC", "--ops", "a..b"), "A..B"),
@@ -448,10 +473,10 @@ def test_run_numeric_options_never_crash(tmp_path, ratio, timeout, thrash):
 @settings(max_examples=40, deadline=None)
 @given(budget=st.integers(min_value=-(1 << 70), max_value=1 << 70))
 def test_budgets_are_checked_at_the_library_door(budget):
-    if 0 <= budget <= validate.MAX_BYTES:
+    if 1 <= budget <= validate.MAX_BYTES:
         assert validate.budget(budget) == budget
     else:
-        with pytest.raises(OptionError, match="between 0 and"):
+        with pytest.raises(OptionError, match="between 1 and"):
             validate.budget(budget)
 
 
@@ -489,8 +514,8 @@ def _numeric_options() -> list[tuple[str, str]]:
 
 
 def _out_of_range(option_type: str) -> list[str]:
-    if option_type == "FloatParamType":
-        return ["nan", "inf", "-inf"]
+    if option_type == "FloatParamType":     # every float option has a finite maximum
+        return ["nan", "inf", "-inf", "1e308", str(1 << 63)]
     return [str(1 << 63), str(-(1 << 63) - 1), "99999999999999999999"]
 
 
@@ -545,7 +570,8 @@ def test_torch_numbers_are_refused_before_the_model_is_built(tmp_path, monkeypat
     ({"ratio": float("inf")}, "ratio must be a finite number"),
     ({"ratio": float("-inf")}, "ratio must be a finite number"),
     ({"ratio": 1e308}, "bytes a budget may be"),
-    ({"budget": 1 << 63}, "budget must be between 0 and"),
+    ({"budget": 1 << 63}, "budget must be between 1 and"),
+    ({"budget": 0}, "a budget must be > 0"),
 ])
 def test_torch_execute_checks_its_budget_before_the_step(monkeypatch, given, message):
     """The library's door: `execute(ratio=inf)` recorded and ran the step, then crashed."""
@@ -619,6 +645,64 @@ def test_every_user_error_is_printed_in_one_line(capsys):
     from dtrforensics.cli.errors import report_user_error
     assert report_user_error(UserError("a library's\n   message\n\nover lines")) == EXIT_USER
     assert capsys.readouterr().err == "error: a library's message over lines\n"
+
+
+@pytest.mark.parametrize("args,names", [
+    (("run", TRACE, "--budget", "inf"), ("--budget", "dtrf run --help")),
+    (("run", TRACE, "--budget", "1.5"), ("--budget", "dtrf run --help")),
+    (("run", TRACE, "--bogus"), ("--bogus", "dtrf run --help")),
+    (("run",), ("trace", "dtrf run --help")),
+    (("nosuchcmd",), ("nosuchcmd", "dtrf --help")),
+    (("--bogus",), ("--bogus", "dtrf --help")),
+    (("traces", "list", "--bogus"), ("--bogus", "dtrf traces list --help")),
+    (("sql", "SELECT 1", "REC", "--limit", "many"), ("--limit", "dtrf sql --help")),
+])
+def test_a_usage_error_is_one_error_line(ws, args, names):
+    """click's own report is four lines (Usage, Try, blank, Error); ours is one
+    `error:` line naming what is wrong and where the help is, exit 2."""
+    result = dtrf(*args, cwd=ws)
+    assert result.traceback is None, result.traceback
+    assert result.code == EXIT_USER, result.err
+    assert result.err.count("\n") == 1 and result.err.startswith("error: "), result.err
+    assert all(name in result.err for name in names), result.err
+    assert result.out == ""
+
+
+@pytest.mark.parametrize("args", [("--help",), ("run", "--help"), ("--version",), ()])
+def test_help_and_version_still_succeed(args):
+    result = dtrf(*args)
+    assert (result.code, result.err, result.traceback) == (0, "", None)
+    assert "dtrf" in result.out
+
+
+def test_the_sql_table_shows_control_characters_escaped(ws):
+    """A TAB split a value, a leading CR hid it, a newline looked like two rows and
+    an ESC reached the terminal raw; CSV and JSON keep the values exact."""
+    query = ("SELECT 'a' || chr(9) || 'b' AS tab, chr(13) || 'cr' AS cr, "
+             "'l1' || chr(10) || 'l2' AS nl, chr(27) || '[31mred' AS esc")
+    shown = dtrf("sql", query, "REC", cwd=ws)
+    assert shown.code == 0, shown.err
+    for raw, escaped in (("\t", r"a\tb"), ("\r", r"\rcr"), ("\x1b", r"\x1b[31mred")):
+        assert raw not in shown.out and escaped in shown.out, shown.out
+    assert r"l1\nl2" in shown.out
+    exact = dtrf("sql", query, "REC", "--json", cwd=ws)
+    assert json.loads(exact.out) == [{"tab": "a\tb", "cr": "\rcr", "nl": "l1\nl2",
+                                      "esc": "\x1b[31mred"}]
+    assert "a\tb" in dtrf("sql", query, "REC", "--csv", cwd=ws).out
+
+
+def test_the_narrow_sql_view_shows_control_characters_escaped():
+    """Too narrow for a table, the rows become `key: value` lines: escaped too."""
+    from rich.console import Console
+
+    from dtrforensics.render.recording import result_table
+    console = Console(width=24, record=True, color_system=None)
+    console.print(result_table([("a_long_column_name", "VARCHAR"), ("another_long_name", "VARCHAR")],
+                               [("x\ty\nz", "\x1b[2J\rq")]))
+    text = console.export_text()
+    assert "a_long_column_name:" in text and "┃" not in text, text     # the fallback
+    assert "\t" not in text and "\x1b" not in text and "\r" not in text, repr(text)
+    assert r"x\ty\nz" in text and r"\x1b[2J\rq" in text, text
 
 
 def test_a_victim_pin_the_run_never_reaches_is_reported(ws):

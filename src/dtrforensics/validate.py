@@ -18,6 +18,10 @@ MAX_BYTES = 1 << 62          # budgets and derived limits: far beyond any device
 MAX_SEED = (1 << 63) - 1
 MAX_INT = (1 << 63) - 1     # any other whole number an option takes: inside int64
 MAX_DIM = (1 << 31) - 1     # a tensor size given on the command line (--batch, --seq, --image-size)
+MAX_SECONDS = 365 * 24 * 3600.0     # a timeout or time limit: a year (threads and clocks take it)
+# A ratio step or range, an overhead factor or jump: beyond this no budget (a ratio of
+# a peak of at least one byte) and no overhead the engine's clock holds can reach.
+MAX_FACTOR = float(MAX_BYTES)
 
 
 def finite(value: float, what: str) -> float:
@@ -46,27 +50,39 @@ def ratio(value: float, what: str = "--ratio", peak: int | None = None) -> float
     return value
 
 
-def budget(value: int, what: str = "--budget") -> int:
-    """A budget in bytes: an integer in [0, MAX_BYTES]."""
+def budget(value: int, what: str = "--budget", minimum: int = 1) -> int:
+    """A budget in bytes: an integer in [1, MAX_BYTES]. The one rule for every budget
+    a user gives (options, run specs, library calls): a budget of 0 bytes is refused,
+    not run as an OOM at op 0. The engine alone passes minimum=0, as a ratio's floor
+    (or a sweep's grid point) of a tiny peak can be 0 bytes."""
     if isinstance(value, float):
         if not value.is_integer():
             raise OptionError(f"{what} must be a whole number of bytes, got {value!r}")
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise OptionError(f"{what} must be a whole number of bytes, got {value!r}")
-    if not 0 <= value <= MAX_BYTES:
-        raise OptionError(f"{what} must be between 0 and {MAX_BYTES:,} bytes, got {value:,}")
+    if not minimum <= value <= MAX_BYTES:
+        raise OptionError(f"{what} must be between {minimum} and {MAX_BYTES:,} bytes "
+                          f"(a budget must be > 0), got {value:,}")
     return value
 
 
 def timeout(value: float | None, what: str = "--timeout", zero_ok: bool = False) -> float | None:
-    """A wall-clock limit in seconds: None (no limit) or finite and > 0 (a library
-    caller may ask for 0: stop at the first check)."""
+    """A wall-clock limit in seconds: None (no limit) or finite, > 0 (a library
+    caller may ask for 0: stop at the first check) and at most MAX_SECONDS (a year:
+    no limit is written as none, not as 1e308)."""
     if value is None:
         return None
     value = finite(value, what)
     if not (value >= 0 if zero_ok else value > 0):
         raise OptionError(f"{what} must be > 0 seconds, got {value!r}")
+    return seconds_at_most_a_year(value, what)
+
+
+def seconds_at_most_a_year(value: float, what: str) -> float:
+    if value > MAX_SECONDS:
+        raise OptionError(f"{what} must be at most {MAX_SECONDS:,.0f} seconds (a year; leave "
+                          f"it out for no limit), got {value:.6g}")
     return value
 
 
@@ -77,6 +93,9 @@ def thrash_limit(value: float, model_compute: int | None = None,
     value = finite(value, what)
     if not value >= 1:
         raise OptionError(f"{what} is an overhead factor and must be >= 1, got {value!r}")
+    if value - 1 >= MAX_FACTOR:     # model compute is at least 1 ns: beyond any trace
+        raise OptionError(f"{what} {value!r} is beyond the engine's clock range "
+                          f"(at most {1 + MAX_FACTOR:.3g}, whatever the trace)")
     if model_compute is not None and (value - 1) * model_compute >= MAX_BYTES:
         raise OptionError(f"{what} {value!r} is beyond the engine's clock range "
                           f"(at most {1 + MAX_BYTES / max(model_compute, 1):.3g} for this trace)")
@@ -110,6 +129,15 @@ def at_least(value: int, minimum: int, what: str, maximum: int = MAX_INT) -> int
     return value
 
 
+def index(value: int, what: str) -> int:
+    """A storage id, op id or decision index given by the user: 0 to MAX_INT (the
+    engine holds every one in an int64)."""
+    value = whole(value, what)
+    if not 0 <= value <= MAX_INT:
+        raise OptionError(f"{what} must be between 0 and {MAX_INT:,}, got {value:,}")
+    return value
+
+
 def number(value: float, what: str, minimum: float = 0.0, maximum: float = math.inf,
            above: bool = False) -> float:
     """A finite number in [minimum, maximum] ((minimum, maximum] with `above`)."""
@@ -117,7 +145,7 @@ def number(value: float, what: str, minimum: float = 0.0, maximum: float = math.
     if value < minimum or (above and value == minimum):
         raise OptionError(f"{what} must be {'>' if above else '>='} {minimum:g}, got {value!r}")
     if value > maximum:
-        raise OptionError(f"{what} must be <= {maximum:g}, got {value!r}")
+        raise OptionError(f"{what} must be <= {maximum:.6g}, got {value!r}")
     return value
 
 

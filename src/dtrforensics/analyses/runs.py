@@ -62,7 +62,7 @@ class RunSpec:
         ratio, budget = None, None
         if amount.endswith("B"):
             digits = amount[:-1].replace(",", "").replace("_", "")
-            if not digits.isdigit() or int(digits) <= 0:
+            if not digits.isdigit():
                 raise RunSpecError(f"run spec {text!r}: {amount!r} is not a budget in bytes "
                                    "(a whole number > 0 followed by B)")
             try:

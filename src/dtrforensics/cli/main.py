@@ -15,9 +15,10 @@ import warnings
 from typing import Any
 
 import typer
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperCommand, TyperGroup
 
-from ..errors import EXIT_INTERRUPTED, EXIT_USER, UserError
+from ..errors import EXIT_INTERRUPTED, EXIT_USER, UserError, one_line
 from .errors import report_user_error
 
 HELP = ("Forensic analysis of Dynamic Tensor Rematerialization (DTR): replay traces "
@@ -145,7 +146,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def main() -> None:
-    """Console entry point. Usage errors exit 2 (click reports them); every
+    """Console entry point. A usage error (click's: a bad value, an unknown option or
+    command) is one `error:` line and exit 2, like every
     `UserError` (and an OSError on a path) becomes one line and its exit code
     (see `dtrforensics.errors`), and so does a package the install lacks;
     anything else is a bug and keeps its traceback."""
@@ -155,9 +157,29 @@ def main() -> None:
         _main()
 
 
+def _usage_line(exc: ClickException) -> str:
+    """A click usage error (a bad or missing value, an unknown option or command)
+    as one line: the command, what is wrong, and where the help is."""
+    ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else "dtrf"
+    what = one_line(exc.format_message()).rstrip(".")
+    return f"{path}: {what[:1].lower()}{what[1:]} (see '{path} --help')"
+
+
 def _main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)     # click's own 4-line usage report is not ours
+        if isinstance(code, int) and code:      # typer.Exit(code) comes back as its code
+            sys.exit(code)
+    except NoArgsIsHelpError as exc:          # `dtrf traces`: its help, as before
+        exc.show()
+        sys.exit(exc.exit_code)
+    except ClickException as exc:
+        print(f"error: {_usage_line(exc)}", file=sys.stderr)
+        sys.exit(EXIT_USER)
+    except typer.Abort:
+        print("Aborted.", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     except (UserError, OSError) as exc:
         sys.exit(report_user_error(exc))
     except ImportError as exc:

@@ -37,7 +37,7 @@ def check_ratio(param: typer.CallbackParam, value: float | None) -> float | None
 
 
 def check_budget(param: typer.CallbackParam, value: int | None) -> int | None:
-    """Callback of a budget in bytes: 0 to MAX_BYTES."""
+    """Callback of a budget in bytes: 1 to MAX_BYTES (`validate.budget`)."""
     return value if value is None else validate.budget(value, param.opts[0])
 
 
@@ -56,16 +56,18 @@ def check_size(param: typer.CallbackParam, value: int | None) -> int | None:
                                                           maximum=validate.MAX_DIM)
 
 
-def number(minimum: float = 0.0, maximum: float = float("inf"), above: bool = False):
+def number(minimum: float = 0.0, maximum: float = validate.MAX_FACTOR, above: bool = False):
     """Callback for a float option (or an unset optional one): finite, in [minimum,
-    maximum] ((minimum, maximum] with `above`)."""
+    maximum] ((minimum, maximum] with `above`); by default at most MAX_FACTOR, beyond
+    which no ratio step, overhead factor or jump means anything."""
     def check(param: typer.CallbackParam, value: float | None) -> float | None:
         return value if value is None else validate.number(value, param.opts[0], minimum,
                                                             maximum, above)
     return check
 
 
-positive = number(0.0, above=True)      # seconds, steps, thresholds: finite and > 0
+positive = number(0.0, above=True)      # steps, thresholds: finite and > 0
+seconds = number(0.0, validate.MAX_SECONDS, above=True)     # a time limit: > 0, at most a year
 
 
 def at_least(minimum: int):
@@ -86,9 +88,10 @@ def parse_int_list(text: str | None, what: str) -> tuple[int, ...]:
     if not text:
         return ()
     try:
-        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+        ids = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
         raise CommandError(f"{what} must be comma-separated integers, got {text!r}") from None
+    return tuple(validate.index(x, f"an id of {what}") for x in ids)
 
 
 def parse_window(text: str | None) -> tuple[int, int] | None:
@@ -100,18 +103,22 @@ def parse_window(text: str | None) -> tuple[int, int] | None:
         window = int(lo), int(hi)
     except ValueError:
         raise CommandError(f"an op window is written A..B, got {text!r}") from None
+    for op in window:
+        validate.index(op, f"op window {text}: an op id")
     return validate.op_window(window, None, "op window")
 
 
 def parse_victim_at(texts: list[str] | None, what: str) -> tuple[tuple[int, int], ...]:
-    """['S@K', ...] -> ((storage, decision index), ...)."""
+    """['S@K', ...] -> ((storage, decision index), ...), each in 0..MAX_INT."""
     pairs = []
     for text in texts or []:
         try:
             storage, decision = text.split("@")
-            pairs.append((int(storage), int(decision)))
+            pair = int(storage), int(decision)
         except ValueError:
             raise CommandError(f"{what} is written STORAGE@DECISION, got {text!r}") from None
+        pairs.append((validate.index(pair[0], f"{what} {text}: the storage id"),
+                      validate.index(pair[1], f"{what} {text}: the decision index")))
     return tuple(pairs)
 
 

@@ -18,7 +18,7 @@ from .options import (
     check_jobs,
     check_policy,
     output_folder,
-    positive,
+    seconds,
     sweep_engine,
 )
 
@@ -35,10 +35,10 @@ def reproduce_command(
     out: Annotated[Path, typer.Option("--out", "-o", callback=output_folder, help="Folder for the report (report.md and its figures) and the runs behind it (work/, reused by the next reproduction).")] = Path("recordings") / "reproduce",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: claims [{id, published, ours, verdict, ...}].")] = False,
     findings: Annotated[bool, typer.Option("--findings", help="Instead: answer the studies' open questions with exact maps into OUT/findings.md (maps kept in OUT/work/findings, resumed by the next run); a findings.md there that is more complete (maps certified, claims judged) is kept, and this run's report goes beside it to OUT/findings.partial.md.")] = False,
-    map_seconds: Annotated[Optional[float], typer.Option("--map-seconds", callback=positive, help=f"With --findings: wall-clock seconds each map may run in this invocation (a partial map is resumed next time; default {MAP_SECONDS:g}).")] = None,
-    run_timeout: Annotated[Optional[float], typer.Option("--run-timeout", callback=positive, help=f"With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified (default {RUN_TIMEOUT:g}).")] = None,
+    map_seconds: Annotated[Optional[float], typer.Option("--map-seconds", callback=seconds, help=f"With --findings: wall-clock seconds each map may run in this invocation (a partial map is resumed next time; default {MAP_SECONDS:g}).")] = None,
+    run_timeout: Annotated[Optional[float], typer.Option("--run-timeout", callback=seconds, help=f"With --findings: wall-clock seconds per run; a run that takes longer leaves its budgets uncertified (default {RUN_TIMEOUT:g}).")] = None,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", callback=check_jobs, help="With --findings: worker processes (default: one per core).")] = None,
-    total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", callback=positive, help="With --findings: finish within this many seconds: the running map stops, maps not reached are read as stored, and findings.md says it is partial (the next run resumes).")] = None,
+    total_seconds: Annotated[Optional[float], typer.Option("--total-seconds", callback=seconds, help="With --findings: finish within this many seconds: the running map stops, maps not reached are read as stored, and findings.md says it is partial (the next run resumes).")] = None,
     scheduler: Annotated[Optional[str], typer.Option(help="With --findings: " + SCHEDULER_HELP)] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help="The policy that stands in for DTR in every claim about DTR (the ablation claims keep their ablations): do the findings hold under it? " + POLICY_HELP)] = "dtr",
     brief: BriefOption = False,

@@ -24,6 +24,7 @@ from .options import (
     check_timeout,
     output_folder,
     positive,
+    seconds,
     split_policies,
     sweep_engine,
 )
@@ -55,7 +56,7 @@ def sweep(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", callback=output_folder, help="Sweep folder (default recordings/sweeps/<trace>-<time>/, or the latest one with the same parameters, to resume).")] = None,
     max_points: Annotated[int, typer.Option(callback=at_least(1), help="Refuse a sweep that could make more runs than this (grid, interior, refinement and exact runs, all policies).")] = 100_000,
     flush_rows: Annotated[int, typer.Option(callback=at_least(1), help="Runs per Parquet part file (a kill loses at most one unflushed batch; batches are also flushed every 2 s).")] = 64,
-    max_seconds: Annotated[Optional[float], typer.Option(callback=positive, help="Stop cleanly after this many seconds (runs in flight are dropped); the same command continues the sweep. With --estimate: calibrate at most this long.")] = None,
+    max_seconds: Annotated[Optional[float], typer.Option(callback=seconds, help="Stop cleanly after this many seconds (runs in flight are dropped); the same command continues the sweep. With --estimate: calibrate at most this long.")] = None,
     estimate: Annotated[bool, typer.Option("--estimate", help="Only say what the sweep would cost (executions, CPU-hours, time on the workers), from a short sample of runs; store nothing.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the holes report as JSON.")] = False,

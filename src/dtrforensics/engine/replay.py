@@ -95,8 +95,9 @@ class Interventions:
                     hint = f" (tensor {s} is a view of storage {int(program.tensor_storage[s])})"
                 raise InterventionError(f"{s} is not a storage id of trace {program.name}{hint}")
         for _, k in self.forbid + self.force:
-            if k < 0:
-                raise InterventionError(f"decision index must be >= 0, got {k}")
+            if not 0 <= k <= validate.MAX_INT:
+                raise InterventionError(f"decision index must be between 0 and "
+                                        f"{validate.MAX_INT:,}, got {k:,}")
         if self.retain_ops is not None:
             try:
                 validate.op_window(self.retain_ops, program.n_ops, "retain-ops window")
@@ -163,7 +164,7 @@ def resolve_budget(program: Program, budget: int | None, ratio: float | None) ->
     if (budget is None) == (ratio is None):
         raise ValueError("give exactly one of budget (bytes) or ratio")
     if budget is not None:
-        return validate.budget(budget, "budget"), None
+        return validate.budget(budget, "budget", minimum=0), None
     peak = prepared(program)[1].peak
     return budget_for_ratio(validate.ratio(ratio, "budget ratio", peak), peak), float(ratio)
 

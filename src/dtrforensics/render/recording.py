@@ -74,7 +74,18 @@ def _cell(value: Any) -> str:
         return "NULL"
     if isinstance(value, float):
         return repr(value)
-    return str(value)
+    return shown_escaped(str(value))
+
+
+# C0 and C1 control characters and DEL: a TAB would split a value, a CR hide what
+# precedes it, a newline look like two rows and an ESC reach the terminal raw.
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in [*range(0x20), *range(0x7f, 0xa0)]}
+
+
+def shown_escaped(text: str) -> str:
+    """`text` with its control characters written as escapes (`\\t`, `\\r`, `\\n`,
+    `\\x1b`): the table view only; CSV, JSON and Parquet keep values exact."""
+    return text.translate(_CONTROLS)
 
 
 def result_table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> FitTable:
