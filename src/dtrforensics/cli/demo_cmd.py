@@ -76,6 +76,7 @@ def run_demo(console: Console, out: Path, *, public: bool = True, jobs: int = 2)
     console.print(f"The same steps one command each, on the embedded log `{EMBEDDED}`; put "
                   "the path of a DTR log of your own (the dtr-prototype logging format) "
                   f"where they say {EMBEDDED}:")
+    (out / "yours").mkdir(exist_ok=True)   # the demo's own: its commands' outputs go there
     for command, comment in your_turn(findings["embedded"], out):
         for part in shell_wrap("", command, console.width - 2):   # pasted, they run whole
             console.print(f"  {part}", soft_wrap=True, highlight=False, markup=False)
