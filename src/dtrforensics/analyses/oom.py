@@ -101,13 +101,12 @@ class OomReport:
     max_depth: int                   # deepest nesting anywhere in the run
     max_depth_op_id: int | None
     chain_from_events: bool          # the events rebuild the same chain
-    # op_id is then the last op's, op_module the pinned root's maker's:
     final_pins: bool | None = None       # failed in the final pins (§2.3); None: not recorded
     # where in the model (null, and empty, for logs without a where-file):
     tensor_module: str | None = None     # the module of the failing allocation's op
     tensor_phase: str | None = None
     tensor_source: str | None = None
-    op_module: str | None = None         # the module of the top-level op
+    op_module: str | None = None         # the top-level op's module (final pins: the root's)
     by_module: tuple[ModuleBytes, ...] = ()          # resident bytes by module, largest first
     largest_storages: tuple[PinnedStorage, ...] = ()  # the largest resident storages
 
