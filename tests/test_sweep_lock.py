@@ -95,10 +95,13 @@ if how == "empty":
 else:
     SweepStore(folder).acquire()
 if how == "fork":                   # a worker forked by the sweep, lingering
+    started, ready = os.pipe()
     child = os.fork()
-    if child == 0:
+    if child == 0:                  # at-fork handlers have run once the child's code does
+        os.write(ready, b"x")
         signal.pause()
         os._exit(0)
+    os.read(started, 1)             # the child runs: killing the parent earlier raced it
 print("holding", child, flush=True)
 sys.stdin.readline()
 """
