@@ -67,6 +67,17 @@ def budget(value: int, what: str = "--budget", minimum: int = 1) -> int:
     return value
 
 
+OPTIONS = "--ratio or --budget"             # how the command line names the two
+ARGUMENTS = "budget (bytes) or ratio"       # how the Python API names them
+
+
+def budget_or_ratio(budget: int | None, ratio: float | None, names: str = OPTIONS) -> None:
+    """Exactly one of a budget and a ratio is given: the one check of every run a
+    user asks for (commands, `replay`, `execute`); `names` as the caller spells them."""
+    if (budget is None) == (ratio is None):
+        raise OptionError(f"give exactly one of {names}")
+
+
 def timeout(value: float | None, what: str = "--timeout", zero_ok: bool = False) -> float | None:
     """A wall-clock limit in seconds: None (no limit) or finite, > 0 (a library
     caller may ask for 0: stop at the first check) and at most MAX_SECONDS (a year:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .. import validate
 from .errors import CommandError
 from .kernel_notice import announce_compile
 from .options import output_folder
@@ -73,8 +74,7 @@ def trace_of(text: str, rec: Recording) -> str:
 
 def budget_args(ratio: float | None, budget: int | None) -> dict:
     """`--ratio` or `--budget`, exactly one, as an analysis's keyword argument."""
-    if (ratio is None) == (budget is None):
-        raise CommandError("give exactly one of --ratio or --budget")
+    validate.budget_or_ratio(budget, ratio)
     return {"ratio": ratio} if ratio is not None else {"budget": budget}
 
 

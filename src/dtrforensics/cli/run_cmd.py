@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import validate
 from .common import reporting_replaced
 from .errors import CommandError
 from .kernel_notice import announce_compile
@@ -46,8 +47,7 @@ def run(
     from ..trace import load_trace
     from .options import interventions_from_options, warn_unreached
 
-    if (ratio is None) == (budget is None):
-        raise CommandError("give exactly one of --ratio or --budget")
+    validate.budget_or_ratio(budget, ratio)
     if scores not in ("victims", "all"):
         raise CommandError("--scores is 'victims' or 'all'")
     program = load_trace(trace)

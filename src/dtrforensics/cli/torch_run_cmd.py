@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from .. import validate
 from .common import log_files, reporting_replaced
 from .errors import CommandError
 from .options import (
@@ -72,8 +73,7 @@ def run_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
 ) -> None:
     """Run one training step of SPEC for real under DTR (evicting and recomputing real tensors) and compare it with the simulation; exit 3 when the real step differs from it (decisions, live bytes at an allocation check, or values). With --steps N, N steps under the same schedule; exit 3 names the first step that differs."""
-    if (ratio is None) == (budget is None):
-        raise CommandError("give exactly one of --ratio or --budget")
+    validate.budget_or_ratio(budget, ratio)
     try:
         import torch
 

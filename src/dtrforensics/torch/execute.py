@@ -757,8 +757,7 @@ def _unsteady_named(runs: Iterator[RealStep], unsteady: list[str | None]) -> Ite
 
 def _check_arguments(budget: int | None, ratio: float | None, optimizer, steps: int) -> None:
     """What `execute` checks before the step is recorded and run."""
-    if (budget is None) == (ratio is None):
-        raise ValueError("give exactly one of budget (bytes) or ratio")
+    validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
     if budget is not None:
         validate.budget(budget, "budget")
     else:

@@ -1,0 +1,104 @@
+"""Each concept of the house defined once (issue 43, point 5): a check written
+in one function that every caller uses, and no word of `concepts.py` that
+nothing reads."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from dtrforensics import validate
+from dtrforensics.errors import OptionError
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "dtrforensics"
+# engine/replay.py's resolve_budget keeps its own check until the engine next
+# changes: the engine's sources key its native library (engine/native.py).
+ENGINE_CHECK = "engine/replay.py"
+
+
+def _sources(root: Path = PACKAGE):
+    for path in sorted(root.rglob("*.py")):
+        yield path.relative_to(root).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _is_none_test(node: ast.AST) -> str | None:
+    """`X is None` -> the name X (a plain name), else None."""
+    if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Is)
+            and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None
+            and isinstance(node.left, ast.Name)):
+        return node.left.id
+    return None
+
+
+def budget_or_ratio_checks(tree: ast.AST) -> list[int]:
+    """Lines comparing `(budget is None)` with `(ratio is None)`: the exactly-one check."""
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Compare) and len(node.ops) == 1
+            and isinstance(node.ops[0], (ast.Eq, ast.NotEq))
+            and {_is_none_test(node.left), _is_none_test(node.comparators[0])} == {"budget", "ratio"}]
+
+
+def test_the_budget_or_ratio_check_is_written_once():
+    found = {name: lines for name, tree in _sources() if (lines := budget_or_ratio_checks(tree))}
+    assert set(found) - {ENGINE_CHECK} == {"validate.py"}, found
+    assert len(found["validate.py"]) == 1
+
+
+def test_the_check_finder_sees_either_order():
+    tree = ast.parse("if (ratio is None) == (budget is None): pass\n"
+                     "if (budget is None) != (ratio is None): pass\n"
+                     "if (budget is None) == (peak is None): pass\n")
+    assert budget_or_ratio_checks(tree) == [1, 2]
+
+
+@pytest.mark.parametrize("budget, ratio", [(None, None), (1024, 0.5)])
+def test_neither_and_both_are_refused_in_the_callers_words(budget, ratio):
+    with pytest.raises(OptionError, match="^give exactly one of --ratio or --budget$"):
+        validate.budget_or_ratio(budget, ratio)
+    with pytest.raises(ValueError, match=r"^give exactly one of budget \(bytes\) or ratio$"):
+        validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
+
+
+def test_one_of_them_passes():
+    assert validate.budget_or_ratio(1024, None) is None
+    assert validate.budget_or_ratio(None, 0.5) is None
+
+
+def _public_names(tree: ast.Module) -> list[str]:
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                elts = target.elts if isinstance(target, ast.Tuple) else [target]
+                names += [e.id for e in elts if isinstance(e, ast.Name)]
+    return [n for n in names if not n.startswith("_")]
+
+
+def _read_names(tree: ast.AST) -> set[str]:
+    """Every name read (a load, an attribute, an import) in a module."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_every_word_of_concepts_is_read_somewhere():
+    """A definition nothing reads (a tuple of statuses, a predicate the code never
+    calls) only looks like the one definition; tests count as readers."""
+    concepts = ast.parse((PACKAGE / "concepts.py").read_text(encoding="utf-8"))
+    read = set()
+    for _, tree in _sources():
+        read |= _read_names(tree)
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        read |= _read_names(ast.parse(path.read_text(encoding="utf-8")))
+    assert [n for n in _public_names(concepts) if n not in read] == []
