@@ -20,7 +20,6 @@ OUTCOMES = (OK, OOM, THRASHED, ERROR, TIMEOUT)
 
 # What a sweep row's `status` says of its budget (docs/sweep-format.md).
 STATUS_OK, STATUS_FAIL, STATUS_UNRESOLVED = "ok", "fail", "unresolved"
-STATUSES = (STATUS_OK, STATUS_FAIL, STATUS_UNRESOLVED)
 
 
 def status_of(outcome: str) -> str:
@@ -37,7 +36,6 @@ def status_of(outcome: str) -> str:
 # deadline, or was interrupted.
 RUNNING, KILLED, COMPLETE, STOPPED, INTERRUPTED = (
     "running", "killed", "complete", "stopped", "interrupted")
-SWEEP_STATUSES = (RUNNING, KILLED, COMPLETE, STOPPED, INTERRUPTED)
 
 
 def sweep_status(stored: str, writer_alive: bool) -> str:
@@ -102,14 +100,10 @@ def failure_runs(outcomes: Sequence[str | None]) -> list[tuple[int, int]]:
     return runs
 
 
-def is_hole(below: str | None, above: str | None) -> bool:
-    """A failure run is a feasibility hole when the certified budgets next to it,
-    below and above, both complete (failures below the first success are not)."""
-    return completes(below) and completes(above)
-
-
 def holes(outcomes: Sequence[str | None]) -> list[tuple[int, int]]:
-    """The failure runs (see `failure_runs`) that are holes."""
+    """The failure runs (see `failure_runs`) that are feasibility holes: the certified
+    budgets next to them, below and above, both complete (failures below the first
+    success are not holes)."""
     certified = [i for i, o in enumerate(outcomes) if known(o)]
     first, last = (certified[0], certified[-1]) if certified else (0, -1)
     # a maximal run has a completing certified entry on each side unless it ends the sequence

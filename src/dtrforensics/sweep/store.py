@@ -70,7 +70,6 @@ IDENTITY_KEY, TRACE_KEY = b"dtrf.sweep.identity", b"dtrf.sweep.trace_sha256"
 # Parameters a resumed sweep may change: the walk's run limit and resolution (any),
 # the range (wider) and exact (from a sampled sweep to an exact one).
 EXTENDABLE = ("max_runs", "resolution", "ratio_from", "ratio_to", "exact")
-STAGES = ("grid", "interior", "refine", "exact", "repeat")
 
 
 class SweepStoreError(DataError):

@@ -4,7 +4,7 @@
 -- only break at a completing interval, an uncertified gap inside a run is
 -- counted in gap_bytes), with the nearest certified interval below and above.
 -- A region whose neighbours both complete is a feasibility hole
--- (`concepts.is_hole`); an edge is
+-- (`concepts.holes`); an edge is
 -- byte-exact when that neighbour touches the region (lo_exact: the budget
 -- lo - 1 is certified to complete; hi_exact: hi + 1 is).
 -- Parameters: files -- the sweep's part files (list of paths or a glob);
