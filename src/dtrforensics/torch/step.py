@@ -118,7 +118,8 @@ def _forward(model, inputs, state):
 
 def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str = "flops",
            fake: bool = False, optimizer: str | torch.optim.Optimizer | None = None,
-           autocast: str | None = None) -> RecordSummary:
+           autocast: str | None = None, *,
+           recorder_type: type[StepRecorder] = StepRecorder) -> RecordSummary:
     """Record one training step of `model` on `batch` as a DTR log at `path`.
 
     `fake=True` runs the step on fake tensors (exact sizes, no memory, no values):
@@ -129,7 +130,8 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
     `optimizer` (`sgd`, `adam`, `adamw`) adds `optimizer.step()` to the step, its
     states existing from the start (`optim.py`); an optimizer over the model's
     parameters is stepped as it is; `autocast` (`bf16`, `fp16`) runs
-    forward and loss under `torch.autocast`."""
+    forward and loss under `torch.autocast`. `recorder_type`: the dispatch mode
+    recording it (a compiled step's: `compiled_step.CompiledStepRecorder`)."""
     if cost not in COST_MODELS:
         raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
@@ -147,7 +149,7 @@ def record(model: torch.nn.Module, batch, loss_fn, path: str | Path, cost: str =
     log = LogWriter()
     modules = ModuleLocator(model)
     context = Where(model, state)
-    recorder = StepRecorder(log, cost, modules.where, fake, context)
+    recorder = recorder_type(log, cost, modules.where, fake, context)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     loss_value = None

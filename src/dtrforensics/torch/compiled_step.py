@@ -1,0 +1,200 @@
+"""The step `torch.compile` runs, at a memory-budget knob and solver, recorded
+under a dispatch mode.
+
+`compiled(model, knob, solver)` compiles `model` in place (`nn.Module.compile`,
+so its module names stay) with backend `aot_eager_decomp_partition`'s
+pieces: AOTAutograd with inductor's decompositions, the min-cut
+rematerialization partitioner at `activation_memory_budget` KNOB and
+`activation_memory_budget_solver` SOLVER, and no code generation: the
+forward and backward graphs (`fx.GraphModule`s) run their aten ops eagerly.
+`CompiledStep.graphs` keeps each compiled graph, forward and backward, and
+`recomputed()` counts the backward graph's nodes copied from the forward
+(the partitioner's recomputation).
+
+Running the graphs under a `TorchDispatchMode`: Dynamo does not run compiled
+code while a mode that does not ignore compile internals is on the stack (it
+falls back to eager, and a mode sees the eager ops); a mode whose class says
+`ignore_compile_internals()` is True is switched off while Dynamo compiles
+and on while the compiled code runs, so it sees the graphs' aten ops, the
+decomposed ones (`var_mean`, `rsqrt`, `prims.iota`), as the step runs them.
+`warm_up` compiles with no mode on (forward and backward), leaving the
+model's values, gradients and random state as they were; a run under a mode
+must not compile again (`compiles` counts compilations: compare it).
+
+This module is shared: any recording or execution of a compiled step's
+partitioned graphs (not the joint graph) goes through `compiled()` and
+`CompiledStep`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from .recorder import RecordError, StepRecorder
+
+BACKEND = "aot_eager_decomp_partition"
+
+
+@dataclass
+class CompiledGraph:
+    """One graph AOTAutograd compiled: `kind` forward or backward."""
+
+    kind: str
+    module: torch.fx.GraphModule
+
+    def call_nodes(self) -> list[str]:
+        return [n.name for n in self.module.graph.nodes if n.op == "call_function"]
+
+
+@dataclass
+class CompiledStep:
+    model: torch.nn.Module
+    knob: float
+    solver: str
+    graphs: list[CompiledGraph] = field(default_factory=list)
+    compiles: int = 0          # Dynamo graphs compiled (each: one forward, one backward)
+
+    def recomputed(self) -> int:
+        """Backward nodes that are forward nodes again (same node name: the
+        partitioner copies a recomputed node into the backward graph by name),
+        summed over each forward/backward pair."""
+        total = 0
+        forwards = [g for g in self.graphs if g.kind == "forward"]
+        backwards = [g for g in self.graphs if g.kind == "backward"]
+        for fw, bw in zip(forwards, backwards):
+            names = set(fw.call_nodes())
+            total += sum(1 for name in bw.call_nodes() if name in names)
+        return total
+
+
+def _config(knob: float, solver: str):
+    from torch._functorch import config
+    return config.patch(activation_memory_budget=knob, activation_memory_budget_solver=solver,
+                        unlift_effect_tokens=True)
+
+
+def _backend(step: CompiledStep):
+    """`aot_eager_decomp_partition`, keeping each graph it compiles."""
+    from importlib import import_module
+
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch._aot_autograd.utils import make_boxed_func
+
+    def keeper(kind):
+        def compile_graph(gm, _example_inputs):
+            step.graphs.append(CompiledGraph(kind, gm))
+            return make_boxed_func(gm.forward)
+        return compile_graph
+
+    def backend(gm, example_inputs):
+        step.compiles += 1
+        with _config(step.knob, step.solver):
+            return aot_autograd(
+                fw_compiler=keeper("forward"), bw_compiler=keeper("backward"),
+                decompositions=lambda: import_module("torch._inductor.compile_fx").select_decomp_table(),
+                partition_fn=functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
+            )(gm, example_inputs)
+    return backend
+
+
+def check_solver(solver: str) -> None:
+    if solver == "ilp":
+        try:
+            import scipy.optimize  # noqa: F401
+        except ImportError:
+            raise RecordError("solver ilp needs scipy (pip install scipy); use dp or greedy") from None
+
+
+@contextlib.contextmanager
+def compiled(model: torch.nn.Module, knob: float, solver: str) -> Iterator[CompiledStep]:
+    """Inside the block `model` is compiled (in place) at KNOB and SOLVER; the
+    `CompiledStep` fills as Dynamo compiles. Afterwards the model is as it was
+    and Dynamo's caches are reset."""
+    check_solver(solver)
+    step = CompiledStep(model, knob, solver)
+    torch._dynamo.reset()
+    model.compile(backend=_backend(step), dynamic=False)
+    try:
+        with _config(knob, solver):
+            yield step
+    finally:
+        model._compiled_call_impl = None
+        torch._dynamo.reset()
+
+
+class CompiledStepRecorder(StepRecorder):
+    """The recorder, seeing the ops a compiled step's graphs run (see the module
+    docstring): off while Dynamo compiles, on while compiled code runs."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+
+@contextlib.contextmanager
+def values_kept(model: torch.nn.Module) -> Iterator[None]:
+    """The block's run leaves the model's parameters, buffers and gradients, and
+    the random states, as they were (a warm-up that compiles)."""
+    import random
+
+    import numpy as np
+    states = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+    tensors = [*model.parameters(), *model.buffers()]
+    saved = [t.detach().clone() for t in tensors]
+    grads = [getattr(t, "grad", None) for t in tensors]
+    grads = [None if g is None else g.detach().clone() for g in grads]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for t, value, grad in zip(tensors, saved, grads):
+                t.copy_(value)
+                t.grad = grad
+        torch.set_rng_state(states[0])
+        random.setstate(states[1])
+        np.random.set_state(states[2])
+
+
+def warm_up(model: torch.nn.Module, batch, loss_fn) -> None:
+    """One forward and backward with no mode on, so Dynamo and AOTAutograd
+    compile both graphs; values kept (`values_kept`)."""
+    from .step import _forward
+    inputs, targets = batch
+    with values_kept(model):
+        try:
+            loss = loss_fn(_forward(model, inputs, None), targets)
+            loss.backward()
+        except RecordError:
+            raise
+        except Exception as exc:
+            raise RecordError(f"torch.compile of the step raised {type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+
+
+def record_compiled(model: torch.nn.Module, batch, loss_fn, path, *, knob: float, solver: str,
+                    cost: str = "flops", optimizer=None, autocast: str | None = None):
+    """Record the compiled step of `model` at KNOB and SOLVER: compiled and warmed
+    up with no mode on, then recorded by `CompiledStepRecorder`. Returns the
+    `RecordSummary`, the recomputed nodes and notes (graphs compiled)."""
+    from .optim import autocast_context
+    from .step import record
+    if any(getattr(t, "fake_mode", None) is not None for t in model.parameters()):
+        raise RecordError("a compiled step is recorded from real tensors: drop --fake")
+    with compiled(model, knob, solver) as step:
+        with autocast_context(autocast):
+            warm_up(model, batch, loss_fn)
+        before = step.compiles
+        summary = record(model, batch, loss_fn, path, cost=cost, optimizer=optimizer,
+                         autocast=autocast, recorder_type=CompiledStepRecorder)
+        if step.compiles != before:
+            raise RecordError("torch.compile compiled the step again while it was recorded "
+                              "(a guard failed): the recording is not the compiled step")
+    notes = (f"{BACKEND}: {step.compiles} graph(s) compiled (each a forward and a backward), "
+             f"activation_memory_budget {knob:g}, solver {solver}",)
+    return summary, step.recomputed(), notes
