@@ -57,12 +57,13 @@ def modules() -> dict[str, Path]:
 KNOWN = modules()
 
 
-def imports_of(name: str, source: str, is_package: bool) -> list[tuple[int, str]]:
+def imports_of(name: str, source: str, is_package: bool, known=None) -> list[tuple[int, str]]:
     """(line, imported module) for every import in the module, relative ones resolved;
-    `from X import y` counts as X.y when X.y is a module of the package, else as X."""
+    `from X import y` counts as X.y when X.y is a module of the package (`known`:
+    the package's modules, by default those under src/), else as X."""
     tree = ast.parse(source)
     package = name if is_package else name.rpartition(".")[0]
-    known = KNOWN
+    known = KNOWN if known is None else known
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -196,6 +197,72 @@ def test_engine_imports_no_io_or_rendering_library():
                      else [])
             found += [f"{name}: {r}" for r in roots if r.split(".")[0] in banned]
     assert not found, found
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the modules of the package it imports (lazy imports included), from
+    `sources`: module -> (its source, whether it is a package's `__init__`)."""
+    return {name: {t for _, t in imports_of(name, source, is_package, sources) if t in sources and t != name}
+            for name, (source, is_package) in sources.items()}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle: the groups of two or more modules each reaching the others
+    through imports (strongly connected components), each sorted."""
+    order, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(root: str) -> None:
+        work = [(root, iter(sorted(graph[root])))]
+        order[root] = low[root] = len(order)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in order:
+                    order[step] = low[step] = len(order)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[node] = min(low[node], order[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == order[node]:
+                group = []
+                while not group or group[-1] != node:
+                    group.append(stack.pop())
+                    on_stack.discard(group[-1])
+                if len(group) > 1:
+                    circles.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in order:
+            visit(name)
+    return sorted(circles)
+
+
+def test_no_import_circle():
+    """No module imports one that imports it back, however indirectly, lazy imports
+    included: each layer's modules form a one-way order too."""
+    sources = {name: (path.read_text(encoding="utf-8"), path.name == "__init__.py")
+               for name, path in KNOWN.items()}
+    circles = import_circles(import_graph(sources))
+    assert not circles, f"import circles (modules importing each other): {circles}"
+
+
+def test_the_circle_check_finds_a_circle_a_lazy_import_closes():
+    sources = {"dtrforensics.a": ("from . import b\n", False),
+               "dtrforensics.b": ("def f():\n    from .c import x\n", False),
+               "dtrforensics.c": ("from .a import y\n", False),
+               "dtrforensics.d": ("from . import a\n", False)}
+    assert import_circles(import_graph(sources)) == [["dtrforensics.a", "dtrforensics.b",
+                                                      "dtrforensics.c"]]
+    del sources["dtrforensics.c"]
+    assert import_circles(import_graph(sources)) == []
 
 
 @pytest.mark.parametrize("name, statement, rule", [

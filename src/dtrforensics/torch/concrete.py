@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from .recorder import schema_arguments, tensors_in
+from .aten import schema_arguments, tensors_in
 
 # Larger tensors are not mirrored: masks and index tensors of a step are far
 # below this; activations of a model that happen to be constant are not needed.

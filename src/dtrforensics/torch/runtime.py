@@ -62,19 +62,9 @@ from ..engine.hooks import (
     FLAG_REMAT,
 )
 from ..trace.program import Program
+from .aten import UNDECLARED_WRITES, op_name_of, output_tensors, schema_arguments, schema_tensors
 from .log import LogWriter
-from .recorder import (
-    PLAIN_TYPES,
-    REJECTED_OPS,
-    UNDECLARED_WRITES,
-    RecordError,
-    StepRecorder,
-    op_name_of,
-    output_tensors,
-    schema_arguments,
-    schema_tensors,
-    storage_key,
-)
+from .recorder import PLAIN_TYPES, REJECTED_OPS, RecordError, StepRecorder, storage_key
 
 OP_INSTRUCTIONS = ("CONSTANT", "CALL", "MUTATE")
 
