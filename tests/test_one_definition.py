@@ -102,3 +102,22 @@ def test_every_word_of_concepts_is_read_somewhere():
     for path in sorted((ROOT / "tests").glob("*.py")):
         read |= _read_names(ast.parse(path.read_text(encoding="utf-8")))
     assert [n for n in _public_names(concepts) if n not in read] == []
+
+
+RUN_RESULTS = [("diff", "RunRef"), ("oom", "OomReport"), ("reevict", "RunFigures"),
+               ("regime", "RegimeRun"), ("replay_view", "ReplayWindow")]
+
+
+@pytest.mark.parametrize("module, name", RUN_RESULTS)
+def test_results_about_a_run_take_its_identity_from_one_class(module, name):
+    """The fields naming a run (run_id, trace, policy, ratio, budget, outcome) are
+    declared once, in `RunIdentity`, and come first in every result about one run."""
+    import dataclasses
+    import importlib
+
+    from dtrforensics.analyses.runs import RunIdentity
+    cls = getattr(importlib.import_module(f"dtrforensics.analyses.{module}"), name)
+    identity = [f.name for f in dataclasses.fields(RunIdentity)]
+    assert issubclass(cls, RunIdentity)
+    assert [f.name for f in dataclasses.fields(cls)][:len(identity)] == identity
+    assert not set(identity) & set(cls.__dict__.get("__annotations__", {}))

@@ -49,7 +49,16 @@ def result_class(function: str) -> type:
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """name -> the `# comment` on the line of each annotated field of the class body."""
+    """name -> the `# comment` on the line of each annotated field of the class body,
+    or of the dataclass it inherits the field from."""
+    comments: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if base is not cls and dataclasses.is_dataclass(base):
+            comments.update(_own_field_comments(base))
+    return comments | _own_field_comments(cls)
+
+
+def _own_field_comments(cls: type) -> dict[str, str]:
     source = inspect.getsource(cls)
     comments: dict[str, str] = {}
     pending: str | None = None

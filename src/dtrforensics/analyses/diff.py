@@ -37,7 +37,7 @@ from ..jsonsafe import json_safe
 from ..recorder.reader import Recording
 from ..rows import fetch_dicts
 from ..trace.program import op_label
-from .runs import open_together, same_trace
+from .runs import RunIdentity, open_together, same_trace
 
 TIMING_WINDOW = 16      # stream entries searched for the same victim in the other run
 DIVERGENT_ENTRIES = 5   # stream entries per run shown with their modules after the divergence
@@ -50,16 +50,10 @@ CAUSES = ("timing_shift", "different_shortfall", "different_pool", "different_sc
 # --- results ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class RunRef:
+class RunRef(RunIdentity):
     """One of the two runs."""
     label: str               # 'a' (control) or 'b' (test)
-    run_id: str
     path: str
-    trace: str
-    policy: str
-    ratio: float | None
-    budget: int
-    outcome: str
     evictions: int
     dead_frees: int
     stream_entries: int
@@ -303,10 +297,8 @@ class _Diff:
     def run_ref(self, label: str) -> RunRef:
         rec = self.recs[label]
         s = rec.summary
-        return RunRef(label=label, run_id=self.ids[label], path=str(rec.path),
-                      trace=rec.run["trace"]["name"], policy=rec.run["policy"],
-                      ratio=rec.run.get("ratio"), budget=rec.run["budget"],
-                      outcome=rec.outcome, evictions=s["evictions"], dead_frees=s["dead_frees"],
+        return RunRef(**RunIdentity.of(rec, self.ids[label]), label=label, path=str(rec.path),
+                      evictions=s["evictions"], dead_frees=s["dead_frees"],
                       stream_entries=len(self.streams[label]), scores=rec.run.get("scores", ""))
 
     # -- first divergence of the streams

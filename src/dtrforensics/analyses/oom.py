@@ -19,7 +19,7 @@ from ..errors import OptionError
 from ..jsonsafe import json_safe
 from ..recorder.reader import Recording
 from ..rows import fetch_dicts
-from .runs import open_together
+from .runs import RunIdentity, open_together
 
 
 class NotAnOomError(OptionError):
@@ -69,13 +69,8 @@ class PinnedStorage:
 
 
 @dataclass(frozen=True)
-class OomReport:
-    run_id: str
+class OomReport(RunIdentity):
     path: str
-    trace: str
-    policy: str
-    ratio: float | None
-    budget: int
     op_id: int                       # the top-level op that failed
     paper_op: int
     op_name: str
@@ -151,8 +146,7 @@ def explain_oom(rec: Recording) -> OomReport:
     if final_pins and levels:
         where["op_module"] = levels[0].module
     return OomReport(
-        run_id=run_id, path=str(rec.path), trace=rec.run["trace"]["name"],
-        policy=rec.run["policy"], ratio=rec.run.get("ratio"), budget=front["budget"],
+        **RunIdentity.of(rec, run_id), path=str(rec.path),
         op_id=fa["op_id"], paper_op=fa["paper_op"], op_name=op_name, tensor=fa["tensor"],
         tensor_id=fa["tensor_id"], tensor_op_id=fa["tensor_op_id"], tensor_op=fa["tensor_op"],
         request=front["request"], memory=front["memory"], pinned=front["pinned"],

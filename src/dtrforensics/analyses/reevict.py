@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from ..jsonsafe import json_safe
 from ..recorder.reader import Recording
 from ..rows import fetch_dicts
-from .runs import open_together, same_trace
+from .runs import RunIdentity, open_together, same_trace
 
 TOP = 10
 
@@ -71,13 +71,7 @@ class ScopeFigures:
 
 
 @dataclass(frozen=True)
-class RunFigures:
-    run_id: str
-    trace: str
-    policy: str
-    ratio: float | None
-    budget: int
-    outcome: str
+class RunFigures(RunIdentity):
     pressure: ScopeFigures
     stream: ScopeFigures
     # by module and phase, most recompute first; empty for a log without a where-file
@@ -141,8 +135,7 @@ def _run_figures(con, rec: Recording, run_id: str, top: int) -> RunFigures:
             top10_evictions=r["top10_evictions"], top10_share=r["top10_share"],
             remats=r["remats"], collateral_remats=r["collateral_remats"],
             collateral_share=r["collateral_share"], top=tops)
-    return RunFigures(run_id=run_id, trace=rec.run["trace"]["name"], policy=rec.run["policy"],
-                      ratio=rec.run.get("ratio"), budget=rec.run["budget"], outcome=rec.outcome,
+    return RunFigures(**RunIdentity.of(rec, run_id),
                       pressure=scopes["pressure"], stream=scopes["stream"],
                       by_module=_work_by_module(con, run_id) if modules else ())
 

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from ..jsonsafe import json_safe
 from ..recorder.reader import Recording
 from ..rows import fetch_dicts
-from .runs import open_together, same_trace
+from .runs import RunIdentity, open_together, same_trace
 
 DEFAULT_WINDOWS = 100   # windows over the longer run when no window size is given
 FACTOR = 2.0
@@ -58,12 +58,8 @@ class OnsetRule:
 
 
 @dataclass(frozen=True)
-class RegimeRun:
+class RegimeRun(RunIdentity):
     label: str               # 'a' (control) or 'b' (test)
-    run_id: str
-    budget: int
-    ratio: float | None
-    outcome: str
     overhead: float | None   # null unless the run completed
     evictions: int           # pressure evictions over the whole run
     remats: int
@@ -193,8 +189,7 @@ def _run(con, rec: Recording, label: str, run_id: str) -> RegimeRun:
                             "count(*) FILTER (WHERE kind = 'compute' AND remat AND NOT collateral) "
                             "AS remats FROM events WHERE run_id = ?", [run_id])
     s = rec.summary
-    return RegimeRun(label=label, run_id=run_id, budget=rec.run["budget"],
-                     ratio=rec.run.get("ratio"), outcome=rec.outcome,
+    return RegimeRun(**RunIdentity.of(rec, run_id), label=label,
                      overhead=s.get("overhead") if rec.outcome == "ok" else None,
                      evictions=s["evictions"], remats=int(r["remats"]),
                      last_op=int(r["last_op"] if r["last_op"] is not None else -1))

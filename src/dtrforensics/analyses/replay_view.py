@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from ..jsonsafe import json_safe
 from ..recorder.reader import Recording
 from ..rows import fetch_dicts
-from .runs import open_together
+from .runs import RunIdentity, open_together
 
 ALL_OPS = (0, 2**62)
 
@@ -99,13 +99,7 @@ class StackLevel:
 
 
 @dataclass(frozen=True)
-class ReplayWindow:
-    run_id: str
-    trace: str
-    policy: str
-    ratio: float | None
-    budget: int
-    outcome: str
+class ReplayWindow(RunIdentity):
     scores: str
     lo_op: int
     hi_op: int | None
@@ -161,8 +155,7 @@ def replay_window(rec: Recording, ops: tuple[int, int] | None = None, *,
     finally:
         con.close()
     return ReplayWindow(
-        run_id=run_id, trace=rec.run["trace"]["name"], policy=rec.run["policy"],
-        ratio=rec.run.get("ratio"), budget=rec.run["budget"], outcome=rec.outcome,
+        **RunIdentity.of(rec, run_id),
         scores=rec.run.get("scores", ""), lo_op=lo, hi_op=None if ops is None else hi,
         matched=matched, steps=tuple(_step(s, victims.get(s["step"], ()),
                                            op_modules.get(s["tensor_op_id"])) for s in steps))

@@ -37,6 +37,25 @@ from ..recorder.record import default_recording_dir, record_run
 DEFAULT_CACHE = Path("recordings") / "cache"
 
 
+@dataclass(frozen=True)
+class RunIdentity:
+    """The fields that name a run, first in every result about one run (diff's and
+    regime's two runs, oom, reevict's runs, replay's window)."""
+    run_id: str              # the run's id in the connection that opened it
+    trace: str               # the trace's name
+    policy: str
+    ratio: float | None      # null: the budget was given in bytes
+    budget: int              # bytes
+    outcome: str             # ok, oom, thrashed, error or timeout
+
+    @staticmethod
+    def of(rec: Recording, run_id: str) -> dict:
+        """The identity fields of a recording's run, as keyword arguments."""
+        run = rec.run
+        return {"run_id": run_id, "trace": run["trace"]["name"], "policy": run["policy"],
+                "ratio": run.get("ratio"), "budget": run["budget"], "outcome": rec.outcome}
+
+
 class RunSpecError(OptionError):
     """A run argument that is neither a recording nor a valid run spec."""
 
