@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("plot_cmd", "Overhead against budget ratio per policy, failing budgets and holes marked."),
     "export": ("export_cmd", "Export SOURCE for another tool."),
     "traces": ("traces_cmd", "List, inspect, fetch and import DTR traces."),
-    "torch": ("torch_cmd+torch_run_cmd", "Record DTR logs from your own PyTorch models."),
+    "torch": ("torch_cmd+torch_run_cmd+torch_plan_cmd", "Record DTR logs from your own PyTorch models."),
     "synth": ("synth_cmd", "Write a seeded synthetic DTR log (the public logs' exact format) and print a one-line summary: ops, tensors, unconstrained peak and model compute."),
     "reproduce": ("reproduce_cmd", "Both DTR studies' published numbers beside ours, with a verdict each, and their figures in a report."),
 }

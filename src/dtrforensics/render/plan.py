@@ -1,0 +1,315 @@
+"""A plan (`torch.plan.PlanResult`) as its verdict, lines of text, JSON and a figure:
+bytes against overhead, DTR's exact curve with its holes shaded, every
+checkpointing option a point, the knob a line, the target a vertical."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from .units import fmt_bytes, fmt_count
+from .verdict import Verdict
+
+if TYPE_CHECKING:
+    from ..torch.plan import DtrMap, HoleMargin, KnobMap, OptionPoint, PlanDiff, PlanResult
+
+HOLE_COLOUR = "#d62728"
+BELOW_COLOUR = "#bbbbbb"
+OPEN_COLOUR = "#f5deb3"
+DTR_COLOUR = "#1f77b4"
+KNOB_COLOUR = "#ff7f0e"
+OPTION_COLOUR = "#2ca02c"
+TARGET_COLOUR = "#444444"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
+
+
+def _b(n: int | None) -> str:
+    return "-" if n is None else f"{n:,} B ({fmt_bytes(n)})"
+
+
+def step_args(result: PlanResult) -> list[str]:
+    """The options that rebuild the step (`--batch 4 --set hidden_size=256 ...`)."""
+    out: list[str] = []
+    for key, value in result.sets.items():
+        if key in ("batch", "seq", "image_size"):
+            out += [f"--{key.replace('_', '-')}", str(value)]
+        elif key == "dtype":
+            out += ["--dtype", str(value).removeprefix("torch.")]
+        else:
+            out += [f"--set={k}={_setting(v)}" for k, v in _flat(key, value)]
+    return out
+
+
+def _flat(key: str, value) -> list[tuple[str, object]]:
+    if isinstance(value, dict):
+        return [kv for k, v in value.items() for kv in _flat(f"{key}.{k}", v)]
+    return [(key, value)]
+
+
+def _setting(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_setting(v) for v in value) + "]"
+    return str(value)
+
+
+def finish_command(dtr: DtrMap) -> str | None:
+    """The command that finishes DTR's map (None: complete)."""
+    if dtr.complete:
+        return None
+    from .sweep import finish_lines
+    lines = [line for line in finish_lines(dtr.report) if ": dtrf " in line]
+    return lines[0].split(": ", 1)[1] if lines else None
+
+
+# --- the verdict ----------------------------------------------------------------------------
+
+def plan_verdict(result: PlanResult) -> Verdict:
+    """The answer first: for a target, what fits and DTR there; else the map in one line."""
+    t, dtr = result.target, result.dtr
+    if t is not None:
+        if t.cheapest is None:
+            head = f"nothing PyTorch ships fits {_b(t.target)}; DTR there: {margin_text(t.dtr)}"
+        else:
+            head = (f"at {_b(t.target)}: {t.cheapest.label} fits, peak {t.cheapest.peak:,} B at "
+                    f"{_x(t.cheapest.overhead)}; DTR there: {margin_text(t.dtr)}")
+    else:
+        head = (f"{result.spec}: peak {_b(result.peak)}, floor {_b(result.floor.floor)}; "
+                + (dtr_text(dtr) if dtr is not None else "DTR cannot go below the peak"))
+    lines = [dtr_text(dtr)] if t is not None and dtr is not None else []
+    if t is not None and t.cheapest is not None and t.cheapest_margin is not None:
+        lines.append(f"{t.cheapest.text} at {t.cheapest.peak:,} B as a DTR budget: "
+                     f"{margin_text(t.cheapest_margin)}")
+    if t is not None:
+        lines.append(f"knob meeting the target: {knob_fit_text(t.knob)}")
+    if result.knob is not None:
+        lines.append(knob_text(result.knob))
+    if result.inversions:
+        d = result.inversions[0]
+        lines.append(f"non-monotone: knob {d.low_knob:g} peaks {d.low_peak - d.high_peak:,} B "
+                     f"above knob {d.high_knob:g}" + (f"; first differing: {decision_text(d)}"
+                                                      if d.first_decision else ""))
+    return Verdict(head, tuple(lines[:6]), next_command(result))
+
+
+def next_command(result: PlanResult) -> str | None:
+    """Finish DTR's map when partial; else run DTR at the target for real."""
+    if result.dtr is not None and not result.dtr.complete:
+        return finish_command(result.dtr)
+    t = result.target
+    if t is not None and t.dtr.outcome == "ok":
+        return " ".join(["dtrf", "torch", "run", shlex.quote(result.spec), *map(
+            shlex.quote, step_args(result)), "--budget", str(t.target)])
+    return None
+
+
+def dtr_text(dtr: DtrMap) -> str:
+    first = ("no success certified" if dtr.first_success is None else
+             f"DTR completes from {dtr.first_success:,} B ({_x(dtr.first_overhead)})"
+             + ("" if dtr.first_success_exact else ", lower budgets uncertified"))
+    holes = fmt_count(len(dtr.holes), "hole") + (
+        f" ({sum(h.width for h in dtr.holes):,} B)" if dtr.holes else "")
+    state = "map complete" if dtr.complete else f"map partial, {dtr.uncertified_bytes:,} B open"
+    return f"{first}, {holes}, {state}"
+
+
+def margin_text(m: HoleMargin) -> str:
+    what = (f"completes at {_x(m.overhead)}" if m.outcome == "ok"
+            else "uncertified" if m.outcome == "uncertified" else f"fails ({m.outcome})")
+    if m.hole is None:
+        return f"{what}, no hole"
+    if m.inside:
+        return (f"{what}, inside the hole {m.hole.lo:,}-{m.hole.hi:,} B, {m.distance:,} B "
+                "from its nearest edge")
+    return f"{what}, {m.distance:,} B from the hole {m.hole.lo:,}-{m.hole.hi:,} B"
+
+
+def knob_fit_text(p: OptionPoint | None) -> str:
+    if p is None:
+        return "none on the grid"
+    return f"{p.knob:g} (peak {p.peak:,} B, {_x(p.overhead)})"
+
+
+def knob_text(k: KnobMap) -> str:
+    lo = min(k.points, key=lambda p: p.peak)
+    hi = max(k.points, key=lambda p: p.peak)
+    unresolved = f", {k.unresolved} wider than {k.tolerance:g}" if k.unresolved else ""
+    return (f"knob ({k.solver}): peak {lo.peak:,} B at {lo.knob:g} to {hi.peak:,} B at "
+            f"{hi.knob:g}; {fmt_count(k.changes, 'change')} of plan over "
+            f"{fmt_count(len(k.points), 'point')}{unresolved}")
+
+
+def decision_text(d: PlanDiff) -> str:
+    f = d.first_decision
+    if f is None:
+        return "no forward output saved in one plan and recomputed in the other"
+    where = f" in {f.module}" if f.module else ""
+    return (f"{f.op} #{f.index}{where} ({f.bytes:,} B) {f.low} at knob {d.low_knob:g}, "
+            f"{f.high} at {d.high_knob:g}")
+
+
+# --- the details ------------------------------------------------------------------------------
+
+def plan_lines(result: PlanResult) -> list[str]:
+    """Every number of the plan, one fact a line."""
+    fl = result.floor
+    out = [f"{result.spec}: plain step peak {_b(result.peak)}, floor {_b(fl.floor)}",
+           f"plan folder: {result.folder} ({result.seconds:.1f} s)"]
+    out += result.notes
+    if result.dtr is not None:
+        out += _dtr_lines(result.dtr)
+    out.append("options (recorded peak, overhead over the plain step):")
+    out += [f"  {o.text:<24} {o.peak:>14,} B  {_x(o.overhead)}  {o.label}" for o in result.options]
+    if result.knob is not None:
+        out.append(knob_text(result.knob) + ":")
+        pts = result.knob.points
+        out += [f"  {p.knob:<8g} {p.peak:>14,} B  {_x(p.overhead)}"
+                + ("  plan changes" if i and p.plan != pts[i - 1].plan else "")
+                for i, p in enumerate(pts)]
+    for d in result.inversions:
+        out += diff_lines(d)
+    if result.target is not None:
+        out += _target_lines(result)
+    return out
+
+
+def _dtr_lines(dtr: DtrMap) -> list[str]:
+    lo, hi = dtr.range_bytes
+    out = [f"DTR ({dtr.policy}) over {lo:,}-{hi:,} B: {dtr_text(dtr)}; sweep {dtr.sweep}"]
+    out += [f"  hole {h.lo:,}-{h.hi:,} B ({h.width:,} B; edges {h.lo_edge}/{h.hi_edge})"
+            for h in dtr.holes]
+    if not dtr.complete:
+        from .sweep import ended_text
+        out.append(f"  partial: {ended_text(dtr.report)}")
+        finish = finish_command(dtr)
+        if finish:
+            out.append(f"  to finish (nothing is run again): {finish}")
+    return out
+
+
+def diff_lines(d: PlanDiff) -> list[str]:
+    out = [f"non-monotone: knob {d.low_knob:g} peaks at {d.low_peak:,} B, knob {d.high_knob:g} "
+           f"at {d.high_peak:,} B (+{d.low_peak - d.high_peak:,} B at the lower knob)",
+           f"  first differing decision: {decision_text(d)}",
+           f"  forward outputs saved only at {d.low_knob:g}: {d.saved_only_low}, only at "
+           f"{d.high_knob:g}: {d.saved_only_high}",
+           f"  why: {d.why}"]
+    for knob, view in ((d.low_knob, d.low_at_peak), (d.high_knob, d.high_at_peak)):
+        out.append(f"  alive at the peak of knob {knob:g} ({view.peak:,} B), by module:")
+        out += [f"    {m.module} ({m.phase}): {m.bytes:,} B" for m in view.top]
+    return out
+
+
+def _target_lines(result: PlanResult) -> list[str]:
+    t = result.target
+    out = [f"target {_b(t.target)}:"]
+    if t.cheapest is None:
+        out.append("  no option fits")
+    else:
+        out.append(f"  cheapest that fits: {t.cheapest.text} ({t.cheapest.label}), peak "
+                   f"{t.cheapest.peak:,} B, {_x(t.cheapest.overhead)}, "
+                   f"{t.target - t.cheapest.peak:,} B under the target")
+        out.append(f"  its peak as a DTR budget: {margin_text(t.cheapest_margin)}")
+    out.append(f"  DTR at the target: {margin_text(t.dtr)}")
+    out.append(f"  knob meeting the target: {knob_fit_text(t.knob)}")
+    out.append(f"  fitting: {', '.join(o.text for o in t.fits) or 'none'}")
+    return out
+
+
+def plan_json(result: PlanResult) -> dict:
+    doc = result.to_json()
+    doc["finish"] = finish_command(result.dtr) if result.dtr is not None else None
+    return doc
+
+
+# --- the figure -------------------------------------------------------------------------------
+
+def figure(result: PlanResult, *, ratio_axis: bool = False):
+    """Bytes (MiB) against overhead: DTR's certified curve, its holes shaded red,
+    what it fails below its first success grey, uncertified budgets tan; every
+    option a labelled point, the knob a line through its points (labelled by
+    knob), the target a vertical."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from .sweep_plot import DPI, _figure_class
+    fig = _figure_class()(figsize=(11, 6), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    mib = float(1 << 20)
+    if result.dtr is not None:
+        _draw_dtr(ax, result.dtr, mib)
+    _draw_options(ax, result, mib)
+    if result.knob is not None:
+        _draw_knob(ax, result.knob, mib)
+    if result.target is not None:
+        ax.axvline(result.target.target / mib, color=TARGET_COLOUR, ls="--", lw=1.2,
+                   label=f"target {result.target.target:,} B")
+    ax.axvline(result.floor.floor / mib, color="#888888", ls=":", lw=1,
+               label=f"floor {result.floor.floor:,} B")
+    ax.set_xlabel("bytes (MiB): a DTR budget, or an option's recorded peak")
+    ax.set_ylabel("overhead (compute over the plain step's)")
+    ax.set_title(f"{result.spec}: DTR against PyTorch's checkpointing at the same bytes")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+def _draw_dtr(ax, dtr: DtrMap, mib: float) -> None:
+    xs, ys = [], []
+    for span in dtr.curve:
+        if span.outcome == "ok" and span.overhead is not None:
+            xs += [span.lo / mib, (span.hi + 1) / mib]
+            ys += [span.overhead, span.overhead]
+        else:
+            xs.append(float("nan"))
+            ys.append(float("nan"))
+    ax.plot(xs, ys, color=DTR_COLOUR, lw=1.5, label=f"DTR ({dtr.policy}), exact")
+    for k, h in enumerate(dtr.holes):
+        ax.axvspan(h.lo / mib, (h.hi + 1) / mib, color=HOLE_COLOUR, alpha=0.25, lw=0,
+                   label="DTR hole (fails between completions)" if k == 0 else None)
+    lo, _ = dtr.range_bytes
+    if dtr.first_success is not None and dtr.first_success > lo:
+        ax.axvspan(lo / mib, dtr.first_success / mib, color=BELOW_COLOUR, alpha=0.35, lw=0,
+                   label="DTR fails or uncertified below its first success")
+    for k, gap in enumerate(dtr.report.policy(dtr.policy).certain.gaps):
+        if dtr.first_success is None or gap.lo > dtr.first_success:
+            ax.axvspan(gap.lo / mib, (gap.hi + 1) / mib, color=OPEN_COLOUR, alpha=0.6, lw=0,
+                       label="uncertified (map partial)" if k == 0 else None)
+
+
+def _draw_options(ax, result: PlanResult, mib: float) -> None:
+    for k, o in enumerate(result.options):
+        ax.plot([o.peak / mib], [o.overhead], "o", color=OPTION_COLOUR, ms=7,
+                label="checkpointing option (recorded)" if k == 0 else None)
+        ax.annotate(o.text, (o.peak / mib, o.overhead), textcoords="offset points",
+                    xytext=(5, 6), fontsize=8, color=OPTION_COLOUR)
+
+
+def _draw_knob(ax, knob: KnobMap, mib: float) -> None:
+    pts = knob.points
+    ax.plot([p.peak / mib for p in pts], [p.overhead for p in pts], "-s", color=KNOB_COLOUR,
+            ms=4, lw=1, label=f"torch.compile knob ({knob.solver}), recorded")
+    shown: set[tuple[int, float]] = set()
+    for i, p in enumerate(pts):
+        key = (p.peak, round(p.overhead, 3))
+        if key in shown or (0 < i < len(pts) - 1 and p.plan == pts[i - 1].plan):
+            continue
+        shown.add(key)
+        ax.annotate(f"{p.knob:g}", (p.peak / mib, p.overhead), textcoords="offset points",
+                    xytext=(4, -11), fontsize=7, color=KNOB_COLOUR)
+
+
+def save_figure(fig, path) -> None:
+    """Write the figure to `path` atomically, its format from the suffix (.png, .svg, .pdf)."""
+    from pathlib import Path
+
+    from ..fsutil import atomic_path
+    from .sweep_plot import DPI
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=DPI, format=fmt)
