@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from ..analyses.floor import Floor
 from .recorder import RecordError
 
 KINDS = ("none", "block", "sac", "compile")
@@ -304,6 +305,8 @@ class OptionRecording:
     cost: str
     blocks: tuple[str, ...] = ()          # the modules checkpointed (block, sac)
     notes: tuple[str, ...] = field(default=())   # what the recording says of itself
+    floor: Floor | None = None            # the log's floor (`analyses/floor.py`)
+    fake: bool = False
 
     @property
     def overhead(self) -> float:
@@ -315,7 +318,8 @@ class OptionRecording:
                 "peak_bytes": self.peak_bytes, "ops": self.ops, "compute_total": self.compute_total,
                 "compute_plain": self.compute_plain, "overhead": self.overhead,
                 "recompute_ops": self.recompute_ops, "loss": self.loss, "cost": self.cost,
-                "blocks": list(self.blocks), "notes": list(self.notes)}
+                "blocks": list(self.blocks), "notes": list(self.notes), "fake": self.fake,
+                "floor": None if self.floor is None else self.floor.to_json()}
 
 
 def build_model(spec: str, seed: int = 0, sets: dict | None = None, fake: bool = False):
@@ -329,16 +333,20 @@ def build_model(spec: str, seed: int = 0, sets: dict | None = None, fake: bool =
 def record_option(spec: str, option: CheckpointOption | str, path: str | Path, *,
                   cost: str = "flops", seed: int = 0, sets: dict | None = None,
                   optimizer: str | None = None, autocast: str | None = None,
-                  plain: OptionRecording | None = None) -> OptionRecording:
+                  fake: bool = False, plain: OptionRecording | None = None) -> OptionRecording:
     """Record SPEC's training step under `option` as a DTR log at `path`.
 
     `plain`: a recording of the same spec with option none, whose compute is
     the overhead's denominator (recorded here, to a temporary file, when not
-    given or when `option` is none itself). Raises `RecordError` (its subclass
-    `CheckpointOptionError` for an option that does not apply)."""
+    given or when `option` is none itself). `fake`: the model built under a
+    FakeTensorMode (block and sac; a compiled step needs real tensors). Raises
+    `RecordError` (its subclass `CheckpointOptionError` for an option that does
+    not apply)."""
     if isinstance(option, str):
         option = parse_option(option)
-    model, batch, loss_fn = build_model(spec, seed, sets)
+    if option.kind == "compile" and fake:
+        raise CheckpointOptionError("a compiled step is recorded from real tensors: drop --fake")
+    model, batch, loss_fn = build_model(spec, seed, sets, fake=fake)
     recorded = record_built(model, batch, loss_fn, option, path, cost=cost,
                             optimizer=optimizer, autocast=autocast)
     if option.kind == "none":
@@ -347,7 +355,7 @@ def record_option(spec: str, option: CheckpointOption | str, path: str | Path, *
         with tempfile.TemporaryDirectory(prefix="dtrf-plain-") as folder:
             plain = record_option(spec, CheckpointOption("none"), Path(folder) / "plain.log",
                                   cost=cost, seed=seed, sets=sets, optimizer=optimizer,
-                                  autocast=autocast)
+                                  autocast=autocast, fake=fake)
     return _with_plain(recorded, plain.compute_total)
 
 
@@ -385,7 +393,8 @@ def record_built(model, batch, loss_fn, option: CheckpointOption, path: str | Pa
                            peak_bytes=summary.peak, ops=summary.ops, compute_total=total,
                            compute_plain=total if option.kind == "none" else 0,
                            recompute_ops=recomputed, loss=summary.loss, cost=summary.cost,
-                           blocks=tuple(blocks), notes=notes)
+                           blocks=tuple(blocks), notes=notes, floor=summary.floor,
+                           fake=summary.fake)
 
 
 def _log_compute(path: Path) -> tuple[int, int]:
