@@ -230,3 +230,15 @@ def test_torch_record_refuses_a_bad_checkpoint_option_in_one_line(tmp_path, opti
     assert result.code == 2 and result.traceback is None
     assert result.err.strip().count("\n") == 0 and says in result.err
     assert not out.exists()
+
+
+def test_a_compiled_step_that_runs_eagerly_under_the_recorder_is_refused(tmp_path, monkeypatch):
+    """Dynamo runs eager code while a mode that does not ignore compile internals
+    is on; recorded so, the log would be the eager step: refused, not written."""
+    from dtrforensics.torch import compiled_step
+    from dtrforensics.torch.recorder import RecordError, StepRecorder
+    monkeypatch.setattr(compiled_step, "CompiledStepRecorder", StepRecorder)
+    model, batch, loss_fn = build_model("zoo:mlp", 0, None)
+    with pytest.raises(RecordError, match="did not run as compiled"):
+        record_built(model, batch, loss_fn, parse_option("compile:0.5"), tmp_path / "c.log")
+    assert list(tmp_path.iterdir()) == []

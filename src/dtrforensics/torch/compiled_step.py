@@ -29,12 +29,16 @@ partitioned graphs (not the joint graph) goes through `compiled()` and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
+from ..trace.where import where_path
 from .recorder import RecordError, StepRecorder
 
 BACKEND = "aot_eager_decomp_partition"
@@ -58,6 +62,7 @@ class CompiledStep:
     solver: str
     graphs: list[CompiledGraph] = field(default_factory=list)
     compiles: int = 0          # Dynamo graphs compiled (each: one forward, one backward)
+    runs: dict = field(default_factory=lambda: {"forward": 0, "backward": 0})   # graphs run
 
     def recomputed(self) -> int:
         """Backward nodes that are forward nodes again (same node name: the
@@ -84,12 +89,18 @@ def _backend(step: CompiledStep):
 
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch._aot_autograd.utils import make_boxed_func
+    from torch._dynamo.backends.debugging import boxed_nop
 
     def keeper(kind):
-        def compile_graph(gm, _example_inputs):
+        def compile_graph(gm, example_inputs):
+            run_graph = boxed_nop(gm, example_inputs)    # the backend's own: inputs freed early
             step.graphs.append(CompiledGraph(kind, gm))
-            return make_boxed_func(gm.forward)
+
+            def run(args):
+                step.runs[kind] += 1
+                return run_graph(args)
+            run._boxed_call = True
+            return run
         return compile_graph
 
     def backend(gm, example_inputs):
@@ -189,12 +200,43 @@ def record_compiled(model: torch.nn.Module, batch, loss_fn, path, *, knob: float
     with compiled(model, knob, solver) as step:
         with autocast_context(autocast):
             warm_up(model, batch, loss_fn)
-        before = step.compiles
-        summary = record(model, batch, loss_fn, path, cost=cost, optimizer=optimizer,
-                         autocast=autocast, recorder_type=CompiledStepRecorder)
-        if step.compiles != before:
-            raise RecordError("torch.compile compiled the step again while it was recorded "
-                              "(a guard failed): the recording is not the compiled step")
+        before, runs = step.compiles, dict(step.runs)
+        with _written_if_kept(path) as draft:
+            summary = record(model, batch, loss_fn, draft, cost=cost, optimizer=optimizer,
+                             autocast=autocast, recorder_type=CompiledStepRecorder)
+            _check_ran(step, before, runs)
+    summary = dataclasses.replace(summary, path=Path(path),
+                                  where=None if summary.where is None else where_path(path))
     notes = (f"{BACKEND}: {step.compiles} graph(s) compiled (each a forward and a backward), "
              f"activation_memory_budget {knob:g}, solver {solver}",)
     return summary, step.recomputed(), notes
+
+
+def _check_ran(step: CompiledStep, before: int, runs: dict) -> None:
+    """The compiled graphs, as compiled before, are what ran: one forward and one
+    backward run of each, and no compilation."""
+    if step.compiles != before:
+        raise RecordError("torch.compile compiled the step again while it was recorded "
+                          "(a guard failed): the recording is not the compiled step")
+    ran = {kind: step.runs[kind] - runs[kind] for kind in runs}
+    if ran != {"forward": step.compiles, "backward": step.compiles}:
+        raise RecordError(f"the compiled graphs did not run as compiled while the step was "
+                          f"recorded ({ran['forward']} forward and {ran['backward']} backward "
+                          f"runs of {step.compiles} graph(s)): the recording is not the "
+                          "compiled step")
+
+
+@contextlib.contextmanager
+def _written_if_kept(path) -> Iterator[Path]:
+    """A draft path beside `path` (and its where-file), moved onto `path` when
+    the block ends normally, removed when it raises."""
+    path = Path(path)
+    draft = path.with_name(f".{path.name}.draft-{os.getpid()}")
+    try:
+        yield draft
+        os.replace(draft, path)
+        if where_path(draft).exists():
+            os.replace(where_path(draft), where_path(path))
+    finally:
+        for leftover in (draft, where_path(draft)):
+            leftover.unlink(missing_ok=True)
