@@ -5,7 +5,8 @@ that every dtrf command reads; `zoo` holds built-in models. Needs the
 `torch` extra (`pip install dtrforensics[torch]`).
 """
 
+from .backend import BudgetNotMet, dtr_backend
 from .recorder import RecordError
 from .step import RecordSummary, record
 
-__all__ = ["RecordError", "RecordSummary", "record"]
+__all__ = ["BudgetNotMet", "RecordError", "RecordSummary", "dtr_backend", "record"]

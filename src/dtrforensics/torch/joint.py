@@ -1,0 +1,281 @@
+"""AOTAutograd's joint forward-backward graph of a step, written as a DTR log.
+
+`capture_joint` runs the joint graph (placeholders: the primals, then the
+tangents) node by node on fake tensors under the recorder (`recorder.py`), so
+the log has the recorder's accounting: a storage per new output, views as
+aliases, `flops` costs, and each storage released when the last value
+holding it dies, a value dying after its last use in the graph (as the
+Python code FX generates for a graph frees it). Every primal is a CONSTANT
+before the first op; the tangents are CONSTANTs where the backward starts
+(the first node after the last forward one, as the default partitioner
+draws the line), after a BACKWARD annotation: autograd makes them then. The
+graph's outputs (forward outputs, gradients) stay referenced to the end.
+
+Beside the log it keeps what the lowering (`lowering.py`) needs: which node
+wrote each op of the log, and which log tensor each node's value is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+from dataclasses import dataclass, field
+
+import torch
+from torch import fx
+
+from ..trace.parser import parse_lines
+from ..trace.program import Program
+from .log import LogWriter
+from .recorder import RecordError, StepRecorder, output_tensors
+
+
+class NotExpressibleError(RecordError):
+    """A graph or schedule the lowering cannot express: what and why."""
+
+
+@dataclass
+class JointLog:
+    """The joint graph's log, its program, and the map between them."""
+
+    graph: fx.GraphModule
+    num_fwd_outputs: int
+    lines: list[str]
+    program: Program
+    op_node: dict[int, fx.Node]          # op id -> the node that wrote it (its first op)
+    node_tensors: dict[fx.Node, list]    # node -> the tensor id of each flattened output (None: no tensor)
+    placeholder_tensor: dict[fx.Node, int]
+    backward_op: int                      # the first op of the backward (the first tangent's CONSTANT)
+    secondary_ops: set[int] = field(default_factory=set)   # ops a node wrote after its first
+    op_context: list = field(default_factory=list)          # (module, chain, phase, source) per op
+
+    def op_module(self, op: int | None) -> str | None:
+        if op is None or not 0 <= op < len(self.op_context) or self.op_context[op] is None:
+            return None
+        return self.op_context[op][0]
+
+    def write(self, path) -> None:
+        text_log = LogWriter()
+        text_log.lines = list(self.lines)
+        text_log.write(path)
+
+    def forward_outputs(self) -> list:
+        return list(_outputs(self.graph)[:self.num_fwd_outputs])
+
+    def backward_outputs(self) -> list:
+        return list(_outputs(self.graph)[self.num_fwd_outputs:])
+
+
+def _outputs(gm: fx.GraphModule) -> list:
+    out = next(iter(gm.graph.find_nodes(op="output")))
+    return list(torch.utils._pytree.tree_leaves(out.args[0], is_leaf=lambda x: x is None))
+
+
+def last_forward_node(gm: fx.GraphModule) -> fx.Node:
+    """The last node of the forward, as the default partitioner finds it."""
+    from torch._functorch.partitioners import _has_tag_is_forward, _is_primal
+    last = None
+    for node in gm.graph.nodes:
+        if _has_tag_is_forward(node) or _is_primal(node):
+            last = node
+    if last is None:
+        raise NotExpressibleError("the joint graph has no forward node")
+    return last
+
+
+def _context(node: fx.Node, phase: str) -> tuple:
+    """(module, chain, phase, source) of a node, from what dynamo kept of it."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
+    paths = [_module_path(v[0]) for v in stack.values() if isinstance(v, tuple) and v]
+    paths = [p for p in paths if p]
+    trace = node.meta.get("stack_trace") or ""
+    source = None
+    for line in reversed(trace.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("File "):
+            parts = line.split('"')
+            if len(parts) >= 3:
+                number = parts[2].split(",")[1].strip().removeprefix("line ") if "," in parts[2] else ""
+                source = f"{parts[1].rsplit('/', 1)[-1]}:{number}"
+            break
+    module = paths[-1] if paths else None
+    chain = " > ".join(paths) if paths else None
+    return (module, chain, phase, source)
+
+
+def _module_path(text: str) -> str:
+    """`L['self'].blocks[0].attn` or `blocks.0.attn` as `blocks.0.attn`."""
+    text = str(text)
+    for prefix in ("L['self'].", "L['self']", "L['model'].", "self."):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    text = text.replace("._modules['", ".").replace("']", "").replace("[", ".").replace("]", "")
+    return text.strip(".")
+
+
+class _Runner(fx.Interpreter):
+    """Runs the joint graph node by node under the recorder, noting the log lines
+    each node wrote and the log names of its values."""
+
+    def __init__(self, gm, recorder: StepRecorder, log: LogWriter, tangents: list):
+        super().__init__(gm, garbage_collect_values=True)
+        self.recorder, self.log = recorder, log
+        self.tangents = tangents
+        self.last_forward = gm.meta.get("dtr_last_forward") or last_forward_node(gm)
+        self.backward_started = False
+        self.spans: dict[fx.Node, tuple[int, int]] = {}
+        self.names: dict[fx.Node, list] = {}
+        self.backward_line = None
+        self.seen_last = False
+
+    def run_node(self, n: fx.Node):
+        if self.seen_last and not self.backward_started and n.op not in ("placeholder", "output"):
+            self._start_backward()
+        phase = "backward" if self.backward_started else "forward"
+        self.log.context = _context(n, phase)
+        start = len(self.log.lines)
+        result = super().run_node(n)
+        self.spans[n] = (start, len(self.log.lines))
+        if n.op not in ("placeholder", "output"):
+            self.names[n] = [self._name(t) for t in _flat(result)]
+        if n is self.last_forward:
+            self.seen_last = True
+        return result
+
+    def _start_backward(self) -> None:
+        self.backward_started = True
+        self.log.annotate("BACKWARD")
+        self.backward_line = len(self.log.lines)
+        self.log.context = (None, None, "backward", None)
+        for t in self.tangents:
+            self.recorder.name_of(t)
+
+    def _name(self, t):
+        if not isinstance(t, torch.Tensor):
+            return None
+        return self.recorder.name_of(t)
+
+
+def _flat(value) -> list:
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    return [value]
+
+
+def capture_joint(gm: fx.GraphModule, joint_inputs, num_fwd_outputs: int) -> JointLog:
+    """The joint graph `gm` (AOTAutograd's, as a partition function receives it)
+    as a DTR log; `joint_inputs` are its (fake) inputs, primals then tangents."""
+    from torch._functorch.partitioners import _is_primal, _is_tangent
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    flat = list(joint_inputs[0]) + list(joint_inputs[1]) if isinstance(joint_inputs, tuple) \
+        else list(joint_inputs)
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    bad = [p.name for p in placeholders if not (_is_primal(p) or _is_tangent(p))]
+    if bad:
+        raise NotExpressibleError(f"the joint graph has inputs that are neither primals nor "
+                                  f"tangents ({', '.join(bad)}): random seeds or tokens")
+    # the fake inputs AOTAutograd traced with: their storages are the real
+    # inputs' (sizes, and inputs sharing one storage share it here too)
+    mode = detect_fake_mode(flat) or FakeTensorMode()
+    fakes = flat
+    primals = [f for p, f in zip(placeholders, fakes) if _is_primal(p)]
+    tangents = [f for p, f in zip(placeholders, fakes) if _is_tangent(p)]
+    log = LogWriter()
+    recorder = StepRecorder(log, "flops", lambda: "in the joint graph", fake=True)
+    written = _input_writes_forward(gm)
+    recorder.update_in_place([f for p, f in zip(placeholders, fakes) if p in written])
+    runner = _Runner(gm, recorder, log, [t for t in tangents if isinstance(t, torch.Tensor)])
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mode)
+            stack.enter_context(recorder)
+            log.context = (None, None, None, None)
+            for t in primals:
+                if isinstance(t, torch.Tensor):
+                    recorder.name_of(t)
+            outputs = runner.run(*fakes)
+            if not runner.backward_started:
+                runner._start_backward()
+            for p, t in zip(placeholders, fakes):
+                runner.names[p] = [runner._name(t)]
+            recorder.close()
+            del outputs
+    finally:
+        recorder.close()
+        if gc_was_enabled:
+            gc.enable()
+    return _joint_log(gm, num_fwd_outputs, log, runner, placeholders)
+
+
+def _input_writes_forward(gm: fx.GraphModule) -> set:
+    """Move the writes of the graph's inputs (batch norm's running statistics
+    copied back into the buffers, at the end of the joint graph) to the end of
+    the forward, where the forward graph must run them; the inputs they write.
+    Such a write is in place (a view of the input, as the recorder writes an
+    optimizer's state): the buffer gets no second version."""
+    last = last_forward_node(gm)
+    written: set = set()
+    for node in list(gm.graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        writes = [a for a, arg in zip(node.args, target._schema.arguments) if arg.is_write]
+        if writes and all(isinstance(a, fx.Node) and a.op == "placeholder" for a in writes):
+            if node.users:
+                raise NotExpressibleError(f"the joint graph reads the result of {node.name}, "
+                                          "an in-place write of an input")
+            last.append(node)
+            last = node
+            written.update(writes)
+    gm.graph.lint()
+    gm.recompile()
+    gm.meta["dtr_last_forward"] = last
+    return written
+
+
+def _joint_log(gm, num_fwd_outputs: int, log: LogWriter, runner: _Runner, placeholders) -> JointLog:
+    program = parse_lines(log.lines, name="joint")
+    line_op = {int(line) - 1: op for op, line in enumerate(program.op_line.tolist())}
+    name_tensor = _name_tensors(program, log.lines)
+    op_node: dict[int, fx.Node] = {}
+    secondary: set[int] = set()
+    for node, (start, end) in runner.spans.items():
+        ops = [line_op[i] for i in range(start, end) if i in line_op]
+        if node.op == "placeholder":
+            continue
+        for k, op in enumerate(ops):
+            op_node[op] = node
+            if k:
+                secondary.add(op)
+    node_tensors = {n: [name_tensor.get(name) if name else None for name in names]
+                    for n, names in runner.names.items()}
+    placeholder_tensor = {p: node_tensors[p][0] for p in placeholders
+                          if node_tensors.get(p) and node_tensors[p][0] is not None}
+    backward_op = next((op for line, op in sorted(line_op.items())
+                        if line >= runner.backward_line), program.n_ops)
+    return JointLog(gm, num_fwd_outputs, list(log.lines), program, op_node, node_tensors,
+                    placeholder_tensor, backward_op, secondary, [c for _, c in log.contexts])
+
+
+def _name_tensors(program: Program, lines: list[str]) -> dict[str, int]:
+    """Every log name -> its tensor id (a COPY's new name -> its source's tensor)."""
+    found = {program.tensor_names[nid]: tid for tid, nid in enumerate(program.tensor_name_id.tolist())}
+    for line in lines:
+        if '"COPY"' in line:
+            record = json.loads(line)
+            if record.get("SRC") in found:
+                found[record["DST"]] = found[record["SRC"]]
+    return found
+
+
+def output_tensor_ids(joint: JointLog, nodes) -> list:
+    """The tensor id of each output node (None for a None output)."""
+    return [None if n is None else joint.node_tensors[n][0] for n in nodes]
+
+
+__all__ = ["JointLog", "NotExpressibleError", "capture_joint", "output_tensors"]
