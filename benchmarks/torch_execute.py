@@ -11,7 +11,7 @@ warm-up round, then the best of --repeat rounds:
   recording, parsing and planning are done once beforehand, not timed).
 
 Beside them, what is not in the executor's time: reading the recording for
-the executor (`runtime.Recording`, once per recorded step) and the setup of
+the executor (`following.RecordedLog`, once per recorded step) and the setup of
 each run (its `FollowingLog` and `Executor`), best of --repeat, CPU time.
 Allocation checks are always verified (live storage bytes against the
 engine's memory): the benchmark asserts no mismatch.
@@ -42,7 +42,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dtrforensics.analyses.floor import floor
 from dtrforensics.torch.execute import prepare
-from dtrforensics.torch.runtime import Executor, FollowingLog, Recording
+from dtrforensics.torch.following import FollowingLog, RecordedLog
+from dtrforensics.torch.runtime import Executor
 from dtrforensics.torch.schedule import plan
 from dtrforensics.torch.step import ModuleLocator
 from dtrforensics.torch.zoo import ZOO
@@ -68,7 +69,7 @@ def setup_seconds(step, schedule, budget: int, repeat: int) -> tuple[float, floa
     read, per_run = [], []
     for _ in range(repeat):
         start = time.process_time()
-        recording = Recording(step.lines)
+        recording = RecordedLog(step.lines)
         read.append(time.process_time() - start)
         start = time.process_time()
         Executor(FollowingLog(recording), step.program, schedule.events, budget, ModuleLocator(step.model).where)

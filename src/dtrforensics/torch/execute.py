@@ -42,16 +42,10 @@ from ..jsonsafe import json_safe
 from ..trace.parser import parse_file
 from ..trace.program import Program
 from ..trace.where import with_where
+from .following import FollowingLog, RecordedLog
 from .optim import OPTIMIZERS, state_tensors, steady_optimizer
 from .recorder import RecordError, constants_of
-from .runtime import (
-    Executor,
-    FollowingLog,
-    RealOutOfMemory,
-    Recording,
-    ScheduleEnded,
-    ScheduleError,
-)
+from .runtime import Executor, RealOutOfMemory, ScheduleEnded, ScheduleError
 from .schedule import Plan, plan
 from .step import ModuleLocator, _forward, _run_backward, _run_forward, _run_optimizer, record
 from .where import Where
@@ -462,9 +456,9 @@ class Step:
         return baseline(self.program).peak
 
     @functools.cached_property
-    def recording(self) -> Recording:
+    def recording(self) -> RecordedLog:
         """The log as the executor follows it, read once for every run."""
-        return Recording(self.lines)
+        return RecordedLog(self.lines)
 
     def _optimizer(self):
         return steady_optimizer(self.optimizer, list(self.model.parameters()))

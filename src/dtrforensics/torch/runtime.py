@@ -35,7 +35,6 @@ the engine's memory at that check.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -63,15 +62,9 @@ from ..engine.hooks import (
 )
 from ..trace.program import Program
 from .aten import UNDECLARED_WRITES, op_name_of, output_tensors, schema_arguments, schema_tensors
-from .log import LogWriter
+from .following import FollowingLog
+from .lineplan import planned as planned_ops
 from .recorder import PLAIN_TYPES, REJECTED_OPS, RecordError, StepRecorder, storage_key
-
-OP_INSTRUCTIONS = ("CONSTANT", "CALL", "MUTATE")
-
-
-def _costless(record: dict) -> dict:
-    """A log record without its cost: the executor does not recompute costs."""
-    return {k: v for k, v in record.items() if k != "TIME"}
 
 
 class ScheduleError(RecordError):
@@ -89,162 +82,6 @@ class RealOutOfMemory(Exception):
 
 class ScheduleEnded(Exception):
     """The engine's run stopped (thrashed, timeout, error) before the real step did."""
-
-
-# The fields of each log instruction, in the order `FollowingLog` compares them.
-FIELDS = {"ANNOTATE": ("ANNOTATION",), "CONSTANT": ("NAME",), "MEMORY": ("NAME", "MEMORY"),
-          "ALIAS": ("NAME", "ALIAS"), "CALL": ("NAME", "ARGS", "RESULT"),
-          "MUTATE": ("NAME", "ARGS", "MUTATE"), "COPY": ("DST", "SRC"), "RELEASE": ("NAME",)}
-NUMBERS = ("MEMORY", "ALIAS")     # written as decimal strings, compared as the integers
-
-
-def _key(record: dict) -> tuple:
-    """A costless record as a tuple the writer can build without a dict: equal to
-    the tuple of a written record exactly when the two records are equal."""
-    fields = FIELDS.get(record.get("INSTRUCTION"))
-    if fields is None or record.keys() != {"INSTRUCTION", *fields}:
-        return (object(),)        # equal to nothing the writer makes: compared as a dict
-    values = []
-    for f in fields:
-        v = record[f]
-        if f in NUMBERS and isinstance(v, str) and v.lstrip("-").isdigit() and str(int(v)) == v:
-            v = int(v)
-        values.append(v)
-    return (record["INSTRUCTION"], *values)
-
-
-class Recording:
-    """A step's DTR log as the executor follows it, read once per recording (each
-    run of the step reuses it, read only): its records, each as a costless dict
-    and as a `_key`, the log op of each op line (`line_op`) and the `plans` of
-    its CALL and MUTATE lines (`Executor._planned`)."""
-
-    def __init__(self, lines: list[str]):
-        self.expected = [json.loads(line) for line in lines]
-        self.want = [_costless(r) for r in self.expected]
-        self.keys = [_key(r) for r in self.want]
-        self.line_op = _op_lines(self.expected)
-        self.plans = _plan_lines(self.expected, self.line_op)
-
-
-def _op_lines(expected: list[dict]) -> dict[int, int]:
-    found, op = {}, 0
-    for i, rec in enumerate(expected):
-        if rec["INSTRUCTION"] in OP_INSTRUCTIONS:
-            found[i] = op
-            op += 1
-    return found
-
-
-def _plan_lines(exp: list[dict], line_op: dict[int, int]) -> dict[int, tuple]:
-    """Per CALL or MUTATE line of the recording, what `Executor._planned` needs
-    from it: for a CALL its name, arguments, op, the MUTATE of the same op that
-    may follow it (op, arguments) and the views (`alias` CALLs of its results,
-    and of the names that MUTATE writes) after that MUTATE or, without one,
-    after the CALL; for a MUTATE its name, arguments, op and the views of the
-    names it writes after it (the other names of their storages, rebound)."""
-    def at(j):
-        return exp[j] if j < len(exp) else {}
-
-    def views(j, results):
-        found = []
-        r = at(j)
-        while r.get("INSTRUCTION") == "CALL" and r["NAME"] == "alias" and r["ARGS"][0] in results:
-            found.append((line_op[j], "view"))
-            j += 3
-            r = at(j)
-        return found
-
-    plans = {}
-    for i, r in enumerate(exp):
-        if r["INSTRUCTION"] == "MUTATE":
-            plans[i] = (False, r["NAME"], r["ARGS"], line_op[i], views(i + 1, _written(r)))
-        elif r["INSTRUCTION"] == "CALL":
-            results = set(r["RESULT"])
-            j = i + 1 + 2 * len(r["RESULT"])
-            m = at(j)
-            mutate = (line_op[j], m["ARGS"]) if m.get("INSTRUCTION") == "MUTATE" and \
-                m["NAME"] == r["NAME"] else None
-            plans[i] = (True, r["NAME"], r["ARGS"], line_op[i], mutate,
-                        views(j + 1, results | _written(m)) if mutate else [], views(j, results))
-    return plans
-
-
-def _written(mutate: dict) -> set[str]:
-    """The names a MUTATE record writes: the recorder rebinds the other names of
-    their storages to views of them (`alias` CALLs right after it)."""
-    return {mutate["ARGS"][m] for m in mutate["MUTATE"]}
-
-
-class FollowingLog(LogWriter):
-    """A log writer that checks every record against the recording as it is written
-    (compared as tuples of its fields, the recording's made once; a record that
-    differs is compared again as a dict, so the first difference is found and
-    named as before). A mismatch is kept (finalizers cannot raise) and raised at
-    the next op."""
-
-    def __init__(self, expected: list[str] | Recording):
-        rec = self.recording = expected if isinstance(expected, Recording) else Recording(expected)
-        self.expected, self._want, self._keys = rec.expected, rec.want, rec.keys
-        self.diverged: int | None = None
-        self._ran: dict | None = None
-        self.ops = 0
-        self.written = 0
-        super().__init__()
-
-    def _emit(self, **record) -> None:
-        index = self.written
-        self.written += 1
-        if record["INSTRUCTION"] in OP_INSTRUCTIONS:
-            self.ops += 1
-        if self.diverged is None:
-            record.pop("TIME", None)
-            if index >= len(self._want) or record != self._want[index]:
-                self.diverged, self._ran = index, record
-
-    def _follows(self, key: tuple) -> bool:
-        """The next record is `key`: counted as written, True; else nothing done."""
-        i = self.written
-        if self.diverged is None and i < len(self._keys) and self._keys[i] == key:
-            self.written = i + 1
-            return True
-        return False
-
-    def call(self, op: str, args: list[str], results: list[tuple[str, int, int]], cost: int) -> None:
-        i, keys = self.written, self._keys
-        end = i + 1 + 2 * len(results)
-        if self.diverged is None and end <= len(keys) and keys[i] == ("CALL", op, args, [r[0] for r in results]):
-            j = i + 1
-            for name, nbytes, alias in results:
-                if keys[j] != ("MEMORY", name, nbytes) or keys[j + 1] != ("ALIAS", name, alias):
-                    break
-                j += 2
-            else:
-                self.written = end
-                self.ops += 1
-                return
-        super().call(op, args, results, cost)
-
-    def release(self, name: str) -> None:
-        if not self._follows(("RELEASE", name)):
-            super().release(name)
-
-    def copy(self, dst: str, src: str) -> None:
-        if not self._follows(("COPY", dst, src)):
-            super().copy(dst, src)
-
-    def mutate(self, op: str, args: list[str], mutated: list[int], cost: int) -> None:
-        if self._follows(("MUTATE", op, args, mutated)):
-            self.ops += 1
-        else:
-            super().mutate(op, args, mutated, cost)
-
-    def divergence(self) -> str:
-        i = self.diverged
-        want = json.dumps(self._want[i], sort_keys=True) if i < len(self._want) else "the end of the log"
-        ran = json.dumps(self._ran, sort_keys=True) if self._ran is not None else "the end of the step"
-        return (f"the step ran differently from its recording at log line {i + 1}: "
-                f"recorded {want}, ran {ran}")
 
 
 @dataclass
@@ -677,25 +514,6 @@ class Executor(StepRecorder):
         super()._register(t, name, owner, storage)
         self._binds.append((t, name, owner, storage))
 
-    def _planned(self, name: str, arg_names: list[str]) -> list[tuple[int, str]]:
-        """The log ops this call of aten op `name` writes, read from the recording
-        at the current line: a CALL (with its MUTATE and views) or a MUTATE."""
-        p = self._plans.get(self.log.written)
-        if p is None or p[1] != name:
-            return []
-        if not p[0]:
-            return [(p[3], "mutate"), *p[4]] if p[2] == arg_names else []
-        if p[2][:len(arg_names)] != arg_names:
-            return []
-        planned = [(p[3], "call")]
-        mutate = p[4]
-        if mutate is not None and mutate[1] == arg_names:
-            planned.append((mutate[0], "mutate"))
-            planned += p[5]
-        else:
-            planned += p[6]
-        return planned
-
     def _slots(self, op: int, inputs: list) -> list:
         prog, slots = self.program, []
         arg_ids = prog.op_args_of(op).tolist()
@@ -724,7 +542,7 @@ class Executor(StepRecorder):
             # a tensor already named was checked when it was named
             names = self._names
             arg_names = [names.get(id(t)) or self.name_of(t, op) for t in inputs]
-            planned = self._planned(name, arg_names)
+            planned = planned_ops(self._plans.get(self.log.written), name, arg_names)
             deferred: list[int] = []
             pending = 0
             updated, versioned = self._written(inputs, mutated) if mutated else ([], [])
