@@ -755,9 +755,9 @@ NOT_USER_ERRORS = {
     "dtrforensics.sweep.scheduler.OutOfTime": "control flow: run_sweep returns stopped",
     "dtrforensics.torch.concrete.FakeValueError": "a RecordError's cause: one error line",
     "dtrforensics.torch.execute.BudgetError": "cli/torch_run_cmd.py: a CommandError",
-    "dtrforensics.torch.runtime.RealOutOfMemory": "the real step's OOM, reported as a result",
-    "dtrforensics.torch.runtime.ScheduleEnded": "control flow inside the executor",
-    "dtrforensics.torch.runtime.ScheduleError": "cli/torch_run_cmd.py: a CommandError",
+    "dtrforensics.torch.schedule.RealOutOfMemory": "the real step's OOM, reported as a result",
+    "dtrforensics.torch.schedule.ScheduleEnded": "control flow inside the executor",
+    "dtrforensics.torch.schedule.ScheduleError": "cli/torch_run_cmd.py: a CommandError",
 }
 
 

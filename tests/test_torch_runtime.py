@@ -29,14 +29,15 @@ from dtrforensics.engine.summary import victims_sha256
 from dtrforensics.render.labels import short_source
 from dtrforensics.torch import (
     RecordError,
+    rebuild,
     record,
     runtime,
+    versions,
 )
 from dtrforensics.torch.execute import BudgetError, NotFaithfulError, _stop_of, execute, prepare
 from dtrforensics.torch.optim import OPTIMIZERS
 from dtrforensics.torch.recorder import VALUE_READS
-from dtrforensics.torch.runtime import ScheduleError
-from dtrforensics.torch.schedule import plan
+from dtrforensics.torch.schedule import RealOutOfMemory, ScheduleError, op_text, plan
 from dtrforensics.torch.spec import build
 from dtrforensics.torch.zoo import ZOO
 from dtrforensics.trace.parser import parse_file
@@ -205,14 +206,14 @@ def test_rebuilds_without_the_random_state_would_differ(monkeypatch, tmp_path):
     """The dropout test can fail: rebuilding random ops under the current random
     state gives other gradients."""
     budget = lowest_completing(dropout_mlp, tmp_path)
-    original = runtime.Executor._rebuild
+    original = rebuild.Rebuilder.rebuild
 
-    def rebuild_without_rng(self, op):
-        for rec in self._ops.values():
+    def rebuild_without_rng(self, op, meter=None):
+        for rec in self.ops.values():
             rec.rng = None
-        original(self, op)
+        original(self, op, meter)
 
-    monkeypatch.setattr(runtime.Executor, "_rebuild", rebuild_without_rng)
+    monkeypatch.setattr(rebuild.Rebuilder, "rebuild", rebuild_without_rng)
     result = execute(*dropout_mlp(), budget=budget)
     assert result.outcome == "ok" and result.grads_bitwise_equal is False
     assert not result.matches_simulation() and result.memory_mismatches == 0
@@ -370,10 +371,10 @@ def test_rebuilds_after_an_update_read_the_parameters_old_versions(monkeypatch):
 
     def in_place(self, op, inputs, mutated):
         for out_tid, m in zip(self.program.op_outputs_of(op), mutated):
-            self._weak[out_tid] = weakref.ref(inputs[m].untyped_storage())
-            self._resident.add(out_tid)
+            self.storages.weak[out_tid] = weakref.ref(inputs[m].untyped_storage())
+            self.storages.resident.add(out_tid)
 
-    monkeypatch.setattr(runtime.Executor, "_new_versions", in_place)
+    monkeypatch.setattr(versions.Versions, "new_versions", in_place)
     run = step.real(schedule, budget)
     assert run.stop is None and (run.values.grads, run.values.updates) != (plain.grads, plain.updates)
 
@@ -440,7 +441,7 @@ def test_a_rebuild_that_would_read_a_state_written_since_is_refused(monkeypatch)
     assert "before op" in min(refused.values()) and "cannot be recomputed faithfully" in min(refused.values())
     # the rebuilt op's module, from the log's where-file
     assert all(" in module Linear, which read optimizer state" in m for m in refused.values())
-    monkeypatch.setattr(runtime.Executor, "_check_states_unwritten", lambda *args: None)
+    monkeypatch.setattr(rebuild.Rebuilder, "check_states_unwritten", lambda *args: None)
     result = execute(model, batch, nn.functional.mse_loss, budget=min(refused), policy="size",
                      optimizer="read-then-write")
     assert result.outcome == "ok" and result.updates_bitwise_equal is False
@@ -540,7 +541,7 @@ def test_a_hole_sweep_exact_certifies_is_a_hole_of_the_real_step(tmp_path):
         schedule = plan(step.program, budget)
         sim = schedule.result.summary
         run = step.real(schedule, budget)
-        assert isinstance(run.stop, runtime.RealOutOfMemory) and sim.outcome == "oom"
+        assert isinstance(run.stop, RealOutOfMemory) and sim.outcome == "oom"
         assert (run.stop.op_id, run.stop.request) == (sim.oom.op_id, sim.oom.request)
         assert run.stop.live == run.stop.memory == sim.oom.memory
         assert run.stop.live + run.stop.request - budget == schedule.frontier.shortfall > 0
@@ -961,7 +962,7 @@ def test_live_bytes_unlike_the_engines_are_never_a_match(monkeypatch):
     def planted(self, memory, pending, op, depth):
         if len(seen) == 2:
             memory += 1
-        seen.append((self.live + pending, memory, f"{self._op_text(op)}, depth {depth}"))
+        seen.append((self.live + pending, memory, f"{op_text(self.program, op)}, depth {depth}"))
         original(self, memory, pending, op, depth)
 
     monkeypatch.setattr(runtime.Executor, "_check", planted)

@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 import dtrforensics.torch.execute as execute_module
 from dtrforensics.analyses.floor import floor
 from dtrforensics.engine.replay import replay
-from dtrforensics.torch import RecordError, runtime
+from dtrforensics.torch import RecordError, runtime, schedule
 from dtrforensics.torch.execute import execute, prepare
 from dtrforensics.torch.optim import steady_optimizer
 from dtrforensics.torch.spec import build
@@ -232,7 +232,7 @@ def out_of_memory_in_executor(at: int, monkeypatch):
             executors.append([self, 0])
         executors[-1][1] += 1
         if len(executors) == at and executors[-1][1] == 5:
-            raise runtime.RealOutOfMemory(op, 0, pending, self.live, memory)
+            raise schedule.RealOutOfMemory(op, 0, pending, self.live, memory)
         original(self, memory, pending, op, depth)
 
     monkeypatch.setattr(runtime.Executor, "_check", planted)

@@ -45,8 +45,8 @@ from ..trace.where import with_where
 from .following import FollowingLog, RecordedLog
 from .optim import OPTIMIZERS, state_tensors, steady_optimizer
 from .recorder import RecordError, constants_of
-from .runtime import Executor, RealOutOfMemory, ScheduleEnded, ScheduleError
-from .schedule import Plan, plan
+from .runtime import Executor
+from .schedule import Plan, RealOutOfMemory, ScheduleEnded, ScheduleError, plan
 from .step import ModuleLocator, _forward, _run_backward, _run_forward, _run_optimizer, record
 from .where import Where
 from .workspace import Meter, Workspaces
@@ -618,7 +618,7 @@ def _training_step(ex: Executor, model, inputs, targets, loss_fn, opt, modules) 
     ex.log.annotate("BACKWARD")
     _run_backward(loss)
     if opt is not None:
-        _run_optimizer(ex, opt)
+        _run_optimizer(ex.recorder, opt)
     del loss
     gc.collect()
     return value

@@ -67,12 +67,29 @@ def _allowed_type(t: torch.Tensor) -> bool:
     return type(t) is FakeTensor
 
 
+class Listener:
+    """What a mode built on a recorder hears from it (the executor, `runtime.py`,
+    which holds one): every tensor named, every CONSTANT written, every named
+    storage's death (before its names are released). Each does nothing here."""
+
+    def named(self, t: torch.Tensor, name: str, owner: bool, storage: torch.UntypedStorage) -> None:
+        """`t` was named `name` (`owner`: the first name of `storage`)."""
+
+    def constant(self, t: torch.Tensor, name: str) -> None:
+        """A CONSTANT was written for `t` (named and registered)."""
+
+    def storage_died(self, key: int) -> None:
+        """The named storage of `storage_key` `key` died."""
+
+
 class StepRecorder(TorchDispatchMode):
-    """The dispatch mode that writes the log; `where()` names the code running now."""
+    """The dispatch mode that writes the log; `where()` names the code running now.
+    A `listener` hears what it names (`Listener`)."""
 
     def __init__(self, log: LogWriter, cost: str, where: Callable[[], str], fake: bool = False,
-                 context: Where | None = None):
+                 context: Where | None = None, listener: Listener | None = None):
         super().__init__()
+        self._listener = listener
         self.context = context       # module path, phase, source line of each op written
         self.fake = fake
         self.log = log
@@ -117,8 +134,12 @@ class StepRecorder(TorchDispatchMode):
             self._watch(storage, self._storage_died, key)
         else:
             self._storage_names[key].append(name)
+        if self._listener is not None:
+            self._listener.named(t, name, owner, storage)
 
     def _storage_died(self, key: int) -> None:
+        if self._listener is not None:
+            self._listener.storage_died(key)
         for name in self._storage_names.pop(key):
             self._release(name)
 
@@ -141,6 +162,18 @@ class StepRecorder(TorchDispatchMode):
             self._busy = False
             pending, self._pending = self._pending, []
             for name in sorted(pending, key=lambda n: int(n[1:])):
+                self.log.release(name)
+
+    def begin_op(self) -> None:
+        """An aten call is being written: releases wait for `end_op`."""
+        self._busy = True
+
+    def end_op(self) -> None:
+        """The call's records are written: the releases that waited, in order."""
+        self._busy = False
+        if self._pending:
+            pending, self._pending = self._pending, []
+            for name in pending:
                 self.log.release(name)
 
     def release_dead_views(self) -> None:
@@ -174,6 +207,10 @@ class StepRecorder(TorchDispatchMode):
         state."""
         self._in_place = {storage_key(t) for t in states}
 
+    def updated_in_place(self, t: torch.Tensor) -> bool:
+        """Whether a write of `t` is written as a view of it (`update_in_place`)."""
+        return storage_key(t) in self._in_place
+
     def close(self) -> None:
         """Stop writing; tensors that outlive the step end the log still referenced."""
         self._open = False
@@ -184,7 +221,7 @@ class StepRecorder(TorchDispatchMode):
 
     def name_of(self, t: torch.Tensor, op: str = "the step") -> str:
         """The log name for tensor `t`, writing a CONSTANT for a storage never seen."""
-        self._check_tensor(t, op)
+        self.check_tensor(t, op)
         name = self._names.get(id(t))
         if name is not None:
             return name
@@ -201,11 +238,20 @@ class StepRecorder(TorchDispatchMode):
             log.context = now
         self._register(t, name, owner=True)
         self._constants.append(t)
+        if self._listener is not None:
+            self._listener.constant(t, name)
         return name
+
+    def arg_names(self, inputs: list, op: str) -> list[str]:
+        """The log names of an op's tensor arguments, CONSTANTs written for new ones
+        (`name_of`); a tensor already named was checked when it was named."""
+        names = self._names
+        return [names.get(id(t)) or self.name_of(t, op) for t in inputs]
 
     # --- ops -----------------------------------------------------------------------
 
-    def _check_tensor(self, t: torch.Tensor, op: str) -> None:
+    def check_tensor(self, t: torch.Tensor, op: str) -> None:
+        """A tensor the log can hold: plain or fake, strided."""
         if not _allowed_type(t):
             raise RecordError(f"{op} {self.where()}: unknown tensor subclass "
                               f"{type(t).__qualname__} (only plain and fake tensors can be recorded)")
@@ -238,8 +284,8 @@ class StepRecorder(TorchDispatchMode):
                 out, cost = call(), 0
             outputs = output_tensors(out)
             for t in outputs:
-                self._check_tensor(t, op)
-            self._write(func, args, kwargs, out, inputs, arg_names, mutated, outputs, cost)
+                self.check_tensor(t, op)
+            self.write(func, args, kwargs, out, inputs, arg_names, mutated, outputs, cost)
         finally:
             self._busy = False
             pending, self._pending = self._pending, []
@@ -272,7 +318,7 @@ class StepRecorder(TorchDispatchMode):
 
     def _wrote_new_storage(self, op_name: str, t: torch.Tensor, inputs: list, arg_names: list[str],
                            cost: int) -> bool:
-        """`_write` for the commonest op: one output, a new tensor on a storage no
+        """`write` for the commonest op: one output, a new tensor on a storage no
         named tensor and no input holds, written nothing; False, having done
         nothing, for any other."""
         if id(t) in self._names or op_name in IDENTITY_OPS or _one_of(t, inputs):
@@ -289,8 +335,11 @@ class StepRecorder(TorchDispatchMode):
         self._register(t, name, True, storage)
         return True
 
-    def _write(self, func, args, kwargs, out, inputs: list, arg_names: list[str],
-               mutated: list[int], outputs: list, cost: int) -> None:
+    def write(self, func, args, kwargs, out, inputs: list, arg_names: list[str],
+              mutated: list[int], outputs: list, cost: int) -> None:
+        """The log records of one aten call (`out` its result, `outputs` its tensors,
+        `inputs` its tensor arguments named `arg_names`, `mutated` those it writes),
+        each new tensor named."""
         op_name = op_name_of(func)
         if len(outputs) == 1 and not mutated and self.cost != "flops" and \
                 self._wrote_new_storage(op_name, outputs[0], inputs, arg_names, cost):
