@@ -19,12 +19,15 @@ import weakref
 
 import torch
 
+from .private_api import require
+
 
 class Storages:
     """The step's storages by engine storage id, and their live bytes. `stats` (the
     executor's `Stats`) counts victims, dead frees, ghosts and the peak."""
 
     def __init__(self, stats):
+        require("torch.UntypedStorage._swap_data_ptr_", "the real step (dtrf torch run)")
         self.stats = stats
         self.tracked: dict[int, tuple[weakref.ref, int]] = {}   # storage key -> (storage, bytes)
         self.live = 0          # bytes of the tracked storages PyTorch holds alive
