@@ -33,7 +33,7 @@ from dtrforensics.torch.checkpointing import (  # noqa: E402
     record_option,
 )
 from dtrforensics.torch.compiled_step import compiled, warm_up  # noqa: E402
-from dtrforensics.torch.recorder import constants_of  # noqa: E402
+from dtrforensics.torch.recorder import RecordError, constants_of  # noqa: E402
 from dtrforensics.torch.step import _forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -236,9 +236,28 @@ def test_a_compiled_step_that_runs_eagerly_under_the_recorder_is_refused(tmp_pat
     """Dynamo runs eager code while a mode that does not ignore compile internals
     is on; recorded so, the log would be the eager step: refused, not written."""
     from dtrforensics.torch import compiled_step
-    from dtrforensics.torch.recorder import RecordError, StepRecorder
+    from dtrforensics.torch.recorder import StepRecorder
     monkeypatch.setattr(compiled_step, "CompiledStepRecorder", StepRecorder)
     model, batch, loss_fn = build_model("zoo:mlp", 0, None)
     with pytest.raises(RecordError, match="did not run as compiled"):
         record_built(model, batch, loss_fn, parse_option("compile:0.5"), tmp_path / "c.log")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text", ["block", "sac"])
+def test_checkpointed_logs_are_the_same_in_fake_mode(text, tmp_path):
+    real = record_option("zoo:gpt", text, tmp_path / "real.log")
+    fake = record_option("zoo:gpt", text, tmp_path / "fake.log", fake=True, plain=real)
+    assert fake.fake and fake.loss is None and not real.fake
+    assert (tmp_path / "fake.log").read_bytes() == (tmp_path / "real.log").read_bytes()
+
+
+def test_a_compiled_step_needs_real_tensors_and_ilp_needs_scipy(tmp_path):
+    with pytest.raises(CheckpointOptionError, match="real tensors"):
+        record_option("zoo:mlp", "compile:0.5", tmp_path / "c.log", fake=True)
+    try:
+        import scipy  # noqa: F401
+    except ImportError:
+        with pytest.raises(RecordError, match="needs scipy"):
+            record_option("zoo:mlp", "compile:0.5:ilp", tmp_path / "c.log")
     assert list(tmp_path.iterdir()) == []
