@@ -121,3 +121,23 @@ def test_results_about_a_run_take_its_identity_from_one_class(module, name):
     assert issubclass(cls, RunIdentity)
     assert [f.name for f in dataclasses.fields(cls)][:len(identity)] == identity
     assert not set(identity) & set(cls.__dict__.get("__annotations__", {}))
+
+
+def overhead_factors(tree: ast.AST) -> list[int]:
+    """Lines dividing a max(...) by a min(...): how far apart two overheads are."""
+    def call(node, name):
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+            and call(node.left, "max") and call(node.right, "min")]
+
+
+def test_the_regime_switch_factor_is_computed_in_concepts_only():
+    """Two overheads' factor (max / min) and the threshold it is held to are
+    `concepts.overhead_factor` and `concepts.REGIME_JUMP` / `DOUBLING`: the reproduction's
+    largest jump and the synthetic search's switches count with them."""
+    found = {name: lines for name, tree in _sources() if (lines := overhead_factors(tree))}
+    assert set(found) == {"concepts.py"}, found
+    from dtrforensics import concepts
+    from dtrforensics.synth import search
+    assert search.SWITCH_FACTOR == 1 + concepts.REGIME_JUMP

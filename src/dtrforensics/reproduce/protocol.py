@@ -255,8 +255,8 @@ def lstm(lab: Lab) -> list[C.Claim]:
                    C.overhead_text(s[r].overhead)) for r, published in LSTM_POINTS.items()]
     pairs = [(a, b) for a, b in zip(ratios, ratios[1:])
              if s[a].overhead is not None and s[b].overhead is not None]
-    jump, (a, b) = max(((max(s[a].overhead, s[b].overhead) / min(s[a].overhead, s[b].overhead),
-                         (a, b)) for a, b in pairs))
+    jump, (a, b) = max((K.overhead_factor(s[a].overhead, s[b].overhead), (a, b))
+                       for a, b in pairs)
     out.append(C.claim("lstm.max_jump", study,
                        "LSTM: largest overhead ratio between budgets 0.1% of peak apart",
                        "7.3x", f"{jump:.1f}x", note=f"between {a} and {b}"))
@@ -273,7 +273,7 @@ def lstm(lab: Lab) -> list[C.Claim]:
         "budgets)", "no / no / no",
         " / ".join("yes" if doubling[p] > 1 else "no" for p in ablations),
         note=f"regime switches over {LSTM_GRID[0]}-{LSTM_GRID[1]} at step 0.001, jumps of "
-             "more than 2x: " + ", ".join(f"{p} {n}" for p, n in doubling.items())
+             f"more than {1 + K.DOUBLING:g}x: " + ", ".join(f"{p} {n}" for p, n in doubling.items())
              + f"; jumps of more than {grid.threshold:.0%}: "
              + ", ".join(f"{p} {n}" for p, n in default.items())))
     figures = reevict([lab.recording("lstm", 0.265), lab.recording("lstm", 0.264)])

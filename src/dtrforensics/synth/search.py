@@ -26,12 +26,15 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from ..concepts import REGIME_JUMP, overhead_factor
 from ..sweep.holes import ExactInterval, FailureRegion, HolesReport, RegimeSwitch, analyze
 from ..sweep.runner import run_sweep
 from ..sweep.store import SweepParams, TraceInfo
 from ..trace.parser import parse_lines
 from ..trace.program import Program
 from .generator import SynthSpec, generate
+
+SWITCH_FACTOR = 1 + REGIME_JUMP     # a regime switch: overheads more than this far apart
 
 DEFAULT_PARAMS = {
     "kind": ("chain", "resnet", "rnn", "mixed"),
@@ -144,7 +147,7 @@ def locate_switch(program: Program, switch: RegimeSwitch, *, factor: float, poli
         if a.hi + 1 != b.lo or not (a.outcome == b.outcome == "ok" and a.overhead
                                     and b.overhead):
             continue
-        f = max(a.overhead, b.overhead) / min(a.overhead, b.overhead)
+        f = overhead_factor(a.overhead, b.overhead)
         if f > best_factor:
             best, best_factor = (a, b), f
     return best
@@ -152,7 +155,7 @@ def locate_switch(program: Program, switch: RegimeSwitch, *, factor: float, poli
 
 def examine(spec: SynthSpec, *, lo: str | float = "0.05", hi: str | float = "1.0",
             step: str | float = "0.002", fine_step: str | float | None = None,
-            factor: float = 1.25, policy: str = "dtr", max_ops: int = 400,
+            factor: float = SWITCH_FACTOR, policy: str = "dtr", max_ops: int = 400,
             max_bytes: int = 200_000, timeout: float | None = 5.0,
             workdir: Path | None = None) -> Finding | None:
     """Sweep one spec; a Finding when it shows both a hole and a regime switch on the
@@ -190,7 +193,7 @@ def _rank(f: Finding):
 
 def find_hole(seeds=range(50), params: dict | None = None, *, base: SynthSpec | None = None,
               lo: str = "0.05", hi: str = "1.0", step: str = "0.002",
-              fine_step: str | None = "0.0005", factor: float = 1.25, policy: str = "dtr",
+              fine_step: str | None = "0.0005", factor: float = SWITCH_FACTOR, policy: str = "dtr",
               max_ops: int = 400, max_bytes: int = 200_000, time_limit: float | None = None,
               stop_after: int | None = 1, workdir: Path | None = None,
               verbose: bool = False) -> list[Finding]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .. import validate
 from ..engine.frontier import Frontier
 from .joint import JointLog, NotExpressibleError, capture_joint
 from .lowering import CheckPoints, Lowered, lower
@@ -135,7 +136,10 @@ def _boxed(gm: torch.fx.GraphModule, state: dict, phase: str):
         checker = state.get("checker")
         if checker is None:
             return run(args)
-        for t in args:
+        # the forward's inputs are the step's; the backward's are the saved values
+        # (counted where the forward made them; a random op's generator state is
+        # bookkeeping, not counted) and the tangents autograd made
+        for t in args if phase == "forward" else args[state["graph"].lowered.saved:]:
             checker.live.track(t)
         previous, CheckPoints.hook = CheckPoints.hook, checker
         try:
@@ -157,8 +161,7 @@ class DtrBackend:
 
     def __init__(self, budget: int | None, ratio: float | None, policy, checking: bool,
                  log_path=None):
-        if (budget is None) == (ratio is None):
-            raise RecordError("give exactly one of budget (bytes) or ratio")
+        validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
         self.budget, self.ratio, self.policy = budget, ratio, policy
         self.checking, self.log_path = checking, log_path
         self.graphs: list[CompiledGraph] = []
