@@ -141,3 +141,41 @@ def test_the_regime_switch_factor_is_computed_in_concepts_only():
     from dtrforensics import concepts
     from dtrforensics.synth import search
     assert search.SWITCH_FACTOR == 1 + concepts.REGIME_JUMP
+
+
+OUTCOME_WORDS = {"ok", "oom", "thrashed", "error", "timeout", "fail", "unresolved",
+                 "running", "killed", "complete", "stopped", "interrupted"}
+# Where outcomes are made (the engine's summary, the PyTorch executor's real run)
+# they are named there; what reads them compares through concepts.py. A dask
+# client's `status` ("running") is dask's word, not ours.
+MAKERS = ("engine/", "torch/")
+NOT_OURS = {"sweep/backends.py"}
+
+
+def spelled_outcomes(tree: ast.AST) -> list[str]:
+    """Comparisons of an outcome or status with one of concepts.py's words as a literal."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        parts = [node.left, *node.comparators]
+        words = [e.value for p in parts
+                 for e in (p.elts if isinstance(p, (ast.Tuple, ast.List, ast.Set)) else [p])
+                 if isinstance(e, ast.Constant) and e.value in OUTCOME_WORDS]
+        if words and any("outcome" in ast.unparse(p) or "status" in ast.unparse(p)
+                         for p in parts):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_outcome_words_are_read_through_concepts():
+    found = {name: hits for name, tree in _sources()
+             if not name.startswith(MAKERS) and name not in NOT_OURS
+             and name != "concepts.py" and (hits := spelled_outcomes(tree))}
+    assert found == {}
+
+
+def test_the_outcome_finder_sees_a_spelled_word():
+    tree = ast.parse('a = rec.outcome == "ok"\nb = r["status"] in ("fail", None)\n'
+                     'c = rec.outcome == OK\n')
+    assert spelled_outcomes(tree) == ["1: rec.outcome == 'ok'", "2: r['status'] in ('fail', None)"]

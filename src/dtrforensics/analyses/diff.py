@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ..concepts import OOM
 from ..jsonsafe import json_safe
 from ..recorder.reader import Recording
 from ..rows import fetch_dicts
@@ -546,7 +547,7 @@ class _Diff:
 
     def failure(self, label: str) -> Failure | None:
         rec = self.recs[label]
-        if rec.outcome != "oom":
+        if rec.outcome != OOM:
             return None
         other = "b" if label == "a" else "a"
         fid, oid = self.ids[label], self.ids[other]

@@ -126,7 +126,7 @@ def find_edges(points: list[tuple[int, int, float, str, float | None]], threshol
 
 
 def _side(rec: Recording, peak: int) -> EdgeSide:
-    ok = rec.outcome == "ok"
+    ok = completes(rec.outcome)
     return EdgeSide(budget=rec.run["budget"], ratio=rec.run["budget"] / peak, outcome=rec.outcome,
                     overhead=rec.summary.get("overhead") if ok else None, recording=str(rec.path))
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ..concepts import OOM, TIMEOUT, completes
 from ..engine.replay import Interventions, replay, resolve_budget
 from ..trace.program import Program
 from .explain_candidates import (
@@ -111,7 +112,7 @@ class Attempt:
 
     @property
     def fixes(self) -> bool:
-        return self.summary["outcome"] == "ok"
+        return completes(self.summary["outcome"])
 
     def to_json(self) -> dict:
         s, c = self.summary, self.change
@@ -363,7 +364,7 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     baseline = failing.summary.to_json()
     out = Explanation(baseline=baseline, candidates=frontier_candidates(program, failing),
                       max_attempts=max_attempts)
-    if failing.summary.outcome != "oom":
+    if failing.summary.outcome != OOM:
         return out
     rerun_matches = True
     if "force_victim" in kinds:
@@ -378,7 +379,7 @@ def explain(program: Program, *, ratio: float | None = None, budget: int | None 
     search = _Search(program, shared)
     control = _run(search, Interventions(control=True), record_root, budget=budget,
                    ratio=ratio, policy=policy, timeout=timeout)[0]
-    if share is not False and record_root is None and control.summary["outcome"] != "timeout":
+    if share is not False and record_root is None and control.summary["outcome"] != TIMEOUT:
         search.control = control   # unrecorded, it is the attempts' control: made once
     args = [(change, budget, ratio, policy, record_root, timeout, baseline) for change in plan]
     jobs = _workers(jobs, len(plan), baseline["wall_seconds"])

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..concepts import completes
 from ..engine.hooks import EV_EVICT, EVENT_COLUMNS, Observer
 from ..engine.replay import RunResult, replay
 from ..trace.program import Program
@@ -132,7 +133,7 @@ def nearby_completion(program: Program, failing: RunResult, *, policy: str,
             run = replay(program, budget=target, policy=policy, timeout=timeout,
                          prefixes=prefixes)
             probes += 1
-            if run.summary.outcome == "ok":
+            if completes(run.summary.outcome):
                 found.append((abs(target - budget), side, run))
                 continue
             r_lo, r_hi = run.summary.budget_interval

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..concepts import TIMEOUT
 from ..engine.replay import Interventions, RunResult, replay, resolve_budget
 from ..recorder.reader import is_recording, open_recording
 from ..recorder.record import default_recording_dir, record_run
@@ -63,7 +64,7 @@ def run_once(program: Program, *, budget: int, ratio: float | None, policy: str,
     if is_recording(target):
         recording = open_recording(target)
         summary = recording.summary
-        if summary.get("outcome") != "timeout":
+        if summary.get("outcome") != TIMEOUT:
             return ComparedRun(summary, target)
     result, path = record_run(program, budget=budget, policy=policy, out_dir=target,
                               scores=scores, timeout=timeout, interventions=interventions,

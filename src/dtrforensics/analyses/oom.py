@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..concepts import OOM
 from ..errors import OptionError
 from ..jsonsafe import json_safe
 from ..recorder.reader import Recording
@@ -117,7 +118,7 @@ class OomReport(RunIdentity):
 
 def explain_oom(rec: Recording) -> OomReport:
     """The OOM of a recording; raises NotAnOomError for any other outcome."""
-    if rec.outcome != "oom" or not rec.run.get("frontier"):
+    if rec.outcome != OOM or not rec.run.get("frontier"):
         raise NotAnOomError(f"{rec.run_id} did not run out of memory (outcome {rec.outcome})")
     front = rec.run["frontier"]
     con, (run_id,) = open_together([rec])

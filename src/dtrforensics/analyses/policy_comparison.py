@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..concepts import STATUS_FAIL, STATUS_OK, STATUS_UNRESOLVED
 from ..sweep.holes import (
     HolesReport,
     PolicyHoles,
@@ -130,14 +131,14 @@ def _standing(p: PolicyHoles, pts: list[dict], report: HolesReport) -> PolicySta
         regions = p.failure_regions
         hole_bytes = sum(r.hi.budget - r.lo.budget + 1 for r in regions)
         holes_exact = False
-    overheads = np.array([r["overhead"] for r in pts if r["status"] == "ok"], dtype=float)
+    overheads = np.array([r["overhead"] for r in pts if r["status"] == STATUS_OK], dtype=float)
     q = (np.quantile(overheads, [0.5, 0.9]).tolist() + [float(overheads.max())]
          if len(overheads) else [None, None, None])
     return PolicyStanding(
         policy=p.policy, points=len(pts),
-        completed=sum(r["status"] == "ok" for r in pts),
-        failed=sum(r["status"] == "fail" for r in pts),
-        unresolved=sum(r["status"] == "unresolved" for r in pts),
+        completed=sum(r["status"] == STATUS_OK for r in pts),
+        failed=sum(r["status"] == STATUS_FAIL for r in pts),
+        unresolved=sum(r["status"] == STATUS_UNRESOLVED for r in pts),
         first_success=first,
         first_success_ratio=first / report.trace.peak if first is not None else None,
         first_success_exact=claim.exact, uncertified_below_bytes=claim.uncertified_below_bytes,
@@ -202,7 +203,7 @@ def _certified_lookup(pts: list[dict]):
 
 
 def _best(rows: dict[str, dict]) -> tuple[tuple[str, ...], float | None]:
-    done = {p: r["overhead"] for p, r in rows.items() if r["status"] == "ok"}
+    done = {p: r["overhead"] for p, r in rows.items() if r["status"] == STATUS_OK}
     if not done:
         return (), None
     low = min(done.values())

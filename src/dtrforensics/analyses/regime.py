@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..concepts import completes
 from ..jsonsafe import json_safe
 from ..recorder.reader import Recording
 from ..rows import fetch_dicts
@@ -190,7 +191,7 @@ def _run(con, rec: Recording, label: str, run_id: str) -> RegimeRun:
                             "AS remats FROM events WHERE run_id = ?", [run_id])
     s = rec.summary
     return RegimeRun(**RunIdentity.of(rec, run_id), label=label,
-                     overhead=s.get("overhead") if rec.outcome == "ok" else None,
+                     overhead=s.get("overhead") if completes(rec.outcome) else None,
                      evictions=s["evictions"], remats=int(r["remats"]),
                      last_op=int(r["last_op"] if r["last_op"] is not None else -1))
 

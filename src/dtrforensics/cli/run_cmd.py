@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import validate
+from ..concepts import ERROR
 from .common import reporting_replaced
 from .errors import CommandError
 from .kernel_notice import announce_compile
@@ -84,7 +85,7 @@ def run(
         typer.echo(dumps(summary))
     else:
         _print_summary(program, summary, where, control_matches)
-    if summary["outcome"] == "error":
+    if summary["outcome"] == ERROR:
         raise CommandError(summary["error"])
     if control and not control_matches:
         from ..errors import NotDeterministicError

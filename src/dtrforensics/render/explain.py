@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..analyses.explain import Attempt, Explanation
+from ..concepts import OOM
 from .console import esc, styled
 from .tables import FitTable
 from .units import fmt_count, fmt_overhead
@@ -97,7 +98,7 @@ def print_explanation(found: Explanation, console: Console, *, reproduce: str) -
     """The whole screen; `reproduce` is the `dtrf intervene` command line a fix's
     flags complete."""
     base = found.baseline
-    if base["outcome"] != "oom":
+    if base["outcome"] != OOM:
         console.print(f"The run does not fail (outcome {base['outcome']}): nothing to explain.")
         return
     module = f" in {escape(found.failing_module)}" if found.failing_module else ""

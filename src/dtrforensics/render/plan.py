@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
+from ..concepts import completes
 from .units import fmt_bytes, fmt_count
 from .verdict import Verdict
 
@@ -101,7 +102,7 @@ def next_command(result: PlanResult) -> str | None:
     if result.dtr is not None and not result.dtr.complete:
         return finish_command(result.dtr)
     t = result.target
-    if t is not None and t.dtr.outcome == "ok":
+    if t is not None and completes(t.dtr.outcome):
         return " ".join(["dtrf", "torch", "run", shlex.quote(result.spec), *map(
             shlex.quote, step_args(result)), "--budget", str(t.target)])
     return None
@@ -118,7 +119,7 @@ def dtr_text(dtr: DtrMap) -> str:
 
 
 def margin_text(m: HoleMargin) -> str:
-    what = (f"completes at {_x(m.overhead)}" if m.outcome == "ok"
+    what = (f"completes at {_x(m.overhead)}" if completes(m.outcome)
             else "uncertified" if m.outcome == "uncertified" else f"fails ({m.outcome})")
     if m.hole is None:
         return f"{what}, no hole"
@@ -261,7 +262,7 @@ def figure(result: PlanResult, *, ratio_axis: bool = False):
 def _draw_dtr(ax, dtr: DtrMap, mib: float) -> None:
     xs, ys = [], []
     for span in dtr.curve:
-        if span.outcome == "ok" and span.overhead is not None:
+        if completes(span.outcome) and span.overhead is not None:
             xs += [span.lo / mib, (span.hi + 1) / mib]
             ys += [span.overhead, span.overhead]
         else:

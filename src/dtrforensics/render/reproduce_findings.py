@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..concepts import completes
 from ..fsutil import atomic_path
 from ..reproduce import claims as C
 from ..reproduce.findings import plan as P
@@ -115,10 +116,10 @@ def _grid_table(grids: dict[str, GridFindings]) -> list[str]:
            "failing ratios | slowest run | wall time |", "|---|---|---|---|---|---|---|---|---|"]
     for t, g in grids.items():
         grid = g.as_grid()
-        failing = [r for r, _, o in grid if o not in (None, "ok")]
+        failing = [r for r, _, o in grid if o is not None and not completes(o)]
         shown = _runs_of_ratios(failing, [r for r, _, _ in grid])
         out.append(f"| {t} | {g.planned - g.unresolved} of {g.planned} | "
-                   f"{sum(o == 'ok' for _, _, o in grid)} | {len(failing)} | {g.unresolved} | "
+                   f"{sum(completes(o) for _, _, o in grid)} | {len(failing)} | {g.unresolved} | "
                    f"{'yes' if g.hole else 'no'} | {shown or '-'} | {g.slowest:.1f} s | "
                    f"{g.seconds:.0f} s |")
     return out + [""]

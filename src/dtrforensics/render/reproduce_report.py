@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..concepts import completes
 from ..fsutil import atomic_path
 from ..reproduce.protocol import Reproduction
 
@@ -38,7 +39,7 @@ def overhead_figure(report, title: str):
     fig = _figure(11, 5.2 + 0.3 * len(points))
     ax, strip = fig.subplots(2, 1, sharex=True, height_ratios=(3, 0.35 + 0.25 * len(points)))
     for i, (policy, pts) in enumerate(points.items()):
-        ok = [p for p in pts if p["outcome"] == "ok" and p["overhead"]]
+        ok = [p for p in pts if completes(p["outcome"]) and p["overhead"]]
         colour = POLICY_COLOURS[i % len(POLICY_COLOURS)]
         for run in _between_failures(pts):
             ax.plot([p["ratio"] for p in run], [p["overhead"] for p in run], color=colour,
@@ -46,7 +47,7 @@ def overhead_figure(report, title: str):
         ax.plot([p["ratio"] for p in ok], [p["overhead"] for p in ok],
                 POLICY_MARKERS[i % len(POLICY_MARKERS)], color=colour, ms=4,
                 mfc=colour if i == 0 else "none", label=policy)
-        failed = [p["ratio"] for p in pts if p["outcome"] != "ok"]
+        failed = [p["ratio"] for p in pts if not completes(p["outcome"])]
         strip.plot(failed, [i] * len(failed), "x", color=colour, ls="none", gid="fails")
     ax.set_yscale("log")
     strip.set_yticks(range(len(points)), list(points), fontsize=7)
@@ -66,7 +67,7 @@ def _between_failures(pts: list[dict]) -> list[list[dict]]:
     line never bridges a failure)."""
     runs: list[list[dict]] = [[]]
     for p in sorted(pts, key=lambda p: p["budget"]):
-        if p["outcome"] == "ok" and p["overhead"]:
+        if completes(p["outcome"]) and p["overhead"]:
             runs[-1].append(p)
         elif runs[-1]:
             runs.append([])

@@ -16,6 +16,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from ..concepts import completes
 from ..sweep.holes import Certainty, ExactRegion, ExactView, HolesReport, PolicyHoles
 from ..sweep.store import SweepParams
 from .console import esc, styled
@@ -287,7 +288,7 @@ def _exact_parts(x: ExactView, peak: int) -> list:
         t.add_column(c)
     for m in x.merged[:MAX_ROWS]:
         t.add_row(f"{m.lo:,}", f"{m.hi:,}", f"{m.hi - m.lo + 1:,}", m.outcome, str(m.intervals),
-                  _ov(m.overhead) if m.outcome == "ok" else "-")
+                  _ov(m.overhead) if completes(m.outcome) else "-")
     if len(x.merged) > MAX_ROWS:
         t.add_row("...", f"{len(x.merged) - MAX_ROWS} more (--json)", "", "", "", "")
     parts.append(t)

@@ -35,6 +35,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..concepts import STATUS_FAIL, STATUS_OK
 from ..fsutil import atomic_path
 from ..recorder.record import policy_label
 from ..sweep.holes import HolesReport, PolicyHoles
@@ -101,7 +102,7 @@ def draw(report: HolesReport, points: dict[str, list[dict]], *, failure_panel: b
         bad = FAIL_COLOUR if single else colour      # one policy: red; several: their colours
         pts = points.get(pol.policy, [])
         _draw_overhead(ax, pol.policy, pts, report, colour, i)
-        fail = [p for p in pts if p["status"] == "fail"]
+        fail = [p for p in pts if p["status"] == STATUS_FAIL]
         if fail:
             strip.plot([p["ratio"] for p in fail], [i] * len(fail), "x", color=bad, ms=5,
                        ls="none", gid="fails", label=f"{pol.policy}: failing run")
@@ -157,7 +158,7 @@ def _certified_steps(pts: list[dict], report: HolesReport) -> list[tuple[list, l
     intervals = sorted({(max(p["interval_lo"], lo_b),
                          min(hi_b if p["interval_hi"] is None else p["interval_hi"], hi_b),
                          p["overhead"])
-                        for p in pts if p["status"] == "ok" and p["interval_lo"] is not None
+                        for p in pts if p["status"] == STATUS_OK and p["interval_lo"] is not None
                         and p["interval_lo"] <= hi_b
                         and (p["interval_hi"] is None or p["interval_hi"] >= lo_b)})
     lines: list[tuple[list, list]] = []
@@ -180,7 +181,7 @@ def _draw_overhead(ax, policy: str, pts: list[dict], report: HolesReport, colour
     for k, (xs, ys) in enumerate(_certified_steps(pts, report)):
         ax.plot(xs, ys, ls=dash, color=colour, lw=1.2 + 0.6 * (i == 0), gid="overhead-step",
                 label=f"{policy}: overhead (certified interval)" if k == 0 else None)
-    ok = [p for p in pts if p["status"] == "ok"]
+    ok = [p for p in pts if p["status"] == STATUS_OK]
     ax.plot([p["ratio"] for p in ok], [p["overhead"] for p in ok],
             POLICY_MARKERS[i % len(POLICY_MARKERS)], color=colour, ms=2.5 + 1.5 * (i > 0),
             mfc=colour if i == 0 else "none", ls="none",
@@ -304,7 +305,7 @@ def _certified(pts: list[dict], lo: int, hi: int, report: HolesReport) -> tuple[
     their certified intervals (clipped to the swept range)."""
     peak = report.trace.peak
     lo_b, hi_b = report.range_bytes
-    inside = [p for p in pts if p["status"] == "fail" and lo <= p["budget"] <= hi]
+    inside = [p for p in pts if p["status"] == STATUS_FAIL and lo <= p["budget"] <= hi]
     first = min([p["budget"] for p in inside] + [p["interval_lo"] for p in inside
                                                  if p["interval_lo"] is not None])
     last = max([p["budget"] for p in inside] + [p["interval_hi"] for p in inside

@@ -13,6 +13,7 @@ import os
 import shlex
 from typing import TYPE_CHECKING
 
+from ..concepts import OOM, completes
 from .labels import failure_label, op_label, run_label, short_source
 from .units import fmt_bytes, fmt_count, fmt_exact_bytes, fmt_overhead
 from .verdict import Verdict
@@ -59,7 +60,7 @@ def _in(module: str | None, phase: str | None = None) -> str:
 def summary_lines(s: dict) -> list[str]:
     """A run summary's deciding numbers: outcome, budget, overhead, evictions."""
     budget = f"budget {fmt_exact_bytes(s['budget'])}"
-    if s["outcome"] == "ok":
+    if completes(s["outcome"]):
         head = f"completed at {budget}, overhead {fmt_overhead(s['overhead'])}"
     else:
         head = f"{s['outcome']} at {budget}"
@@ -81,7 +82,7 @@ def run_verdict(summary: dict, run: str) -> Verdict:
                               f"{oom['pinned']:,} B pinned at depth {oom['depth']}"),
                        command("oom", run))
     head = f"{name}: {s['outcome']}" + (f", overhead {fmt_overhead(s['overhead'])}"
-                                        if s["outcome"] == "ok" else "")
+                                        if completes(s["outcome"]) else "")
     return Verdict(head, tuple(summary_lines(s)), command("replay", run, "--evicting"))
 
 
@@ -123,7 +124,7 @@ def oom_verdict(r: OomReport, trace: str) -> Verdict:
 def explain_verdict(found: Explanation, trace: str, args: list[str]) -> Verdict:
     """`explain`: the first fix (as `dtrf intervene` flags), or none tried."""
     base = found.baseline
-    if base["outcome"] != "oom":
+    if base["outcome"] != OOM:
         return Verdict(f"the run does not fail (outcome {base['outcome']}): nothing to explain",
                        (), command("run", trace, *args))
     oom = base["oom"]
@@ -156,8 +157,8 @@ def _policy_tail(policy: str) -> str:
 def intervene_verdict(result: InterventionResult, trace: str, args: list[str]) -> Verdict:
     """`intervene`: baseline against intervention, and whether the control holds."""
     b, i = result.baseline.summary, result.intervention.summary
-    change = ("completes" if b["outcome"] != "ok" and i["outcome"] == "ok" else
-              "breaks" if b["outcome"] == "ok" and i["outcome"] != "ok" else "changes")
+    change = ("completes" if not completes(b["outcome"]) and completes(i["outcome"]) else
+              "breaks" if completes(b["outcome"]) and not completes(i["outcome"]) else "changes")
     same = b["victims_sha256"] == i["victims_sha256"]
     head = (f"the intervention {change if not same else 'changes nothing in'} the run: "
             f"{b['outcome']} -> {i['outcome']}")
@@ -184,7 +185,7 @@ def diff_verdict(r: DiffReport, a: str, b: str) -> Verdict:
             f"b {r.b.outcome} at {r.b.budget:,} B ({r.b.stream_entries:,})")
     d = r.first_divergence
     if d is None:     # the same decisions: what differs is an allocation check's answer
-        failing = a if r.a.outcome != "ok" else b if r.b.outcome != "ok" else None
+        failing = a if not completes(r.a.outcome) else b if not completes(r.b.outcome) else None
         return Verdict("the eviction streams are the same", (runs,),
                        command("oom", failing) if failing else command("replay", a))
     head = (f"the runs part at stream entry {d.position:,}, {op_label(d.op_id, d.op_name)}: "
@@ -246,7 +247,7 @@ def regime_verdict(r: RegimeReport, a: str, b: str) -> Verdict:
                  + f", {x.evictions:,} pressure evictions" for x in (r.a, r.b))
     o = r.onset
     if o is None or r.slow is None:
-        failing = a if r.a.outcome != "ok" else b if r.b.outcome != "ok" else None
+        failing = a if not completes(r.a.outcome) else b if not completes(r.b.outcome) else None
         return Verdict("no slow regime: no sustained blow-up of evictions under the rule",
                        runs, command("oom", failing) if failing else command("diff", a, b))
     head = (f"run {r.slow} turns slow at op {o.op}: {o.regime_slow_evictions:,} pressure "

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 
 from .. import validate
-from ..concepts import COMPLETE, INTERRUPTED, KILLED, RUNNING, STOPPED
+from ..concepts import COMPLETE, INTERRUPTED, KILLED, RUNNING, STOPPED, completes
 from ..rows import fetch_dicts
 from .store import SweepParams, SweepStore, TraceInfo
 
@@ -167,7 +167,7 @@ class ExactView:
 
     def first_success(self, range_lo: int) -> int | None:
         """The lowest budget of the range certified to complete (None: none is)."""
-        done = [max(i.lo, range_lo) for i in self.partition if i.outcome == "ok"]
+        done = [max(i.lo, range_lo) for i in self.partition if completes(i.outcome)]
         return min(done) if done else None
 
 
@@ -222,7 +222,7 @@ def certainty(partition: list["ExactInterval"], gaps: list[ExactGap],
     """The certified claims of a partition (clipped intervals), its gaps and the
     number of holes its failure regions show."""
     lo, _ = rng
-    done = sorted((i for i in partition if i.outcome == "ok"), key=lambda i: i.lo)
+    done = sorted((i for i in partition if completes(i.outcome)), key=lambda i: i.lo)
     total = sum(g.width for g in gaps)
     if not done:
         first = FirstSuccessClaim(None, None, None, total == 0, total,

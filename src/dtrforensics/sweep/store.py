@@ -52,6 +52,7 @@ from ..concepts import (  # noqa: F401 (re-exported)
     REGIME_JUMP,
     STATUS_OK,
     STATUS_UNRESOLVED,
+    TIMEOUT,
     status_of,
     sweep_status,
 )
@@ -292,7 +293,7 @@ EXECUTION_COLUMNS = ("outcome", "clock", "remat_compute", "evictions", "remats",
 def row_from_summary(point: Point, s, cpu_seconds: float | None = None) -> dict:
     """One runs-table row from a `RunSummary` (a timeout certifies nothing) and the
     CPU seconds its replay took."""
-    timed_out = s.outcome == "timeout"
+    timed_out = s.outcome == TIMEOUT
     lo, hi = s.budget_interval
     oom = s.oom
     return {

@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..concepts import REGIME_JUMP, overhead_factor
+from ..concepts import REGIME_JUMP, completes, overhead_factor
 from ..sweep.holes import ExactInterval, FailureRegion, HolesReport, RegimeSwitch, analyze
 from ..sweep.runner import run_sweep
 from ..sweep.store import SweepParams, TraceInfo
@@ -144,7 +144,7 @@ def locate_switch(program: Program, switch: RegimeSwitch, *, factor: float, poli
     exact = sweep_report(program, params, folder).policy(policy).exact
     best, best_factor = None, factor
     for a, b in zip(exact.partition, exact.partition[1:]):
-        if a.hi + 1 != b.lo or not (a.outcome == b.outcome == "ok" and a.overhead
+        if a.hi + 1 != b.lo or not (completes(a.outcome) and completes(b.outcome) and a.overhead
                                     and b.overhead):
             continue
         f = overhead_factor(a.overhead, b.overhead)

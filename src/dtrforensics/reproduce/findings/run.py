@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...concepts import COMPLETE
 from ...engine.policies import POLICIES
 from ...fsutil import atomic_path
 from ...sweep.estimate import START_SAMPLES
@@ -97,7 +98,7 @@ class Mapper:
         store = SweepStore(folder)
         started = time.monotonic()
         stop = started + self.map_seconds if until is None else min(until, started + self.map_seconds)
-        if store.exists() and store.read_doc().get("status") == "complete":
+        if store.exists() and store.read_doc().get("status") == COMPLETE:
             self.progress(MapProgress(self.index, self.total, spec, 1.0, 0.0, 0.0, "done"))
             return True
         by_deadline = until is not None and until < started + self.map_seconds
