@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -105,12 +106,11 @@ def _context(node: fx.Node, phase: str) -> tuple:
 
 
 def _module_path(text: str) -> str:
-    """`L['self'].blocks[0].attn` or `blocks.0.attn` as `blocks.0.attn`."""
-    text = str(text)
-    for prefix in ("L['self'].", "L['self']", "L['model'].", "self."):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    text = text.replace("._modules['", ".").replace("']", "").replace("[", ".").replace("]", "")
+    """dynamo's `L['self'].blocks[0].attn` (or `L['model']._modules['blocks']...`)
+    as `blocks.0.attn`."""
+    text = re.sub(r"^[LG]\['[^']*'\]\.?", "", str(text))
+    text = re.sub(r"\.?_modules\['([^']*)'\]", r".\1", text)
+    text = re.sub(r"\[(\d+)\]", r".\1", text)
     return text.strip(".")
 
 

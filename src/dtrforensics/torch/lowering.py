@@ -20,9 +20,11 @@ backward starts (the first tangent's CONSTANT):
   resident when it returns, and must never be evicted after (its caller holds
   it): a schedule that does either cannot be expressed and is refused.
 
-Random ops are refused where the schedule recomputes them (their draws would
-differ); a graph that mutates an input, or an op whose node wrote several log
-ops, likewise where the schedule reruns it.
+A random op the schedule reruns keeps the generator's state from before its
+first run (`dtr_rng_state`, held until its last rerun) and reruns under it
+(`dtr_rerun_random`), so a rebuilt dropout mask is the original. An op that
+writes its arguments, or one whose node wrote several log ops, is refused
+where the schedule reruns it.
 """
 
 from __future__ import annotations
@@ -69,8 +71,43 @@ def dtr_check(index: int) -> None:
         CheckPoints.hook(index)
 
 
-torch.fx.node.has_side_effect(dtr_drop)
-torch.fx.node.has_side_effect(dtr_check)
+def _generator_state(device: torch.device) -> torch.Tensor:
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    return torch.get_rng_state()
+
+
+def _set_generator_state(device: torch.device, state: torch.Tensor) -> None:
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+
+
+def dtr_rng_state(device: torch.device) -> torch.Tensor:
+    """The generator's state before a random op the schedule reruns (outside any
+    dispatch mode: bookkeeping, not a storage of the step)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    with _disable_current_modes():
+        return _generator_state(device)
+
+
+def dtr_rerun_random(state: torch.Tensor, device: torch.device, op, *args, **kwargs):
+    """Rerun random `op` under the generator state of its first run (as
+    `torch.utils.checkpoint`'s `preserve_rng_state`), the generator left as it was."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    with _disable_current_modes():
+        now = _generator_state(device)
+        _set_generator_state(device, state)
+    try:
+        return op(*args, **kwargs)
+    finally:
+        with _disable_current_modes():
+            _set_generator_state(device, now)
+
+
+for _f in (dtr_drop, dtr_check, dtr_rng_state, dtr_rerun_random):
+    torch.fx.node.has_side_effect(_f)
 
 
 @dataclass
@@ -107,6 +144,14 @@ class _Builder:
         self.checks: list[int] = []
         self.forward_tensors = _tensor_ids(joint, joint.forward_outputs())
         self.held: set[int] = set()        # storages of the forward's outputs, once returned
+        self.rng: dict[int, fx.Node] = {}   # random op rerun by the schedule -> its generator state
+        self.rerun: set[int] = set()
+
+    def reruns(self, events: np.ndarray) -> None:
+        """The ops the schedule rebuilds (a random one keeps its generator state)."""
+        remat = (events[:, E_KIND] == EV_COMPUTE) & (events[:, E_FLAG] & FLAG_REMAT != 0) \
+            & (events[:, E_FLAG] & FLAG_COLLATERAL == 0)
+        self.rerun = {self.tensor_op[t] for t in events[remat, E_TENSOR].tolist()}
 
     def placeholders(self) -> None:
         for p in self.joint.graph.graph.find_nodes(op="placeholder"):
@@ -140,7 +185,8 @@ class _Builder:
         if remat:
             _check_rerunnable(node, op, self.program)
             self.remats += 1
-        new = self.graph.node_copy(node, self.arg)
+        new = self._random_copy(node, op, remat) if _is_random(node) and op in self.rerun \
+            else self.graph.node_copy(node, self.arg)
         outputs = set(self.program.op_outputs_of(op))
         tensors = self.joint.node_tensors[node]
         many = isinstance(node.meta.get("val"), (tuple, list))
@@ -153,6 +199,21 @@ class _Builder:
                 self.version[tid] = item
             else:
                 self.version[tid] = new
+
+    def _random_copy(self, node: fx.Node, op: int, remat: bool) -> fx.Node:
+        """A random op the schedule reruns: its first run keeps the generator's
+        state, each rerun runs under it."""
+        device = _device_of(node)
+        if not remat:
+            state = self.rng[op] = self.graph.call_function(dtr_rng_state, (device,))
+            state.meta["val"] = _fake_state(node, device)
+            return self.graph.node_copy(node, self.arg)
+        args = tuple(fx.map_arg(node.args, self.arg))
+        kwargs = dict(fx.map_arg(node.kwargs, self.arg))
+        new = self.graph.call_function(dtr_rerun_random, (self.rng[op], device, node.target, *args),
+                                       kwargs)
+        new.meta = dict(node.meta)
+        return new
 
     def free(self, sid: int, pressure: bool) -> None:
         if sid in self.held:
@@ -230,12 +291,34 @@ def _tensor_ids(joint: JointLog, nodes: list) -> list:
     return found
 
 
+def _is_random(node: fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and \
+        torch.Tag.nondeterministic_seeded in target.tags
+
+
+def _device_of(node: fx.Node) -> torch.device:
+    val = node.meta.get("val")
+    for t in (val if isinstance(val, (tuple, list)) else [val]):
+        if isinstance(t, torch.Tensor):
+            return t.device
+    return torch.device("cpu")
+
+
+def _fake_state(node: fx.Node, device: torch.device):
+    """A fake tensor shaped as the generator's state, for AOTAutograd's bookkeeping
+    of what the backward reads."""
+    val = node.meta.get("val")
+    val = next(t for t in (val if isinstance(val, (tuple, list)) else [val])
+               if isinstance(t, torch.Tensor))
+    real = dtr_rng_state(device)
+    with val.fake_mode:
+        return torch.empty(real.shape, dtype=real.dtype, device=real.device)
+
+
 def _check_rerunnable(node: fx.Node, op: int, program) -> None:
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
-        if torch.Tag.nondeterministic_seeded in target.tags:
-            raise NotExpressibleError(f"the schedule recomputes op {op} ({program.op_name(op)}, node "
-                                      f"{node.name}), a random op: its draws would differ")
         if any(a.is_write for a in target._schema.arguments):
             raise NotExpressibleError(f"the schedule recomputes op {op} ({program.op_name(op)}), "
                                       "which writes its arguments")
@@ -247,6 +330,7 @@ def lower(joint: JointLog, events: np.ndarray, checking: bool = False) -> Lowere
     returns its outputs then the saved values; the backward takes the saved
     values then the tangents and returns the gradients."""
     b = _Builder(joint, checking)
+    b.reruns(events)
     b.placeholders()
     for e in events.tolist():
         b.event(e)

@@ -1,0 +1,188 @@
+"""dtr_backend: the engine's schedule lowered into the graphs torch.compile runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dtrforensics.engine.replay import replay
+from dtrforensics.torch import BudgetNotMet, dtr_backend, lowering
+from dtrforensics.torch.joint import NotExpressibleError
+from dtrforensics.torch.zoo import ZOO
+from dtrforensics.trace.parser import parse_file
+
+
+def _model(name: str, **sizes):
+    torch.manual_seed(0)
+    return ZOO[name](**sizes)
+
+
+def _step(backend, model, batch, loss_fn, steps: int = 1, optimizer: bool = False):
+    """Loss, gradients and buffers (after the forward) of `steps` compiled steps."""
+    torch._dynamo.reset()
+    m = copy.deepcopy(model)
+    x, y = batch
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2) if optimizer else None
+    step = torch.compile(lambda x, y: loss_fn(m(x), y), backend=backend, dynamic=False)
+    values = []
+    for _ in range(steps):
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+        loss = step(x, y)
+        buffers = [b.clone() for b in m.buffers()]
+        loss.backward()
+        if opt is not None:
+            opt.step()
+        values += [loss.detach(), *buffers, *(p.grad for p in m.parameters())]
+    values += [p.detach().clone() for p in m.parameters()]
+    return values
+
+
+def _bitwise(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    model, batch, loss_fn = _model("gpt")
+    return model, batch, loss_fn, _step("aot_eager", model, batch, loss_fn)
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    model, batch, loss_fn = _model("resnet")
+    return model, batch, loss_fn, _step("aot_eager", model, batch, loss_fn)
+
+
+def test_joint_log_peak_is_the_live_peak(gpt, tmp_path):
+    """At the joint log's peak (ratio 1, nothing evicted) the lowered step's live
+    storage bytes equal the engine's memory at every allocation check, its peak is
+    the log's, and `dtrf run`'s replay of the written log has that peak."""
+    model, batch, loss_fn, plain = gpt
+    be = dtr_backend(ratio=1.0, checking=True, log=tmp_path / "joint.log")
+    assert _bitwise(_step(be, model, batch, loss_fn), plain)
+    (graph,) = be.graphs
+    (check,) = graph.checks
+    assert graph.summary.evictions == 0 and graph.lowered.victims == []
+    assert check.checks == len(graph.lowered.check_memory) > 100
+    assert check.mismatches == 0, check.first_mismatch
+    assert check.peak_live == graph.summary.peak
+    assert replay(parse_file(tmp_path / "joint.log"), ratio=1.0).summary.peak == check.peak_live
+
+
+@pytest.mark.parametrize("fixture,ratios", [("gpt", (0.95, 0.85)), ("resnet", (0.8, 0.7))])
+def test_lowered_step_follows_the_schedule(fixture, ratios, request):
+    """At light and heavy eviction the lowered step evicts the engine's victims in
+    its order, rebuilds as often, holds the engine's memory at every check and
+    computes the plain aot_eager step's loss, gradients and buffers bit for bit."""
+    model, batch, loss_fn, plain = request.getfixturevalue(fixture)
+    evictions = []
+    for ratio in ratios:
+        be = dtr_backend(ratio=ratio, checking=True)
+        assert _bitwise(_step(be, model, batch, loss_fn), plain)
+        (graph,) = be.graphs
+        (check,) = graph.checks
+        victims = graph.schedule.result.victims[:, 0].tolist()
+        assert graph.lowered.victims == victims and victims
+        assert graph.lowered.remats == graph.summary.remats
+        assert check.mismatches == 0, check.first_mismatch
+        assert check.over_budget == 0 and check.peak_live <= graph.budget
+        evictions.append(len(victims))
+    assert evictions[0] < evictions[1]
+
+
+def test_the_check_sees_a_missing_drop(gpt, monkeypatch):
+    """The check can fail: with the drops lowered to nothing (the evicted values
+    live on to their last use), live bytes exceed the engine's memory."""
+    model, batch, loss_fn, _ = gpt
+    monkeypatch.setattr(lowering._Builder, "free", _free_without_drop)
+    be = dtr_backend(ratio=0.9, checking=True)
+    _step(be, model, batch, loss_fn)
+    (check,) = be.graphs[0].checks
+    assert check.mismatches > 0 and "engine memory" in check.first_mismatch
+
+
+def _free_without_drop(self, sid: int, pressure: bool) -> None:
+    for tid in self.storage_tensors.get(sid, ()):
+        self.version.pop(tid, None)
+    if pressure:
+        self.victims.append(sid)
+
+
+def test_adamw_steps_bitwise(resnet):
+    """Five AdamW steps compiled once: parameters and running statistics bitwise
+    those of aot_eager, every step's live bytes the engine's."""
+    model, batch, loss_fn, _ = resnet
+    plain = _step("aot_eager", model, batch, loss_fn, steps=5, optimizer=True)
+    be = dtr_backend(ratio=0.7, checking=True)
+    assert _bitwise(_step(be, model, batch, loss_fn, steps=5, optimizer=True), plain)
+    (graph,) = be.graphs
+    assert len(graph.checks) == 5 and all(c.mismatches == 0 for c in graph.checks)
+    assert graph.summary.evictions > 0
+
+
+def test_budget_refused_when_compiling(gpt):
+    """A budget the schedule cannot meet is refused before any step runs, with the
+    engine's failing op, its module and the shortfall."""
+    model, batch, loss_fn, _ = gpt
+    be = dtr_backend(ratio=0.4)
+    with pytest.raises(Exception) as caught:
+        _step(be, model, batch, loss_fn)
+    error = getattr(caught.value, "inner_exception", caught.value)   # dynamo's wrapper
+    assert isinstance(error, BudgetNotMet)
+    assert "shortfall" in str(error) and "tokens" in str(error)
+    assert error.frontier is not None and error.frontier.shortfall > 0
+
+
+def test_new_shapes_are_planned_again(gpt):
+    """A batch of another shape recompiles (dynamic=False) and plans again."""
+    model, batch, loss_fn, _ = gpt
+    be = dtr_backend(ratio=1.0)
+    _step(be, model, batch, loss_fn)
+    x, y = batch
+    _step(be, model, (x[:1], y[:1]), loss_fn)
+    assert len(be.graphs) == 2
+    assert be.graphs[1].summary.peak < be.graphs[0].summary.peak
+
+
+def test_random_op_rebuilt_draws_the_same():
+    """A dropout mask the schedule evicts and rebuilds is drawn again under the
+    generator state of its first run: loss and gradients bitwise those of
+    aot_eager, the generator after the step where aot_eager leaves it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Dropout(0.5), torch.nn.GELU(),
+                                torch.nn.Linear(64, 64), torch.nn.Dropout(0.3), torch.nn.GELU(),
+                                torch.nn.Linear(64, 4))
+    batch = (torch.randn(512, 16), torch.randint(4, (512,)))
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def run(backend):
+        torch.manual_seed(1)
+        return _step(backend, model, batch, loss_fn) + [torch.rand(4)]
+    plain = run("aot_eager")
+    be = dtr_backend(ratio=0.8, checking=True)
+    assert _bitwise(run(be), plain)
+    (graph,) = be.graphs
+    program = graph.joint.program
+    rebuilt = {int(program.tensor_op[t]) for t in _rebuilt_tensors(graph)}
+    assert any(program.op_name(op) == "native_dropout" for op in rebuilt)
+    assert graph.checks[0].mismatches == 0, graph.checks[0].first_mismatch
+
+
+def _rebuilt_tensors(graph) -> list[int]:
+    from dtrforensics.engine.hooks import E_FLAG, E_KIND, E_TENSOR, EV_COMPUTE, FLAG_REMAT
+    ev = graph.schedule.events
+    return ev[(ev[:, E_KIND] == EV_COMPUTE) & (ev[:, E_FLAG] & FLAG_REMAT != 0), E_TENSOR].tolist()
+
+
+def test_an_op_writing_its_arguments_is_not_rerun():
+    """A rebuild of an op that writes its arguments is refused, said as such."""
+    from torch import fx
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    node = graph.call_function(torch.ops.aten.add_.Tensor, (x, x))
+    with pytest.raises(NotExpressibleError, match="writes its arguments"):
+        lowering._check_rerunnable(node, 3, type("P", (), {"op_name": lambda self, op: "add_"})())
