@@ -1,8 +1,8 @@
 """The step `torch.compile` runs, at a memory-budget knob and solver, recorded
 under a dispatch mode.
 
-`compiled(model, knob, solver)` compiles `model` in place (`nn.Module.compile`,
-so its module names stay) with backend `aot_eager_decomp_partition`'s
+`compiled(model, knob, solver)` compiles `model`'s forward in place (so its
+module names stay) with backend `aot_eager_decomp_partition`'s
 pieces: AOTAutograd with inductor's decompositions, the min-cut
 rematerialization partitioner at `activation_memory_budget` KNOB and
 `activation_memory_budget_solver` SOLVER, and no code generation: the
@@ -130,12 +130,18 @@ def compiled(model: torch.nn.Module, knob: float, solver: str) -> Iterator[Compi
     check_solver(solver)
     step = CompiledStep(model, knob, solver)
     torch._dynamo.reset()
-    model.compile(backend=_backend(step), dynamic=False)
+    # the forward, not `_call_impl` (`model.compile()`): a compiled `_call_impl`
+    # guards on the global module hooks, which a recording adds (`where.py`)
+    own = vars(model).get("forward")
+    model.forward = torch.compile(model.forward, backend=_backend(step), dynamic=False)
     try:
         with _config(knob, solver):
             yield step
     finally:
-        model._compiled_call_impl = None
+        if own is None:
+            del model.forward
+        else:
+            model.forward = own
         torch._dynamo.reset()
 
 
