@@ -1,11 +1,18 @@
 """The hand-written logs the tests share (their stories are told in the docstrings
-of test_queries.py and test_forensics_queries.py) and the random-log strategy of
+of test_queries.py and test_forensics_queries.py; `planted` is the interventions'
+and explain's), a log placed with its where-file, and the random-log strategy of
 the property tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import strategies as st
 from logdsl import Log
+
+from dtrforensics.trace.cache import load_program
+from dtrforensics.trace.parser import file_sha256
+from dtrforensics.trace.where import write_where
 
 
 def tiny_log() -> Log:
@@ -66,6 +73,45 @@ def mixed_log() -> Log:
     for name in "abcdeghi":
         log.release(name)
     return log
+
+
+MIXED_BUDGET = 60         # mixed_log fails here with six retention candidates
+
+
+PLANTED_BUDGET = 170      # planted() fails here; retaining x makes it complete
+
+
+def planted_log(q_cost: int = 1000) -> Log:
+    """x is evicted for y (it is stale and cheap, q is fresh); z then needs x back,
+    whose parent p is dead: rematerializing p and x with y locked does not fit.
+    Retaining x makes q the victim instead, and q is never needed again. Another
+    cost for q fails at the same budget with a different clock."""
+    return (Log().const("w", 8).call("p", "f", ["w"], 1, 50).call("x", "g", ["p"], 1, 50)
+            .release("p").call("q", "n", ["w"], q_cost, 60).call("y", "k", ["w"], 100, 100)
+            .call("z", "m", ["x", "y"], 1, 10).release("q").release("x").release("y"))
+
+
+def planted():
+    """The program of `planted_log()`."""
+    return planted_log().program()
+
+
+OP_RECORDS = ("CONSTANT", "CALL", "MUTATE")
+
+
+def placed(log: Log, where: list[tuple], path: Path):
+    """Write `log` at `path` and a where-file giving its ops, in order, the
+    (module, chain, phase, source) of `where`; the loaded program."""
+    path.write_text(log.text())
+    lines = [n for n, r in enumerate(log.lines, start=1) if r["INSTRUCTION"] in OP_RECORDS]
+    assert len(lines) == len(where)
+    write_where(path, file_sha256(path), list(zip(lines, where)))
+    return load_program(path, cache=False)
+
+
+def w(module, phase="forward", line=1):
+    """A where entry: `module` (its own chain) in `phase` at model.py:`line`."""
+    return (module, module, phase, f"model.py:{line}" if phase else None)
 
 
 SIZES = (0, 8, 16, 16, 24, 64, 100, 128)

@@ -9,38 +9,27 @@ sweep; the test checks them against the published ones.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 
 import pytest
+from cli import dtrf
 from public import SKIP_TRACES, traces_dir
-from typer.testing import CliRunner
-
-from dtrforensics.cli.main import app
 
 pytestmark = pytest.mark.skipif(traces_dir() is None, reason=SKIP_TRACES)
 
 LAST_OK, FIRST_OOM = 1_024_657_199, 1_024_657_200
 
 
-def dtrf(cwd, *args: str, columns: int = 80):
-    with contextlib.chdir(cwd):
-        res = CliRunner().invoke(app, list(args), env={"COLUMNS": str(columns)})
-    assert res.exit_code == 0, res.output
-    return res.stdout
-
-
 @pytest.fixture(scope="module")
 def edge_sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("proof")
-    dtrf(root, "sweep", "resnet32", "--from", "0.10184", "--to", "0.10186", "--exact",
-         "-o", "sweep")
+    dtrf("sweep", "resnet32", "--from", "0.10184", "--to", "0.10186", "--exact",
+         "-o", "sweep", cwd=root).ok()
     return root
 
 
 def test_the_resnet32_edge_is_decided_by_one_byte(edge_sweep):
-    doc = json.loads(dtrf(edge_sweep, "edges", "sweep", "--json"))
+    doc = dtrf("edges", "sweep", "--json", cwd=edge_sweep).json()
     (edge,) = doc["edges"]
     assert (edge["kind"], edge["exact"], edge["gap_bytes"]) == ("outcome", True, 0)
     assert (edge["below"]["budget"], edge["below_outcome"]) == (LAST_OK, "ok")
@@ -51,6 +40,6 @@ def test_the_resnet32_edge_is_decided_by_one_byte(edge_sweep):
 
 
 def test_the_edge_reads_whole_at_80_columns(edge_sweep):
-    text = " ".join(dtrf(edge_sweep, "edges", "sweep").split())
+    text = " ".join(dtrf("edges", "sweep", cwd=edge_sweep, columns=80).ok().split())
     assert f"{LAST_OK:,} B (ok" in text and f"{FIRST_OOM:,} B (oom)" in text
     assert re.search(rf"{LAST_OK:,} B is 1 B short; {FIRST_OOM:,} B fits, 0 B to spare", text)

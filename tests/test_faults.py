@@ -362,7 +362,7 @@ def _whole_figure(path: Path) -> None:
 def test_a_killed_compare_policies_resumes_and_leaves_no_half_figure(tmp_path, kills):
     """`dtrf compare-policies` killed anywhere: its figures are missing or
     whole, and the same command then gives the uninterrupted answer."""
-    from hostile import dtrf
+    from cli import dtrf
 
     def args(out: Path) -> list:
         return ["compare-policies", "hole", "--from", "0.9", "--to", "0.93", "--step", "0.01",

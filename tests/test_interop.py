@@ -28,13 +28,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cli import dtrf
 from logdsl import Log
 from logs import tiny_program
 from public import program_or_skip
-from typer.testing import CliRunner
 
-from dtrforensics.cli import export_cmd
-from dtrforensics.cli.errors import CommandError
 from dtrforensics.engine.replay import replay
 from dtrforensics.interop.memory_viz import export_memory_viz
 from dtrforensics.interop.perfetto import TID_EVICT, TID_FREE, TID_OPS, TID_REMAT, export_perfetto
@@ -542,37 +540,25 @@ def test_memory_viz_read_by_torch(recs, tmp_path):
 
 # --- the command ---------------------------------------------------------------------------
 
-@pytest.fixture()
-def cli():
-    import typer
-    app = typer.Typer()
-    export_cmd.register(app)
-    app.command("noop", hidden=True)(lambda: None)    # keep `export` a subcommand
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(app, ["export", *map(str, args)])
-    return invoke
+def export(*args, cwd=None):
+    return dtrf("export", *args, cwd=cwd)
 
 
-def test_cli_exports_recordings(recs, tmp_path, cli, monkeypatch):
+def test_cli_exports_recordings(recs, tmp_path):
     path = recs["tiny-oom"]
-    res = cli(path, "--format", "perfetto", "-o", tmp_path / "t.json.gz", "--json")
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
+    out = export(path, "--format", "perfetto", "-o", tmp_path / "t.json.gz", "--json").json()
     assert (out["format"], out["evictions"], out["outcome"]) == ("perfetto", 2, "oom")
     check_trace_events(load_trace_events(tmp_path / "t.json.gz"))
-    res = cli(path, "-f", "memory-viz", "-o", "-")
-    assert res.exit_code == 0
-    assert pickle.loads(res.stdout_bytes)["segments"]
-    monkeypatch.chdir(tmp_path)
-    res = cli(path, "-f", "memory-viz")
-    assert res.exit_code == 0 and res.stdout == ""
+    res = export(path, "-f", "memory-viz", "-o", "-")
+    assert res.code == 0
+    assert pickle.loads(res.out_bytes)["segments"]
+    res = export(path, "-f", "memory-viz", cwd=tmp_path)
+    assert res.code == 0 and res.out == ""
     assert (tmp_path / "recordings" / "tiny-oom.memory_viz.pickle").is_file()
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_cli_errors(recs, tmp_path, cli):
+def test_cli_errors(recs, tmp_path):
     for args, message in (
             ((recs["tiny-ok"], "-f", "csv"), "is a recording"),
             ((tmp_path, "-f", "perfetto"), "is not one"),
@@ -580,9 +566,8 @@ def test_cli_errors(recs, tmp_path, cli):
             ((recs["tiny-ok"], "-f", "svg"), "unknown format"),
             ((recs["tiny-ok"], "-f", "perfetto", "-o", "-", "--json"), "--json"),
             ((tmp_path, "-f", "csv"), "neither a sweep")):
-        res = cli(*args)
-        assert isinstance(res.exception, CommandError), (args, res.output)
-        assert message in str(res.exception)
+        res = export(*args)
+        assert res.refused(message), (args, res.err)
 
 
 @pytest.fixture()
@@ -607,14 +592,14 @@ def sweep_dir(tmp_path):
     return tmp_path / "sweep"
 
 
-def test_cli_exports_sweeps(sweep_dir, tmp_path, cli):
-    res = cli(sweep_dir, "-f", "csv", "-o", "-")
-    assert res.exit_code == 0, res.output
-    rows = res.stdout.splitlines()
+def test_cli_exports_sweeps(sweep_dir, tmp_path):
+    res = export(sweep_dir, "-f", "csv", "-o", "-")
+    assert res.code == 0, res.err
+    rows = res.out.splitlines()
     assert rows[0].split(",")[:3] == ['"policy"', '"budget"', '"rep"']
     assert [r.split(",")[1] for r in rows[1:]] == ["105", "120", "150"]
-    res = cli(sweep_dir, "-f", "parquet", "-o", tmp_path / "runs.parquet", "--json")
-    assert json.loads(res.stdout)["rows"] == 3
+    res = export(sweep_dir, "-f", "parquet", "-o", tmp_path / "runs.parquet", "--json")
+    assert json.loads(res.out)["rows"] == 3
     table = pq.read_table(tmp_path / "runs.parquet")
     assert table["outcome"].to_pylist() == ["oom", "ok", "ok"]
     # any folder of Parquet results
@@ -622,8 +607,8 @@ def test_cli_exports_sweeps(sweep_dir, tmp_path, cli):
     loose.mkdir()
     pq.write_table(pa.table({"budget": [2, 1], "x": ["b", "a"]}), loose / "one.parquet")
     pq.write_table(pa.table({"budget": [3], "x": ["c"]}), loose / "two.parquet")
-    res = cli(loose, "-f", "csv", "-o", "-")
-    assert res.stdout.splitlines()[1:] == ["1,\"a\"", "2,\"b\"", "3,\"c\""]
+    res = export(loose, "-f", "csv", "-o", "-")
+    assert res.out.splitlines()[1:] == ["1,\"a\"", "2,\"b\"", "3,\"c\""]
 
 
 # --- ResNet-32 at ratio 0.104: the deep recursive OOM ------------------------------------------

@@ -10,17 +10,14 @@ their text is checked against the numbers of their own --json output.
 
 from __future__ import annotations
 
-import contextlib
 import io
-import json
 import re
 
 import pytest
+from cli import dtrf
 from rich.console import Console
 from rich.panel import Panel
-from typer.testing import CliRunner
 
-from dtrforensics.cli.main import app
 from dtrforensics.render.tables import FitTable
 
 WIDTHS = (40, 60, 80, 120)
@@ -120,19 +117,16 @@ def folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("narrow")
     res = cli(root, 120, "sweep", "hole", "--from", "0.9172", "--to", "0.9215", "--exact",
               "--jobs", "1", "-o", "sweep")
-    assert res.exit_code == 0, res.output
+    assert res.code == 0, res.err
     return root
 
 
 def cli(cwd, width: int, *args: str):
-    with contextlib.chdir(cwd):
-        return CliRunner().invoke(app, list(args), env={"COLUMNS": str(width)})
+    return dtrf(*args, cwd=cwd, columns=width)
 
 
 def numbers_of(folder, *args: str) -> dict:
-    res = cli(folder, 200, *args, "--json")
-    assert res.exit_code == 0, res.output
-    return json.loads(res.stdout)
+    return cli(folder, 200, *args, "--json").json()
 
 
 @pytest.fixture(scope="module")
@@ -144,14 +138,14 @@ def test_edges_keep_every_byte(folder, edges_doc):
     budgets = [f"{e[side]['budget']:,}" for e in edges_doc["edges"]
                for side in ("below", "above")]
     assert len(budgets) >= 6
-    assert_whole(budgets, cli(folder, 60, "edges", "sweep").stdout)
+    assert_whole(budgets, cli(folder, 60, "edges", "sweep").out)
 
 
 @pytest.mark.parametrize("width", (60, 80, 120))
 def test_holes_keep_every_byte(folder, edges_doc, width):
     outcome_edges = [f"{e[side]['budget']:,}" for e in edges_doc["edges"]
                      if e["kind"] == "outcome" for side in ("below", "above")]
-    holes = cli(folder, width, "holes", "sweep").stdout
+    holes = cli(folder, width, "holes", "sweep").out
     assert_whole(["25,177,836", "25,233,075", "55,240"] + outcome_edges, holes)
 
 
@@ -159,33 +153,33 @@ def test_holes_keep_every_byte(folder, edges_doc, width):
 @pytest.mark.parametrize("width", (60, pytest.param(80, marks=pytest.mark.slow)))
 def test_run_replay_oom_diff_keep_every_number(folder, width):
     run = numbers_of(folder, "run", "hole", "--budget", "25200000")
-    text = cli(folder, width, "run", "hole", "--budget", "25200000").stdout
+    text = cli(folder, width, "run", "hole", "--budget", "25200000").out
     assert_whole([f"{run['budget']:,}", f"{run['oom']['request']:,}",
                   f"{run['oom']['pinned']:,}"] + [f"{b:,}" for b in run["budget_interval"]], text)
     diff = numbers_of(folder, "diff", OK_BUDGET, HOLE_BUDGET)
-    text = cli(folder, width, "diff", OK_BUDGET, HOLE_BUDGET).stdout
+    text = cli(folder, width, "diff", OK_BUDGET, HOLE_BUDGET).out
     runs = [diff["a"]["run_id"], diff["b"]["run_id"]]
     assert_whole(runs + [f"{diff['a']['budget']:,}", f"{diff['b']['budget']:,}"], text)
     replay = numbers_of(folder, "replay", HOLE_BUDGET)
-    text = cli(folder, width, "replay", HOLE_BUDGET).stdout
+    text = cli(folder, width, "replay", HOLE_BUDGET).out
     assert_whole([replay["run_id"], f"{replay['budget']:,}"]
                  + [f"{s['step']:,}" for s in replay["steps"]], text)
     oom = numbers_of(folder, "oom", HOLE_BUDGET)
-    text = cli(folder, width, "oom", HOLE_BUDGET).stdout
+    text = cli(folder, width, "oom", HOLE_BUDGET).out
     assert_whole([f"{oom[k]:,}" for k in ("request", "budget", "memory", "pinned", "shortfall")],
                  text)
 
 
 def test_replay_says_which_moment_its_shortfall_is(folder):
-    text = cli(folder, 80, "replay", HOLE_BUDGET).stdout
+    text = cli(folder, 80, "replay", HOLE_BUDGET).out
     assert "short at start" in text and "before any eviction" in " ".join(text.split())
     assert re.search(r"short at start: [+-]?\d[\d.]* (B|KiB|MiB)", text)
-    oom = cli(folder, 80, "oom", HOLE_BUDGET).stdout
+    oom = cli(folder, 80, "oom", HOLE_BUDGET).out
     assert "after the pool drained" in " ".join(oom.split())
 
 
 def test_reevict_keeps_run_ids_and_counts(folder):
     doc = numbers_of(folder, "reevict", OK_BUDGET, HOLE_BUDGET)
-    text = cli(folder, 60, "reevict", OK_BUDGET, HOLE_BUDGET).stdout
+    text = cli(folder, 60, "reevict", OK_BUDGET, HOLE_BUDGET).out
     assert_whole([r["run_id"] for r in doc["runs"]]
                  + [f"{r['budget']:,}" for r in doc["runs"]], text)

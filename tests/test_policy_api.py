@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hostile import dtrf
+from cli import dtrf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from logdsl import Log

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hostile import dtrf
+from cli import dtrf
 
 from dtrforensics.analyses.policy_comparison import dominance
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hostile import dtrf
+from cli import dtrf
 from public import program_or_skip
 
 from dtrforensics.reproduce import claims as C

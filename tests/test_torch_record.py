@@ -180,7 +180,7 @@ def test_cli_records_and_prints_peak_ops_and_path(tmp_path):
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     """Through main() in this process (test_cli.py runs `dtrf torch record` as a
     process, from the console script)."""
-    from hostile import dtrf
+    from cli import dtrf
     out = tmp_path / "x.log"
     result = dtrf("torch", "record", "test_torch_record:raising_factory", "-o", out,
                   cwd=tmp_path)

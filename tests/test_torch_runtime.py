@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hostile import dtrf
+from cli import dtrf
 from torch import nn
 from typer.testing import CliRunner
 

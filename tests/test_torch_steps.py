@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hostile import dtrf
+from cli import dtrf
 from torch.utils._python_dispatch import _disable_current_modes
 
 import dtrforensics.torch.execute as execute_module

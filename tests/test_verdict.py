@@ -9,16 +9,14 @@ hand-written log with a where-file; the verdict's next command is run too.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 
 import pytest
+from cli import dtrf
 from logdsl import Log
-from test_where_recordings import placed, w
-from typer.testing import CliRunner
+from logs import placed, w
 
-from dtrforensics.cli.main import app
 from dtrforensics.render.verdict import MAX_LINES, WIDTH, Verdict, verdict_lines
 
 HOLE = "hole@25200000B"          # inside the embedded trace's hole: OOM at op 18
@@ -26,15 +24,8 @@ OK = "hole@0.92"                 # completes
 ABOVE = "hole@0.95"
 
 
-def dtrf(cwd, *args: str, width: int = 200):
-    with contextlib.chdir(cwd):
-        return CliRunner().invoke(app, list(args), env={"COLUMNS": str(width)})
-
-
 def ok(cwd, *args: str, width: int = 200) -> str:
-    res = dtrf(cwd, *args, width=width)
-    assert res.exit_code == 0, res.output
-    return res.stdout
+    return dtrf(*args, cwd=cwd, columns=width).ok()
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +112,8 @@ def test_the_next_command_runs(folder, name):
     data = json.loads(ok(folder, *COMMANDS[name], "--json", "--brief"))
     words = shlex.split(data["verdict"]["next"])
     assert words[0] == "dtrf"
-    res = dtrf(folder, *words[1:])
-    assert res.exit_code == 0, (words, res.output)
+    res = dtrf(*words[1:], cwd=folder, columns=200)
+    assert res.code == 0, (words, res.err)
 
 
 def test_the_oom_verdict_gives_the_reports_numbers(folder):

@@ -9,37 +9,22 @@ over two runs refuse two traces before recording anything.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 
 import pytest
+from cli import dtrf
 from public import SKIP_TRACES, traces_dir
-from typer.testing import CliRunner
 
-from dtrforensics.cli.main import COMMANDS, app, load_command
-from dtrforensics.errors import UserError
+from dtrforensics.cli.main import COMMANDS, load_command
 
 OUTPUT_OPTIONS = {"export", "synth", "torch record", "regime", "sweep", "plot", "demo",
                   "reproduce", "compare-policies"}
 HOLE = "hole@25200000B"      # the embedded trace inside its hole: OOM
 
 
-def dtrf(cwd, *args: str):
-    with contextlib.chdir(cwd):
-        return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
-
-
-def refused(res, message: str) -> bool:
-    """A user error: a `UserError` such as `CommandError` or an option's `OptionError`
-    (one `error:` line, exit 2, from the entry point)."""
-    return isinstance(res.exception, UserError) and message in str(res.exception)
-
-
 def ok(cwd, *args: str) -> str:
-    res = dtrf(cwd, *args)
-    assert res.exit_code == 0, res.output
-    return res.stdout
+    return dtrf(*args, cwd=cwd, columns=200).ok()
 
 
 def all_commands():
@@ -77,35 +62,35 @@ def test_run_and_diff_count_the_same_stream_entries(tmp_path):
 def test_export_names_both_remat_counts_defaults_to_recordings_and_says_replaced(tmp_path):
     ok(tmp_path, "run", "hole", "--budget", "25200000", "--record", "rec")
     remats = json.loads((tmp_path / "rec" / "run.json").read_text())["summary"]["remats"]
-    first = dtrf(tmp_path, "export", "rec", "--format", "perfetto")
-    assert first.exit_code == 0, first.output
+    first = dtrf("export", "rec", "--format", "perfetto", cwd=tmp_path, columns=200)
+    assert first.code == 0, first.err
     assert (tmp_path / "recordings" / "rec.perfetto.json").is_file()
-    assert "replaced" not in first.stderr
+    assert "replaced" not in first.err
     assert re.search(rf"\d[\d,]* nested materializations begun, {remats:,} "
-                     "rematerializations completed", first.stderr)
-    again = dtrf(tmp_path, "export", "rec", "--format", "perfetto", "--out",
-                 "recordings/rec.perfetto.json")
-    assert again.exit_code == 0
-    assert "replaced recordings/rec.perfetto.json" in again.stderr
+                     "rematerializations completed", first.err)
+    again = dtrf("export", "rec", "--format", "perfetto", "--out",
+                 "recordings/rec.perfetto.json", cwd=tmp_path, columns=200)
+    assert again.code == 0
+    assert "replaced recordings/rec.perfetto.json" in again.err
 
 
 def test_synth_says_when_it_replaces_a_file(tmp_path):
-    assert "replaced" not in dtrf(tmp_path, "synth", "chain", "--out", "c.log").stderr
-    assert "replaced c.log" in dtrf(tmp_path, "synth", "chain", "-o", "c.log").stderr
+    assert "replaced" not in dtrf("synth", "chain", "--out", "c.log", cwd=tmp_path).err
+    assert "replaced c.log" in dtrf("synth", "chain", "-o", "c.log", cwd=tmp_path).err
 
 
 def test_a_negative_max_nesting_is_an_error(tmp_path):
     ok(tmp_path, "run", "hole", "--budget", "25200000", "--record", "rec")
-    res = dtrf(tmp_path, "export", "rec", "--format", "perfetto", "--max-nesting", "-1")
-    assert refused(res, "--max-nesting must be >= 0")
+    res = dtrf("export", "rec", "--format", "perfetto", "--max-nesting", "-1", cwd=tmp_path)
+    assert res.refused("--max-nesting must be >= 0")
     assert not (tmp_path / "recordings" / "rec.perfetto.json").exists()
 
 
 @pytest.mark.parametrize("command", ["diff", "regime", "reevict"])
 def test_two_traces_are_refused_before_recording(tmp_path, command):
     ok(tmp_path, "synth", "chain", "-o", "chain.log")
-    res = dtrf(tmp_path, command, HOLE, "chain.log@0.5")
-    assert refused(res, "different traces")
+    res = dtrf(command, HOLE, "chain.log@0.5", cwd=tmp_path)
+    assert res.refused("different traces")
     assert not (tmp_path / "recordings" / "cache").exists()
 
 

@@ -10,15 +10,13 @@ with no digit glued on either side.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 
 import pytest
+from cli import dtrf
 from rich.text import Text
-from typer.testing import CliRunner
 
-from dtrforensics.cli.main import app
 from dtrforensics.render.console import console
 from dtrforensics.render.wrapping import divide
 
@@ -52,10 +50,7 @@ COMMANDS = {
 
 
 def cli(cwd, width: int, args: list[str]):
-    with contextlib.chdir(cwd):
-        res = CliRunner().invoke(app, args, env={"COLUMNS": str(width)})
-    assert res.exit_code == 0, res.output
-    return res.stdout
+    return dtrf(*args, cwd=cwd, columns=width).ok()
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +134,6 @@ def test_stderr_wraps_at_columns_and_never_inside_a_number(monkeypatch):
     """Everything on stderr (here an error line) goes through one writer that wraps
     at COLUMNS, at a space that splits no number; with no terminal and no
     COLUMNS the line is left whole (a pipe cuts nothing)."""
-    from hostile import dtrf
     args = ("run", "hole", "--budget", "99999999999999999999")
     monkeypatch.delenv("COLUMNS", raising=False)
     whole = dtrf(*args).err.strip()
