@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cli import dtrf
+
 from dtrforensics.engine.replay import replay
 from dtrforensics.torch import BudgetNotMet, dtr_backend, lowering
 from dtrforensics.torch.joint import NotExpressibleError
@@ -186,3 +188,21 @@ def test_an_op_writing_its_arguments_is_not_rerun():
     node = graph.call_function(torch.ops.aten.add_.Tensor, (x, x))
     with pytest.raises(NotExpressibleError, match="writes its arguments"):
         lowering._check_rerunnable(node, 3, type("P", (), {"op_name": lambda self, op: "add_"})())
+
+
+def test_torch_run_compiled(tmp_path):
+    """`dtrf torch run --compiled`: the lowered step beside the engine's run of the
+    joint graph's log (`--log`), which `dtrf run` replays to the same victims."""
+    log = tmp_path / "joint.log"
+    doc = dtrf("torch", "run", "zoo:gpt", "--ratio", "0.95", "--compiled", "--json",
+               "--log", log).json()
+    assert doc["mismatch"] is None and doc["lowered"]["victims_equal"]
+    assert doc["real"]["values_bitwise_equal"] and doc["real"]["memory_mismatches"] == 0
+    assert doc["simulated"]["evictions"] > 0
+    run = dtrf("run", log, "--budget", str(doc["budget"]), "--json").json()
+    assert run["victims_sha256"] == doc["simulated"]["victims_sha256"]
+    assert run["evictions"] == doc["simulated"]["evictions"]
+    refused = dtrf("torch", "run", "zoo:gpt", "--ratio", "0.4", "--compiled")
+    assert refused.refused("cannot be met") and "shortfall" in refused.err
+    assert dtrf("torch", "run", "zoo:gpt", "--ratio", "1", "--compiled", "--workspaces").refused(
+        "--workspaces cannot be used with --compiled")

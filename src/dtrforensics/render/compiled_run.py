@@ -1,0 +1,33 @@
+"""`dtrf torch run --compiled` as text: the lowered steps beside the engine and the plain step."""
+
+from __future__ import annotations
+
+from .units import fmt_bytes, fmt_exact_bytes, fmt_overhead
+
+
+def compiled_lines(doc: dict) -> list[str]:
+    """Lines for a `CompiledRunResult.to_json()` document."""
+    sim, real, low = doc["simulated"], doc["real"], doc["lowered"]
+    steps = f"{doc['steps']} steps" if doc["steps"] > 1 else "one step"
+    lines = [
+        (f"compiled step (dtr_backend, aot_eager) at budget {fmt_exact_bytes(doc['budget'])} "
+         f"(joint graph's peak {fmt_exact_bytes(doc['peak'])}), policy {doc['policy']}"
+         f"{', optimizer ' + doc['optimizer'] if doc['optimizer'] else ''}, {steps}: {sim['outcome']}"),
+        (f"schedule: evictions {sim['evictions']:,}, rematerializations {sim['remats']:,}, "
+         f"overhead {fmt_overhead(sim['overhead'])}; victims sha256 {sim['victims_sha256']}"),
+        (f"lowered: victims {'equal to' if low['victims_equal'] else 'DIFFERENT from'} the "
+         f"engine's, {low['remats']:,} recomputed nodes, {low['saved_for_backward']:,} values "
+         "saved for the backward"),
+        (f"memory: {real['alloc_checks']:,} allocation checks, live storage bytes equal to the "
+         f"engine's at {real['alloc_checks'] - real['memory_mismatches']:,}, over budget at "
+         f"{real['over_budget_checks']:,}; peak live {fmt_bytes(real['peak_live_bytes'])} "
+         f"({real['peak_live_bytes']:,} bytes)"),
+        (f"values: {real['values_compared']:,} tensors (losses, buffers, gradients, parameters) "
+         f"bitwise equal to the plain aot_eager step {real['values_bitwise_equal']}"),
+    ]
+    if real["slowdown"] is not None:
+        lines.append(f"wall time after the compiling step: {real['wall_seconds']:.3f} s against "
+                     f"{real['plain_wall_seconds']:.3f} s for aot_eager ({real['slowdown']:.2f}x)")
+    if doc["mismatch"]:
+        lines.append(f"not faithful to the simulation: {doc['mismatch']}")
+    return lines

@@ -1,0 +1,178 @@
+"""`dtrf torch run --compiled`: training steps compiled with `dtr_backend`, beside
+the plain `aot_eager` steps and the engine's run of the joint graph's log.
+
+Both runs start from the same model state and random state: the plain one
+compiled with `aot_eager` (`step = loss_fn(model(inputs), targets)`, the loss
+inside the compiled graph), the lowered one with `dtr_backend(checking=True)`.
+The result says whether the lowered step evicted the engine's victims in
+its order, held the engine's memory at every allocation check, and computed
+the plain step's losses, gradients, buffers and (with an optimizer)
+parameters bit for bit; and the wall time of each, the first (compiling)
+step left out.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..engine.summary import victims_sha256
+from ..jsonsafe import json_safe
+from .backend import DtrBackend, dtr_backend
+from .optim import OPTIMIZERS
+from .recorder import RecordError
+from .step import _forward
+
+
+@dataclass(frozen=True)
+class CompiledRunResult:
+    budget: int
+    peak: int
+    policy: str
+    optimizer: str | None
+    steps: int
+    simulated: dict             # the engine's summary of the joint graph's log
+    lowered_victims_equal: bool
+    lowered_remats: int
+    saved: int
+    checks: int
+    memory_mismatches: int
+    first_mismatch: str | None
+    over_budget_checks: int
+    peak_live_bytes: int
+    values_compared: int
+    values_bitwise_equal: bool
+    first_difference: str | None
+    wall_seconds: float | None
+    plain_wall_seconds: float | None
+
+    @property
+    def slowdown(self) -> float | None:
+        if not self.wall_seconds or not self.plain_wall_seconds:
+            return None
+        return self.wall_seconds / self.plain_wall_seconds
+
+    @property
+    def mismatch(self) -> str | None:
+        if not self.lowered_victims_equal:
+            return "the lowered graphs evict other victims than the engine"
+        if self.memory_mismatches:
+            return f"live bytes differ from the engine's memory: {self.first_mismatch}"
+        if not self.values_bitwise_equal:
+            return f"values differ from the plain aot_eager step: {self.first_difference}"
+        return None
+
+    def to_json(self) -> dict:
+        return json_safe({
+            "compiled": True, "budget": self.budget, "peak": self.peak, "policy": self.policy,
+            "optimizer": self.optimizer, "steps": self.steps, "simulated": self.simulated,
+            "lowered": {"victims_equal": self.lowered_victims_equal, "remats": self.lowered_remats,
+                        "saved_for_backward": self.saved},
+            "real": {"alloc_checks": self.checks, "memory_mismatches": self.memory_mismatches,
+                     "first_mismatch": self.first_mismatch,
+                     "over_budget_checks": self.over_budget_checks,
+                     "peak_live_bytes": self.peak_live_bytes,
+                     "values_compared": self.values_compared,
+                     "values_bitwise_equal": self.values_bitwise_equal,
+                     "first_difference": self.first_difference,
+                     "wall_seconds": self.wall_seconds, "plain_wall_seconds": self.plain_wall_seconds,
+                     "slowdown": self.slowdown},
+            "mismatch": self.mismatch,
+        })
+
+
+def train(model, batch, loss_fn, backend, steps: int, optimizer: str | None):
+    """`steps` compiled training steps of a copy of `model`; the values each step
+    leaves (loss, buffers after the forward, gradients; the parameters at the
+    end) with their names, and the wall time of the steps after the first."""
+    torch._dynamo.reset()
+    m = copy.deepcopy(model)
+    inputs, targets = batch
+    opt = OPTIMIZERS[optimizer](list(m.parameters())) if optimizer else None
+    step = torch.compile(lambda x, y: loss_fn(_forward(m, x, None), y), backend=backend,
+                         dynamic=False)
+    values: list[tuple[str, torch.Tensor]] = []
+    start = None
+    for k in range(steps + 1 if steps > 1 else steps):
+        if k == 1:
+            start = time.perf_counter()
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+        loss = step(inputs, targets)
+        values += [(f"step {k}: loss", loss.detach().clone())]
+        values += [(f"step {k}: buffer {n}", b.clone()) for n, b in m.named_buffers()]
+        loss.backward()
+        values += [(f"step {k}: gradient of {n}", p.grad.clone())
+                   for n, p in m.named_parameters() if p.grad is not None]
+        if opt is not None:
+            opt.step()
+    wall = time.perf_counter() - start if start is not None else None
+    values += [(f"parameter {n}", p.detach().clone()) for n, p in m.named_parameters()]
+    return values, wall
+
+
+def _first_difference(plain: list, mine: list) -> str | None:
+    if len(plain) != len(mine):
+        return f"{len(mine)} values against {len(plain)}"
+    for (name, a), (_, b) in zip(plain, mine):
+        if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a, b):
+            return name
+    return None
+
+
+def run_compiled(model, batch, loss_fn, *, budget: int | None = None, ratio: float | None = None,
+                 policy="dtr", steps: int = 1, optimizer: str | None = None,
+                 log_path=None) -> CompiledRunResult:
+    """The lowered steps beside the plain ones (see the module docstring); a
+    budget the schedule cannot meet raises `BudgetNotMet` before any step runs."""
+    if steps > 1 and optimizer is None:
+        raise RecordError("--steps above 1 needs --optimizer")
+    if optimizer is not None and optimizer not in OPTIMIZERS:
+        raise RecordError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+    state = torch.get_rng_state()
+    plain, plain_wall = train(model, batch, loss_fn, "aot_eager", steps, optimizer)
+    torch.set_rng_state(state)
+    backend = dtr_backend(budget, ratio=ratio, policy=policy, checking=True, log=log_path)
+    try:
+        mine, wall = train(model, batch, loss_fn, backend, steps, optimizer)
+    except Exception as exc:   # dynamo wraps what the backend raised
+        inner = getattr(exc, "inner_exception", None)
+        if isinstance(inner, RecordError):
+            raise inner from None
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise RecordError(f"compiling the step with dtr_backend raised {type(exc).__name__}: "
+                          f"{first}") from exc
+    return _result(backend, plain, mine, wall, plain_wall, steps, optimizer, policy)
+
+
+def _result(backend: DtrBackend, plain, mine, wall, plain_wall, steps: int, optimizer,
+            policy) -> CompiledRunResult:
+    if len(backend.graphs) != 1:
+        raise RecordError(f"the step compiled into {len(backend.graphs)} graphs (a graph break); "
+                          "--compiled needs the whole step in one graph")
+    (graph,) = backend.graphs
+    summary = graph.summary
+    reports = graph.checks
+    mismatched = [r for r in reports if r.mismatches]
+    victims = graph.schedule.result.victims[:, 0].tolist()
+    simulated = {"outcome": summary.outcome, "evictions": summary.evictions,
+                 "remats": summary.remats, "dead_frees": summary.dead_frees,
+                 "overhead": summary.overhead, "clock": summary.clock,
+                 "victims_sha256": summary.victims_sha256, "peak": summary.peak}
+    difference = _first_difference(plain, mine)
+    return CompiledRunResult(
+        budget=graph.budget, peak=summary.peak, policy=str(policy), optimizer=optimizer,
+        steps=steps, simulated=simulated,
+        lowered_victims_equal=graph.lowered.victims == victims
+        and victims_sha256(graph.lowered.victims) == summary.victims_sha256,
+        lowered_remats=graph.lowered.remats, saved=graph.lowered.saved,
+        checks=sum(r.checks for r in reports), memory_mismatches=sum(r.mismatches for r in reports),
+        first_mismatch=mismatched[0].first_mismatch if mismatched else None,
+        over_budget_checks=sum(r.over_budget for r in reports),
+        peak_live_bytes=max((r.peak_live for r in reports), default=0),
+        values_compared=len(plain), values_bitwise_equal=difference is None,
+        first_difference=difference, wall_seconds=wall, plain_wall_seconds=plain_wall)
+
