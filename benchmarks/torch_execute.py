@@ -27,14 +27,25 @@ where the executor's own cost per op stops mattering. Half of the peak runs
 where the step's floor allows it (zoo:gpt at its default size is mostly
 parameters, so its floor is above half of its peak).
 
-    python benchmarks/torch_execute.py [--repeat N] [--threads N]
+With --before DIR (the `src/dtrforensics` folder of a copy of the package at
+another commit, e.g. from `git archive`), the executor as it was runs in the
+same rounds, on its own recording of the same step (the copy is imported under
+another name, `dtrf_before`): `before_cpu_s`, its cost an op above the
+pass-through and `after_over_before`, the same run's ratio.
+
+    python benchmarks/torch_execute.py [--repeat N] [--threads N] [--before DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import shutil
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import common  # noqa: F401  (this checkout's src/ first on the path)
 import torch
@@ -77,9 +88,29 @@ def setup_seconds(step, schedule, budget: int, repeat: int) -> tuple[float, floa
     return min(read), min(per_run)
 
 
-def bench(name: str, options: dict, repeat: int) -> list[dict]:
+def before_package(folder: str):
+    """The package copy at `folder`, imported as `dtrf_before` (its modules import
+    each other relatively): its `execute`, `schedule` and `zoo` modules. The
+    engine's native libraries of this checkout go beside its engine (each is
+    keyed by the engine's sources: one that does not fit is not loaded)."""
+    root = Path(tempfile.mkdtemp(prefix="dtrf-before-"))
+    copy = root / "dtrf_before"
+    shutil.copytree(folder, copy)
+    cache = copy / "engine" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    for library in (common.ROOT / "src" / "dtrforensics" / "engine" / "__pycache__").glob("native-*"):
+        shutil.copy(library, cache)
+    sys.path.insert(0, str(root))
+    return tuple(importlib.import_module(f"dtrf_before.torch.{m}") for m in ("execute", "schedule", "zoo"))
+
+
+def bench(name: str, options: dict, repeat: int, before=None) -> list[dict]:
     torch.manual_seed(0)
     step = prepare(*ZOO[name](**options))
+    if before is not None:
+        torch.manual_seed(0)
+        old_step = before[0].prepare(*before[2].ZOO[name](**options))
+        assert old_step.lines == step.lines
     peak, least = step.peak, floor(step.program).floor
     rows = []
     for label, budget in (("unconstrained", peak), ("half of peak", peak // 2)):
@@ -88,21 +119,28 @@ def bench(name: str, options: dict, repeat: int) -> list[dict]:
             rows.append({**row, "skipped": f"half of the peak {peak // 2:,} is below the floor {least:,}"})
             continue
         schedule = plan(step.program, budget)
+        old_schedule = before[1].plan(old_step.program, budget) if before is not None else None
         if schedule.result.summary.outcome != "ok":
             rows.append({**row, "skipped": f"the engine's run at {budget:,} bytes ends "
                                            f"{schedule.result.summary.outcome}"})
             continue
-        plain, through, real = [], [], []
+        plain, through, real, old = [], [], [], []
         for i in range(repeat + 1):
             p, t = step.plain()[1], passing_through(step)[1]
+            if before is not None:
+                old_run = old_step.real(old_schedule, budget)
+                assert old_run.stop is None and old_run.executor.stats.mismatches == 0
             run = step.real(schedule, budget)
             assert run.stop is None and run.executor.stats.mismatches == 0
             if i:   # the first round warms up
                 plain.append(p)
                 through.append(t)
                 real.append(run.timing)
+                if before is not None:
+                    old.append(old_run.timing)
         best = {key: (min(x.cpu for x in xs), min(x.wall for x in xs))
-                for key, xs in (("plain", plain), ("through", through), ("real", real))}
+                for key, xs in (("plain", plain), ("through", through), ("real", real), ("old", old))
+                if xs}
         read_s, setup_s = setup_seconds(step, schedule, budget, repeat)
         summary = schedule.result.summary
         rows.append({
@@ -117,6 +155,11 @@ def bench(name: str, options: dict, repeat: int) -> list[dict]:
                 (best["real"][0] - best["through"][0]) / step.program.n_ops * 1e6,
             "recording_read_cpu_s": read_s, "executor_setup_cpu_s": setup_s,
         })
+        if before is not None:
+            rows[-1].update({
+                "before_cpu_s": best["old"][0], "after_over_before": best["real"][0] / best["old"][0],
+                "before_us_per_op_above_pass_through":
+                    (best["old"][0] - best["through"][0]) / step.program.n_ops * 1e6})
     step.state.restore()
     return rows
 
@@ -125,11 +168,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--before", metavar="DIR",
+                        help="a copy of the package (its src/dtrforensics) to time in the same rounds")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    before = before_package(args.before) if args.before else None
     rows = []
     for name, options in CASES:
-        for row in bench(name, options, args.repeat):
+        for row in bench(name, options, args.repeat, before):
             print(json.dumps(row), flush=True)
             rows.append(row)
     for row in rows:
@@ -143,6 +189,10 @@ def main() -> None:
               f"us an op above it; goal <= 1.5x {verdict} (not timed: setup of the run "
               f"{row['executor_setup_cpu_s'] * 1e3:.2f} ms, recording read once "
               f"{row['recording_read_cpu_s'] * 1e3:.2f} ms)")
+        if "before_cpu_s" in row:
+            print(f"  before: {row['before_cpu_s'] * 1e3:.2f} ms, "
+                  f"{row['before_us_per_op_above_pass_through']:.1f} us an op above the pass-through; "
+                  f"after {row['executor_cpu_s'] * 1e3:.2f} ms ({row['after_over_before']:.3f}x before)")
 
 
 if __name__ == "__main__":
