@@ -207,14 +207,19 @@ def test_library_models_every_option(spec, sets, text, tmp_path):
 
 # --- the command ------------------------------------------------------------------
 
-def test_torch_record_checkpoint_writes_a_log_every_command_reads(tmp_path):
-    log = tmp_path / "gpt.log"
-    out = CliRunner().invoke(app, ["torch", "record", "zoo:gpt", "--checkpoint", "block",
+@pytest.mark.parametrize("spec, option, text", [("zoo:gpt", "block", "block:DecoderBlock"),
+                                                ("zoo:mlp", "compile:0.5", "compile:0.5:dp")])
+def test_torch_record_checkpoint_writes_a_log_every_command_reads(tmp_path, spec, option, text):
+    from dtrforensics.trace.cache import load_program
+    log = tmp_path / "m.log"
+    out = CliRunner().invoke(app, ["torch", "record", spec, "--checkpoint", option,
                                    "-o", str(log), "--json"])
     assert out.exit_code == 0, out.output
     summary = json.loads(out.stdout)
-    assert summary["checkpoint"]["option"]["text"] == "block:DecoderBlock"
+    assert summary["checkpoint"]["option"]["text"] == text
     assert summary["checkpoint"]["recompute_ops"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.log", "m.log.where.json"]
+    assert load_program(log, cache=False).where is not None
     info = CliRunner().invoke(app, ["traces", "info", str(log), "--json"])
     assert info.exit_code == 0 and json.loads(info.stdout)["peak_bytes"] == summary["peak_bytes"]
     run = CliRunner().invoke(app, ["run", str(log), "--ratio", "1"])

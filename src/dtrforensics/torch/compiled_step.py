@@ -23,7 +23,16 @@ must not compile again (`compiles` counts compilations: compare it).
 
 This module is shared: any recording or execution of a compiled step's
 partitioned graphs (not the joint graph) goes through `compiled()` and
-`CompiledStep`.
+`CompiledStep`. To run them under a mode of your own:
+
+    with compiled(model, knob, solver) as step:
+        warm_up(model, batch, loss_fn)          # compiles, no mode on
+        with MyMode():                          # MyMode.ignore_compile_internals() -> True
+            loss_fn(model(inputs), targets).backward()
+        step.graphs                             # [CompiledGraph("forward", gm), ("backward", gm)]
+
+and compare `step.compiles` and `step.runs` before and after (`_check_ran`):
+a mode that does not ignore compile internals sees eager ops, not the graphs'.
 """
 
 from __future__ import annotations
