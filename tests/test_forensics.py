@@ -6,23 +6,21 @@ test_forensics_queries."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli import dtrf, dtrf_process
 from logs import chain_log, fan_log, mixed_log
-from typer.testing import CliRunner
 
 from dtrforensics.analyses.diff import CAUSES, diff
 from dtrforensics.analyses.oom import Level, NotAnOomError, explain_oom
 from dtrforensics.analyses.reevict import reevict
 from dtrforensics.analyses.replay_view import ReplaySource, replay_window
-from dtrforensics.analyses.runs import RunSpec, RunSpecError, resolve_run
-from dtrforensics.cli.main import app
+from dtrforensics.analyses.runs import RunSpec, RunSpecError, open_together, resolve_run
 from dtrforensics.engine.replay import prepared
 from dtrforensics.recorder.reader import NotARecordingError, open_recording
 from dtrforensics.recorder.record import record_run
 from dtrforensics.render.oom import Collapsed, collapse
+from dtrforensics.rows import fetch_dicts
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +53,22 @@ def mixed(tmp_path_factory):
 # --- diff ---------------------------------------------------------------------------
 
 def test_diff_timing_shift(recs):
+    """Where the streams part and what each run did there is the answer of the
+    first_divergence and aftermath queries, asserted in test_forensics_queries: the
+    analysis carries it over (checked against the queries' rows) and adds the cause,
+    the explanation, each victim's rank in both runs, the decisions and the failures."""
     r = diffed(recs["shift125"], recs["shift130"])
-    assert (r.a.run_id, r.b.run_id, r.common_prefix) == ("shift125", "shift130", 1)
+    assert (r.a.run_id, r.b.run_id) == ("shift125", "shift130")
+    con, ids = open_together([recs["shift125"], recs["shift130"]])
+    rows = {q["side"]: q for q in fetch_dicts(con, "SELECT * FROM first_divergence(?, ?)", ids)}
     d = r.first_divergence
-    assert (d.position, d.op_id, d.paper_op, d.cause) == (2, 4, 5, "timing_shift")
-    assert (d.a.kind, d.a.victim, d.a.op_id, d.a.decision) == ("pressure", 1, 4, 0)
-    assert d.a.score == pytest.approx(0.01)
-    assert (d.b.kind, d.b.victim, d.b.op_id, d.b.score) == ("dead", 2, 4, None)
-    assert (d.a.shortfall, d.b.shortfall, d.a.request, d.a.memory) == (5, 0, 40, 90)
+    assert (r.common_prefix, d.position) == (rows["a"]["common_prefix"], rows["a"]["position"])
+    for side, q in ((d.a, rows["a"]), (d.b, rows["b"])):
+        assert (side.kind, side.victim, side.op_id, side.paper_op, side.decision, side.score,
+                side.request, side.memory, side.shortfall) == \
+            (q["kind"], q["storage_id"], q["op_id"], q["paper_op"], q["decision"], q["score"],
+             q["request"], q["check_memory"], q["check_shortfall"])
+    assert (d.op_id, d.cause) == (d.a.op_id, "timing_shift")
     assert "op 5" in d.explanation and "short by 5 bytes" in d.explanation
     # a is ranked 1 at both runs' decision 0; b was run a's runner-up there, and gone
     # (freed dead) by the time run b decided
@@ -72,7 +78,10 @@ def test_diff_timing_shift(recs):
     assert r.first_divergent_choice is None and r.common_choices == 1
     assert r.prefix_shift is None
     am = r.aftermath
-    assert (am.from_op, am.last_difference, am.reconverge_op) == (4, 5, 6)
+    q = fetch_dicts(con, "SELECT * FROM aftermath_reconvergence(?, ?, ?)", [*ids, d.op_id])[0]
+    assert (am.from_op, am.last_difference, am.reconverge_op) == \
+        (d.op_id, q["last_difference"], q["reconverge_op"])
+    con.close()
     assert r.failures == ()
 
 
@@ -303,67 +312,53 @@ def test_resolve_run_records_once(tmp_path):
 
 # --- commands -------------------------------------------------------------------------
 
-runner = CliRunner()
-
+# What the analyses find is asserted above; a command adds its arguments, its JSON
+# (the analysis's result, strict, beside the verdict) and its text.
 
 def invoke_json(*args):
-    result = runner.invoke(app, [*map(str, args), "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    return dtrf(*args, "--json").json()
 
 
-def test_cli_diff(forensic_recs):  # noqa: F811
+def assert_the_analysis(out: dict, result) -> None:
+    """A command's --json is its analysis's result, through strict JSON."""
+    assert "verdict" in out
+    assert {k: v for k, v in out.items() if k != "verdict"} == \
+        json.loads(json.dumps(result.to_json()))
+
+
+def test_cli_diff(forensic_recs, recs):  # noqa: F811
     out = invoke_json("diff", forensic_recs / "shift125", forensic_recs / "shift130")
-    assert out["common_prefix"] == 1
-    fd = out["first_divergence"]
-    assert (fd["position"], fd["op_id"], fd["cause"]) == (2, 4, "timing_shift")
-    assert (fd["a"]["victim"], fd["a"]["kind"], fd["b"]["victim"], fd["b"]["kind"]) == \
-        (1, "pressure", 2, "dead")
-    assert fd["b"]["score"] is None and fd["a"]["clock"] == 36
-    assert out["first_divergent_choice"] is None
-    text = runner.invoke(app, ["diff", str(forensic_recs / "chain100"),
-                               str(forensic_recs / "chain55"), "--window", "1"])
-    assert text.exit_code == 0, text.output
+    assert_the_analysis(out, diffed(recs["shift125"], recs["shift130"]))
+    text = dtrf("diff", forensic_recs / "chain100", forensic_recs / "chain55",
+                "--window", "1").ok()
     for phrase in ("share their first 2 entries", "different shortfall", "Failure of run b",
                    "Earliest: storage 3"):
-        assert phrase in text.output, phrase
+        assert phrase in text, phrase
 
 
-def test_cli_oom(forensic_recs):  # noqa: F811
-    out = invoke_json("oom", forensic_recs / "chain55")
-    assert (out["tensor"], out["request"], out["pinned"], out["depth"], out["budget"]) == \
-        ("a", 20, 40, 4, 55)
-    assert [(lv["tensor"], lv["op_id"], lv["depth"], lv["locked_bytes"])
-            for lv in out["frontier"]] == [("e", 5, 1, 30), ("c", 3, 2, 0), ("b", 2, 3, 0),
-                                           ("a", 1, 4, 10)]
-    text = runner.invoke(app, ["oom", str(forensic_recs / "chain55")])
-    assert text.exit_code == 0 and "empty, nothing left to evict" in text.output
+def test_cli_oom(forensic_recs, recs):  # noqa: F811
+    assert_the_analysis(invoke_json("oom", forensic_recs / "chain55"), explain_oom(recs["chain55"]))
+    assert "empty, nothing left to evict" in dtrf("oom", forensic_recs / "chain55").ok()
 
 
-def test_cli_replay(forensic_recs):  # noqa: F811
+def test_cli_replay(forensic_recs, recs):  # noqa: F811
     out = invoke_json("replay", forensic_recs / "tiny105", "--ops", "4..5")
-    assert [s["step"] for s in out["steps"]] == [4, 5, 6]
-    assert out["steps"][-1]["oom"] and out["steps"][0]["victims"][0]["victim"] == 1
-    text = runner.invoke(app, ["replay", str(forensic_recs / "tiny105"), "--limit", "5"])
-    assert text.exit_code == 0 and "evict 1 a" in text.output
-    assert "5 of 7 steps shown" in text.output
+    assert_the_analysis(out, replay_window(recs["tiny105"], (4, 5)))
+    text = dtrf("replay", forensic_recs / "tiny105", "--limit", "5").ok()
+    assert "evict 1 a" in text
+    assert "5 of 7 steps shown" in text
 
 
-def test_cli_reevict(forensic_recs):  # noqa: F811
+def test_cli_reevict(forensic_recs, recs):  # noqa: F811
     out = invoke_json("reevict", forensic_recs / "tiny120", forensic_recs / "tiny105")
-    assert out["runs"][0]["stream"]["distinct_storages"] == 4
-    assert out["overlap"]["stream"]["jaccard"] == 0.75
-    text = runner.invoke(app, ["reevict", str(forensic_recs / "tiny120")])
-    assert text.exit_code == 0
-    assert "pressure victims only" in text.output and "whole stream" in text.output
+    assert_the_analysis(out, reevict([recs["tiny120"], recs["tiny105"]]))
+    text = dtrf("reevict", forensic_recs / "tiny120").ok()
+    assert "pressure victims only" in text and "whole stream" in text
 
 
 def test_cli_user_errors_exit_2(forensic_recs, tmp_path):  # noqa: F811
     """The first through the real process, the others through main() in this one."""
-    from hostile import dtrf
-    done = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "oom",
-                           str(forensic_recs / "chain100")],
-                          check=False, capture_output=True, text=True)
+    done = dtrf_process("oom", forensic_recs / "chain100")
     assert done.returncode == 2 and done.stderr.startswith("error: "), done.stderr
     for args in (["diff", forensic_recs / "shift125", tmp_path / "missing"],
                  ["diff", forensic_recs / "shift125", forensic_recs / "chain55"]):

@@ -108,8 +108,9 @@ def test_first_divergence_timing_shift(con):
     a, b = s["a"], s["b"]
     assert a["common_prefix"] == b["common_prefix"] == 1
     assert a["position"] == b["position"] == 2
-    assert (a["kind"], a["storage_id"], a["tensor"], a["op_id"], a["decision"]) == \
-        ("pressure", 1, "a", 4, 0)
+    assert (a["kind"], a["storage_id"], a["tensor"], a["op_id"], a["paper_op"], a["decision"]) == \
+        ("pressure", 1, "a", 4, 5, 0)
+    assert a["score"] == pytest.approx(0.01)
     assert (b["kind"], b["storage_id"], b["tensor"], b["op_id"], b["decision"], b["score"]) == \
         ("dead", 2, "b", 4, None, None)
     assert a["leads"] and not b["leads"]
