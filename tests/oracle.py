@@ -24,7 +24,10 @@ _RECURSION_LIMIT = 1_000_000
 if sys.getrecursionlimit() < _RECURSION_LIMIT:
     sys.setrecursionlimit(_RECURSION_LIMIT)
 
+# The reference's policies: every one the oracle runs, the one list the tests use.
 POLICIES = ("dtr", "no-staleness", "no-size", "compute-only", "lru", "size", "msps", "dtr-local")
+# One policy of every kind of score: neighbourhoods, staleness only, size only.
+SCORE_KINDS = ("dtr", "lru", "size", "msps", "dtr-local")
 # Policies whose score reads the evicted neighbourhoods (§8). The others
 # skip the region bookkeeping, which changes nothing about their decisions.
 REGION_POLICIES = frozenset({"dtr", "no-staleness", "no-size", "compute-only", "msps"})

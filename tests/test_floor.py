@@ -4,23 +4,18 @@ one byte below it on hand-written, generated and random logs."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from cli import dtrf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from logdsl import Log
 from logs import chain_log, fan_log, mixed_log, random_logs, shift_log, tiny_log
-from typer.testing import CliRunner
+from oracle import SCORE_KINDS
 
 from dtrforensics.analyses.floor import floor
-from dtrforensics.cli.main import app
 from dtrforensics.engine.replay import replay
 from dtrforensics.synth.generator import SynthSpec, generate, random_small_log
 from dtrforensics.trace import parse_lines
-
-# Policies of every kind of score: neighbourhoods, staleness only, size only.
-POLICIES = ("dtr", "lru", "size", "msps", "dtr-local")
 
 
 def completes(program, budget: int, policy: str = "dtr") -> bool:
@@ -55,9 +50,8 @@ def test_floor_holds_the_constants_made_so_far_even_once_released(tmp_path):
     assert not completes(program, 649) and completes(program, 650)
     path = tmp_path / "floor.log"
     path.write_text(freed_constant_log().text())
-    info = CliRunner().invoke(app, ["traces", "info", str(path), "--json"])
-    assert json.loads(info.stdout)["floor"]["floor_bytes"] == 650
-    text = " ".join(CliRunner().invoke(app, ["traces", "info", str(path)]).stdout.split())
+    assert dtrf("traces", "info", path, "--json").json()["floor"]["floor_bytes"] == 650
+    text = " ".join(dtrf("traces", "info", path).ok().split())
     assert "(650 B) at op 4" in text and "35.0%" in text
 
 
@@ -92,7 +86,7 @@ def test_old_versions_put_the_floor_above_the_peak_and_say_so(tmp_path):
     assert not completes(program, 599) and completes(program, 600)
     path = tmp_path / "update.log"
     path.write_text(parameter_update_log().text())
-    text = " ".join(CliRunner().invoke(app, ["traces", "info", str(path)]).stdout.split())
+    text = " ".join(dtrf("traces", "info", path).ok().split())
     assert "the floor lies 100 B above the unconstrained peak" in text
     assert "frees 400 B of them, 200 B of them old versions" in text
 
@@ -113,7 +107,7 @@ def synthetic_programs():
 def test_no_policy_completes_one_byte_below_the_floor_on_hand_logs(name):
     program = HAND[name]().program(name)
     least = floor(program).floor
-    for policy in POLICIES:
+    for policy in SCORE_KINDS:
         assert not completes(program, least - 1, policy), policy
 
 
@@ -122,14 +116,14 @@ def test_no_policy_completes_one_byte_below_the_floor_on_generated_logs():
     where it is not attained, a completing budget lies within the peak."""
     for name, program in synthetic_programs():
         least = floor(program)
-        for policy in POLICIES:
+        for policy in SCORE_KINDS:
             assert not completes(program, least.floor - 1, policy), (name, policy)
         top = max(least.peak, least.floor)
         assert any(completes(program, b) for b in (least.floor, top, 2 * top)), name
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(program=random_logs(), policy=st.sampled_from(POLICIES))
+@given(program=random_logs(), policy=st.sampled_from(SCORE_KINDS))
 def test_no_run_of_a_random_log_completes_below_its_floor(program, policy):
     """Every instruction kind (views, MUTATE, COPY, COPY_FROM, releases of
     constants): one byte below the floor nothing completes, and a budget of
