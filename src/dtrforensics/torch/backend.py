@@ -13,14 +13,13 @@ each compiled graph is planned alone, with the whole budget.
 With `checking=True` the lowered graphs carry a `dtr_check` node at every
 allocation check of the schedule, and run under `LiveStorages`, which counts
 the bytes of every storage the step holds alive (its inputs, the tangents,
-every output of an op in the graphs) as the executor counts them
-(`runtime.Executor`: weak references, a storage's death is PyTorch's); each
+every output of an op in the graphs) with the executor's count
+(`storages.Storages`: weak references, a storage's death is PyTorch's); each
 check compares that count with the engine's memory there.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +31,7 @@ from .joint import JointLog, NotExpressibleError, capture_joint
 from .lowering import CheckPoints, Lowered, lower
 from .recorder import RecordError, output_tensors
 from .schedule import Plan, plan
+from .storages import Storages
 
 
 class BudgetNotMet(RecordError):
@@ -43,38 +43,27 @@ class BudgetNotMet(RecordError):
 
 
 class LiveStorages(TorchDispatchMode):
-    """The bytes of the step's storages PyTorch holds alive (see the module docstring)."""
+    """The bytes of the step's storages PyTorch holds alive, counted by the
+    executor's count (`storages.Storages`: weak references, a death is
+    PyTorch's), fed with every output of an op that runs under this mode;
+    `stats.peak_live` is the largest the count was."""
 
-    def __init__(self):
+    def __init__(self, stats):
         super().__init__()
-        self._tracked: dict[int, tuple[weakref.ref, int]] = {}
-        self.live = 0
-        self.peak = 0
+        self.count = Storages(stats)
+
+    @property
+    def live(self) -> int:
+        return self.count.live
 
     def track(self, t) -> None:
-        if not isinstance(t, torch.Tensor):
-            return
-        storage = t.untyped_storage()
-        key = storage._cdata
-        if key in self._tracked:
-            return
-        size = storage.nbytes()
-        self._tracked[key] = (weakref.ref(storage, lambda _, k=key: self._died(k)), size)
-        self.live += size
-        self.peak = max(self.peak, self.live)
-
-    def _died(self, key: int) -> None:
-        entry = self._tracked.pop(key, None)
-        if entry is not None:
-            self.live -= entry[1]
-
-    def fresh_sum(self) -> int:
-        return sum(s.nbytes() for ref, _ in self._tracked.values() if (s := ref()) is not None)
+        if isinstance(t, torch.Tensor):
+            self.count.track(t.untyped_storage())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in output_tensors(out):
-            self.track(t)
+            self.count.track(t.untyped_storage())
         return out
 
 
@@ -110,8 +99,8 @@ class _Checker:
 
     def __init__(self, graph: CompiledGraph):
         self.graph = graph
-        self.live = LiveStorages()
         self.report = CheckReport()
+        self.live = LiveStorages(self.report)
 
     def __call__(self, index: int) -> None:
         expected = self.graph.lowered.check_memory[index]
@@ -147,7 +136,6 @@ def _boxed(gm: torch.fx.GraphModule, state: dict, phase: str):
                 return run(args)
         finally:
             CheckPoints.hook = previous
-            checker.report.peak_live = max(checker.report.peak_live, checker.live.peak)
             if phase == "backward":
                 state["checker"] = None
                 state["graph"].checks.append(checker.report)
