@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli import dtrf, dtrf_process
 
 from dtrforensics.cli import kernel_notice
-from dtrforensics.cli.main import COMMANDS, app, load_command
+from dtrforensics.cli.main import COMMANDS, load_command
 from dtrforensics.engine import native
 
 HEAVY = ("dtrforensics.analyses", "dtrforensics.engine", "dtrforensics.render", "numba",
@@ -40,15 +40,11 @@ def test_listed_help_is_the_commands_own(name):
 
 
 def test_help_lists_every_command_and_runs_one():
-    runner = CliRunner()
-    listing = runner.invoke(app, ["--help"])
-    assert listing.exit_code == 0
+    listing = dtrf("--help").ok()
     for name in COMMANDS:
-        assert f"\n  {name} " in listing.stdout
-    own = runner.invoke(app, ["synth", "--help"])
-    assert own.exit_code == 0 and "--seed" in own.stdout
-    wrong = runner.invoke(app, ["sythn"])
-    assert wrong.exit_code == 2
+        assert f"\n  {name} " in listing
+    assert "--seed" in dtrf("synth", "--help").ok()
+    assert dtrf("sythn").code == 2
 
 
 def test_help_imports_nothing_heavy():
@@ -150,26 +146,16 @@ def test_cache_option_default_is_the_analyses_default():
     assert CLI_DEFAULT == DEFAULT_CACHE
 
 
-def _dtrf(*args: str, prelude: str = "", **kwargs) -> subprocess.CompletedProcess:
-    """`dtrf ARGS` in a fresh process, after `prelude` (Python run first)."""
-    code = f"import sys\n{prelude}\nsys.argv = ['dtrf', *{list(args)!r}]\n" \
-           "from dtrforensics.cli.main import main\nmain()\n"
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
-    return subprocess.run([sys.executable, "-c", code], text=True, env=env, **streams)
-
-
 def test_version_is_the_packages():
     import tomllib
     version = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())[
         "project"]["version"]
-    done = _dtrf("--version")
+    done = dtrf_process("--version")
     assert (done.returncode, done.stdout, done.stderr) == (0, f"dtrf {version}\n", "")
 
 
 def test_bare_dtrf_prints_help_and_succeeds():
-    done = _dtrf()
+    done = dtrf_process()
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Usage: dtrf") and "\nCommands:\n" in done.stdout
 
@@ -177,7 +163,7 @@ def test_bare_dtrf_prints_help_and_succeeds():
 def test_a_missing_optional_package_is_one_error_line(tmp_path):
     """A figure without matplotlib (blocked here as an install could lack it)
     is an `error:` line naming what to install, exit 2, no traceback."""
-    done = _dtrf("regime", "hole@0.91", "hole@0.95", "-o", str(tmp_path / "x.png"),
+    done = dtrf_process("regime", "hole@0.91", "hole@0.95", "-o", str(tmp_path / "x.png"),
                  "--cache", str(tmp_path / "cache"),
                  prelude="sys.modules['matplotlib'] = None", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
@@ -198,7 +184,7 @@ def _progress_lines(text: str) -> list[str]:
 def test_explain_progress_never_reaches_a_pipe():
     """Piped, explain writes its result alone: no progress bar on stdout (nor on
     stderr, which is no terminal either)."""
-    done = _dtrf(*EXPLAIN, timeout=600)
+    done = dtrf_process(*EXPLAIN, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "Baseline" in done.stdout
     assert _progress_lines(done.stdout) == [] and _progress_lines(done.stderr) == []
@@ -223,7 +209,7 @@ def test_explain_progress_shows_on_a_terminal():
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        done = _dtrf(*EXPLAIN, timeout=600, stderr=follower)
+        done = dtrf_process(*EXPLAIN, timeout=600, stderr=follower)
     finally:
         os.close(follower)
         reader.join(timeout=10)
@@ -237,7 +223,7 @@ def test_explain_progress_shows_on_a_terminal():
 def test_intervene_names_its_runs_alike_in_the_table_and_the_diff(tmp_path):
     """The diff under `intervene` compares the baseline with the intervention;
     "control" is the third run, never a name for the baseline."""
-    done = _dtrf("intervene", "hole", "--ratio", "0.918", "--retain", "12",
+    done = dtrf_process("intervene", "hole", "--ratio", "0.918", "--retain", "12",
                  "--record-root", str(tmp_path), timeout=600)
     assert done.returncode == 0, done.stderr
     assert "a (baseline)" in done.stdout and "b (intervention)" in done.stdout
@@ -245,7 +231,7 @@ def test_intervene_names_its_runs_alike_in_the_table_and_the_diff(tmp_path):
 
 
 def test_regime_says_what_its_divergence_numbers_are(tmp_path):
-    done = _dtrf("regime", "hole@25288251B", "hole@25288252B", "--cache", str(tmp_path),
+    done = dtrf_process("regime", "hole@25288251B", "hole@25288252B", "--cache", str(tmp_path),
                  timeout=600)
     assert done.returncode == 0, done.stderr
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("First divergence"))
