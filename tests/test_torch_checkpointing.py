@@ -188,7 +188,8 @@ def test_a_users_policy_function_is_used(tmp_path, monkeypatch):
 @pytest.mark.parametrize("spec", ["zoo:mlp", pytest.param("zoo:gpt", marks=pytest.mark.slow)])
 def test_compiled_step_peak_is_the_live_peak_and_values_close(spec, tmp_path):
     recording = _check_option(spec, "compile:0.5", None, tmp_path, tolerance=1e-5)
-    assert recording.recompute_ops > 0
+    assert recording.recompute_ops == len(recording.recomputed) > 0
+    assert recording.saved and set(recording.saved).isdisjoint(recording.recomputed)
     assert "1 graph(s) compiled" in recording.notes[0]
 
 
@@ -267,3 +268,14 @@ def test_a_compiled_step_needs_real_tensors_and_ilp_needs_scipy(tmp_path):
         with pytest.raises(RecordError, match="needs scipy"):
             record_option("zoo:mlp", "compile:0.5:ilp", tmp_path / "c.log")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_compiled_steps_are_deterministic_and_a_lower_knob_recomputes_more(tmp_path):
+    high = record_option("zoo:gpt", "compile:1", tmp_path / "a.log")
+    again = record_option("zoo:gpt", "compile:1", tmp_path / "b.log", plain=high)
+    low = record_option("zoo:gpt", "compile:0", tmp_path / "c.log", plain=high)
+    assert (tmp_path / "a.log").read_bytes() == (tmp_path / "b.log").read_bytes()
+    assert again.saved == high.saved and again.recomputed == high.recomputed
+    assert set(high.recomputed) < set(low.recomputed)
+    assert low.overhead > high.overhead

@@ -307,6 +307,9 @@ class OptionRecording:
     notes: tuple[str, ...] = field(default=())   # what the recording says of itself
     floor: Floor | None = None            # the log's floor (`analyses/floor.py`)
     fake: bool = False
+    # compile: the partitioner's plan by forward node name (`CompiledStep.decisions`)
+    saved: tuple[str, ...] = ()
+    recomputed: tuple[str, ...] = ()
 
     @property
     def overhead(self) -> float:
@@ -319,7 +322,8 @@ class OptionRecording:
                 "compute_plain": self.compute_plain, "overhead": self.overhead,
                 "recompute_ops": self.recompute_ops, "loss": self.loss, "cost": self.cost,
                 "blocks": list(self.blocks), "notes": list(self.notes), "fake": self.fake,
-                "floor": None if self.floor is None else self.floor.to_json()}
+                "floor": None if self.floor is None else self.floor.to_json(),
+                "saved": list(self.saved), "recomputed": list(self.recomputed)}
 
 
 def build_model(spec: str, seed: int = 0, sets: dict | None = None, fake: bool = False):
@@ -372,7 +376,7 @@ def record_built(model, batch, loss_fn, option: CheckpointOption, path: str | Pa
     from .step import record
     blocks: list[str] = []
     notes: tuple[str, ...] = ()
-    compiled_recompute = None
+    plan: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     if option.kind == "none":
         summary = record(model, batch, loss_fn, path, cost=cost, optimizer=optimizer,
                          autocast=autocast)
@@ -383,18 +387,18 @@ def record_built(model, batch, loss_fn, option: CheckpointOption, path: str | Pa
                              autocast=autocast)
     else:
         from .compiled_step import record_compiled
-        summary, compiled_recompute, notes = record_compiled(
+        summary, plan, notes = record_compiled(
             model, batch, loss_fn, path, knob=option.knob, solver=option.solver, cost=cost,
             optimizer=optimizer, autocast=autocast)
     total, recomputed = _log_compute(summary.path)
-    if compiled_recompute is not None:
-        recomputed = compiled_recompute
+    if option.kind == "compile":
+        recomputed = len(plan[1])
     return OptionRecording(option=option, path=summary.path, where=summary.where,
                            peak_bytes=summary.peak, ops=summary.ops, compute_total=total,
                            compute_plain=total if option.kind == "none" else 0,
                            recompute_ops=recomputed, loss=summary.loss, cost=summary.cost,
                            blocks=tuple(blocks), notes=notes, floor=summary.floor,
-                           fake=summary.fake)
+                           fake=summary.fake, saved=plan[0], recomputed=plan[1])
 
 
 def _log_compute(path: Path) -> tuple[int, int]:

@@ -74,16 +74,26 @@ class CompiledStep:
     runs: dict = field(default_factory=lambda: {"forward": 0, "backward": 0})   # graphs run
 
     def recomputed(self) -> int:
-        """Backward nodes that are forward nodes again (same node name: the
-        partitioner copies a recomputed node into the backward graph by name),
-        summed over each forward/backward pair."""
-        total = 0
+        """How many backward nodes are forward nodes again (`decisions`)."""
+        return len(self.decisions()[1])
+
+    def decisions(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The partitioner's plan, by forward node name: the forward values the
+        backward graph takes as inputs (saved), and the backward graph's nodes
+        that are forward nodes again (recomputed: the partitioner copies a node
+        into the backward graph under its name). With several graphs (graph
+        breaks) each name is prefixed `gN:`, N counting from 0."""
+        saved: list[str] = []
+        recomputed: list[str] = []
         forwards = [g for g in self.graphs if g.kind == "forward"]
         backwards = [g for g in self.graphs if g.kind == "backward"]
-        for fw, bw in zip(forwards, backwards):
+        for index, (fw, bw) in enumerate(zip(forwards, backwards)):
+            prefix = f"g{index}:" if len(forwards) > 1 else ""
             names = set(fw.call_nodes())
-            total += sum(1 for name in bw.call_nodes() if name in names)
-        return total
+            for node in bw.module.graph.nodes:
+                if node.name in names and node.op in ("placeholder", "call_function"):
+                    (saved if node.op == "placeholder" else recomputed).append(prefix + node.name)
+        return tuple(saved), tuple(recomputed)
 
 
 def _config(knob: float, solver: str):
@@ -207,7 +217,8 @@ def record_compiled(model: torch.nn.Module, batch, loss_fn, path, *, knob: float
                     cost: str = "flops", optimizer=None, autocast: str | None = None):
     """Record the compiled step of `model` at KNOB and SOLVER: compiled and warmed
     up with no mode on, then recorded by `CompiledStepRecorder`. Returns the
-    `RecordSummary`, the recomputed nodes and notes (graphs compiled)."""
+    `RecordSummary`, the plan (`CompiledStep.decisions`: saved and recomputed
+    forward nodes) and notes (graphs compiled)."""
     from .optim import autocast_context
     from .step import record
     if any(getattr(t, "fake_mode", None) is not None for t in model.parameters()):
@@ -224,7 +235,7 @@ def record_compiled(model: torch.nn.Module, batch, loss_fn, path, *, knob: float
                                   where=None if summary.where is None else where_path(path))
     notes = (f"{BACKEND}: {step.compiles} graph(s) compiled (each a forward and a backward), "
              f"activation_memory_budget {knob:g}, solver {solver}",)
-    return summary, step.recomputed(), notes
+    return summary, step.decisions(), notes
 
 
 def _check_ran(step: CompiledStep, before: int, runs: dict) -> None:
