@@ -6,12 +6,11 @@ import csv
 import io
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from cli import dtrf_process
 from logs import tiny_program
 
 from dtrforensics import db
@@ -133,9 +132,7 @@ def test_queries_are_shipped_in_the_package_and_shown_at_the_repo_root():
 # --- dtrf sql ---------------------------------------------------------------------------
 
 def dtrf(*args):
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args)],
-                          capture_output=True, text=True, env=env)
+    return dtrf_process(*args, columns=200)
 
 
 def test_sql_command(two_runs, tmp_path):
@@ -180,7 +177,7 @@ def test_sql_opens_sweep_folders(tmp_path):
     hole, 424-439 B, and its first success, 392 B (tests/test_sweep_honest.py
     finds both by a replay at every budget); SQL over the folder reads them
     from the certificates, and the sweeps view its sweep.json."""
-    from test_sweep import hole_log
+    from sweeps import hole_log
 
     from dtrforensics.sweep import runner
     from dtrforensics.sweep.store import SweepParams

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from hostile import dtrf
+from cli import dtrf
 from logdsl import Log
 
 from dtrforensics.engine.replay import replay

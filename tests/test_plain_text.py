@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 
 import pytest
-from hostile import dtrf
+from cli import dtrf
 from rich.text import Text
 
 from dtrforensics.render.console import console, esc, styled

@@ -6,11 +6,11 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from cli import dtrf_process
 
 from dtrforensics.trace import known, registry
 from dtrforensics.trace.registry import (
@@ -272,16 +272,10 @@ def test_fetch_verifies_and_imports(dirs, known_fake, monkeypatch):
 
 # --- CLI -----------------------------------------------------------------------------
 
-def dtrf_command() -> list[str]:
-    script = Path(sys.executable).with_name("dtrf")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "dtrforensics.cli.main"]
-
-
 def run_dtrf(env_dirs: dict, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DTRF_TRACES": str(env_dirs["public"]),
-           "DTRF_TRACE_DIR": str(env_dirs["user"]), "DTRF_CACHE": str(env_dirs["tmp"] / "cache")}
-    return subprocess.run([*dtrf_command(), *args], capture_output=True, text=True, env=env,
-                          cwd=env_dirs["tmp"], timeout=120)
+    env = {"DTRF_TRACES": str(env_dirs["public"]), "DTRF_TRACE_DIR": str(env_dirs["user"]),
+           "DTRF_CACHE": str(env_dirs["tmp"] / "cache")}
+    return dtrf_process(*args, env=env, installed=True, cwd=env_dirs["tmp"], timeout=120)
 
 
 def test_cli_import_list_info(dirs):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hostile import dtrf, fingerprint
+from cli import dtrf
+from hostile import fingerprint
 
 from dtrforensics import db
 from dtrforensics.errors import EXIT_INTERRUPTED, EXIT_USER

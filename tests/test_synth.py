@@ -4,14 +4,13 @@ and reproducible, exercising every instruction kind; the engine replays them."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from cli import dtrf_process
 
 from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.replay import replay
@@ -251,8 +250,8 @@ def test_engine_replays_synthetic_logs_at_many_ratios():
 def test_every_policy_runs_on_small_logs():
     from dtrforensics.engine.policies import get_policy
     program = parse_text(random_small_log(11, 40))
-    for policy in ("dtr", "lru", "size", "msps", "dtr-local", "no-staleness", "no-size",
-                   "compute-only"):
+    from oracle import POLICIES
+    for policy in POLICIES:
         get_policy(policy)
         for ratio in (0.3, 0.6, 1.0):
             assert replay(program, ratio=ratio, policy=policy).summary.outcome in (
@@ -261,15 +260,9 @@ def test_every_policy_runs_on_small_logs():
 
 # --- CLI -------------------------------------------------------------------------------
 
-def _dtrf() -> list[str]:
-    script = Path(sys.executable).with_name("dtrf")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "dtrforensics.cli.main"]
-
-
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DTRF_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
-    return subprocess.run([*_dtrf(), *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+    return dtrf_process(*args, columns=200, env={"DTRF_CACHE": str(tmp_path / "cache")},
+                        installed=True, timeout=120)
 
 
 def test_cli_writes_parseable_logs(tmp_path):
