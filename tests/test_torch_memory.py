@@ -7,16 +7,13 @@ the byte; with `flops` costs the log must not depend on the run or on fake mode.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from cli import dtrf  # noqa: E402
 from live_count import LiveBytesTracker  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
 
-from dtrforensics.cli.main import app  # noqa: E402
 from dtrforensics.torch import record  # noqa: E402
 from dtrforensics.torch.recorder import constants_of  # noqa: E402
 from dtrforensics.torch.zoo import ZOO  # noqa: E402
@@ -38,8 +35,8 @@ def test_log_peak_equals_live_storage_peak_to_the_byte(name, tmp_path):
     model, batch, loss_fn = build(name)
     with LiveBytesTracker(constants_of(model, batch)) as tracker:
         summary = record(model, batch, loss_fn, tmp_path / "m.log")
-    info = CliRunner().invoke(app, ["traces", "info", str(tmp_path / "m.log"), "--json"])
-    assert json.loads(info.stdout)["peak_bytes"] == summary.peak == tracker.peak
+    info = dtrf("traces", "info", tmp_path / "m.log", "--json").json()
+    assert info["peak_bytes"] == summary.peak == tracker.peak
     assert summary.peak > sum(p.numel() * p.element_size() for p in model.parameters())
 
 

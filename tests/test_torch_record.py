@@ -7,11 +7,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cli import dtrf  # noqa: E402
 from torch import nn  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
 
 from dtrforensics.cli.errors import CommandError  # noqa: E402
-from dtrforensics.cli.main import app  # noqa: E402
 from dtrforensics.torch import RecordError, record  # noqa: E402
 from dtrforensics.torch.recorder import VALUE_READS  # noqa: E402
 from dtrforensics.torch.spec import build  # noqa: E402
@@ -167,20 +166,16 @@ def test_factory_specs_report_what_is_wrong():
 
 def test_cli_records_and_prints_peak_ops_and_path(tmp_path):
     out = tmp_path / "mlp.log"
-    result = CliRunner().invoke(app, ["torch", "record", "zoo:mlp", "-o", str(out), "--batch", "4",
-                                      "--set", "layers=2"])
-    assert result.exit_code == 0, result.output
+    text = dtrf("torch", "record", "zoo:mlp", "-o", out, "--batch", "4", "--set", "layers=2").ok()
     program = parse_file(out)
-    assert str(out) in result.stdout and f"{program.n_ops:,} ops" in result.stdout
-    bad = CliRunner().invoke(app, ["torch", "record", "zoo:mlp", "-o", str(tmp_path / "x.log"),
-                                   "--set", "layers"])
-    assert isinstance(bad.exception, CommandError)
+    assert str(out) in text and f"{program.n_ops:,} ops" in text
+    bad = dtrf("torch", "record", "zoo:mlp", "-o", tmp_path / "x.log", "--set", "layers")
+    assert bad.code == 2 and bad.traceback is None and len(bad.error_lines) == 1, bad.err
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     """Through main() in this process (test_cli.py runs `dtrf torch record` as a
     process, from the console script)."""
-    from cli import dtrf
     out = tmp_path / "x.log"
     result = dtrf("torch", "record", "test_torch_record:raising_factory", "-o", out,
                   cwd=tmp_path)

@@ -10,12 +10,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cli import dtrf
 from live_count import LiveBytesTracker
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from typer.testing import CliRunner
 
-from dtrforensics.cli.main import app
 from dtrforensics.engine.replay import replay
 from dtrforensics.torch import RecordError, record
 from dtrforensics.torch.optim import state_tensors, steady_optimizer
@@ -180,7 +179,8 @@ def test_no_policy_completes_a_zoo_step_one_byte_below_its_floor(name, optimizer
     torch.manual_seed(0)
     least = record(*build(f"zoo:{name}"), tmp_path / "z.log", optimizer=optimizer).floor
     program = parse_file(tmp_path / "z.log")
-    for policy in ("dtr", "lru", "size", "msps", "dtr-local"):
+    from oracle import SCORE_KINDS
+    for policy in SCORE_KINDS:
         assert replay(program, budget=least.floor - 1, policy=policy).summary.outcome != "ok", policy
 
 
@@ -188,9 +188,9 @@ def test_torch_record_says_when_the_state_is_nearly_all_of_the_peak(tmp_path):
     """One sample through eight layers: parameters and gradients are the step."""
     args = ["torch", "record", "zoo:mlp", "-o", str(tmp_path / "mlp.log"), "--batch", "1",
             "--set", "layers=8"]
-    bounds = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["floor"]
+    bounds = dtrf(*args, "--json").json()["floor"]
     assert bounds["state_bound"] and not bounds["above_peak_bytes"]
-    text = " ".join(CliRunner().invoke(app, args).stdout.split())
+    text = " ".join(dtrf(*args).ok().split())
     assert "parameters, gradients and optimizer states are" in text
     assert "no budget below" in text
 
@@ -200,10 +200,10 @@ def test_torch_record_says_why_the_floor_lies_above_the_peak(tmp_path):
     the unconstrained run frees it: one line says how many bytes, and why."""
     args = ["torch", "record", "zoo:mlp", "-o", str(tmp_path / "mlp.log"), "--batch", "1",
             "--set", "layers=8", "--optimizer", "sgd"]
-    bounds = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["floor"]
+    bounds = dtrf(*args, "--json").json()["floor"]
     assert bounds["floor_op_id"] == -1 and bounds["above_peak_bytes"] > 0
     assert bounds["floor_bytes"] == bounds["peak_bytes"] + bounds["above_peak_bytes"]
-    text = " ".join(CliRunner().invoke(app, args).stdout.split())
+    text = " ".join(dtrf(*args).ok().split())
     assert f"the floor lies {bounds['above_peak_bytes']:,} B above the unconstrained peak" in text
     assert bounds["old_version_bytes"] == bounds["freed_constant_bytes"] > 0
     assert (f"frees {bounds['freed_constant_bytes']:,} B of them: old versions of tensors written "

@@ -210,16 +210,12 @@ def test_a_transformers_model_names_its_modules_and_its_library_lines(monkeypatc
 def test_oom_json_names_the_module_of_the_failing_op_and_of_the_largest_storages(
         tmp_path, monkeypatch):
     """zoo:gpt at 0.87 of its peak lies in its feasibility hole (docs/torch.md)."""
-    from typer.testing import CliRunner
-
-    from dtrforensics.cli.main import app
+    from cli import dtrf
     torch.manual_seed(0)
     record(*ZOO["gpt"](), tmp_path / "gpt.log")
     program = load_program(tmp_path / "gpt.log")
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["oom", "gpt.log@0.87", "--json"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+    report = dtrf("oom", "gpt.log@0.87", "--json").json()
     failing = report["tensor_op_id"]
     assert report["tensor_module"] == program.op_where(failing) is not None
     assert report["tensor_source"] == program.op_where(failing, "source")
@@ -236,17 +232,12 @@ def test_oom_json_names_the_module_of_the_failing_op_and_of_the_largest_storages
 
 def test_explain_json_names_the_modules_of_the_retentions_that_remove_the_oom(
         tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from dtrforensics.cli.main import app
+    from cli import dtrf
     torch.manual_seed(0)
     record(*ZOO["gpt"](), tmp_path / "gpt.log")
     program = load_program(tmp_path / "gpt.log")
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["explain", "gpt.log", "--ratio", "0.87", "--json",
-                                      "--jobs", "1"])
-    assert result.exit_code == 0, result.output
-    found = json.loads(result.stdout)
+    found = dtrf("explain", "gpt.log", "--ratio", "0.87", "--json", "--jobs", "1").json()
     module_of = lambda s: program.op_where(int(program.tensor_op[s]))  # noqa: E731
     assert found["fixes"]
     for fix in found["fixes"]:
@@ -261,16 +252,12 @@ def test_explain_json_names_the_modules_of_the_retentions_that_remove_the_oom(
 
 def test_diff_json_names_the_modules_of_the_first_divergent_victims(tmp_path, monkeypatch):
     """zoo:gpt at 0.85 (completes) against 0.87 (fails in the hole)."""
-    from typer.testing import CliRunner
-
-    from dtrforensics.cli.main import app
+    from cli import dtrf
     torch.manual_seed(0)
     record(*ZOO["gpt"](), tmp_path / "gpt.log")
     program = load_program(tmp_path / "gpt.log")
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["diff", "gpt.log@0.85", "gpt.log@0.87", "--json"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+    report = dtrf("diff", "gpt.log@0.85", "gpt.log@0.87", "--json").json()
     module_of = lambda s: program.op_where(int(program.tensor_op[s]))  # noqa: E731
     for key in ("first_divergence", "first_divergent_choice"):
         for side in ("a", "b"):
