@@ -172,6 +172,34 @@ def test_checkpointing_lowers_the_peak_and_sac_recomputes_less(tmp_path):
     assert block.option == parse_option("block:DecoderBlock")
 
 
+def _ops_by_phase(path, phase):
+    from dtrforensics.trace.cache import load_program
+    program = load_program(path, cache=False)
+    where = program.where
+    return [(module, program.op_name(op)) for op, (ph, module) in
+            enumerate(zip(where.column("phase"), where.column("module"))) if ph == phase]
+
+
+def test_recomputed_ops_are_the_blocks_forward_ops_in_the_blocks(tmp_path):
+    """Every op in phase recompute ran in a checkpointed block, the block's own
+    ops (the residual adds of `DecoderBlock.forward`) under the block's name;
+    they are forward ops of the blocks again (fewer: recomputation stops once
+    backward has what it needs); SAC recomputes no matrix product."""
+    from collections import Counter
+    sets = {"batch": 4}
+    plain = record_option("zoo:gpt", "none", tmp_path / "none.log", sets=sets)
+    forward = Counter(op for module, op in _ops_by_phase(tmp_path / "none.log", "forward")
+                      if module and module.startswith("blocks."))
+    for text in ("block", "sac"):
+        recording = record_option("zoo:gpt", text, tmp_path / f"{text}.log", sets=sets, plain=plain)
+        recomputed = _ops_by_phase(tmp_path / f"{text}.log", "recompute")
+        assert len(recomputed) == recording.recompute_ops > 0
+        assert all(module.split(".")[:2] in (["blocks", "0"], ["blocks", "1"]) for module, _ in recomputed)
+        assert ("blocks.0", "add") in recomputed and ("blocks.1", "add") in recomputed
+        assert not Counter(op for _, op in recomputed) - forward
+    assert not {"mm", "bmm", "addmm"} & {op for _, op in recomputed}
+
+
 def save_nothing(ctx, op, *args, **kwargs):
     """A user's SAC policy: recompute everything (a bool answer)."""
     return False

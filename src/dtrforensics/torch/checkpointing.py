@@ -267,23 +267,48 @@ def checkpointed(model: torch.nn.Module, option: CheckpointOption) -> Iterator[l
 
         def context_fn():
             return create_selective_checkpoint_contexts(policy)
+    owns = [vars(block).get("forward") for _, block in blocks]
     for _, block in blocks:
         block.forward = _checkpointed_forward(block, context_fn)
     try:
         yield [name for name, _ in blocks]
     finally:
-        for _, block in blocks:
-            del block.forward
+        for (_, block), own in zip(blocks, owns):
+            if own is None:
+                del block.forward
+            else:
+                block.forward = own
 
 
 def _checkpointed_forward(block: torch.nn.Module, context_fn):
     from torch.utils.checkpoint import checkpoint, noop_context_fn
-    forward = type(block).forward.__get__(block)
+    forward = vars(block).get("forward") or type(block).forward.__get__(block)
+
+    def run_block(*args, **kwargs):
+        if torch._C._current_autograd_node() is None:     # the forward: called as a module
+            return forward(*args, **kwargs)
+        return _as_module_call(block, forward, args, kwargs)    # recomputed in backward
 
     def run(*args, **kwargs):
-        return checkpoint(forward, *args, use_reentrant=False,
+        return checkpoint(run_block, *args, use_reentrant=False,
                           context_fn=context_fn or noop_context_fn, **kwargs)
     return run
+
+
+def _as_module_call(block: torch.nn.Module, forward, args: tuple, kwargs: dict):
+    """`forward` recomputed with the global module hooks around it, as a module
+    call has them (the recording's module names: `where.py`), so the block's own
+    ops are in the block, in phase `recompute`."""
+    from torch.nn.modules import module as nn_module
+    for hook in list(nn_module._global_forward_pre_hooks.values()):
+        hook(block, args)
+    result = None
+    try:
+        result = forward(*args, **kwargs)
+    finally:
+        for hook in list(nn_module._global_forward_hooks.values()):
+            hook(block, args, result)
+    return result
 
 
 # --- recording --------------------------------------------------------------------
