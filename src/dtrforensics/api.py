@@ -141,6 +141,17 @@ def edges(sweep_dir: str | os.PathLike, *, policy: str | None = None,
                   cache=cache)
 
 
+def plan(spec: str, folder: str | os.PathLike, *, target: int | None = None,
+         ratio: float | None = None, **options):
+    """DTR against PyTorch's checkpointing for one training step (`dtrf torch plan`):
+    the step's peak and floor, DTR's exact map, every option's recorded peak and
+    overhead, the compile knob, a target's answer (`PlanResult`); `options`
+    takes settings (a `PlanSettings`), seed, optimizer, autocast and the
+    factory's keywords (batch, seq, config keys). Needs the torch extra."""
+    from .torch.plan import plan as _plan
+    return _plan(spec, folder, target=target, ratio=ratio, **options)
+
+
 def sql(query: str, *runs: RunArg, cache: str | os.PathLike = DEFAULT_CACHE) -> list[dict]:
     """Rows of a read-only SQL query over recordings (views runs, events, decisions,
     candidates, storages, tensors, ops; every shipped query installed), as dicts."""
@@ -155,5 +166,5 @@ def sql(query: str, *runs: RunArg, cache: str | os.PathLike = DEFAULT_CACHE) -> 
         con.close()
 
 
-__all__ = ["diff", "edges", "explain", "holes", "intervene", "oom", "recording", "reevict",
+__all__ = ["diff", "edges", "explain", "holes", "intervene", "oom", "plan", "recording", "reevict",
            "regime", "replay_view", "run", "sql", "sweep", "trace"]

@@ -34,6 +34,7 @@ RESULTS: dict[str, tuple[str, str]] = {
     "sweep": ("dtrforensics.sweep.holes", "HolesReport"),
     "holes": ("dtrforensics.sweep.holes", "HolesReport"),
     "edges": ("dtrforensics.analyses.edges", "EdgesReport"),
+    "plan": ("dtrforensics.torch.plan", "PlanResult"),
 }
 NOT_A_TYPE = {"sql": "a list of dicts, one per row"}
 

@@ -46,6 +46,8 @@ def plan_cmd(
     knob: Annotated[bool, typer.Option("--knob/--no-knob", help="Map torch.compile's activation_memory_budget knob to real peak.")] = True,
     knob_step: Annotated[float, typer.Option(callback=number(0.0, 1.0, above=True), help="The knob's grid step.")] = 0.1,
     knob_tolerance: Annotated[float, typer.Option(callback=number(0.0, 1.0, above=True), help="Refine between adjacent knobs whose plans differ until they are this close.")] = 0.01,
+    knob_from: Annotated[float, typer.Option(callback=number(0.0, 1.0), help="The knob's grid starts here.")] = 0.0,
+    knob_to: Annotated[float, typer.Option(callback=number(0.0, 1.0), help="The knob's grid ends here.")] = 1.0,
     solver: Annotated[str, typer.Option(help="The knob's solver: dp, greedy or ilp.")] = "dp",
     policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
     max_runs: Annotated[int, typer.Option(callback=at_least(1), help="DTR's exact walk: at most this many runs (the same command resumes it).")] = 2000,
@@ -81,6 +83,7 @@ def plan_cmd(
     from ..errors import OptionError
     settings = PlanSettings(options=tuple(option) if option is not None else PlanSettings.options,
                             knob=knob, knob_step=knob_step, knob_tolerance=knob_tolerance,
+                            knob_range=(knob_from, knob_to),
                             solver=solver, policy=policy, max_runs=max_runs,
                             max_seconds=max_seconds, jobs=jobs or 1, cost=cost)
     try:

@@ -198,11 +198,20 @@ def diff_lines(d: PlanDiff) -> list[str]:
            f"  first differing decision: {decision_text(d)}",
            f"  forward outputs saved only at {d.low_knob:g}: {d.saved_only_low}, only at "
            f"{d.high_knob:g}: {d.saved_only_high}",
+           f"  partitioner: {len(d.nodes_recomputed_low)} forward nodes saved at {d.high_knob:g} "
+           f"are recomputed at {d.low_knob:g} ({_names(d.nodes_recomputed_low)}), "
+           f"{len(d.nodes_recomputed_high)} the other way ({_names(d.nodes_recomputed_high)})",
            f"  why: {d.why}"]
     for knob, view in ((d.low_knob, d.low_at_peak), (d.high_knob, d.high_at_peak)):
         out.append(f"  alive at the peak of knob {knob:g} ({view.peak:,} B), by module:")
         out += [f"    {m.module} ({m.phase}): {m.bytes:,} B" for m in view.top]
     return out
+
+
+def _names(names: list[str], most: int = 6) -> str:
+    if not names:
+        return "none"
+    return ", ".join(names[:most]) + (f", ... {len(names) - most} more" if len(names) > most else "")
 
 
 def _target_lines(result: PlanResult) -> list[str]:

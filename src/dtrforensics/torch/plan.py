@@ -43,6 +43,7 @@ DEFAULT_OPTIONS = ("block", "sac:matmul")
 KNOB_STEP = 0.1            # the knob's grid
 KNOB_TOLERANCE = 0.01      # refined until adjacent knobs whose plans differ are this close
 DEFAULT_SOLVER = "dp"
+SOLVERS = ("dp", "greedy", "ilp")
 MAX_KNOB_POINTS = 200      # recordings of the knob at most (grid and refinement)
 MAX_DIFFS = 4              # inversions diffed (the largest first)
 TOP_MODULES = 5            # modules listed at each peak
@@ -123,7 +124,7 @@ class KnobMap:
 
 
 @dataclass(frozen=True)
-class ModuleBytes:
+class PeakModule:
     """Bytes alive at a peak, made by one module in one phase."""
     module: str
     phase: str
@@ -139,7 +140,7 @@ class PeakView:
     module: str | None
     phase: str | None
     by_phase: dict[str, int]        # constant, forward (saved), backward, recompute, ...
-    top: list[ModuleBytes]
+    top: list[PeakModule]
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,8 @@ class Decision:
     backward starts), recomputed (computed again in backward) or dropped."""
     op: str
     module: str | None
-    index: int                      # its occurrence among the forward ops of the same kind
+    sizes: tuple[int, ...]          # its outputs' bytes (a view's 0)
+    index: int                      # its occurrence among the forward ops of that name and sizes
     bytes: int
     low: str                        # in the plan at the lower knob
     high: str                       # in the plan at the higher knob
@@ -164,6 +166,9 @@ class PlanDiff:
     first_decision: Decision | None  # the first forward output saved in one, recomputed in the other
     saved_only_low: int             # forward outputs saved only at the lower knob (count)
     saved_only_high: int
+    nodes_recomputed_low: list[str]  # the partitioner's forward nodes saved at the higher
+    #                                  knob and recomputed at the lower (`OptionRecording.saved`)
+    nodes_recomputed_high: list[str]  # saved at the lower knob, recomputed at the higher
     low_at_peak: PeakView
     high_at_peak: PeakView
     growth: dict[str, int]          # bytes at the peak by phase, low less high
@@ -241,6 +246,7 @@ class PlanSettings:
     knob: bool = True
     knob_step: float = KNOB_STEP
     knob_tolerance: float = KNOB_TOLERANCE
+    knob_range: tuple[float, float] = (0.0, 1.0)
     solver: str = DEFAULT_SOLVER
     policy: str = "dtr"
     max_runs: int = 2000
@@ -254,6 +260,11 @@ class PlanSettings:
         if not 0 < self.knob_tolerance <= self.knob_step:
             raise OptionError(f"--knob-tolerance must be in (0, --knob-step], got "
                               f"{self.knob_tolerance}")
+        lo, hi = self.knob_range
+        if not 0.0 <= lo < hi <= 1.0:
+            raise OptionError(f"the knob's range must satisfy 0 <= from < to <= 1, got {lo} and {hi}")
+        if self.solver not in SOLVERS:
+            raise OptionError(f"unknown solver {self.solver!r}; known: {', '.join(SOLVERS)}")
         if self.max_runs < 1:
             raise OptionError("--max-runs must be >= 1")
         if self.max_seconds is not None and not 0 < self.max_seconds < float("inf"):
@@ -319,7 +330,7 @@ def _plan_folder(folder: Path, step: dict) -> Path:
             raise OptionError(f"{folder} is not a folder")
         if doc.exists():
             if json.loads(doc.read_text(encoding="utf-8")) != key:
-                raise OptionError(f"{folder} holds the plan of another step ({doc}): "
+                raise OptionError(f"{folder} holds the plan of another step: "
                                   "choose another folder")
         elif any(folder.iterdir()):
             raise OptionError(f"{folder} is not empty and holds no plan: choose another folder")
@@ -346,11 +357,18 @@ def _record(step: dict, option, folder: Path, plain: OptionPoint | None) -> Opti
     text = str(option)
     path = folder / "options" / f"{text.replace(':', '-').replace('/', '_').replace('@', '-')}.log"
     path.parent.mkdir(exist_ok=True)
-    if not path.exists():
+    nodes = path.with_name(path.name + ".plan.json")
+    if not path.exists() or not nodes.exists():
         from .checkpointing import record_option
-        record_option(step["spec"], option, path, cost=step["cost"], seed=step["seed"],
-                      sets=step["sets"], optimizer=step["optimizer"],
-                      autocast=step["autocast"], plain=_plain_recording(plain))
+        recorded = record_option(step["spec"], option, path, cost=step["cost"],
+                                 seed=step["seed"], sets=step["sets"],
+                                 optimizer=step["optimizer"], autocast=step["autocast"],
+                                 plain=_plain_recording(plain))
+        from ..fsutil import atomic_path
+        with atomic_path(nodes) as tmp:
+            tmp.write_text(json.dumps({"saved": list(getattr(recorded, "saved", ())),
+                                       "recomputed": list(getattr(recorded, "recomputed", ()))}),
+                           encoding="utf-8")
     program = _load(path)
     compute = int(program.op_cost.sum())
     base = compute if plain is None else plain.compute
@@ -421,8 +439,9 @@ def _knob_map(step: dict, folder: Path, settings: PlanSettings,
         option = CheckpointOption.parse(knob_label(knob, settings.solver))
         return _record(step, option, folder, plain)
 
-    n = max(1, round(1 / settings.knob_step))
-    grid = sorted({round(min(1.0, i * settings.knob_step), 6) for i in range(n + 1)} | {1.0})
+    lo, hi = settings.knob_range
+    n = max(1, round((hi - lo) / settings.knob_step))
+    grid = sorted({round(min(hi, lo + i * settings.knob_step), 6) for i in range(n + 1)} | {hi})
     points = {k: at(k) for k in grid}
     refined = 0
     while len(points) < MAX_KNOB_POINTS:
@@ -469,15 +488,27 @@ def plan_diff(low: OptionPoint, high: OptionPoint) -> PlanDiff:
     for key, (status, module, size) in da.items():
         other = db.get(key, ("absent", None, 0))[0]
         if {status, other} == {"saved", "recomputed"}:
-            first = Decision(key[0], module, key[2], size, status, other)
+            first = Decision(key[0], module, key[1], key[2], size, status, other)
             break
     saved_a = {k for k, v in da.items() if v[0] == "saved"}
     saved_b = {k for k, v in db.items() if v[0] == "saved"}
     pa, pb = peak_view(a), peak_view(b)
     growth = {ph: pa.by_phase.get(ph, 0) - pb.by_phase.get(ph, 0)
               for ph in sorted(set(pa.by_phase) | set(pb.by_phase))}
+    na, nb = _nodes(low.log), _nodes(high.log)
     return PlanDiff(low.knob, high.knob, low.peak, high.peak, first, len(saved_a - saved_b),
-                    len(saved_b - saved_a), pa, pb, growth, _why(low, high, pa, pb, growth))
+                    len(saved_b - saved_a),
+                    sorted(set(nb["saved"]) & set(na["recomputed"])),
+                    sorted(set(na["saved"]) & set(nb["recomputed"])),
+                    pa, pb, growth, _why(low, high, pa, pb, growth))
+
+
+def _nodes(log: Path) -> dict[str, list[str]]:
+    """The partitioner's plan beside a compiled step's log: forward nodes saved and
+    recomputed (empty for other options)."""
+    path = log.with_name(log.name + ".plan.json")
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
+        "saved": [], "recomputed": []}
 
 
 def _why(low: OptionPoint, high: OptionPoint, pa: PeakView, pb: PeakView,
@@ -606,7 +637,7 @@ def peak_view(program: Program) -> PeakView:
     op = base.peak_op_id
     return PeakView(base.peak, op, program.op_name(op), program.op_where(op),
                     op_role(program, op, taint), by_phase,
-                    [ModuleBytes(m, r, b) for (m, r), b in top])
+                    [PeakModule(m, r, b) for (m, r), b in top])
 
 
 # --- a target -----------------------------------------------------------------------------
