@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cli import dtrf_process
 from logs import shift_log
 
 from dtrforensics.analyses.edges import edges, find_edges
@@ -105,21 +106,14 @@ def test_edges_json_carries_budgets_in_bytes(embedded_edges):
 
 def test_dtrf_edges_command(embedded_edges, tmp_path):
     import json
-    import subprocess
-    import sys
     sweep = Path(embedded_edges.sweep)
-    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "edges", str(sweep),
-                           "--cache", str(sweep.parent / "cache"), "--json"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = dtrf_process("edges", sweep, "--cache", sweep.parent / "cache", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert [(e["below"]["budget"], e["above"]["budget"]) for e in doc["edges"]] == [
         (e.below.budget, e.above.budget) for e in embedded_edges.edges]
-    text = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "edges", str(sweep),
-                           "--cache", str(sweep.parent / "cache")], capture_output=True,
-                          text=True, cwd=tmp_path).stdout
+    text = dtrf_process("edges", sweep, "--cache", sweep.parent / "cache", cwd=tmp_path).stdout
     assert f"(dtr): {len(doc['edges'])} edges in" in text and "edge(s)" not in text
-    bad = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "edges",
-                          str(tmp_path / "missing")], capture_output=True, text=True, cwd=tmp_path)
+    bad = dtrf_process("edges", tmp_path / "missing", cwd=tmp_path)
     assert bad.returncode == 2 and "no such sweep folder" in bad.stderr
     assert "Traceback" not in bad.stderr

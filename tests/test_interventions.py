@@ -3,31 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from cli import dtrf_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from logdsl import Log
-from logs import random_logs
+from logs import PLANTED_BUDGET as BUDGET
+from logs import planted, planted_log, random_logs
 from public import program_or_skip
 
 from dtrforensics.analyses.interventions import intervene, same_execution
 from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.replay import InterventionError, Interventions, replay
-
-BUDGET = 170
-
-
-def planted():
-    """x is evicted for y (it is stale and cheap, q is fresh); z then needs x back,
-    whose parent p is dead: rematerializing p and x with y locked does not fit.
-    Retaining x makes q the victim instead, and q is never needed again."""
-    return (Log().const("w", 8).call("p", "f", ["w"], 1, 50).call("x", "g", ["p"], 1, 50)
-            .release("p").call("q", "n", ["w"], 1000, 60).call("y", "k", ["w"], 100, 100)
-            .call("z", "m", ["x", "y"], 1, 10).release("q").release("x").release("y").program())
 
 
 def test_retaining_the_planted_storage_prevents_the_oom(tmp_path):
@@ -91,21 +79,14 @@ def test_control_reproduces_the_plain_run(program, fraction):
 
 def test_cli_intervene_json(tmp_path):
     log = tmp_path / "planted.log"
-    log.write_text(Log().const("w", 8).call("p", "f", ["w"], 1, 50).call("x", "g", ["p"], 1, 50)
-                   .release("p").call("q", "n", ["w"], 1000, 60).call("y", "k", ["w"], 100, 100)
-                   .call("z", "m", ["x", "y"], 1, 10).release("q").release("x").release("y")
-                   .text())
-    out = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "intervene", str(log),
-                          "--budget", str(BUDGET), "--retain", "2", "--record-root",
-                          str(tmp_path / "rec"), "--json"], capture_output=True, text=True,
-                         check=True)
+    log.write_text(planted_log().text())
+    out = dtrf_process("intervene", log, "--budget", BUDGET, "--retain", "2", "--record-root",
+                       tmp_path / "rec", "--json", check=True)
     data = json.loads(out.stdout)
     assert data["control_matches"] is True
     assert (data["baseline"]["outcome"], data["intervention"]["outcome"]) == ("oom", "ok")
-    text = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "intervene", str(log),
-                           "--budget", str(BUDGET), "--retain", "2", "--record-root",
-                           str(tmp_path / "rec")], capture_output=True, text=True,
-                          check=True, env={**os.environ, "COLUMNS": "200"}).stdout
+    text = dtrf_process("intervene", log, "--budget", BUDGET, "--retain", "2", "--record-root",
+                        tmp_path / "rec", check=True, columns=200).stdout
     assert "baseline / intervention / control" in text
     assert "the control reproduces the baseline exactly" in text
     # then where the baseline (control) and the intervention part, and what b lost
@@ -113,9 +94,7 @@ def test_cli_intervene_json(tmp_path):
     assert "Failure of run a" in text
     for role in ("baseline", "intervention", "control"):     # whole, never a prefix
         assert f"victims sha256, {role}: {data[role]['victims_sha256']}" in text
-    bad = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "intervene", str(log),
-                          "--budget", str(BUDGET), "--retain", "999"], capture_output=True,
-                         text=True)
+    bad = dtrf_process("intervene", log, "--budget", BUDGET, "--retain", "999")
     assert bad.returncode == 2 and "999 is not a storage id" in bad.stderr
 
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli import dtrf_process
 
 from dtrforensics.trace.parser import TraceError, parse_file
 from dtrforensics.trace.program import CMD_COMPUTE, CMD_GET, CMD_PIN, CMD_RELEASE
@@ -291,16 +290,9 @@ def test_not_utf8(tmp_path):
 
 # --- the CLI reports parse errors as one line, exit code 2 ---------------------------
 
-def dtrf_command() -> list[str]:
-    script = Path(sys.executable).with_name("dtrf")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "dtrforensics.cli.main"]
-
-
 def run_dtrf(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DTRF_CACHE": str(tmp_path / "cache"),
-           "DTRF_TRACE_DIR": str(tmp_path / "user-traces")}
-    return subprocess.run([*dtrf_command(), *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+    env = {"DTRF_CACHE": str(tmp_path / "cache"), "DTRF_TRACE_DIR": str(tmp_path / "user-traces")}
+    return dtrf_process(*args, env=env, installed=True, timeout=120)
 
 
 @pytest.mark.parametrize("records, line, problem", [
