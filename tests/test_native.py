@@ -118,7 +118,7 @@ def test_the_library_key_follows_the_engine_sources(tmp_path, monkeypatch):
 
 def test_a_missing_or_broken_library_is_not_loaded(tmp_path, monkeypatch):
     paths = (tmp_path / "n.so", tmp_path / "n.json", tmp_path / "n.failed")
-    monkeypatch.setattr(native, "library_paths", lambda key=None: paths)
+    monkeypatch.setattr(native, "library_paths", lambda key=None, folder=None: paths)
     assert native.load() is None                          # nothing there
     paths[1].write_text(json.dumps({"functions": {"run_slice": {}}}))
     paths[0].write_bytes(b"not a library")
@@ -126,6 +126,27 @@ def test_a_missing_or_broken_library_is_not_loaded(tmp_path, monkeypatch):
     paths[1].write_text(json.dumps({"functions": {n: {"symbol": "x", "plan": []}
                                                   for n in native.ENTRY_POINTS}}))
     assert native.load() is None                          # not a shared object
+
+
+def test_the_library_an_install_built_is_found_wherever_numbas_cache_goes(
+        with_native, tmp_path, monkeypatch):
+    """An install leaves the library in the package (setup.py); a process whose
+    NUMBA_CACHE_DIR points elsewhere still loads it from there."""
+    built = next(f for f in native.folders() if native.built() and
+                 native.library_paths(folder=f)[0].exists())
+    library, manifest, _ = native.library_paths(folder=built)
+    packaged = tmp_path / "package" / "__pycache__"
+    packaged.mkdir(parents=True)
+    for path in (library, manifest):
+        shutil.copy(path, packaged / path.name)
+    monkeypatch.setattr(native, "PACKAGED", packaged)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    assert native.folders() == [native.cache_dir(), packaged]
+    assert native.built()
+    loaded = native.load()
+    assert loaded is not None and sorted(loaded.entry_points) == sorted(native.ENTRY_POINTS)
+    (packaged / library.name).unlink()
+    assert not native.built() and native.load() is None
 
 
 def test_compaction_keeps_every_block_in_order(with_native):

@@ -1,7 +1,7 @@
 """Say on stderr that the replay kernel is about to be compiled, instead of
-looking hung: the first replay after an install (or after the engine's source
-changed) compiles it with numba, once, and later processes load it from
-numba's cache.
+looking hung, and compile it before a command's clock starts: an install
+compiles it (setup.py), but a changed engine, `DTRF_NATIVE=0` with numba's
+cache elsewhere, or a failed install build leaves it to the first replay.
 
 The check reads numba's cache index files (`<module>.<function>-<line>.pyXY.nbi`)
 without importing numba: a module's cache is warm when every index carries
@@ -72,17 +72,25 @@ def compiled_modules_missing(engine: Path = _ENGINE,
     return missing
 
 
-def announce_compile() -> None:
+def announce_compile(sharing: bool = False) -> None:
     """One stderr line when this process is going to compile the kernel, or
-    to build its native library (engine/native.py)."""
+    to build its native library (engine/native.py); then have the kernel
+    ready (engine/compiled.py `prepare`, with `sharing` prefix sharing's
+    digest too). Commands call this before their clocks start: no
+    `--timeout`, `--max-seconds` or `--total-seconds` counts a compile."""
     if os.environ.get("NUMBA_DISABLE_JIT") == "1":
         return
+    _say_compile()
+    from ..engine import compiled
+    compiled.prepare(sharing=sharing)
+
+
+def _say_compile() -> None:
     builds_native = False
     if native.enabled():
-        library, manifest, failed = native.library_paths()
-        if library.exists() and manifest.exists():
+        if native.built():
             return
-        builds_native = not failed.exists()
+        builds_native = not native.library_paths()[2].exists()
     if compiled_modules_missing():
         print(f"compiling the replay kernel, once (about {COMPILE_SECONDS} s)...",
               file=sys.stderr, flush=True)

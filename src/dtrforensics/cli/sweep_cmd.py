@@ -88,7 +88,7 @@ def sweep(
         raise CommandError(str(exc)) from None
     check_size(params, max_points)
     program = load_trace(trace)
-    announce_compile()
+    announce_compile(sharing=True)     # before the deadline: --max-seconds never counts a compile
     import time
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     if estimate:

@@ -5,11 +5,18 @@ The first process that runs the kernel through numba builds the library at
 the end of its first run (engine/native_build.py), once every entry point
 has been compiled for the types the driver passes; a failure leaves a note
 beside the cache and that process, and later ones, keep numba.
+
+`prepare` does that ahead of time, on a small packaged trace: an install
+runs it (setup.py), and every replay's setup calls it before its clock
+starts, so no deadline (a run's timeout, a sweep's or a reproduction's
+seconds) counts a compile.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from ..errors import UserError
 from ..fsutil import atomic_path
@@ -18,6 +25,9 @@ from . import native
 _native: native.NativeKernel | None = None
 _looked = False
 _built = False
+_prepared: set[str] = set()    # what prepare() has readied in this process
+# The trace `prepare` replays: the package's own, a few dozen ops.
+WARMUP_TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "hole-rnn-seed16.log"
 
 
 def _native_kernel() -> native.NativeKernel | None:
@@ -86,3 +96,23 @@ def _build_once(K) -> None:
               f"(delete {failed} to try again)", file=sys.stderr)
         return
     _native = native.load()
+
+
+def prepare(sharing: bool = False) -> None:
+    """Have the kernel ready in this process: the native library loaded, or
+    else numba's kernel compiled (from numba's cache when it is there) for
+    the types the driver passes, by one replay of a small packaged trace,
+    which also builds the library when it can. With `sharing`, the digest
+    of prefix sharing too (engine/digest.py, numba). Once per process."""
+    wanted = {"kernel", "digest"} if sharing else {"kernel"}
+    if wanted <= _prepared or os.environ.get("NUMBA_DISABLE_JIT") == "1":
+        return
+    _prepared.update(wanted)             # first: the replay below calls prepare() too
+    if not sharing and _native_kernel() is not None:
+        return
+    from ..trace.parser import parse_file
+    from .replay import replay
+    result = replay(parse_file(WARMUP_TRACE), ratio=0.5, keep_state=sharing)
+    if sharing:
+        from .digest import state_digest
+        state_digest(result.state)

@@ -6,7 +6,10 @@ costs a third of a second: more than a whole run of a small trace. So the
 first process that runs the kernel through numba also writes it out as a
 shared library (engine/native_build.py): numba's own compiled module of the
 kernel, with one C entry point per function, emitted for this machine's CPU.
-Later processes load that library. It is the same code as numba's, and
+Later processes load that library. An install builds it the same way
+(setup.py runs `compiled.prepare` on the package being installed), so the
+first command after `pip install` finds it in the package. It is the same
+code as numba's, and
 `DTRF_NATIVE=0` turns it off (then numba runs the kernel, as under
 `NUMBA_DISABLE_JIT=1`).
 
@@ -37,6 +40,8 @@ ENGINE = Path(__file__).resolve().parent
 # Sources compiled into the kernel besides the engine's own modules.
 EXTRA_SOURCES = (ENGINE.parent / "trace" / "program.py",)
 ENTRY_POINTS = ("run_slice", "check_invariants", "compact_arena")
+# The library an install built (setup.py), inside the package.
+PACKAGED = ENGINE / "__pycache__"
 
 
 class Mismatch(Exception):
@@ -92,10 +97,28 @@ def library_key() -> str:
     return digest.hexdigest()[:24]
 
 
-def library_paths(key: str | None = None) -> tuple[Path, Path, Path]:
-    """(library, manifest, failure note) of the current key."""
-    stem = cache_dir() / f"native-{key or library_key()}"
+def library_paths(key: str | None = None, folder: Path | None = None) -> tuple[Path, Path, Path]:
+    """(library, manifest, failure note) of the current key, in `folder`
+    (default: the cache folder, cache_dir)."""
+    stem = (folder or cache_dir()) / f"native-{key or library_key()}"
     return stem.with_suffix(".so"), stem.with_suffix(".json"), stem.with_suffix(".failed")
+
+
+def folders() -> list[Path]:
+    """Where a library is looked for, in order: the cache folder, then the
+    package's own (where an install built it: setup.py), which NUMBA_CACHE_DIR
+    does not move."""
+    found = [cache_dir()]
+    if PACKAGED not in found:
+        found.append(PACKAGED)
+    return found
+
+
+def built(key: str | None = None) -> bool:
+    """Whether a library of the current key is in one of `folders()`."""
+    key = key or library_key()
+    return any(lib.exists() and manifest.exists()
+               for lib, manifest, _ in (library_paths(key, f) for f in folders()))
 
 
 def _pack(plan, value, out: list) -> None:
@@ -176,12 +199,16 @@ class NativeKernel:
 
 
 def load(key: str | None = None) -> NativeKernel | None:
-    """The library of the current key, or None when it is not built (or unusable)."""
-    library, manifest, _ = library_paths(key)
-    try:
-        spec = json.loads(manifest.read_text())
-        if sorted(spec["functions"]) != sorted(ENTRY_POINTS) or not library.exists():
-            return None
-        return NativeKernel(library, spec)
-    except (OSError, ValueError, KeyError, AttributeError):
-        return None
+    """The library of the current key from the first of `folders()` that
+    holds it, or None when it is not built (or unusable)."""
+    key = key or library_key()
+    for folder in folders():
+        library, manifest, _ = library_paths(key, folder)
+        try:
+            spec = json.loads(manifest.read_text())
+            if sorted(spec["functions"]) != sorted(ENTRY_POINTS) or not library.exists():
+                continue
+            return NativeKernel(library, spec)
+        except (OSError, ValueError, KeyError, AttributeError):
+            continue
+    return None
