@@ -26,15 +26,18 @@ demo: $(DEMO_STAMP)
 	$(BIN)/dtrf demo
 
 # Skipped tests are listed with their reasons (`-rs` in pyproject's addopts).
+# The suite runs on every core (pytest-xdist: `-n auto`); a worker takes the
+# next test when it is free, and each module's tests stay together where they can.
+PYTEST_WORKERS ?= auto
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 test-full: $(STAMP)
-	$(BIN)/python -m pytest -q -m ''
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m ''
 
 # The published stories on the public traces (InceptionV4 diff and OOM, LSTM figures).
 test-stories: $(STAMP)

@@ -6,8 +6,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
+from hang_guard import pytest_configure as guard_configure  # noqa: E402
 from hang_guard import (  # noqa: E402,F401 - hooks: no test hangs the suite or outlives it
-    pytest_configure,
     pytest_timeout_set_timer,
     pytest_unconfigure,
 )
@@ -24,6 +24,28 @@ os.environ.setdefault("DTRF_STRICT_INVARIANTS", "1")
 # Commands run by the tests (CLI in subprocesses) find the public traces too.
 if "DTRF_TRACES" not in os.environ and traces_dir() is not None:
     os.environ["DTRF_TRACES"] = str(traces_dir())
+
+
+# Parallel workers (pytest-xdist, `make test`): each worker process runs the
+# tests as the serial run does. The worker starts with COLUMNS and LINES set
+# (80x24) where the run itself had none, and a command's messages would wrap
+# at 80 columns there and nowhere else (render/lines.py `width_of`).
+TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist, in the run starting a worker: what the worker's environment must be."""
+    node.workerinput["dtrf_terminal_env"] = {k: os.environ.get(k) for k in TERMINAL_ENV}
+
+
+def pytest_configure(config):
+    for key, value in getattr(config, "workerinput", {}).get("dtrf_terminal_env", {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    guard_configure(config)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ import typer
 
 from .common import BriefOption
 from .errors import CommandError
-from .kernel_notice import announce_compile
 from .options import (
     POLICY_HELP,
     SCHEDULER_HELP,
@@ -139,6 +138,7 @@ def _findings(out: Path, map_seconds: float, run_timeout: float, jobs: int | Non
         sweep_engine(None, scheduler)
     refuse_inside_recording(out / "findings.md")
     _claim_work(out)
+    from .kernel_notice import announce_compile
     compiling = time.perf_counter()
     announce_compile(sharing=True)
     started += time.perf_counter() - compiling     # a compile is not the command's time
