@@ -26,18 +26,19 @@ demo: $(DEMO_STAMP)
 	$(BIN)/dtrf demo
 
 # Skipped tests are listed with their reasons (`-rs` in pyproject's addopts).
-# The suite runs on every core (pytest-xdist: `-n auto`); a worker takes the
-# next test when it is free, and each module's tests stay together where they can.
+# The suite runs on every core (pytest-xdist: `-n auto`), a module's tests on
+# one worker in their order (`--dist loadfile`): some modules' tests build on
+# the ones before them (the README's commands), and a module's fixtures are made once.
 PYTEST_WORKERS ?= auto
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 test-full: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m ''
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m ''
 
 # The published stories on the public traces (InceptionV4 diff and OOM, LSTM figures).
 test-stories: $(STAMP)

@@ -108,10 +108,15 @@ def test_compile_notice_follows_numba_cache_dir(tmp_path, monkeypatch):
 
 
 def _notice(monkeypatch, capsys, numba_missing: bool) -> str:
+    """What announce_compile says; it then has the kernel made ready (here: noted)."""
+    from dtrforensics.engine import compiled
     monkeypatch.setattr(kernel_notice, "compiled_modules_missing",
                         lambda: ["kernel"] if numba_missing else [])
     monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)
+    prepared = []
+    monkeypatch.setattr(compiled, "prepare", lambda sharing=False: prepared.append(sharing))
     kernel_notice.announce_compile()
+    assert prepared == [False]
     return capsys.readouterr().err
 
 
@@ -127,7 +132,7 @@ def test_native_library_notice(tmp_path, monkeypatch, capsys):
     builds the library; once the library and its manifest exist, nothing is said."""
     monkeypatch.delenv(native.NATIVE_ENV, raising=False)
     paths = (tmp_path / "n.so", tmp_path / "n.json", tmp_path / "n.failed")
-    monkeypatch.setattr(native, "library_paths", lambda key=None: paths)
+    monkeypatch.setattr(native, "library_paths", lambda key=None, folder=None: paths)
     err = _notice(monkeypatch, capsys, numba_missing=False)
     assert err.startswith("building the replay kernel's native library, once (about ")
     assert _notice(monkeypatch, capsys, numba_missing=True).startswith("compiling the replay")
