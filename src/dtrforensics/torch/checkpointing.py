@@ -299,14 +299,14 @@ def _as_module_call(block: torch.nn.Module, forward, args: tuple, kwargs: dict):
     """`forward` recomputed with the global module hooks around it, as a module
     call has them (the recording's module names: `where.py`), so the block's own
     ops are in the block, in phase `recompute`."""
-    from torch.nn.modules import module as nn_module
-    for hook in list(nn_module._global_forward_pre_hooks.values()):
+    from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
+    for hook in list(_global_forward_pre_hooks.values()):
         hook(block, args)
     result = None
     try:
         result = forward(*args, **kwargs)
     finally:
-        for hook in list(nn_module._global_forward_hooks.values()):
+        for hook in list(_global_forward_hooks.values()):
             hook(block, args, result)
     return result
 

@@ -104,8 +104,6 @@ def _config(knob: float, solver: str):
 
 def _backend(step: CompiledStep):
     """`aot_eager_decomp_partition`, keeping each graph it compiles."""
-    from importlib import import_module
-
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.backends.debugging import boxed_nop
@@ -127,13 +125,21 @@ def _backend(step: CompiledStep):
         with _config(step.knob, step.solver):
             return aot_autograd(
                 fw_compiler=keeper("forward"), bw_compiler=keeper("backward"),
-                decompositions=lambda: import_module("torch._inductor.compile_fx").select_decomp_table(),
+                decompositions=_decompositions,
                 partition_fn=functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
             )(gm, example_inputs)
     return backend
 
 
+def _decompositions():
+    from torch._inductor.compile_fx import select_decomp_table
+    return select_decomp_table()
+
+
 def check_solver(solver: str) -> None:
+    from .private_api import require
+    require("torch._functorch.config.activation_memory_budget", "a compiled step at a knob")
+    require("torch._functorch.config.activation_memory_budget_solver", "a compiled step's solver")
     if solver == "ilp":
         try:
             import scipy.optimize  # noqa: F401

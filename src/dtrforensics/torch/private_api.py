@@ -49,6 +49,12 @@ PRIVATE_TORCH_API = (
     "torch._dynamo.backends.common.aot_autograd",
     "torch._dynamo.backends.debugging.boxed_nop",
     "torch._functorch.config",
+    "torch._functorch.config.activation_memory_budget",
+    "torch._functorch.config.activation_memory_budget_solver",
+    "torch._inductor.compile_fx.select_decomp_table",
+    # a checkpointed block's recomputation as a module call (checkpointing.py)
+    "torch.nn.modules.module._global_forward_hooks",
+    "torch.nn.modules.module._global_forward_pre_hooks",
     "torch._functorch._aot_autograd.descriptors.SavedForBackwardsAOTOutput",
     "torch._functorch._aot_autograd.utils.make_boxed_func",
     "torch._functorch.partitioners._has_tag_is_forward",
