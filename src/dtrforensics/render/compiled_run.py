@@ -27,7 +27,9 @@ def compiled_lines(doc: dict) -> list[str]:
     ]
     if real["slowdown"] is not None:
         lines.append(f"wall time after the compiling step: {real['wall_seconds']:.3f} s against "
-                     f"{real['plain_wall_seconds']:.3f} s for aot_eager ({real['slowdown']:.2f}x)")
+                     f"{real['plain_wall_seconds']:.3f} s for aot_eager ({real['slowdown']:.2f}x, "
+                     "with the live count's dispatch mode on; benchmarks/compiled_backend.py "
+                     "times it without)")
     if doc["mismatch"]:
         lines.append(f"not faithful to the simulation: {doc['mismatch']}")
     return lines

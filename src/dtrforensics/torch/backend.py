@@ -223,8 +223,10 @@ def _not_met(joint: JointLog, schedule: Plan, budget: int) -> Exception:
             f"at op {op} ({program.op_name(op) if op is not None else '?'}"
             f"{', in ' + where if where else ''})")
     if f is not None:
+        if len(levels) > 6:
+            levels = [*levels[:3], f"({len(levels) - 6} more levels)", *levels[-3:]]
         text += (f": request {f.request:,} bytes, memory {f.memory:,}, pinned {f.pinned_bytes:,}, "
-                 f"shortfall {shortfall:,} bytes; frontier: " + " > ".join(levels))
+                 f"shortfall {shortfall:,} bytes; frontier, outermost first: " + " > ".join(levels))
     return BudgetNotMet(text, f)
 
 
