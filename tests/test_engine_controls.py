@@ -5,8 +5,8 @@ hindsight search keeps one control per trace, budget and policy."""
 from __future__ import annotations
 
 import pytest
-from logdsl import Log
-from test_interventions import BUDGET, planted
+from logs import PLANTED_BUDGET as BUDGET
+from logs import planted, planted_log
 
 from dtrforensics.analyses.explain import explain
 from dtrforensics.analyses.interventions import intervene, same_execution
@@ -38,14 +38,6 @@ def test_a_control_that_changes_something_is_refused():
     with pytest.raises(InterventionError, match="control changes nothing"):
         replay(p, budget=BUDGET, interventions=Interventions(retain=(p.tensor_by_name("x"),),
                                                              control=True))
-
-
-def planted_log(q_cost: int) -> Log:
-    """The log of `planted`; another cost for q fails at the same budget with
-    a different clock, so one trace's control cannot pass for the other's."""
-    return (Log().const("w", 8).call("p", "f", ["w"], 1, 50).call("x", "g", ["p"], 1, 50)
-            .release("p").call("q", "n", ["w"], q_cost, 60).call("y", "k", ["w"], 100, 100)
-            .call("z", "m", ["x", "y"], 1, 10).release("q").release("x").release("y"))
 
 
 def test_explaining_two_traces_at_one_budget_keeps_their_controls_apart(tmp_path):

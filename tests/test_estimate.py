@@ -9,10 +9,9 @@ trace, walked budget by budget.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 
-from hostile import dtrf
-from test_sweep import cli, hole_log, walk
+from cli import dtrf
+from sweeps import hole_log, walk
 
 from dtrforensics.sweep import estimate as E
 from dtrforensics.sweep import grid
@@ -200,15 +199,13 @@ def test_sweep_estimate_stores_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "hole.log"
     path.write_text(hole_log().text())
-    code, out, err, exc = cli("sweep", path, "--from", "0.5", "--to", "1.0", "--exact",
-                              "--jobs", "1", "--estimate", "--json")
-    assert code == 0, (err, exc)
-    est = json.loads(out)
+    est = dtrf("sweep", path, "--from", "0.5", "--to", "1.0", "--exact",
+               "--jobs", "1", "--estimate", "--json").json()
     assert est["executions"] >= 1 and est["cpu_seconds"] > 0 and est["sample_runs"] >= 1
     assert not (tmp_path / "recordings").exists()
-    code, out, err, exc = cli("sweep", path, "--from", "0.5", "--to", "1.0", "--exact",
-                              "--jobs", "1", "--estimate")
-    assert code == 0 and out.startswith("estimate: about ")
+    out = dtrf("sweep", path, "--from", "0.5", "--to", "1.0", "--exact",
+               "--jobs", "1", "--estimate").ok()
+    assert out.startswith("estimate: about ")
 
 
 def test_an_estimate_keeps_to_max_seconds(tmp_path):
@@ -224,8 +221,7 @@ def test_an_estimate_keeps_to_max_seconds(tmp_path):
     assert stopped.error_lines == [
         "error: no calibration run finished within --max-seconds: nothing to estimate "
         "from (give it more time)"]
-    code, out, err, exc = cli(*args, "--max-seconds", "600")
-    assert code == 0 and out.startswith("estimate: about "), (err, exc)
+    assert dtrf(*args, "--max-seconds", "600").ok().startswith("estimate: about ")
 
 
 def test_a_long_sweep_says_its_estimate_first(tmp_path, monkeypatch):
@@ -233,11 +229,12 @@ def test_a_long_sweep_says_its_estimate_first(tmp_path, monkeypatch):
     path.write_text(hole_log().text())
     args = ("sweep", path, "--from", "0.5", "--to", "1.0", "--exact", "--jobs", "1",
             "--no-progress")
-    code, _, err, exc = cli(*args, "--out", tmp_path / "a")
-    assert code == 0 and "estimate:" not in err          # short: nothing to say
+    short = dtrf(*args, "--out", tmp_path / "a")
+    assert short.code == 0 and "estimate:" not in short.err          # short: nothing to say
     monkeypatch.setattr(E, "LONG_SECONDS", 0.0)
-    code, _, err, exc = cli(*args, "--out", tmp_path / "b")
-    assert code == 0, (err, exc)
+    long = dtrf(*args, "--out", tmp_path / "b")
+    assert long.code == 0, long.err
+    err = long.err
     assert "estimate: about " in err and err.index("estimate:") < err.index("runs in")
 
 
@@ -274,7 +271,7 @@ def test_a_resumed_sweep_with_a_short_deadline_makes_progress(tmp_path, monkeypa
     only: every call of a sweep stopped by its deadline stores more runs."""
     import time
 
-    from test_sweep import chain_log
+    from sweeps import chain_log
 
     from dtrforensics.sweep import backends, runner
     path = tmp_path / "chain.log"

@@ -7,11 +7,10 @@ import json
 import math
 
 import pytest
-from hostile import dtrf
-from logs import mixed_log
+from cli import dtrf
+from logs import MIXED_BUDGET, mixed_log, planted, planted_log
+from logs import PLANTED_BUDGET as BUDGET
 from public import program_or_skip
-from test_engine_controls import planted_log
-from test_interventions import BUDGET, planted
 
 from dtrforensics.analyses.explain import Change, explain, search_order
 from dtrforensics.analyses.explain_candidates import ForcedVictim, RetentionCandidate
@@ -19,7 +18,6 @@ from dtrforensics.engine.replay import Interventions, replay
 from dtrforensics.trace import load_trace
 
 HOLE_INSIDE = 25_177_836  # the embedded trace's hole starts here; one byte less completes
-MIXED_BUDGET = 60         # mixed_log fails here with six retention candidates
 
 
 def test_planted_failure_is_fixed_by_the_retention_and_by_the_runner_up():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from cli import dtrf_process
 from logs import tiny_log, tiny_program
 from public import program_or_skip
 
@@ -432,18 +432,14 @@ def test_killed_recording_leaves_only_a_partial_folder(tmp_path):
 
 def test_show_and_sql_commands(tmp_path):
     _, path = record_run(tiny_program(), budget=105, out_dir=tmp_path / "oom")
-    env = {**os.environ, "COLUMNS": "120"}
-    dtrf = [sys.executable, "-m", "dtrforensics.cli.main"]
-    shown = subprocess.run([*dtrf, "show", str(path)], capture_output=True, text=True, env=env)
+    shown = dtrf_process("show", path, columns=120)
     assert shown.returncode == 0, shown.stderr
     for needle in ("oom", "failing allocation", "d (20", "timeline", "pinned", "depth",
                    "OOM at op 5"):
         assert needle in shown.stdout, needle
-    as_json = subprocess.run([*dtrf, "show", str(path), "--json"], capture_output=True,
-                             text=True, env=env)
+    as_json = dtrf_process("show", path, "--json", columns=120)
     data = json.loads(as_json.stdout)
     assert data["timeline"]["op_id"] == list(range(6))
     assert data["run"]["outcome"] == "oom"
-    missing = subprocess.run([*dtrf, "show", str(tmp_path / "nope")], capture_output=True,
-                             text=True, env=env)
+    missing = dtrf_process("show", tmp_path / "nope", columns=120)
     assert missing.returncode == 2 and "not a recording" in missing.stderr

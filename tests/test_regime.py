@@ -20,8 +20,6 @@ the 50-byte run fall in windows [4, 5]: 1, [6, 7]: 2, [8, 9]: 1.
 
 from __future__ import annotations
 
-import os
-
 import pyarrow.parquet as pq
 import pytest
 from logs import fan_log
@@ -182,33 +180,27 @@ def test_the_lstm_onset_marks_where_the_slow_regimes_evictions_begin(tmp_path):
 def test_dtrf_regime_command_on_byte_specs(tmp_path):
     """Run specs in bytes reach the exact regime switch of the embedded trace."""
     import json
-    import subprocess
-    import sys
-    cmd = [sys.executable, "-m", "dtrforensics.cli.main", "regime",
-           "hole-rnn-seed16@25288252B", "hole-rnn-seed16@25288251B", "--window", "2",
-           "--min-excess", "1", "--json", "--plot", str(tmp_path / "regime.png")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+
+    from cli import dtrf_process
+    cmd = ["regime", "hole-rnn-seed16@25288252B", "hole-rnn-seed16@25288251B", "--window", "2",
+           "--min-excess", "1", "--json", "--plot", tmp_path / "regime.png"]
+    proc = dtrf_process(*cmd, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert (doc["a"]["budget"], doc["b"]["budget"]) == (25_288_252, 25_288_251)
     assert doc["slow"] == "b" and doc["onset"]["first_op"] == 22
     assert (tmp_path / "regime.png").read_bytes()[:4] == b"\x89PNG"
-    text = subprocess.run(cmd[:-3], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "COLUMNS": "200"}).stdout
+    text = dtrf_process(*cmd[:-3], cwd=tmp_path, columns=200).stdout
     assert "Onset: op 23 (paper #24)," in text              # both numberings, as everywhere
     assert "made by linear op 4): 1 eviction against 0 (+1)" in text
     assert "streak of >= 1 blown window with" in text and "window(s)" not in text
-    bad = subprocess.run(cmd[:4] + ["hole-rnn-seed16@12.5B", "hole@1"], capture_output=True, text=True,
-                         cwd=tmp_path)
+    bad = dtrf_process(*cmd[:1], "hole-rnn-seed16@12.5B", "hole@1", cwd=tmp_path)
     assert bad.returncode == 2 and "not a budget in bytes" in bad.stderr
 
 
 def test_regime_figure_is_never_written_inside_a_recording(tmp_path):
-    import subprocess
-    import sys
+    from cli import dtrf_process
     rec = record_run(fan_log().program("burst"), budget=100, out_dir=tmp_path / "rec")[1]
-    cmd = [sys.executable, "-m", "dtrforensics.cli.main", "regime", str(rec), str(rec),
-           "--plot", str(rec / "fig.png")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    proc = dtrf_process("regime", rec, rec, "--plot", rec / "fig.png", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert not (rec / "fig.png").exists()
