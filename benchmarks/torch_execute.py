@@ -39,6 +39,7 @@ pass-through and `after_over_before`, the same run's ratio.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import json
 import shutil
@@ -94,6 +95,7 @@ def before_package(folder: str):
     engine's native libraries of this checkout go beside its engine (each is
     keyed by the engine's sources: one that does not fit is not loaded)."""
     root = Path(tempfile.mkdtemp(prefix="dtrf-before-"))
+    atexit.register(shutil.rmtree, root, True)     # the copy goes with the run
     copy = root / "dtrf_before"
     shutil.copytree(folder, copy)
     cache = copy / "engine" / "__pycache__"
