@@ -6,35 +6,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pyarrow.parquet as pq
-from hostile import dtrf
+from cli import dtrf
 from logdsl import Log
+from logs import placed, w
 
 from dtrforensics import db
 from dtrforensics.engine.replay import Interventions
 from dtrforensics.recorder.record import record_run
 from dtrforensics.rows import fetch_dicts
 from dtrforensics.trace.cache import load_program
-from dtrforensics.trace.parser import file_sha256
-from dtrforensics.trace.where import write_where
-
-OP_RECORDS = ("CONSTANT", "CALL", "MUTATE")
-
-
-def placed(log: Log, where: list[tuple], path: Path):
-    """Write `log` at `path` and a where-file giving its ops, in order, the
-    (module, chain, phase, source) of `where`; the loaded program."""
-    path.write_text(log.text())
-    lines = [n for n, r in enumerate(log.lines, start=1) if r["INSTRUCTION"] in OP_RECORDS]
-    assert len(lines) == len(where)
-    write_where(path, file_sha256(path), list(zip(lines, where)))
-    return load_program(path, cache=False)
-
-
-def w(module, phase="forward", line=1):
-    return (module, module, phase, f"model.py:{line}" if phase else None)
 
 
 def frontier_log() -> tuple[Log, list]:
@@ -220,8 +202,9 @@ def test_oom_of_a_log_without_a_where_file_prints_nothing_new(tmp_path):
 
 
 def test_explain_of_a_log_without_a_where_file_adds_nothing(tmp_path):
+    from logs import PLANTED_BUDGET as BUDGET
+    from logs import planted
     from rich.console import Console
-    from test_interventions import BUDGET, planted
 
     from dtrforensics.analyses.explain import explain
     from dtrforensics.render.explain import fixes_table
