@@ -140,11 +140,8 @@ def test_no_time_left_writes_what_is_stored(tmp_path):
 
 
 def test_bad_time_options_are_one_error_line(tmp_path):
-    import subprocess
-    import sys
-    proc = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "reproduce",
-                           "--findings", "--map-seconds", "0", "-o", str(tmp_path)],
-                          capture_output=True, text=True)
+    from cli import dtrf_process
+    proc = dtrf_process("reproduce", "--findings", "--map-seconds", "0", "-o", tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: --map-seconds must be > 0, got 0.0"]
     assert not (tmp_path / "findings.md").exists()
@@ -407,9 +404,8 @@ def test_a_less_complete_run_never_replaces_the_findings_there(tmp_path, monkeyp
     stderr says where; a run as complete replaces findings.md and says so."""
     import shutil
 
-    from typer.testing import CliRunner
+    from cli import dtrf as run
 
-    from dtrforensics.cli.main import app
     from dtrforensics.render.reproduce_findings import completeness
 
     whole = F.findings
@@ -421,10 +417,9 @@ def test_a_less_complete_run_never_replaces_the_findings_there(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
 
     def dtrf(*args: str):
-        res = CliRunner().invoke(app, ["reproduce", "--findings", "-o", "docs", "--jobs", "1",
-                                       *args])
-        assert res.exit_code == 0, res.output
-        return res.stderr
+        res = run("reproduce", "--findings", "-o", "docs", "--jobs", "1", *args)
+        assert res.code == 0, (res.err, res.traceback)
+        return res.err
 
     (tmp_path / "docs").mkdir()
     assert "replaced" not in dtrf()

@@ -23,16 +23,13 @@ slow: `make test-stories` runs them (`make test-full` runs every slow test).
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from cli import dtrf
 from public import program_or_skip
-from typer.testing import CliRunner
 
 from dtrforensics.analyses.diff import diff
 from dtrforensics.analyses.oom import explain_oom
 from dtrforensics.analyses.reevict import reevict
-from dtrforensics.cli.main import app
 from dtrforensics.recorder.reader import open_recording
 from dtrforensics.recorder.record import record_run
 
@@ -63,18 +60,16 @@ def test_resnet32_oom_frontier(tmp_path):
 
 def test_oom_command_records_a_run_spec_once(tmp_path):
     program_or_skip("resnet32")
-    runner = CliRunner()
-    args = ["oom", "resnet32@0.104", "--cache", str(tmp_path / "cache"), "--json"]
-    first = runner.invoke(app, args)
-    assert first.exit_code == 0, first.output
-    assert "recording resnet32@0.104" in first.stderr
-    out = json.loads(first.stdout)
+    args = ["oom", "resnet32@0.104", "--cache", tmp_path / "cache", "--json"]
+    first = dtrf(*args)
+    out = first.json()
+    assert "recording resnet32@0.104" in first.err
     assert (out["tensor"], out["depth"], out["pinned"]) == ("x7984", 118, 889_795_480)
     (folder,) = (tmp_path / "cache").iterdir()
     stamp = (folder / "run.json").stat().st_mtime_ns
-    again = runner.invoke(app, args)
-    assert again.exit_code == 0 and (folder / "run.json").stat().st_mtime_ns == stamp
-    assert "recording" not in again.stderr
+    again = dtrf(*args)
+    assert again.code == 0 and (folder / "run.json").stat().st_mtime_ns == stamp
+    assert "recording" not in again.err
 
 
 # --- InceptionV4 0.2343 vs 0.235 (slow) --------------------------------------------------

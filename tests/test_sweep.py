@@ -13,7 +13,6 @@ every budget above by `pad` and changes nothing else, so with pad = 6665 (peak
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import subprocess
@@ -22,8 +21,19 @@ import time
 from dataclasses import replace
 
 import pytest
-from logdsl import Log
+from cli import dtrf, dtrf_process
 from rich.console import Console
+from sweeps import (
+    Crash,
+    CrashAfter,
+    FakeAxis,
+    chain_log,
+    hole_log,
+    keys,
+    table,
+    walk,
+    write_logs,
+)
 
 from dtrforensics.engine.replay import replay
 from dtrforensics.render.sweep import holes_view
@@ -31,80 +41,10 @@ from dtrforensics.sweep import backends, grid, holes, runner
 from dtrforensics.sweep.exact import ExactWalk
 from dtrforensics.sweep.store import ParamsMismatch, SweepParams, SweepStore
 
-VOLATILE = ("wall_seconds", "cpu_seconds", "worker", "finished_at")
-
-
-def hole_log(pad: int = 0) -> Log:
-    log = Log().const("w", 8)
-    if pad:
-        log.const("pad", pad)
-    return (log.call("t0", "op0", ["w"], 28, 96).call("t1", "op1", ["w"], 50, 64)
-            .call("t2", "op2", ["t1"], 44, 96).call("t3", "op3", ["t2", "w", "t0"], 46, 32)
-            .call("t4", "op4", ["t0"], 10, 32).release("t3")
-            .call("t5", "op5", ["t1", "t0"], 53, 96).release("t2")
-            .call("t6", "op6", ["t5", "w", "t1"], 3, 128).release("t4")
-            .call("t7", "op7", ["t5", "t6"], 55, 128).release("t5")
-            .call("t8", "op8", ["t7"], 25, 64)
-            .call("t9", "op9", ["w"], 7, 16).release("t8")
-            .call("t10", "op10", ["w", "t9", "t6"], 14, 48)
-            .call("t11", "op11", ["t10"], 35, 48).release("t0")
-            .call("t12", "op12", ["t10", "t7"], 38, 16).release("t1")
-            .call("t13", "op13", ["t6", "w", "t12"], 44, 48).release("t11"))
-
-
-def chain_log(n: int = 200, seed: int = 1) -> Log:
-    """A longer random chain (a few ms per replay): for runs worth interrupting."""
-    import random
-    rng = random.Random(seed)
-    log = Log().const("w", 64)
-    live, prev = ["w"], "w"
-    for i in range(n):
-        args = [prev] + ([rng.choice(live)] if rng.random() < 0.5 else [])
-        log.call(f"t{i}", "f", args, rng.randint(1, 100), rng.choice([64, 128, 256, 512]))
-        live.append(f"t{i}")
-        prev = f"t{i}"
-        if len(live) > 40:
-            log.release(live.pop(rng.randrange(1, len(live) - 5)))
-    return log
-
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
     return write_logs(tmp_path_factory.mktemp("logs"), padded=True)
-
-
-def write_logs(root, padded: bool = False) -> dict[str, str]:
-    """The sweep tests' logs written into `root`: name -> path."""
-    logs = [("hole", hole_log()), ("chain", chain_log())]
-    if padded:
-        logs.insert(1, ("padded", hole_log(6665)))
-    out = {}
-    for name, log in logs:
-        path = root / f"{name}.log"
-        path.write_text(log.text())
-        out[name] = str(path)
-    return out
-
-
-def table(path) -> list[dict]:
-    rows = SweepStore(path).read_runs().to_pylist()
-    return sorted(({k: v for k, v in r.items() if k not in VOLATILE} for r in rows),
-                  key=lambda r: (r["policy"], r["budget"], r["rep"]))
-
-
-def keys(path) -> list[tuple]:
-    return [(r["policy"], r["budget"], r["rep"]) for r in SweepStore(path).read_runs().to_pylist()]
-
-
-def walk(program, lo=0):
-    """(lo, hi, outcome) of every execution from budget `lo` up, by the engine."""
-    out, b = [], lo
-    while True:
-        s = replay(program, budget=b).summary
-        out.append((*s.budget_interval, s.outcome))
-        if s.budget_interval[1] is None:
-            return out
-        b = s.budget_interval[1] + 1
 
 
 # --- the planted structure -------------------------------------------------------------
@@ -244,14 +184,6 @@ def test_exact_run_limit_and_resolution_leave_reported_gaps(logs, tmp_path):
     assert coarse.stages["exact"].ran <= (7201 - 6480) // 64 + 2
 
 
-class FakeAxis:
-    """Budgets 0..999 in intervals of width 7 (the last one unbounded above)."""
-
-    def run(self, b):
-        lo = b - b % 7
-        return lo, (None if lo >= 994 else lo + 6)
-
-
 def test_exact_walk_with_parallel_out_of_order_results():
     axis = FakeAxis()
     walk_ = ExactWalk(10, 900, max_runs=10_000)
@@ -283,20 +215,6 @@ def test_exact_walk_timeout_blocks_without_certifying():
 
 # --- resuming ---------------------------------------------------------------------------
 
-class Crash(Exception):
-    pass
-
-
-class CrashAfter(runner.SweepObserver):
-    def __init__(self, n):
-        self.n = n
-
-    def finished(self, row):
-        self.n -= 1
-        if self.n == 0:
-            raise Crash
-
-
 def test_resume_after_a_crash_gives_the_same_table(logs, tmp_path):
     params = SweepParams(0.9, 1.0, 0.01, refine=True, interior=2, seed=3, exact=True,
                          max_runs=40)
@@ -317,12 +235,6 @@ def test_resume_after_a_crash_gives_the_same_table(logs, tmp_path):
         {k: r[k] for k in r if k != "stage"} for r in table(tmp_path / "ref")]
     assert holes.analyze(tmp_path / "s").to_json()["policies"] == \
         holes.analyze(tmp_path / "ref").to_json()["policies"]
-
-
-def dtrf(*args, cwd=None, **kw):
-    env = {**os.environ, "COLUMNS": "160"}
-    return subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args)],
-                          capture_output=True, text=True, env=env, cwd=cwd, **kw)
 
 
 HOLDING_SWEEP = """
@@ -402,7 +314,7 @@ def test_resume_after_ctrl_c_and_kill(logs, tmp_path):
     assert start_and_stop(args, out, signal.SIGKILL, 2 + first // 2, tmp_path) == -signal.SIGKILL
     second = len(keys(out))
     assert first < second < 61
-    done = dtrf(*args)
+    done = dtrf_process(*args, columns=160)
     assert done.returncode == 0, done.stderr
     assert f"{second} already stored (resumed)" in done.stderr
     ks = keys(out)
@@ -415,28 +327,19 @@ def test_resume_with_other_parameters_is_refused(logs, tmp_path):
     runner.run_sweep(logs["hole"], SweepParams(0.3, 1.0, 0.1), tmp_path / "s", jobs=1)
     with pytest.raises(ParamsMismatch, match="step: stored 0.1, given 0.05"):
         runner.run_sweep(logs["hole"], SweepParams(0.3, 1.0, 0.05), tmp_path / "s", jobs=1)
-    res = dtrf("sweep", logs["padded"], "--from", "0.3", "--to", "1.0", "--step", "0.1",
-               "--jobs", "1", "--out", tmp_path / "s")
+    res = dtrf_process("sweep", logs["padded"], "--from", "0.3", "--to", "1.0", "--step", "0.1",
+                       "--jobs", "1", "--out", tmp_path / "s", columns=160)
     assert res.returncode == 2 and "holds a sweep of trace hole" in res.stderr
-
-
-def cli(*args):
-    """`dtrf ARGS` in this process: (exit code, stdout, stderr, exception)."""
-    from typer.testing import CliRunner
-
-    from dtrforensics.cli.main import app
-    res = CliRunner().invoke(app, [str(a) for a in args])
-    return res.exit_code, res.stdout, res.stderr, res.exception
 
 
 def test_default_folder_is_reused_with_the_same_parameters(logs, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = ("sweep", logs["hole"], "--from", "0.5", "--to", "1.0", "--step", "0.1", "--jobs", "1")
-    assert cli(*args)[0] == 0
-    code, _, err, _ = cli(*args)
-    assert code == 0 and "already stored (resumed)" in err
+    assert dtrf(*args).code == 0
+    again = dtrf(*args)
+    assert again.code == 0 and "already stored (resumed)" in again.err
     assert len(list((tmp_path / "recordings" / "sweeps").iterdir())) == 1
-    cli(*args[:-4], "--step", "0.05", "--jobs", "1")
+    dtrf(*args[:-4], "--step", "0.05", "--jobs", "1")
     assert len(list((tmp_path / "recordings" / "sweeps").iterdir())) == 2
 
 
@@ -533,25 +436,22 @@ def test_a_store_from_before_cpu_seconds_reads_and_resumes(logs, tmp_path):
 
 def test_cli_sweep_holes_and_plot(logs, tmp_path):
     out = tmp_path / "s"
-    code, stdout, err, exc = cli("sweep", logs["hole"], "--from", "0.3", "--to", "1.0",
-                                 "--step", "0.02", "--exact", "--jobs", "1", "--out", out, "--json")
-    assert code == 0, (err, exc)
-    doc = json.loads(stdout)
+    doc = dtrf("sweep", logs["hole"], "--from", "0.3", "--to", "1.0", "--step", "0.02",
+               "--exact", "--jobs", "1", "--out", out, "--json").json()
     pol = doc["policies"]["dtr"]
     assert pol["failure_regions_bytes"] == [[424, 439]] and pol["coverage"] == 1.0
     assert set(pol) >= {"first_success", "failure_regions", "edge_brackets", "unresolved",
                         "regime_switches"}
-    code, text, _, _ = cli("holes", out)
-    assert code == 0 and "424" in text and "hole" in text
-    assert json.loads(cli("holes", out, "--json")[1])["policies"] == doc["policies"]
+    text = dtrf("holes", out).ok()
+    assert "424" in text and "hole" in text
+    assert dtrf("holes", out, "--json").json()["policies"] == doc["policies"]
     pytest.importorskip("matplotlib")
-    code, text, err, exc = cli("plot", out)
-    assert code == 0, (err, exc)
+    text = dtrf("plot", out).ok()
     png, svg = out / "plot.png", out / "plot.svg"
     assert text.split() == [str(png), str(svg)]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"<svg" in svg.read_bytes()[:400]
     bad = dtrf("holes", tmp_path / "nothing")                # through main(): one clear line
-    assert bad.returncode == 2 and "not a sweep directory" in bad.stderr
+    assert bad.refused("not a sweep directory")
 
 
 FAILING_RUN = """
