@@ -17,6 +17,11 @@ import pytest
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SKIP_TRACES = "public DTR traces not found: set DTRF_TRACES to the folder holding dtr-2020/"
 SKIP_REFERENCE = "reference results not found: set DTRF_REFERENCE to dtr-simrd.jsonl"
+# A reference result's `oom` key -> the field of our summary's oom (and the oracle's):
+# the public results and tests/reference/synthetic.jsonl name them alike.
+OOM_FIELDS = {"op": "op_id", "request": "request", "memory_usage": "memory",
+              "pinned": "pinned", "depth": "depth", "tensor": "tensor",
+              "root_tensor": "root_tensor", "budget": "budget"}
 
 
 def traces_dir() -> Path | None:

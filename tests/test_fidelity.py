@@ -11,15 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from public import program_or_skip, reference_params
+from public import OOM_FIELDS, program_or_skip, reference_params
 
 from dtrforensics.engine.replay import replay
 
 FAST_SECS = 12.0
 
-OOM_FIELDS = {"op": "op_id", "request": "request", "memory_usage": "memory",
-              "pinned": "pinned", "depth": "depth", "tensor": "tensor",
-              "root_tensor": "root_tensor", "budget": "budget"}
 
 
 def _first_divergence(got, want):

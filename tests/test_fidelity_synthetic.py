@@ -19,14 +19,12 @@ import json
 from pathlib import Path
 
 import pytest
+from public import OOM_FIELDS
 
 from dtrforensics.engine.replay import replay
 from dtrforensics.trace import parse_lines
 
 REFERENCE = Path(__file__).parent / "reference"
-OOM_FIELDS = {"op": "op_id", "request": "request", "memory_usage": "memory",
-              "pinned": "pinned", "depth": "depth", "tensor": "tensor",
-              "root_tensor": "root_tensor", "budget": "budget"}
 
 
 def _rows() -> list[dict]:

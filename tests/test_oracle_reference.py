@@ -14,18 +14,13 @@ from __future__ import annotations
 
 import pytest
 from oracle import run
-from public import program_or_skip, reference_lines, reference_params
+from public import OOM_FIELDS, program_or_skip, reference_lines, reference_params
 
 from dtrforensics.engine.baseline import baseline, budget_for_ratio
 
 FAST_TRACES = ("resnet32", "unet")
 FAST_SECS = 2.0
 
-# reference `oom` key -> oracle `oom` key
-OOM_KEYS = {
-    "op": "op_id", "request": "request", "memory_usage": "memory", "pinned": "pinned",
-    "depth": "depth", "tensor": "tensor", "root_tensor": "root_tensor", "budget": "budget",
-}
 
 
 def _is_fast(line: dict) -> bool:
@@ -75,7 +70,7 @@ def test_oracle_matches_reference(ref):
         assert res.oom is None
     else:
         assert res.oom is not None
-        assert {k: res.oom[v] for k, v in OOM_KEYS.items()} == ref["oom"]
+        assert {k: res.oom[v] for k, v in OOM_FIELDS.items()} == ref["oom"]
 
 
 @pytest.mark.public
