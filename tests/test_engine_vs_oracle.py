@@ -6,12 +6,12 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from logs import random_logs
+from oracle import POLICIES
 from oracle import run as oracle_run
 
 from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.replay import replay
 
-POLICIES = ("dtr", "no-staleness", "no-size", "compute-only", "lru", "size", "msps", "dtr-local")
 
 def _same_execution(a, b) -> bool:
     return (a.summary.outcome == b.summary.outcome and a.summary.clock == b.summary.clock

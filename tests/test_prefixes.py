@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from logs import random_logs
+from oracle import POLICIES
 from oracle import run as oracle_run
-from test_engine_vs_oracle import POLICIES, random_logs
 
 from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.prefixes import PrefixCache
