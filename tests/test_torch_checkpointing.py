@@ -133,6 +133,15 @@ def test_bad_options_are_refused(text):
         parse_option(text)
 
 
+def test_an_option_made_directly_is_checked_and_gets_the_defaults():
+    assert CheckpointOption("compile") == parse_option("compile:1:dp")
+    assert CheckpointOption("compile", knob=0.5).label == "compile knob 0.5 (dp)"
+    for bad in (dict(kind="bogus"), dict(kind="compile", knob=2.0),
+                dict(kind="compile", solver="simplex")):
+        with pytest.raises(CheckpointOptionError):
+            CheckpointOption(**bad)
+
+
 def test_the_block_found_is_the_repeated_layer_not_its_parts():
     model, _, _ = build_model("zoo:gpt", 0, {"layers": 3})
     assert find_block_class(model) == "DecoderBlock"

@@ -68,6 +68,19 @@ class CheckpointOption:
     knob: float | None = None     # compile: activation_memory_budget
     solver: str | None = None     # compile: dp, greedy, ilp
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise CheckpointOptionError(f"checkpoint kind {self.kind!r} is none of {', '.join(KINDS)}")
+        if self.kind == "compile":     # made directly: the defaults parse_option gives
+            knob = DEFAULT_KNOB if self.knob is None else float(self.knob)
+            if not 0.0 <= knob <= 1.0:
+                raise CheckpointOptionError(f"the knob (activation_memory_budget) is a number "
+                                            f"from 0 to 1, not {self.knob!r}")
+            if (self.solver or DEFAULT_SOLVER) not in SOLVERS:
+                raise CheckpointOptionError(f"unknown solver {self.solver!r}; known: {', '.join(SOLVERS)}")
+            object.__setattr__(self, "knob", knob)
+            object.__setattr__(self, "solver", self.solver or DEFAULT_SOLVER)
+
     @property
     def label(self) -> str:
         blocks = f"each {self.block}" if self.block else "each block"
