@@ -184,3 +184,17 @@ def test_compaction_keeps_every_block_in_order(with_native):
                    for k in live)
         results.append((copy.start.tolist(), int(sc[S_ARENA_TOP])))
     assert results[0] == results[1]
+
+
+def test_without_a_c_compiler_nothing_is_compiled_for_the_library(tmp_path, monkeypatch):
+    """A machine without `cc` learns so before the entry points are compiled
+    (seconds of CPU at every first command, the library being impossible)."""
+    from dtrforensics.engine import native_build
+    compiled_for = []
+    monkeypatch.setattr(native_build, "entry_point",
+                        lambda name, *args: compiled_for.append(name) or (None, []))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(RuntimeError, match="no C compiler"):
+        native_build.build({name: (None, ()) for name in native.ENTRY_POINTS}, key="k")
+    assert compiled_for == []

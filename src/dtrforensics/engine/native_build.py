@@ -198,13 +198,13 @@ def build(dispatchers: dict, key: str | None = None) -> Path:
     library. `dispatchers`: name -> (numba dispatcher, signature to export)."""
     key = key or native.library_key()
     library, manifest, failed = native.library_paths(key)
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:           # before the entry points are compiled: seconds of CPU
+        raise RuntimeError("no C compiler (cc) to link the native kernel")
     callbacks, plans = {}, {}
     for name, (dispatcher, signature) in dispatchers.items():
         callbacks[name], plans[name] = entry_point(name, dispatcher, signature)
     module, symbols = _module(callbacks)
-    compiler = shutil.which(os.environ.get("CC", "cc"))
-    if compiler is None:
-        raise RuntimeError("no C compiler (cc) to link the native kernel")
     library.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=library.parent, prefix=".native-") as work:
         work = Path(work)
