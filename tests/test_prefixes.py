@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from logs import random_logs
 from oracle import POLICIES
 from oracle import run as oracle_run
+from public import program_or_skip
 
 from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.prefixes import PrefixCache
@@ -79,6 +80,50 @@ def test_a_walk_resumes_splices_and_changes_nothing():
     assert cache.stats.resumed >= 6 and cache.stats.spliced >= 3
     assert cache.stats.steps_skipped > 0 and cache.stats.steps_spliced > 0
     assert 0 < cache.nbytes <= cache.max_bytes
+
+
+def filtering_policy(tmp_path, min_size: int) -> str:
+    path = tmp_path / "filtering.py"
+    path.write_text("from dtrforensics.policy import policy, ratio\n\n\n"
+                    f"@policy(min_size={min_size})\n"
+                    "def p(compute, size, staleness):\n"
+                    "    return ratio(compute, size, staleness)\n")
+    return f"{path}:p"
+
+
+def test_a_walk_under_a_filtering_policy_splices_and_changes_nothing(tmp_path):
+    """A spliced run's scalars that are decision indices (S_NO_CANDIDATE) are its
+    own, shifted from its donor's: a run that meets its donor after one more
+    pressure eviction (the donor freed that storage dead later) says the decision
+    at which the filters left no candidate as a fresh run does."""
+    program = parse_lines(generate(SynthSpec(kind="chain", seed=1)).splitlines(keepends=True),
+                          "<synth>", "synth-chain-1")
+    peak = baseline(program).peak
+    spec = filtering_policy(tmp_path, 512)   # ignores storages under 512 bytes
+    cache = PrefixCache()
+    budget, notes = int(0.3 * peak), 0
+    for _ in range(60):
+        got = replay(program, budget=budget, policy=spec, prefixes=cache)
+        assert everything(got) == everything(replay(program, budget=budget, policy=spec))
+        notes += got.summary.note is not None
+        budget = got.summary.budget_interval[1] + 1
+    assert cache.stats.spliced >= 10 and notes >= 10
+
+
+@pytest.mark.public
+def test_a_walk_on_unet_under_a_policy_ignoring_storages_under_1_mib(tmp_path):
+    """The walk where a spliced run said "no candidate at decision 137" where a
+    fresh run says 136 (the run at 3,334,945,940 B)."""
+    program = program_or_skip("unet")
+    spec = filtering_policy(tmp_path, 1 << 20)
+    cache = PrefixCache()
+    budget, notes = 3_320_000_000, 0
+    for _ in range(30):
+        got = replay(program, budget=budget, policy=spec, prefixes=cache)
+        assert everything(got) == everything(replay(program, budget=budget, policy=spec))
+        notes += got.summary.note is not None
+        budget = got.summary.budget_interval[1] + 1
+    assert cache.stats.spliced >= 10 and notes >= 10
 
 
 def test_the_cache_stays_within_its_byte_bound():

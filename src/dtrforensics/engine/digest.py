@@ -15,13 +15,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import kernel as K
+from . import layout as L
 
 # Scalars that steer the run (counters and maxima are compared by the caller).
-STEERING = np.array([K.S_CLOCK, K.S_MEMORY, K.S_CMD_POS, K.S_CREATED, K.S_CUR_OP, K.S_DEPTH,
-                     K.S_MODEL_COMPUTE, K.S_REMAT_COMPUTE, K.S_POOL_BYTES, K.S_POOL_SIZE,
-                     K.S_PEND_TOP, K.S_STATUS], dtype=np.int64)
-ROWS = 9  # defined .. in_pool of state.STATE_ROWS; the pool links are digested as an order
+STEERING = np.array(L.STEERING, dtype=np.int64)
+ROWS = L.R_IN_POOL + 1  # defined .. in_pool of layout.STATE_ROWS; the pool links are
+                        # digested as an order
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -51,10 +50,10 @@ def _digest(sc, steering, st, n_rows, rg, seen):
         for i in range(row.shape[0]):
             h1 = _mix(h1, row[i])
             h2 = _mix(h2, row[i] + r)
-    s = sc[K.S_POOL_HEAD]
+    s = sc[L.S_POOL_HEAD]
     while s != -1:
         h2 = _mix(h2, s)
-        s = st[10, s]
+        s = st[L.R_POOL_NEXT, s]
     n_sets = rg.start.shape[0]
     for k in range(n_sets):
         if k < rg.n_regions:

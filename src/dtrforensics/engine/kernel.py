@@ -105,7 +105,6 @@ from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by th
     MASK_BASES,
     N_SCALARS,
     NEVER,
-    NO_HI,
     PH_CHECK,
     PH_COMPUTE,
     PH_ENTER,
@@ -678,7 +677,7 @@ def _does_not_fit(sc, request):
     value = sc[S_MEMORY] + request
     over = value > sc[S_BUDGET]
     if over:
-        if sc[S_HI_TRUE] == NO_HI or value < sc[S_HI_TRUE]:
+        if value < sc[S_HI_TRUE]:   # NO_HI is larger than any value
             sc[S_HI_TRUE] = value
     elif value > sc[S_LO]:
         sc[S_LO] = value

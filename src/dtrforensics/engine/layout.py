@@ -24,6 +24,35 @@ N_SCALARS = 48
 # S_NO_CANDIDATE: the decision at which the policy's filters left no candidate
 # in a non-empty pool (-1: none; the run ends out of memory).
 
+# Each scalar's role, declared once: every scalar is in exactly one of these
+# (tests/test_engine_layout.py). What reads them: the digest of a state
+# (engine/digest.py), a run spliced onto another (engine/prefixes.py), the
+# extremes folded stretch by stretch (state.Extremes).
+# What the machine is: two states equal in these, the pool's order and the
+# state rows make the same steps from there on (the digest hashes them).
+STEERING = (S_CLOCK, S_MEMORY, S_CMD_POS, S_CREATED, S_CUR_OP, S_DEPTH, S_MODEL_COMPUTE,
+            S_REMAT_COMPUTE, S_POOL_BYTES, S_POOL_SIZE, S_PEND_TOP, S_STATUS)
+# The pool list's ends: the digest hashes the order they start, not their values.
+POOL_ENDS = (S_POOL_HEAD, S_POOL_TAIL)
+# Counters: a spliced run adds its own so far to its donor's after the meeting.
+ADDITIVE = (S_EVICTIONS, S_DEAD, S_REMATS, S_COLLATERAL, S_SCORE_EVALS, S_STEPS, S_ANOMALIES,
+            S_REBUILDS, S_WALK_VISITS, S_ABSORBS, S_ABSORB_WORK, S_FRONTIER_MISSES,
+            S_EXCLUSION_CHECKS)
+# The budget certificate (§11) and running maxima (§12.5, §12.6), in the order of
+# the fields of `state.Extremes`, which folds them stretch by stretch.
+EXTREMES = (S_LO, S_HI_TRUE, S_MAX_DEPTH, S_PEAK, S_MAXPIN_BYTES, S_MAXPIN_DEPTH, S_MAXPIN_OP)
+# Decision indices (the S_EVICTIONS at that decision, -1: none): a spliced run
+# shifts its donor's by the pressure evictions it made more than the donor.
+DECISIONS = (S_POLICY_FAULT, S_NO_CANDIDATE)
+# The run's settings, written by the driver (a spliced run keeps its own).
+SETTINGS = (S_BUDGET, S_EMIT, S_EMIT_CANDS, S_REMAT_LIMIT, S_DEBUG, S_STOP_CMD)
+# Where the state sits and what the buffers hold, not what the machine is: mark
+# epochs, buffer fills, the arena's top, free bitset slots (never digested).
+BOOKKEEPING = (S_EPOCH, S_N_EVENTS, S_N_CANDS, S_N_STREAM, S_ARENA_TOP, S_FREE_SLOTS)
+ROLES = {"steering": STEERING, "pool ends": POOL_ENDS, "additive": ADDITIVE,
+         "extremes": EXTREMES, "decisions": DECISIONS, "settings": SETTINGS,
+         "bookkeeping": BOOKKEEPING}
+
 # Rows of the state matrix `st`. R_DEFINED is indexed by tensor id, every other
 # row by storage id (semantics.md §4.1, §4.2); R_IN_POOL/R_POOL_PREV/R_POOL_NEXT
 # are the pool as a doubly linked list in pool order (§4.4).
@@ -77,5 +106,5 @@ CHECK_REGIONS_ENV = "DTRF_CHECK_REGIONS"
 # first MASK_BASES rows of the walk work space are zero between walks.
 MASK_BASES = 64
 
-NO_HI = -1                                 # no comparison failed yet (§11)
+NO_HI = np.iinfo(np.int64).max            # S_HI_TRUE when no comparison failed yet (§11)
 NEVER = np.iinfo(np.int64).min // 4        # last_access of a storage never touched

@@ -42,10 +42,9 @@ from .state import Extremes, MachineState, Snapshot
 CHECKPOINT_EVERY = 64
 CHECKPOINT_OFFSETS = sorted({int(1.5 ** i) for i in range(9)})
 # Counters a spliced run adds up: its own so far plus the donor's after the meeting point.
-ADDITIVE = np.array([L.S_EVICTIONS, L.S_DEAD, L.S_REMATS, L.S_COLLATERAL, L.S_SCORE_EVALS,
-                     L.S_STEPS, L.S_ANOMALIES, L.S_REBUILDS, L.S_WALK_VISITS, L.S_ABSORBS,
-                     L.S_ABSORB_WORK, L.S_FRONTIER_MISSES, L.S_EXCLUSION_CHECKS],
-                    dtype=np.int64)
+ADDITIVE = np.array(L.ADDITIVE, dtype=np.int64)
+DECISIONS = np.array(L.DECISIONS, dtype=np.int64)
+SETTINGS = np.array(L.SETTINGS, dtype=np.int64)
 
 DEFAULT_MAX_BYTES = 256 << 20
 SNAPSHOTS_PER_RUN = 16
@@ -62,13 +61,6 @@ class PrefixStats:
     snapshots_taken: int = 0
     spliced: int = 0
     steps_spliced: int = 0   # donor steps a spliced run did not replay
-
-    @property
-    def skipped_fraction(self) -> float:
-        """Of all steps the runs stand for, those not replayed."""
-        saved = self.steps_skipped + self.steps_spliced
-        total = saved + self.steps_run
-        return saved / total if total else 0.0
 
 
 class PrefixCache:
@@ -154,14 +146,13 @@ class PrefixCache:
 
 
 class _Shelf:
-    """The snapshots of one family with their prefix intervals and step counts in
-    arrays, so finding the furthest one that admits a budget is one vector scan."""
-
-    NO_HI = np.iinfo(np.int64).max
+    """The snapshots of one family with their prefix intervals (`lo`, `hi_true`
+    of each `BudgetInterval`) and step counts in arrays, so finding the furthest
+    one that admits a budget is one vector scan."""
 
     def __init__(self):
         self.lo = np.zeros(64, dtype=np.int64)
-        self.hi = np.zeros(64, dtype=np.int64)
+        self.hi_true = np.zeros(64, dtype=np.int64)
         self.steps = np.full(64, -1, dtype=np.int64)     # -1: a free slot
         self.snaps: list[Snapshot | None] = [None] * 64
         self.slot: dict[int, int] = {}
@@ -170,12 +161,12 @@ class _Shelf:
     def add(self, snap: Snapshot) -> None:
         if not self.free:
             n = len(self.snaps)
-            self.lo, self.hi = np.resize(self.lo, 2 * n), np.resize(self.hi, 2 * n)
+            self.lo, self.hi_true = np.resize(self.lo, 2 * n), np.resize(self.hi_true, 2 * n)
             self.steps = np.concatenate([self.steps, np.full(n, -1, dtype=np.int64)])
             self.snaps += [None] * n
             self.free = list(range(2 * n - 1, n - 1, -1))
         i = self.free.pop()
-        self.lo[i], self.hi[i] = snap.lo, self.NO_HI if snap.hi is None else snap.hi
+        self.lo[i], self.hi_true[i] = snap.interval.lo, snap.interval.hi_true
         self.steps[i] = snap.steps
         self.snaps[i] = snap
         self.slot[id(snap)] = i
@@ -190,7 +181,7 @@ class _Shelf:
         return (s for s in self.snaps if s is not None)
 
     def best(self, budget: int) -> Snapshot | None:
-        admitted = np.where((self.lo <= budget) & (budget <= self.hi), self.steps, -1)
+        admitted = np.where((self.lo <= budget) & (budget < self.hi_true), self.steps, -1)
         i = int(np.argmax(admitted))
         return self.snaps[i] if admitted[i] >= 0 else None
 
@@ -262,6 +253,21 @@ def _boundaries(sched_kind: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.unique(after_simple[at[at < len(after_simple)]])
 
 
+def _spliced_scalars(final: np.ndarray, mine: np.ndarray, theirs: np.ndarray,
+                     own: np.ndarray) -> np.ndarray:
+    """A spliced run's scalars at its end, by role (layout.ROLES): the donor's
+    `final` ones, counters shifted by what this run counted more than the donor
+    up to the meeting (`mine` against `theirs`), decision indices by the pressure
+    evictions it made more, its `own` settings. Steering scalars, the pool's ends
+    and bookkeeping are the donor's; the caller writes the extremes."""
+    sc = final.copy()
+    sc[ADDITIVE] += mine[ADDITIVE] - theirs[ADDITIVE]
+    made = sc[DECISIONS] >= 0
+    sc[DECISIONS] += np.where(made, mine[L.S_EVICTIONS] - theirs[L.S_EVICTIONS], 0)
+    sc[SETTINGS] = own[SETTINGS]
+    return sc
+
+
 class Sharing:
     """One run's part in shared work: snapshots, checkpoints, the splice."""
 
@@ -321,9 +327,8 @@ class Sharing:
 
     def _splice(self, donor: RunRecord, mine: Checkpoint, theirs: Checkpoint,
                 stream_chunks: list, state: MachineState) -> Splice:
-        sc = donor.final_sc.copy()
+        sc = _spliced_scalars(donor.final_sc, mine.sc, theirs.sc, state.sc)
         shift = mine.sc[ADDITIVE] - theirs.sc[ADDITIVE]
-        sc[ADDITIVE] += shift
         self.before.then(theirs.suffix).write(sc)
         own = stream_chunks + [state.stream[:int(state.sc[L.S_N_STREAM])]]
         stream = np.concatenate(own + [donor.stream[theirs.stream_at:]])

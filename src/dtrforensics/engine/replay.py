@@ -32,7 +32,7 @@ from .hooks import (
 )
 from .policies import Policy, get_policy
 from .score_watch import ScoreWatch
-from .state import MachineState, grow_arena
+from .state import Extremes, MachineState, grow_arena
 from .summary import MaxPinned, OomInfo, RunSummary, distinct_count, victims_sha256
 
 if TYPE_CHECKING:
@@ -470,7 +470,6 @@ def _finish(run: _Run, state: MachineState, stream_chunks: list, sharing, status
     ctx = run.ctx
     if spliced is not None:
         sc, stream, frontier = spliced.sc, spliced.stream, spliced.frontier
-        sc[L.S_BUDGET] = ctx.budget
     else:
         sc = state.sc
         stream_chunks.append(state.stream[:int(sc[L.S_N_STREAM])].copy())
@@ -530,7 +529,6 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
                       pinned=frontier.pinned_bytes, depth=len(frontier.levels),
                       budget=ctx.budget, root_tensor=frontier.levels[0].tensor,
                       final_pins=_in_final_pins(program, int(sc[L.S_CMD_POS]) - 1))
-    hi = int(sc[L.S_HI_TRUE])
     max_pinned = MaxPinned(int(sc[L.S_MAXPIN_BYTES]), int(sc[L.S_MAXPIN_DEPTH]),
                            int(sc[L.S_MAXPIN_OP]))
     return RunSummary(
@@ -543,7 +541,7 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
         remats=int(sc[L.S_REMATS]), collateral_remats=int(sc[L.S_COLLATERAL]),
         max_depth=int(sc[L.S_MAX_DEPTH]), max_pinned=max_pinned, oom=oom,
         victims_sha256=victims_sha256(pressure),
-        budget_interval=(int(sc[L.S_LO]), None if hi == L.NO_HI else hi - 1),
+        budget_interval=Extremes.read(sc).interval.pair(),
         ops_done=int(sc[L.S_CUR_OP]) + 1, peak_memory=int(sc[L.S_PEAK]),
         score_evals=int(sc[L.S_SCORE_EVALS]), wall_seconds=seconds,
         interventions=ctx.interventions.to_json(), error=error,

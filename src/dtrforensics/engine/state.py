@@ -107,41 +107,64 @@ def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:
 
 
 @dataclass(frozen=True)
+class BudgetInterval:
+    """The budgets that answer every comparison of a stretch of a run alike
+    (semantics.md §11): `lo <= budget < hi_true`. `hi_true` is the smallest
+    failing `memory + request`, `layout.NO_HI` while none failed: the kernel
+    keeps both in S_LO and S_HI_TRUE, and this is their one reading."""
+
+    lo: int = 0
+    hi_true: int = L.NO_HI
+
+    @property
+    def hi(self) -> int | None:
+        """The largest budget admitted, None for no bound."""
+        return None if self.hi_true == L.NO_HI else self.hi_true - 1
+
+    def admits(self, budget: int) -> bool:
+        return self.lo <= budget < self.hi_true
+
+    def meet(self, other: "BudgetInterval") -> "BudgetInterval":
+        """The budgets both admit."""
+        return BudgetInterval(max(self.lo, other.lo), min(self.hi_true, other.hi_true))
+
+    def pair(self) -> tuple[int, int | None]:
+        """(lo, hi): the summary's `budget_interval`."""
+        return self.lo, self.hi
+
+
+@dataclass(frozen=True)
 class Extremes:
-    """The budget certificate and running maxima over a stretch of a run.
+    """The budget certificate and running maxima over a stretch of a run: the
+    scalars of `layout.EXTREMES`, in its order.
 
     The kernel keeps them in scalar registers; a driver that splits a run
     into stretches (to splice runs, engine/prefixes.py) folds each stretch's
     registers into the earlier ones with `then` and resets them.
     """
 
-    lo: int = 0
-    hi_true: int = L.NO_HI          # smallest failing `memory + request`, exclusive bound
+    interval: BudgetInterval = BudgetInterval()
     max_depth: int = 0
     peak: int = 0
-    maxpin: tuple[int, int, int] = (0, 0, -1)
+    maxpin: tuple[int, int, int] = (0, 0, -1)   # bytes, depth, op (§12.6)
 
     @classmethod
     def read(cls, sc: np.ndarray) -> "Extremes":
-        return cls(int(sc[L.S_LO]), int(sc[L.S_HI_TRUE]), int(sc[L.S_MAX_DEPTH]),
-                   int(sc[L.S_PEAK]), (int(sc[L.S_MAXPIN_BYTES]), int(sc[L.S_MAXPIN_DEPTH]),
-                                       int(sc[L.S_MAXPIN_OP])))
+        lo, hi_true, max_depth, peak, *maxpin = (int(x) for x in sc[list(L.EXTREMES)])
+        return cls(BudgetInterval(lo, hi_true), max_depth, peak, tuple(maxpin))
 
     def write(self, sc: np.ndarray) -> None:
-        sc[L.S_LO], sc[L.S_HI_TRUE] = self.lo, self.hi_true
-        sc[L.S_MAX_DEPTH], sc[L.S_PEAK] = self.max_depth, self.peak
-        sc[L.S_MAXPIN_BYTES], sc[L.S_MAXPIN_DEPTH], sc[L.S_MAXPIN_OP] = self.maxpin
+        sc[list(L.EXTREMES)] = (self.interval.lo, self.interval.hi_true, self.max_depth,
+                                self.peak, *self.maxpin)
 
     def then(self, later: "Extremes") -> "Extremes":
         """This stretch followed by `later` (the first maximum of pinned bytes is kept)."""
-        a, b = self.hi_true, later.hi_true
-        hi = b if a == L.NO_HI else a if b == L.NO_HI else min(a, b)
-        return Extremes(max(self.lo, later.lo), hi,
+        return Extremes(self.interval.meet(later.interval),
                         max(self.max_depth, later.max_depth), max(self.peak, later.peak),
                         later.maxpin if later.maxpin[0] > self.maxpin[0] else self.maxpin)
 
     def admits(self, budget: int) -> bool:
-        return self.lo <= budget and (self.hi_true == L.NO_HI or budget < self.hi_true)
+        return self.interval.admits(budget)
 
 
 # Per process: finished runs' states, one per shape, for the next run's `new`. A
@@ -195,11 +218,9 @@ class MachineState:
         sc[L.S_CUR_OP] = -1
         sc[L.S_POOL_HEAD] = -1
         sc[L.S_POOL_TAIL] = -1
-        sc[L.S_HI_TRUE] = L.NO_HI
+        Extremes().write(sc)    # max pinned (0, 0, -1) until a check frees memory (§12.6)
         sc[L.S_BUDGET] = budget
-        sc[L.S_MAXPIN_OP] = -1  # reference convention: (0, 0, -1) until a check frees memory
-        sc[L.S_POLICY_FAULT] = -1
-        sc[L.S_NO_CANDIDATE] = -1
+        sc[list(L.DECISIONS)] = -1
         sc[L.S_STOP_CMD] = -1   # no command boundary to stop at (engine/prefixes.py sets one)
         sc[L.S_FREE_SLOTS] = len(state.regions.free_slots)
         sc[L.S_REMAT_LIMIT] = remat_limit
@@ -256,9 +277,7 @@ class MachineState:
             free_slots=rg.free_slots.copy(), **dict.fromkeys(WORK_FIELDS))
         prefix = before.then(Extremes.read(self.sc))
         return Snapshot(
-            steps=int(self.sc[L.S_STEPS]), lo=prefix.lo,
-            hi=None if prefix.hi_true == L.NO_HI else prefix.hi_true - 1,
-            before=before, run=run,
+            steps=int(self.sc[L.S_STEPS]), interval=prefix.interval, before=before, run=run,
             arena_len=len(rg.arena), bit_rows=rg.bits.shape,
             state=MachineState(
                 sc=self.sc.copy(), st=self.st.copy(), frames=self.frames.copy(),
@@ -300,7 +319,7 @@ class Snapshot:
 
     Budgets only enter the kernel through `memory + request > budget`
     comparisons, and [lo, hi] is the set of budgets for which every
-    comparison made so far has the same outcome: a run at any of them makes
+    comparison made so far has the same outcome (`interval`): a run at any of them makes
     exactly these steps, so it may resume here instead of at op 0. The budget
     scalar is the only state a resumed run changes; the certificate so far
     (lo, hi), the counters, the pool, the neighbourhoods and the eviction
@@ -311,8 +330,7 @@ class Snapshot:
     """
 
     steps: int
-    lo: int
-    hi: int | None
+    interval: BudgetInterval
     before: Extremes
     run: object
     arena_len: int
@@ -320,8 +338,16 @@ class Snapshot:
     state: MachineState
     stream_chunks: tuple[np.ndarray, ...]
 
+    @property
+    def lo(self) -> int:
+        return self.interval.lo
+
+    @property
+    def hi(self) -> int | None:
+        return self.interval.hi
+
     def admits(self, budget: int) -> bool:
-        return self.lo <= budget and (self.hi is None or budget <= self.hi)
+        return self.interval.admits(budget)
 
     @cached_property
     def nbytes(self) -> int:
