@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from rich.console import Console
-from test_sweep import hole_log
+from sweeps import hole_log
 
 from dtrforensics.analyses.edges import edges
 from dtrforensics.engine.replay import replay

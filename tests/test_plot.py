@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_sweep import hole_log
+from sweeps import hole_log
 
 from dtrforensics.sweep import holes, runner
 from dtrforensics.sweep.store import SweepParams

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_sweep import table, write_logs
+from sweeps import table, write_logs
 
 from dtrforensics.sweep import holes, runner, scheduler
 from dtrforensics.sweep.store import ParamsMismatch, SweepParams, SweepStore

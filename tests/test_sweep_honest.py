@@ -9,9 +9,9 @@ import json
 import shlex
 
 import pytest
-from hostile import dtrf
+from cli import dtrf
 from rich.console import Console
-from test_sweep import hole_log
+from sweeps import hole_log
 
 from dtrforensics.engine.replay import replay
 from dtrforensics.render.sweep import print_holes

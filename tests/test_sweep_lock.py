@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from test_sweep import write_logs
+from sweeps import write_logs
 
 from dtrforensics.sweep import holes, runner
 from dtrforensics.sweep.backends import heap_frozen

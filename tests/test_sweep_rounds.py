@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_sweep import Crash, CrashAfter, FakeAxis, chain_log, keys, table
+from sweeps import Crash, CrashAfter, FakeAxis, chain_log, keys, table
 
 from dtrforensics.sweep import runner
 from dtrforensics.sweep.exact import ExactWalk, WalkRounds
