@@ -171,6 +171,10 @@ def plan_lines(result: PlanResult) -> list[str]:
         out += [f"  {p.knob:<8g} {p.peak:>14,} B  {_x(p.overhead)}"
                 + ("  plan changes" if i and p.plan != pts[i - 1].plan else "")
                 for i, p in enumerate(pts)]
+    if result.knob is not None and result.knob.inversions:
+        out.append(f"non-monotone: a lower knob peaks higher at "
+                   f"{fmt_count(result.knob.inversions, 'adjacent pair')} of the knob's points; "
+                   f"the {len(result.inversions)} largest diffed")
     for d in result.inversions:
         out += diff_lines(d)
     if result.target is not None:
@@ -252,6 +256,11 @@ def figure(result: PlanResult, *, ratio_axis: bool = False):
     mib = float(1 << 20)
     if result.dtr is not None:
         _draw_dtr(ax, result.dtr, mib)
+        every = result.options + (result.knob.points if result.knob is not None else [])
+        right = max([o.peak for o in every] + [result.peak])
+        if right > result.peak:        # above the plain peak DTR evicts nothing
+            ax.plot([result.peak / mib, right / mib], [1.0, 1.0], ":", color=DTR_COLOUR, lw=1.5,
+                    label="DTR above the plain step's peak (nothing evicted)")
     _draw_options(ax, result, mib)
     if result.knob is not None:
         _draw_knob(ax, result.knob, mib)
@@ -278,13 +287,20 @@ def _draw_dtr(ax, dtr: DtrMap, mib: float) -> None:
             xs.append(float("nan"))
             ys.append(float("nan"))
     ax.plot(xs, ys, color=DTR_COLOUR, lw=1.5, label=f"DTR ({dtr.policy}), exact")
+    if dtr.first_success is not None and dtr.first_overhead is not None:
+        ax.plot([dtr.first_success / mib], [dtr.first_overhead], "D", color=DTR_COLOUR, ms=6,
+                label="DTR's first success")
+        ax.annotate(f"{dtr.first_success:,} B, {dtr.first_overhead:.2f}x",
+                    (dtr.first_success / mib, dtr.first_overhead), textcoords="offset points",
+                    xytext=(-10, 8), ha="right", fontsize=8, color=DTR_COLOUR)
     for k, h in enumerate(dtr.holes):
         ax.axvspan(h.lo / mib, (h.hi + 1) / mib, color=HOLE_COLOUR, alpha=0.25, lw=0,
                    label="DTR hole (fails between completions)" if k == 0 else None)
     lo, _ = dtr.range_bytes
     if dtr.first_success is not None and dtr.first_success > lo:
         ax.axvspan(lo / mib, dtr.first_success / mib, color=BELOW_COLOUR, alpha=0.35, lw=0,
-                   label="DTR fails or uncertified below its first success")
+                   label="DTR fails below its first success" if dtr.first_success_exact
+                   else "DTR fails or uncertified below its first success")
     for k, gap in enumerate(dtr.report.policy(dtr.policy).certain.gaps):
         if dtr.first_success is None or gap.lo > dtr.first_success:
             ax.axvspan(gap.lo / mib, (gap.hi + 1) / mib, color=OPEN_COLOUR, alpha=0.6, lw=0,

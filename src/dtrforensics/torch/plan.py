@@ -121,6 +121,7 @@ class KnobMap:
     refined: int                    # points added between grid points whose plans differ
     changes: int                    # adjacent points with different plans
     unresolved: int                 # changes whose knobs are still wider apart than tolerance
+    inversions: int = 0             # adjacent points where the lower knob peaks higher
 
 
 @dataclass(frozen=True)
@@ -457,7 +458,8 @@ def _knob_map(step: dict, folder: Path, settings: PlanSettings,
     ordered = [points[k] for k in sorted(points)]
     changes = sum(a.plan != b.plan for a, b in zip(ordered, ordered[1:]))
     return KnobMap(settings.solver, ordered, settings.knob_step, settings.knob_tolerance,
-                   refined, changes, len(_wide_changes(points, settings.knob_tolerance)))
+                   refined, changes, len(_wide_changes(points, settings.knob_tolerance)),
+                   sum(a.peak > b.peak for a, b in zip(ordered, ordered[1:])))
 
 
 def _wide_changes(points: dict[float, OptionPoint], tolerance: float) -> list[tuple[float, float]]:
