@@ -27,18 +27,17 @@ demo: $(DEMO_STAMP)
 
 # Skipped tests are listed with their reasons (`-rs` in pyproject's addopts).
 # The suite runs on every core (pytest-xdist: `-n auto`), a module's tests on
-# one worker in their order (`--dist loadfile`): some modules' tests build on
-# the ones before them (the README's commands), and a module's fixtures are made once.
+# one worker in their order (`--dist loadscope`, scoped in tests/conftest.py).
 PYTEST_WORKERS ?= auto
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 test-full: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m ''
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope -m ''
 
 # The published stories on the public traces (InceptionV4 diff and OOM, LSTM figures).
 test-stories: $(STAMP)

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent
 # Run in the child: the path every cold replay takes, then what it left.
 PREPARE = """
 from dtrforensics.engine import compiled, native
-compiled.prepare(sharing=True)
+from dtrforensics.engine.replay import replay
+compiled.prepare(replay, sharing=True)
 for folder in native.folders():
     for failed in folder.glob("native-*.failed"):
         failed.unlink()          # a first command on this machine tries again

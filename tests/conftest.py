@@ -48,6 +48,29 @@ def pytest_configure(config):
     guard_configure(config)
 
 
+# A module's tests run on one worker, in their order (`make test`: `--dist
+# loadscope`, with this scope): some build on the ones before them (the
+# README's commands), and a module's fixtures are made once. The modules named
+# here hold a third of the suite in tests that stand alone, and are shared out
+# test by test.
+SHARED_OUT = {"test_hostile.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist: the scheduler of `--dist loadscope`, scoped as above."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return nodeid if Path(module).name in SHARED_OUT else module
+
+    return ModulesTogether(config, log)
+
+
 @pytest.fixture(scope="session")
 def forensic_recs(tmp_path_factory):
     """Folder -> recordings: shift125/130, chain55/100, fan50, fan50_forced,

@@ -114,7 +114,8 @@ def _notice(monkeypatch, capsys, numba_missing: bool) -> str:
                         lambda: ["kernel"] if numba_missing else [])
     monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)
     prepared = []
-    monkeypatch.setattr(compiled, "prepare", lambda sharing=False: prepared.append(sharing))
+    monkeypatch.setattr(compiled, "prepare",
+                        lambda replay, sharing=False: prepared.append(sharing))
     kernel_notice.announce_compile()
     assert prepared == [False]
     return capsys.readouterr().err

@@ -82,7 +82,8 @@ def announce_compile(sharing: bool = False) -> None:
         return
     _say_compile()
     from ..engine import compiled
-    compiled.prepare(sharing=sharing)
+    from ..engine.replay import replay
+    compiled.prepare(replay, sharing=sharing)
 
 
 def _say_compile() -> None:

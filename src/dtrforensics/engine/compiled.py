@@ -98,12 +98,14 @@ def _build_once(K) -> None:
     _native = native.load()
 
 
-def prepare(sharing: bool = False) -> None:
+def prepare(replay, sharing: bool = False) -> None:
     """Have the kernel ready in this process: the native library loaded, or
     else numba's kernel compiled (from numba's cache when it is there) for
-    the types the driver passes, by one replay of a small packaged trace,
-    which also builds the library when it can. With `sharing`, the digest
-    of prefix sharing too (engine/digest.py, numba). Once per process."""
+    the types the driver passes, by one run of `replay` (the driver's own
+    function, engine/replay.py, which calls this: it is passed, not imported)
+    on a small packaged trace, which also builds the library when it can.
+    With `sharing`, the digest of prefix sharing too (engine/digest.py,
+    numba). Once per process."""
     wanted = {"kernel", "digest"} if sharing else {"kernel"}
     if wanted <= _prepared or os.environ.get("NUMBA_DISABLE_JIT") == "1":
         return
@@ -111,7 +113,6 @@ def prepare(sharing: bool = False) -> None:
     if not sharing and _native_kernel() is not None:
         return
     from ..trace.parser import parse_file
-    from .replay import replay
     result = replay(parse_file(WARMUP_TRACE), ratio=0.5, keep_state=sharing)
     if sharing:
         from .digest import state_digest

@@ -264,7 +264,7 @@ class _Run:
 def _setup(program, budget, ratio, policy, observers, timeout, interventions, thrash_factor,
            debug) -> _Run:
     """The setup phase: options checked, the context and the kernel's buffers."""
-    compiled.prepare()     # a compile (first use) before the clock: no timeout counts it
+    compiled.prepare(replay)   # a compile (first use) before the clock: no timeout counts it
     started = time.perf_counter()
     graph, base = prepared(program)
     budget, ratio = resolve_budget(program, budget, ratio)
