@@ -133,3 +133,33 @@ def test_plan_target_picks_an_option_that_fits_when_run_for_real(tmp_path):
     again = record_option("hf:gpt2", pick.text, tmp_path / "again.log", sets=dict(sets))
     assert again.peak_bytes <= target
     assert again.peak_bytes == pick.peak
+
+
+def test_a_partial_dtr_map_says_so_and_its_command_finishes_it(tmp_path):
+    """Cut short by --max-runs, the map says what is open and the command that
+    extends it (twice the runs, as a sweep's); run until the plan reads a complete
+    map, each round certifying more."""
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = tmp_path / "plan"
+    args = ["torch", "plan", "zoo:gpt", "--no-knob", "--option", "block", "--max-runs", 20,
+            "--out", out]
+    doc = json.loads(invoke(*args, "--json"))
+    assert not doc["dtr"]["complete"] and doc["dtr"]["uncertified_bytes"] > 0
+    assert doc["verdict"]["next"] == doc["finish"] and "map partial" in doc["verdict"]["headline"]
+    dtrf = Path(sys.executable).parent / "dtrf"
+    for _ in range(8):
+        words = shlex.split(doc["finish"])
+        assert words[:2] == ["dtrf", "sweep"] and words[words.index("--out") + 1] == str(out / "dtr")
+        subprocess.run([str(dtrf), *words[1:], "--no-progress", "--jobs", "1"], check=True,
+                       capture_output=True, cwd=tmp_path)
+        before, doc = doc, json.loads(invoke(*args, "--json"))
+        assert doc["dtr"]["uncertified_bytes"] < before["dtr"]["uncertified_bytes"]
+        if doc["dtr"]["complete"]:
+            break
+    assert doc["dtr"]["complete"] and doc["finish"] is None
+    text = invoke(*args)
+    verdict = " ".join(text.split("\n\n")[0].split())
+    assert "map complete" in verdict and "next:" not in verdict and "to finish" not in text

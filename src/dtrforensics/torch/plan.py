@@ -403,9 +403,13 @@ def _dtr_map(program: Program, bounds: Floor, folder: Path, settings: PlanSettin
     from ..sweep.runner import run_sweep
     from ..sweep.store import SweepParams
     ratio_from = max(bounds.floor, 1) / bounds.peak
-    params = SweepParams(ratio_from=ratio_from, ratio_to=1.0, policies=(settings.policy,),
-                         exact=True, max_runs=settings.max_runs)
     out = folder / "dtr"
+    max_runs = settings.max_runs
+    if (out / "sweep.json").exists():   # extended by its finishing command: never cut back
+        from ..sweep.holes import open_sweep
+        max_runs = max(max_runs, open_sweep(out).params.max_runs)
+    params = SweepParams(ratio_from=ratio_from, ratio_to=1.0, policies=(settings.policy,),
+                         exact=True, max_runs=max_runs)
     run_sweep(program, params, out, jobs=settings.jobs, deadline=deadline)
     report = analyze(out)
     return dtr_map_of(report, settings.policy)
