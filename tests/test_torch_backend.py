@@ -206,3 +206,28 @@ def test_torch_run_compiled(tmp_path):
     assert refused.refused("cannot be met") and "shortfall" in refused.err
     assert dtrf("torch", "run", "zoo:gpt", "--ratio", "1", "--compiled", "--workspaces").refused(
         "--workspaces cannot be used with --compiled")
+
+
+def test_a_hole_is_refused_and_its_edges_run(gpt, tmp_path):
+    """Around a hole of the joint graph's log (a failing budget with completing
+    budgets below and above it), the failing budget is refused when compiling
+    and the budgets on both sides run, faithful to the engine."""
+    model, batch, loss_fn, plain = gpt
+    log = tmp_path / "joint.log"
+    _step(dtr_backend(ratio=1.0, log=log), model, batch, loss_fn)
+    program = parse_file(log)
+    runs = [replay(program, ratio=i / 1000).summary for i in range(800, 951)]
+    ok = [s.outcome == "ok" for s in runs]
+    holes = [i for i in range(1, len(runs) - 1) if not ok[i] and any(ok[:i]) and any(ok[i:])]
+    assert holes, "no hole between ratios 0.8 and 0.95"
+    fail = holes[0]
+    below = max(i for i in range(fail) if ok[i])
+    above = min(i for i in range(fail, len(runs)) if ok[i])
+    with pytest.raises(Exception) as caught:
+        _step(dtr_backend(runs[fail].budget), model, batch, loss_fn)
+    assert isinstance(getattr(caught.value, "inner_exception", None), BudgetNotMet)
+    for i in (below, above):
+        be = dtr_backend(runs[i].budget, checking=True)
+        assert _bitwise(_step(be, model, batch, loss_fn), plain)
+        assert be.graphs[0].checks[0].mismatches == 0
+        assert be.graphs[0].summary.victims_sha256 == runs[i].victims_sha256
