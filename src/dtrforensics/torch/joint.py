@@ -29,7 +29,7 @@ from torch import fx
 from ..trace.parser import parse_lines
 from ..trace.program import Program
 from .log import LogWriter
-from .recorder import RecordError, StepRecorder, output_tensors
+from .recorder import RecordError, StepRecorder
 
 
 class NotExpressibleError(RecordError):
@@ -273,9 +273,4 @@ def _name_tensors(program: Program, lines: list[str]) -> dict[str, int]:
     return found
 
 
-def output_tensor_ids(joint: JointLog, nodes) -> list:
-    """The tensor id of each output node (None for a None output)."""
-    return [None if n is None else joint.node_tensors[n][0] for n in nodes]
-
-
-__all__ = ["JointLog", "NotExpressibleError", "capture_joint", "output_tensors"]
+__all__ = ["JointLog", "NotExpressibleError", "capture_joint"]
