@@ -163,3 +163,17 @@ def test_a_partial_dtr_map_says_so_and_its_command_finishes_it(tmp_path):
     text = invoke(*args)
     verdict = " ".join(text.split("\n\n")[0].split())
     assert "map complete" in verdict and "next:" not in verdict and "to finish" not in text
+
+
+def test_an_option_that_does_not_apply_is_left_out_with_its_reason(tmp_path):
+    """zoo:mlp has no repeated block: `block` is left out and said so; a misspelt
+    option is still an error."""
+    from dtrforensics.torch import RecordError
+    from dtrforensics.torch.plan import PlanSettings, plan
+    settings = PlanSettings(options=("block",), knob=False, max_runs=30)
+    result = plan("zoo:mlp", tmp_path / "plan", settings=settings)
+    assert [o.text for o in result.options] == ["none"]
+    assert result.notes == [n for n in result.notes if n.startswith("option block left out: ")]
+    assert len(result.notes) == 1 and "no repeated block" in result.notes[0]
+    with pytest.raises(RecordError, match="blok"):
+        plan("zoo:mlp", tmp_path / "plan", settings=PlanSettings(options=("blok",), knob=False))

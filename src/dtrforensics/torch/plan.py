@@ -298,17 +298,31 @@ def plan(spec: str, folder: str | os.PathLike, *, target: int | None = None,
         from .. import validate
         validate.ratio(ratio, "--ratio", bounds.peak)
         target = int(ratio * bounds.peak)
-    options = [plain] + [_record(step, CheckpointOption.parse(text), folder, plain)
-                         for text in settings.options]
+    options, notes = _options(step, folder, settings, plain)
     knob = _knob_map(step, folder, settings, plain) if settings.knob else None
     dtr = _dtr_map(program, bounds, folder, settings, deadline)
     inversions = _inversions(knob) if knob is not None else []
     answer = None if target is None else _target(target, options, knob, dtr)
-    notes = [] if dtr is not None else [
-        f"the floor ({bounds.floor:,} B) is at or above the peak ({bounds.peak:,} B): "
-        "DTR cannot go below the peak"]
+    if dtr is None:
+        notes.append(f"the floor ({bounds.floor:,} B) is at or above the peak "
+                     f"({bounds.peak:,} B): DTR cannot go below the peak")
     return PlanResult(spec, folder, bounds.peak, bounds, compute, dtr, options, knob,
                       inversions, answer, time.perf_counter() - started, dict(sets), notes)
+
+
+def _options(step: dict, folder: Path, settings: PlanSettings,
+             plain: OptionPoint) -> tuple[list[OptionPoint], list[str]]:
+    """The plain step and each option recorded; an option that does not apply to
+    the model (no repeated block) is left out with a note saying why."""
+    from .checkpointing import CheckpointOption, CheckpointOptionError
+    options, notes = [plain], []
+    for text in settings.options:
+        option = CheckpointOption.parse(text)
+        try:
+            options.append(_record(step, option, folder, plain))
+        except CheckpointOptionError as exc:
+            notes.append(f"option {text} left out: {exc}")
+    return options, notes
 
 
 def default_folder(spec: str, sets: dict, optimizer: str | None, seed: int) -> Path:
