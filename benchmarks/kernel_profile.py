@@ -38,6 +38,7 @@ if __name__ == "__main__" and "NUMBA_CACHE_DIR" not in os.environ:
 
 from dtrforensics.engine import kernel as K
 from dtrforensics.engine import regions as R
+from dtrforensics.engine import walks as W
 from dtrforensics.engine.replay import replay
 from dtrforensics.trace import load_trace
 
@@ -66,7 +67,7 @@ def perf_map(path: Path) -> int:
     """Write the perf map of every compiled kernel function; returns how many."""
     rows = set()
     with tempfile.TemporaryDirectory() as tmp:
-        for module, attr in [(m, a) for m in (K, R) for a in dir(m)]:
+        for module, attr in [(m, a) for m in (K, R, W) for a in dir(m)]:
             dispatcher = getattr(module, attr)
             for cres in getattr(dispatcher, "overloads", {}).values():
                 try:

@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent("""
     import sys
     from hypothesis import given, settings, strategies as st
     from test_engine_vs_oracle import POLICIES, random_logs, test_engine_agrees_with_oracle
-    from dtrforensics.engine import kernel
+    from dtrforensics.engine import kernel, walks
 
     assert not hasattr(kernel.run_slice, "py_func"), "the kernel is still compiled"
     if sys.argv[1] == "masked":   # every rebuild of two or more bases takes a masked walk
@@ -26,9 +26,9 @@ SCRIPT = textwrap.dedent("""
         from dtrforensics.engine.replay import replay
         from dtrforensics.synth.generator import SynthSpec, generate
         from dtrforensics.trace import parse_lines
-        kernel.MEMO_MIN_BASES = 1 << 40
-        kernel.MASK_MIN_INTERIOR = 0
-        kernel.MASK_MIN_SHARING = 0
+        walks.MEMO_MIN_BASES = 1 << 40
+        walks.MASK_MIN_INTERIOR = 0
+        walks.MASK_MIN_SHARING = 0
         warnings.simplefilter("error", RuntimeWarning)   # no mask bit may overflow
         spec = SynthSpec(kind="mixed", depth=24, width=2, view_prob=0.5, seed=1)
         program = parse_lines(generate(spec).splitlines(), name="mixed-1")

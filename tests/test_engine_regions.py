@@ -1,4 +1,4 @@
-"""Shared and masked walks (kernel._shared_rebuilds, kernel._mask_rebuilds)
+"""Shared and masked walks (walks.shared_rebuilds, walks.mask_rebuilds)
 against plain walks (§8.2).
 
 After a compute, the rebuilds of one direction share their walks, through
@@ -19,8 +19,10 @@ from logdsl import Log
 from logs import random_logs
 from public import program_or_skip
 
-from dtrforensics.engine import kernel as K
+from dtrforensics.engine import layout as K
+from dtrforensics.engine import walks as W
 from dtrforensics.engine.baseline import baseline
+from dtrforensics.engine.regions import BITSET_MIN, region
 from dtrforensics.engine.replay import prepared, replay
 from dtrforensics.synth.generator import SynthSpec, generate
 from dtrforensics.trace import parse_lines
@@ -52,7 +54,7 @@ def bitset_alone(rg) -> list[int]:
 def region_sets(rg, bases, backward) -> dict[int, tuple]:
     out = {}
     for s in bases.tolist():
-        r = 2 * s + backward
+        r = region(s, backward)
         out[s] = (members(rg, r), members(rg, rg.n_regions + r), int(rg.compute[r]))
     return out
 
@@ -60,7 +62,7 @@ def region_sets(rg, bases, backward) -> dict[int, tuple]:
 def _plain(graph, state, bases, backward):
     """The regions of `bases` rebuilt by plain walks, one from each base (§8.2)."""
     for s in bases:
-        K._rebuild(graph, state.sc, state.st[K.R_MATERIAL], state.st[K.R_COMPUTE], state.mark,
+        W.rebuild(graph, state.sc, state.st[K.R_MATERIAL], state.st[K.R_COMPUTE], state.mark,
                    state.scratch, state.regions, s, backward)
     return region_sets(state.regions, bases, backward)
 
@@ -87,7 +89,7 @@ def masked_and_plain(program, budget, trials, seed=0):
         bases = rng.choice(storages, size=size, replace=False).astype(np.int64)
         for backward in (K.FORWARD, K.BACKWARD):
             for j in range(0, size, K.MASK_BASES):
-                K._mask_rebuilds(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.scratch,
+                W.mask_rebuilds(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.scratch,
                                  rg, bases[j:], min(K.MASK_BASES, size - j), backward)
             bitset_alone(rg)
             masked = region_sets(rg, bases, backward)
@@ -105,10 +107,10 @@ def shared_and_plain(program, budget):
     ids = np.arange(st.shape[1])
     bases = np.flatnonzero((st[K.R_MATERIAL] == 1) & (ids < sc[K.S_CREATED])
                            & (graph.tensor_storage == ids))
-    assert len(bases) >= K.MEMO_MIN_BASES
+    assert len(bases) >= W.MEMO_MIN_BASES
     results = []
     for backward in (K.FORWARD, K.BACKWARD):
-        K._shared_rebuilds(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.mark,
+        W.shared_rebuilds(graph, sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.mark,
                            state.scratch, rg, bases, len(bases), backward)
         bitset_alone(rg)
         shared = region_sets(rg, bases, backward)
@@ -124,8 +126,8 @@ def test_shared_walks_equal_plain_walks_on_inceptionv4():
     assert failures == 0
     for shared, plain in results:
         assert shared == plain
-    assert any(len(interior) >= K.BITSET_MIN for interior, _, _ in results[0][1].values())
-    assert any(len(frontier) >= K.BITSET_MIN for _, frontier, _ in results[0][0].values())
+    assert any(len(interior) >= BITSET_MIN for interior, _, _ in results[0][1].values())
+    assert any(len(frontier) >= BITSET_MIN for _, frontier, _ in results[0][0].values())
 
 
 @pytest.mark.public
@@ -173,7 +175,7 @@ def test_masked_walks_equal_plain_walks_on_the_lstm():
     results = masked_and_plain(program, 1_482_623_728, trials=6)
     for masked, plain in results:
         assert masked == plain
-    assert any(len(interior) >= K.BITSET_MIN for m, _ in results for interior, _, _ in m.values())
+    assert any(len(interior) >= BITSET_MIN for m, _ in results for interior, _, _ in m.values())
 
 
 @settings(max_examples=200, deadline=None)
@@ -205,7 +207,7 @@ def test_a_masked_walk_follows_an_edge_against_the_id_order():
     st[K.R_MATERIAL, [p, c]] = 1
     st[K.R_MATERIAL, [v, q]] = 0
     bases = np.array([p, c], dtype=np.int64)
-    K._mask_rebuilds(graph, state.sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.scratch, rg,
+    W.mask_rebuilds(graph, state.sc, st[K.R_MATERIAL], st[K.R_COMPUTE], state.scratch, rg,
                      bases, 2, K.FORWARD)
     assert_work_space_empty(rg)
     interior, frontier, _ = region_sets(rg, bases, K.FORWARD)[p]
@@ -241,7 +243,7 @@ def test_shared_rebuilds_equal_plain_walks_on_random_resident_sets(seed):
         if rng.random() < 0.3:
             bases[0] = storages[0]
         for backward in (K.FORWARD, K.BACKWARD):
-            K._shared_rebuilds(graph, state.sc, state.st[K.R_MATERIAL], state.st[K.R_COMPUTE],
+            W.shared_rebuilds(graph, state.sc, state.st[K.R_MATERIAL], state.st[K.R_COMPUTE],
                                state.mark, state.scratch, state.regions, bases, size, backward)
             assert_work_space_empty(state.regions)
             shared = region_sets(state.regions, bases, backward)
@@ -263,7 +265,7 @@ def test_shared_rebuilds_with_few_memo_rows():
                 continue
             for backward in (K.FORWARD, K.BACKWARD):
                 rg.memo_gate[1] = 0   # no backing off: every round tries the memo rows
-                K._shared_rebuilds(graph, state.sc, state.st[K.R_MATERIAL],
+                W.shared_rebuilds(graph, state.sc, state.st[K.R_MATERIAL],
                                    state.st[K.R_COMPUTE], state.mark, state.scratch, rg, bases,
                                    len(bases), backward)
                 assert not rg.memo_row.any() and not rg.memo_int.any() and not rg.memo_fr.any()

@@ -28,6 +28,40 @@ KernelGraph.__doc__ = """Arrays the kernel reads. Storage-indexed arrays use the
 parents (bwd), with the tensor id that makes each edge visible."""
 
 
+class GraphOrderError(RuntimeError):
+    """A kernel graph breaks an order the walks' early exits rely on."""
+
+
+def request_bytes(g, t) -> int:
+    """What materializing tensor t allocates: all its op's outputs (§6.3). The
+    kernel compiles this very function (kernel._request)."""
+    return g.op_total_size[g.tensor_op[t]]
+
+
+def _unsorted_segment(ptr: np.ndarray, values: np.ndarray) -> int:
+    """The first segment of a CSR (`ptr`) whose values decrease somewhere, or -1."""
+    if len(values) < 2:
+        return -1
+    starts = np.zeros(len(values), dtype=bool)
+    starts[ptr[:-1][ptr[:-1] < len(values)]] = True
+    falls = np.flatnonzero((np.diff(values) < 0) & ~starts[1:])
+    return -1 if not len(falls) else int(np.searchsorted(ptr, falls[0], side="right") - 1)
+
+
+def check_order(g: KernelGraph) -> None:
+    """Raise GraphOrderError unless each storage's edges come in the order of the
+    tensor that makes them visible (walks stop at the first not yet created)
+    and each storage's tensors ascend (an eviction stops at the first not yet
+    created)."""
+    for name in ("fwd", "bwd"):
+        bad = _unsorted_segment(getattr(g, f"{name}_ptr"), getattr(g, f"{name}_time"))
+        if bad >= 0:
+            raise GraphOrderError(f"the {name} edges of storage {bad} are not sorted by time")
+    bad = _unsorted_segment(g.st_tensor_ptr, g.st_tensors)
+    if bad >= 0:
+        raise GraphOrderError(f"the tensors of storage {bad} do not ascend")
+
+
 def _csr(sources: np.ndarray, targets: np.ndarray, times: np.ndarray, n: int):
     """Deduplicate (source, target) keeping the earliest time; CSR sorted by time."""
     keep = sources != targets
@@ -63,7 +97,7 @@ def kernel_graph(program: Program) -> KernelGraph:
     order = np.argsort(storage, kind="stable")
     st_ptr = np.zeros(n + 1, dtype=np.int64)
     np.add.at(st_ptr, storage + 1, 1)
-    return KernelGraph(
+    g = KernelGraph(
         op_cost=program.op_cost, op_total_size=program.op_total_size,
         op_first_tensor=program.op_first_tensor,
         op_n_outputs=program.op_n_outputs.astype(np.int64),
@@ -76,3 +110,5 @@ def kernel_graph(program: Program) -> KernelGraph:
         sched_kind=program.sched_kind.astype(np.int64), sched_arg=program.sched_arg,
         op_backward=program.op_backward.astype(np.int64),
     )
+    check_order(g)
+    return g

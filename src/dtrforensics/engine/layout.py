@@ -7,6 +7,8 @@ the state allocator and the readers of a stopped machine.
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
 # Scalar slots (the int64 vector `sc`).
@@ -52,6 +54,23 @@ BOOKKEEPING = (S_EPOCH, S_N_EVENTS, S_N_CANDS, S_N_STREAM, S_ARENA_TOP, S_FREE_S
 ROLES = {"steering": STEERING, "pool ends": POOL_ENDS, "additive": ADDITIVE,
          "extremes": EXTREMES, "decisions": DECISIONS, "settings": SETTINGS,
          "bookkeeping": BOOKKEEPING}
+
+# The kernel's arguments bundled, besides the graph (graph.KernelGraph), the policy's
+# parameters, the state arrays and the regions (state.Regions); the driver makes
+# them once per run (engine/replay.py).
+Buffers = namedtuple("Buffers", ["ev", "evf", "cand", "candf", "event_room", "cand_room"])
+Buffers.__doc__ = """What observers receive (hooks.py): event ints and floats, candidate
+ints and scores, and the rows one step may write of each (a slice stops before
+fewer are left)."""
+Exclusions = namedtuple("Exclusions", ["retain", "window", "forbid", "force"])
+Exclusions.__doc__ = """Interventions (semantics.md §14) as the kernel reads them:
+storages retained (one flag each) within an op window, and forbidden and forced
+(decision, storage) pairs."""
+FromFile = namedtuple("FromFile", ["score_fn", "locked", "probe"])
+FromFile.__doc__ = """A policy from a file (engine/user_policy.py): the address of its
+compiled score (0 for a built-in: the kernel scores it), the storages it never
+evicts (one byte each, empty: none) and the features of the candidate scored
+last (read when a score faults)."""
 
 # Rows of the state matrix `st`. R_DEFINED is indexed by tensor id, every other
 # row by storage id (semantics.md §4.1, §4.2); R_IN_POOL/R_POOL_PREV/R_POOL_NEXT

@@ -1,11 +1,10 @@
 """Evicted neighbourhoods' sets (semantics.md §8), behind one small interface:
-`build` a set, test whether it `contains` a storage, list (iterate) a
-region's `frontier_members`, and `absorb` an evicted storage (§8.3), into
-many regions at once with `absorb_into`; `clear` empties a region. `check` is
-the debug pass over their invariants.
+`build` a set, list (iterate) a region's `frontier_members`, and `absorb` an
+evicted storage (§8.3), into many regions at once with `absorb_into`; `clear`
+empties a region. `check` is the debug pass over their invariants.
 
-Laid out as in `state.Regions`: each of the 2n regions (2*s forward, 2*s+1
-backward) has two sets, its interior (set id r) and its frontier (set id
+Laid out as in `state.Regions`: each of the 2n regions (`region(s, d)`, storage
+s's in direction d, layout.FORWARD or BACKWARD) has two sets, its interior (set id r) and its frontier (set id
 2n + r). A set takes one of three forms:
 - listed: a block of one int64 arena (start/cap/len per set). A set that
   grows past its block moves to a new block at the arena's top; abandoned
@@ -40,6 +39,24 @@ BITSET_MIN = 64
 
 
 # ---------------------------------------------------------------- the interface
+
+@njit(cache=True, inline="always")
+def region(s, direction):
+    """The region of storage s in `direction` (layout.FORWARD, BACKWARD)."""
+    return 2 * s + direction
+
+
+@njit(cache=True, inline="always")
+def region_base(r):
+    """The storage whose region r is."""
+    return r >> 1
+
+
+@njit(cache=True, inline="always")
+def region_direction(r):
+    """The direction of region r."""
+    return r & 1
+
 
 @njit(cache=True, inline="always")
 def build(rg, sc, k, src, n):
@@ -90,19 +107,6 @@ def build_bits(rg, sc, k, bits, n, words):
     return True
 
 
-@njit(cache=True)
-def contains(rg, k, x):
-    """Whether storage x is a member of set k (whatever its form)."""
-    slot = rg.bit_slot[k]
-    if slot >= 0:
-        return in_bits(rg.bits, slot, x)
-    base = rg.start[k]
-    for i in range(rg.len[k]):
-        if rg.arena[base + i] == x:
-            return True
-    return False
-
-
 @njit(cache=True, inline="always")
 def frontier_members(rg, r, out, mark, epoch):
     """The live, distinct members of region r's frontier into `out`; returns the
@@ -141,7 +145,7 @@ def absorb_into(sc, st_compute, mark, rg, bases, n, direction, e, r2):
     bases[:n], in their order: one call for all of an eviction's frontier
     (a call carrying the regions tuple cost more than most absorbs)."""
     for i in range(n):
-        absorb(sc, st_compute, mark, rg, 2 * bases[i] + direction, e, r2)
+        absorb(sc, st_compute, mark, rg, region(bases[i], direction), e, r2)
 
 
 @njit(cache=True, inline="always")

@@ -21,7 +21,7 @@ from . import layout as L
 from .baseline import Baseline, baseline, budget_for_ratio
 from .features import N_FEATURES
 from .frontier import Frontier, build_frontier
-from .graph import KernelGraph, kernel_graph
+from .graph import KernelGraph, kernel_graph, request_bytes
 from .hooks import (
     N_CANDIDATE_COLUMNS,
     N_EVENT_COLUMNS,
@@ -148,7 +148,8 @@ class RunResult:
     @property
     def victims(self) -> np.ndarray:
         """Pressure victims in order: (storage, op id, clock)."""
-        return self.stream[self.stream[:, 0] == L.STREAM_PRESSURE][:, 1:]
+        pressure = self.stream[self.stream[:, L.STREAM_KIND] == L.STREAM_PRESSURE]
+        return pressure[:, [L.STREAM_STORAGE, L.STREAM_OP, L.STREAM_CLOCK]]
 
 
 def prepared(program: Program) -> tuple[KernelGraph, Baseline]:
@@ -232,13 +233,10 @@ class _Run:
     started: float
     debug: bool
     slice_steps: int
-    buffers: tuple          # event ints, event floats, candidate ints, candidate scores
-    rooms: tuple[int, int]  # event and candidate rows one step may write
-    interventions: tuple    # retain, window, forbid, force (kernel arrays)
+    buffers: L.Buffers       # what observers receive, and the rows one step may write
+    interventions: L.Exclusions
     params: np.ndarray      # the policy's (policies.P_*)
-    score_fn: int
-    locked: np.ndarray
-    probe: np.ndarray
+    from_file: L.FromFile   # a policy from a file's score, locked storages, probe
     watch: ScoreWatch
     check_regions: Callable | None = None   # regions.check, when DTRF_CHECK_REGIONS=1
 
@@ -250,15 +248,17 @@ class _Run:
     def emit_cands(self) -> bool:
         return any(o.wants_candidates for o in self.observers)
 
+    @property
+    def probe(self) -> np.ndarray:
+        return self.from_file.probe
+
     def run_slice(self, state: MachineState, steps: int) -> int:
         """Up to `steps` kernel steps from `state`; the kernel's status."""
-        ev, evf, cand, candf = self.buffers
         return self.watch.call(
             compiled.run_slice,
             self.graph, self.params, state.sc, state.st, state.frames,
             state.pending, state.scratch, state.mark, state.regions, state.stream,
-            ev, evf, cand, candf, *self.interventions, self.score_fn, self.locked,
-            self.probe, steps, *self.rooms)
+            self.buffers, self.interventions, self.from_file, steps)
 
 
 def _setup(program, budget, ratio, policy, observers, timeout, interventions, thrash_factor,
@@ -286,20 +286,18 @@ def _setup(program, budget, ratio, policy, observers, timeout, interventions, th
         from .regions import check as check_regions  # numba: only a checked run imports it
     built_in = policy.custom is None
     plain = interventions == NO_INTERVENTIONS
+    rooms = (int(graph.op_n_outputs.max()) + 8, n + 8)
     return _Run(
         ctx=ctx, graph=graph, base=base, observers=observers, started=started, debug=debug,
         slice_steps=(CHECKED_SLICE_STEPS if check_regions else
                      SLICE_STEPS if timeout is None else TIMED_SLICE_STEPS),
-        buffers=_shared(("buffers",), _buffers, 1, 1) if not emit else _buffers(ev_cap, cand_cap),
-        rooms=(int(graph.op_n_outputs.max()) + 8, n + 8),
-        interventions=(_shared(("interventions", n), interventions.arrays, n) if plain
-                       else interventions.arrays(n)),
+        buffers=(_shared(("buffers",), _buffers, 1, 1, (0, 0)) if not emit
+                 else _buffers(ev_cap, cand_cap, rooms)),
+        interventions=(_shared(("interventions", n), _exclusions, interventions, n) if plain
+                       else _exclusions(interventions, n)),
         params=_shared(("params", policy), policy.params) if built_in else policy.params(),
-        score_fn=policy.score_address(),
-        locked=(_shared(("locked",), policy.locked_mask, program) if built_in
-                else policy.locked_mask(program)),
-        probe=(_shared(("probe",), np.zeros, N_FEATURES, np.int64) if built_in
-               else np.zeros(N_FEATURES, dtype=np.int64)),
+        from_file=(_shared(("from file",), _from_file, policy, program) if built_in
+                   else _from_file(policy, program)),
         watch=ScoreWatch.for_policy(policy, started, timeout), check_regions=check_regions)
 
 
@@ -319,12 +317,22 @@ def _shared(key: tuple, make, *args):
     return value
 
 
-def _buffers(ev_cap: int, cand_cap: int) -> tuple:
-    """Event ints, event floats, candidate ints, candidate scores."""
-    return (np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64),
-            np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64),
-            np.zeros((cand_cap, N_CANDIDATE_COLUMNS), dtype=np.int64),
-            np.zeros(cand_cap, dtype=np.float64))
+def _buffers(ev_cap: int, cand_cap: int, rooms: tuple[int, int]) -> L.Buffers:
+    """Event ints, event floats, candidate ints, candidate scores; the rooms
+    (which only a run with observers reads)."""
+    return L.Buffers(np.zeros((ev_cap, N_EVENT_COLUMNS), dtype=np.int64),
+                     np.zeros((ev_cap, N_EVENT_FLOAT_COLUMNS), dtype=np.float64),
+                     np.zeros((cand_cap, N_CANDIDATE_COLUMNS), dtype=np.int64),
+                     np.zeros(cand_cap, dtype=np.float64), *rooms)
+
+
+def _exclusions(interventions: Interventions, n: int) -> L.Exclusions:
+    return L.Exclusions(*interventions.arrays(n))
+
+
+def _from_file(policy: Policy, program: Program) -> L.FromFile:
+    return L.FromFile(policy.score_address(), policy.locked_mask(program),
+                      np.zeros(N_FEATURES, dtype=np.int64))
 
 
 class NoSharing:
@@ -387,8 +395,8 @@ class _Feed:
         self.handed[kind] = max(self.handed[kind], self.made[kind])
         return skip
 
-    def drain(self, sc: np.ndarray, buffers: tuple) -> None:
-        ev, evf, cand, candf = buffers
+    def drain(self, sc: np.ndarray, buffers: L.Buffers) -> None:
+        ev, evf, cand, candf = buffers.ev, buffers.evf, buffers.cand, buffers.candf
         n_ev = int(sc[L.S_N_EVENTS])
         if n_ev:
             skip = self._fresh(0, n_ev)
@@ -476,7 +484,7 @@ def _finish(run: _Run, state: MachineState, stream_chunks: list, sharing, status
         stream = np.concatenate(stream_chunks)
         frontier = None
         if status == L.STATUS_OOM and not timed_out:
-            frontier = _oom_frontier(ctx.program, state)
+            frontier = _oom_frontier(ctx.program, run.graph, state)
             for obs in run.observers:
                 obs.on_oom(frontier)
         compiled.check_invariants(run.graph, sc, state.st)  # a spliced run's rest was checked in its donor
@@ -496,12 +504,11 @@ def _finish(run: _Run, state: MachineState, stream_chunks: list, sharing, status
     return RunResult(summary, stream, frontier, None)
 
 
-def _oom_frontier(program: Program, state: MachineState) -> Frontier:
+def _oom_frontier(program: Program, graph: KernelGraph, state: MachineState) -> Frontier:
     """The frontier of the failed allocation (the innermost frame's tensor)."""
     depth = int(state.sc[L.S_DEPTH])
-    failing = int(state.frames[0, depth - 1])
-    request = int(program.op_total_size[program.tensor_op[failing]])
-    return build_frontier(program, state, request)
+    failing = int(state.frames[L.FR_TENSOR, depth - 1])
+    return build_frontier(program, state, int(request_bytes(graph, failing)))
 
 
 def _family(program: Program, policy: Policy, interventions: Interventions,
@@ -519,7 +526,7 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
         forced = [f"storage {s} at decision {k}" for s, k in ctx.interventions.force]
         error = (f"forced victim is not a candidate at decision {int(sc[L.S_EVICTIONS])} "
                  f"({'; '.join(forced)})")
-    pressure = stream[stream[:, 0] == L.STREAM_PRESSURE][:, 1]
+    pressure = stream[stream[:, L.STREAM_KIND] == L.STREAM_PRESSURE][:, L.STREAM_STORAGE]
     remat = int(sc[L.S_REMAT_COMPUTE])
     oom = None
     if frontier is not None:
@@ -537,7 +544,8 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
         outcome=outcome, clock=int(sc[L.S_CLOCK]), remat_compute=remat,
         overhead=(base.model_compute + remat) / base.model_compute if base.model_compute else None,
         evictions=int(sc[L.S_EVICTIONS]), dead_frees=int(sc[L.S_DEAD]),
-        distinct_evicted=distinct_count(pressure), stream_distinct=distinct_count(stream[:, 1]),
+        distinct_evicted=distinct_count(pressure),
+        stream_distinct=distinct_count(stream[:, L.STREAM_STORAGE]),
         remats=int(sc[L.S_REMATS]), collateral_remats=int(sc[L.S_COLLATERAL]),
         max_depth=int(sc[L.S_MAX_DEPTH]), max_pinned=max_pinned, oom=oom,
         victims_sha256=victims_sha256(pressure),

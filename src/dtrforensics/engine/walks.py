@@ -1,0 +1,574 @@
+"""Evicted neighbourhoods computed (semantics.md §8.2, §8.4, §8.6).
+
+A region's sets are kept by engine/regions.py (build, iterate, absorb); here
+they are computed. `walk` is §8.2's walk from one base and `rebuild` makes a
+region of it. After a compute (§8.4) `rebuild_around` rebuilds the new
+residents' regions at once and defers the others to their next reader
+(`defer`, `flush`). Many rebuilds of one direction are computed together
+(§8.6): by memo rows, one per non-resident storage, or by masked walks, one
+walk for up to MASK_BASES bases; each gives a region exactly the sets of
+`walk`, which tests/test_engine_regions.py holds them to.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bitsets import (
+    bits_compute,
+    bits_count_range,
+    bits_list,
+    clear_bit,
+    lowest_bit,
+    njit,
+    set_bit,
+)
+from .layout import (
+    BACKWARD,
+    FORWARD,
+    G_MASK_COST,
+    G_MASK_ROUNDS,
+    G_MASK_SAVED,
+    G_MEMO_FAILURES,
+    G_MEMO_SKIP,
+    MASK_BASES,
+    R_COMPUTE,
+    R_MATERIAL,
+    S_CREATED,
+    S_EPOCH,
+    S_REBUILDS,
+    S_WALK_VISITS,
+    SCRATCH_AFFECTED,
+    SCRATCH_FRONTIER,
+    SCRATCH_INTERIOR,
+)
+from .regions import (
+    BITSET_MIN,
+    build,
+    build_bits,
+    build_from_bits,
+    frontier_members,
+    region,
+    region_base,
+    region_direction,
+)
+
+
+@njit(cache=True, inline="always")
+def edges(g, backward):
+    """The storage edges of one direction (§8.2): CSR pointers, neighbours and the
+    tensor id from which each edge exists, children (forward) or parents."""
+    if backward:
+        return g.bwd_ptr, g.bwd_nbr, g.bwd_time
+    return g.fwd_ptr, g.fwd_nbr, g.fwd_time
+
+
+# ---------------------------------------------------------------- one walk (§8.2)
+
+@njit(cache=True, inline="always")
+def walk(g, sc, material, st_compute, mark, out_int, out_fr, base, backward):
+    """From-scratch evicted neighbourhood of `base` in one direction (§8.2).
+    Returns (interior count, frontier count, interior compute) into out arrays.
+    The interior list is the walk's own work list (breadth-first: the sets, not
+    their order, are the region)."""
+    sc[S_EPOCH] += 1
+    epoch = sc[S_EPOCH]
+    created = sc[S_CREATED]
+    ptr, nbr, when = edges(g, backward)
+    mark[base] = epoch  # never its own frontier
+    n_int = 0
+    n_fr = 0
+    comp = 0
+    visits = 0
+    x = base
+    while True:
+        visits += 1
+        for e in range(ptr[x], ptr[x + 1]):
+            if when[e] >= created:
+                break
+            u = nbr[e]
+            if mark[u] == epoch:
+                continue
+            mark[u] = epoch
+            if material[u]:
+                out_fr[n_fr] = u
+                n_fr += 1
+            else:
+                out_int[n_int] = u
+                n_int += 1
+                comp += st_compute[u]
+        if visits > n_int:
+            break
+        x = out_int[visits - 1]
+    sc[S_WALK_VISITS] += visits
+    return n_int, n_fr, comp
+
+
+@njit(cache=True, inline="always")
+def rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
+    """§8.2: recompute one region of storage s from scratch."""
+    r = region(s, backward)
+    sc[S_REBUILDS] += 1
+    interior = scratch[SCRATCH_INTERIOR]
+    frontier = scratch[SCRATCH_FRONTIER]
+    n_int, n_fr, comp = walk(g, sc, material, st_compute, mark, interior, frontier, s,
+                              backward)
+    build(rg, sc, r, interior, n_int)
+    build(rg, sc, rg.n_regions + r, frontier, n_fr)
+    rg.compute[r] = comp
+    rg.fr_live[r] = n_fr
+
+
+
+# ---------------------------------------------------------------- after a compute (§8.4)
+
+@njit(cache=True, inline="always")
+def rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
+    """§8.4: both regions of each new resident storage, then the forward regions
+    of their backward frontiers and the backward regions of their forward
+    frontiers. The new residents' regions are built now (their frontiers say
+    which others follow); the others are deferred to their next reader
+    (`defer`), which rebuilds them together, their walks shared."""
+    material = st[R_MATERIAL]
+    st_compute = st[R_COMPUTE]
+    for i in range(n_new):
+        rebuild(g, sc, material, st_compute, mark, scratch, rg, newly[i], BACKWARD)
+    shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, newly, n_new, FORWARD)
+    members = scratch[SCRATCH_AFFECTED]
+    for direction in (FORWARD, BACKWARD):
+        sc[S_EPOCH] += 1
+        epoch = sc[S_EPOCH]
+        if direction == FORWARD:  # built already
+            for i in range(n_new):
+                mark[newly[i]] = epoch
+        for i in range(n_new):
+            r = region(newly[i], BACKWARD - direction)  # the opposite frontier
+            n = frontier_members(rg, r, members, mark, epoch)
+            for j in range(n):
+                defer(rg, region(members[j], direction))
+
+
+# Deferred rebuilds. Most regions a compute rebuilds are read only by the next
+# eviction (its scan's scores, its absorbs), and a remat chain rebuilds many of
+# them again at its next compute before any eviction. A deferred region is built
+# by the first `flush` (before an eviction, before a command, at the end of a
+# slice) from the state then, which gives the sets a rebuild at deferral would
+# have: until the flush only computes change the state and no edge appears
+# (a command is a flush point), and a compute that makes a storage of the
+# region's walk resident defers the region again (the walk back from that
+# storage, rebuilt at once, reaches the region's base through the same
+# non-resident storages), while one that does not leaves the walk as it was.
+
+@njit(cache=True, inline="always")
+def defer(rg, r):
+    """Region r's rebuild waits for the next `flush` (once, however often asked)."""
+    if rg.deferred[r] == 0:
+        rg.deferred[r] = 1
+        n = rg.deferred_n[0]
+        rg.deferred_list[n] = r
+        rg.deferred_n[0] = n + 1
+
+
+@njit(cache=True, inline="always")
+def flush(g, sc, st, mark, scratch, rg):
+    """`_rebuild_deferred` when a region waits: most flushes find none, and a
+    call carrying the graph and regions tuples costs more than the test."""
+    if rg.deferred_n[0] != 0:
+        _rebuild_deferred(g, sc, st, mark, scratch, rg)
+
+
+@njit(cache=True)
+def _rebuild_deferred(g, sc, st, mark, scratch, rg):
+    """Rebuild every deferred region, one direction at a time, walks shared (on
+    LSTM 0.264 a flush's dozen backward bases share one masked walk: 224 M
+    plain visits become 85 M, where the gate of `shared_rebuilds` declined
+    seven in eight)."""
+    n = rg.deferred_n[0]
+    rg.deferred_n[0] = 0
+    bases = scratch[SCRATCH_AFFECTED]
+    for direction in (FORWARD, BACKWARD):
+        m = 0
+        for i in range(n):
+            r = rg.deferred_list[i]
+            if region_direction(r) == direction:
+                rg.deferred[r] = 0
+                bases[m] = region_base(r)
+                m += 1
+        if m > 0:
+            _rebuild_batch(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, bases, m,
+                           direction, True)
+
+
+# ---------------------------------------------------------------- many at once (§8.6)
+
+# Shared walks. All rebuilds of one direction after a compute see the same
+# resident set, and the walks of neighbouring bases cover the same evicted
+# storages again and again (hundreds of bases around one evicted stretch of
+# InceptionV4). `shared_rebuilds` walks each non-resident storage x once per
+# direction, keeping as bitsets the non-resident storages reachable from x
+# (x included) and the resident storages next to them; a base's region is the
+# union over its non-resident neighbours, the same sets as `walk` (§8.2). It
+# needs the non-resident part to be acyclic (views can close cycles) and the
+# memo rows to suffice; otherwise that rebuild walks as before, and later
+# rounds walk plainly for a while (`memo_gate` G_MEMO_FAILURES, G_MEMO_SKIP).
+# Where memo rows do not pay, bases with large regions take masked walks instead.
+MEMO_MIN_BASES = 16
+MEMO_WORDS_PER_BASE = 2    # a shared walk costs bitset words per edge, a plain one a visit per base
+MEMO_MAX_BACKOFF = 12      # after the k-th failure, 2**min(k, 12) rebuild rounds walk plainly
+
+
+@njit(cache=True)
+def shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward):
+    """§8.2 for `bases` (all resident), one direction, walks shared: by memo rows
+    for many bases, else by masked walks where the regions are large and recent
+    masked walks shared enough, else plain."""
+    _rebuild_batch(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward,
+                   False)
+
+
+@njit(cache=True)
+def _rebuild_batch(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward,
+                   masks_pay):
+    """`shared_rebuilds`; with `masks_pay`, masked walks wherever the regions are
+    large, whatever recent ones shared (a flush's bases crowd around the same
+    evicted stretches). Leaves the work space as masked walks expect it
+    (memo_row, and the first MASK_BASES rows of memo_int and memo_fr, zero)."""
+    words = rg.memo_int.shape[1]
+    gate = rg.memo_gate
+    use_memo = n_bases >= MEMO_MIN_BASES and n_bases * MEMO_WORDS_PER_BASE >= words
+    if use_memo and gate[G_MEMO_SKIP] > 0:
+        gate[G_MEMO_SKIP] -= 1  # backing off after failed attempts
+        use_memo = False
+    if not use_memo and n_bases >= 2 and _large_regions(rg, bases, n_bases, backward):
+        gate[G_MASK_ROUNDS] += 1
+        if (masks_pay or gate[G_MASK_SAVED] >= MASK_MIN_SHARING * gate[G_MASK_COST]
+                or gate[G_MASK_ROUNDS] % MASK_PROBE_EVERY == 0):
+            per_walk = min(MASK_BASES, rg.memo_int.shape[0])
+            cost = 0
+            served = 0
+            for j in range(0, n_bases, per_walk):
+                c, n = mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases[j:],
+                                      min(per_walk, n_bases - j), backward)
+                cost += c
+                served += n
+            gate[G_MASK_COST] += cost - (gate[G_MASK_COST] >> MASK_MEMORY)
+            gate[G_MASK_SAVED] += served - (gate[G_MASK_SAVED] >> MASK_MEMORY)
+            return
+    memo_tried = use_memo
+    used = 0
+    for j in range(n_bases):
+        s = bases[j]
+        if use_memo:
+            used = _memo_rebuild(g, sc, material, st_compute, scratch, rg, s, backward, used)
+            if used >= 0:
+                continue
+            used = -used - 1
+            use_memo = False
+            gate[G_MEMO_FAILURES] += 1
+            gate[G_MEMO_SKIP] = 1 << min(gate[G_MEMO_FAILURES], MEMO_MAX_BACKOFF)
+        rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward)
+    for r in range(used):
+        rg.memo_row[rg.memo_node[r]] = 0
+    if memo_tried:   # leave what masked walks expect to find zero
+        for r in range(min(used, MASK_BASES)):
+            rg.memo_int[r, :] = 0
+            rg.memo_fr[r, :] = 0
+
+
+# Masked walks. Where memo rows do not pay (too few bases for the bitset width, or
+# backing off) but the regions are large (the LSTM's slow regime: a handful of
+# bases around one evicted stretch of a thousand storages), one walk carries a
+# bitmask of the bases that reach each storage, for up to MASK_BASES bases at a
+# time: the stretch is walked once, not once per base.
+MASK_MIN_INTERIOR = 128  # mean interior, as the regions stood before, that may pay for one
+MASK_MIN_SHARING = 2.0   # visits plain walks would make per visit a masked walk costs,
+                         # over recent masked walks (memo_gate G_MASK_COST, G_MASK_SAVED:
+                         # decaying by 2**-MASK_MEMORY a walk); below it, plain walks,
+                         # with a masked walk every MASK_PROBE_EVERY-th time
+MASK_MEMORY = 4
+MASK_PROBE_EVERY = 16    # per G_MASK_ROUNDS: rounds that could have taken a masked walk
+MASK_SCANS_PER_VISIT = 8  # ids a pass scans in the time of one visit (the gate's cost)
+
+
+@njit(cache=True, inline="always")
+def _large_regions(rg, bases, n_bases, backward):
+    """Whether the bases' regions, as they stand before the rebuild, are large enough
+    on average for a masked walk to beat plain walks (it has a fixed cost per base)."""
+    prior = 0
+    for j in range(n_bases):
+        prior += rg.len[region(bases[j], backward)]
+    return prior >= MASK_MIN_INTERIOR * n_bases
+
+
+@njit(cache=True)
+def mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, backward):
+    """§8.2 for up to MASK_BASES bases (all of one direction) in one walk: the
+    same interiors, frontiers and computes as a plain walk from each base.
+    Returns its cost in visits (storages walked from, and the id scans counted
+    MASK_SCANS_PER_VISIT to a visit) and the visits plain walks would have made.
+    It borrows the shared walks' work space: memo_row holds the masks (as
+    uint64), memo_int[j] and memo_fr[j] the interior and frontier of bases[j],
+    memo_node[j] its compute. All but memo_node are zero before and after
+    (`shared_rebuilds` leaves them so)."""
+    ptr, nbr, when = edges(g, backward)
+    words = rg.memo_int.shape[1]
+    masks = rg.memo_row.view(np.uint64)
+    for j in range(n_bases):
+        rg.memo_node[j] = 0
+    visits_before = sc[S_WALK_VISITS]
+    lo, hi, scanned = _mask_propagate(sc, material, masks, ptr, nbr, when, sc[S_CREATED], bases,
+                                      n_bases, backward)
+    scans = scanned + max(0, hi - lo + 1)   # the passes' ids, then the collection's
+    cost = sc[S_WALK_VISITS] - visits_before + scans // MASK_SCANS_PER_VISIT
+    served = 0
+    _mask_collect(material, st_compute, masks, rg.memo_int, rg.memo_fr, rg.memo_node, lo, hi)
+    lo_w = lo >> 6
+    hi_w = hi >> 6 if hi >= 0 else -1
+    interior = scratch[SCRATCH_INTERIOR]
+    frontier = scratch[SCRATCH_FRONTIER]
+    for j in range(n_bases):
+        r = region(bases[j], backward)
+        sc[S_REBUILDS] += 1
+        n_int = bits_count_range(rg.memo_int[j], lo_w, hi_w)
+        build_from_bits(rg, sc, r, rg.memo_int[j], n_int, lo_w, hi_w, words, interior)
+        n_fr = bits_count_range(rg.memo_fr[j], lo_w, hi_w)
+        build_from_bits(rg, sc, rg.n_regions + r, rg.memo_fr[j], n_fr, lo_w, hi_w, words, frontier)
+        rg.compute[r] = rg.memo_node[j]
+        rg.fr_live[r] = n_fr
+        served += n_int + 1
+        for w in range(lo_w, hi_w + 1):
+            rg.memo_int[j, w] = 0
+            rg.memo_fr[j, w] = 0
+    return cost, served
+
+
+@njit(cache=True)
+def _mask_propagate(sc, material, mask, ptr, nbr, when, created, bases, n_bases, backward):
+    """Bit j of mask[x]: x is in the region of bases[j] (interior if non-resident,
+    frontier if resident). Bits flow from each base's neighbours through
+    non-resident storages to a fixpoint, storages taken in id order: children
+    have larger ids than their parents (the backward direction goes down), so
+    one pass suffices unless a view's edge points against that order, which
+    calls for another pass from where it points. Returns the range of storage
+    ids reached and the ids the passes scanned."""
+    one = np.uint64(1)
+    lo = mask.shape[0]
+    hi = -1
+    for j in range(n_bases):
+        b = bases[j]
+        bit = one << np.uint64(j)
+        for e in range(ptr[b], ptr[b + 1]):
+            if when[e] >= created:
+                break
+            u = nbr[e]
+            mask[u] |= bit
+            lo = min(lo, u)
+            hi = max(hi, u)
+    visits = n_bases
+    scanned = 0
+    start = hi if backward else lo
+    while start >= 0:
+        x = start
+        start = -1
+        while (x >= lo) if backward else (x <= hi):
+            scanned += 1
+            m = mask[x]
+            if m != 0 and not material[x]:
+                visits += 1
+                for e in range(ptr[x], ptr[x + 1]):
+                    if when[e] >= created:
+                        break
+                    u = nbr[e]
+                    old = mask[u]
+                    if old | m == old:
+                        continue
+                    mask[u] = old | m
+                    if not material[u] and ((u > x) if backward else (u < x)):
+                        start = u if start < 0 else (max(start, u) if backward else min(start, u))
+                    lo = min(lo, u)
+                    hi = max(hi, u)
+            x += -1 if backward else 1
+    sc[S_WALK_VISITS] += visits
+    for j in range(n_bases):
+        mask[bases[j]] &= ~(one << np.uint64(j))   # never its own interior or frontier
+    return lo, hi, scanned
+
+
+@njit(cache=True)
+def _mask_collect(material, st_compute, mask, interiors, frontiers, computes, lo, hi):
+    """Each base's interior and frontier into its bitset rows and its interior
+    compute into `computes`, from the masks of storages lo..hi, which it clears."""
+    one = np.uint64(1)
+    for x in range(lo, hi + 1):
+        m = mask[x]
+        if m == 0:
+            continue
+        mask[x] = 0
+        xw = x >> 6
+        xbit = one << np.uint64(x & 63)
+        if material[x]:
+            while m:
+                frontiers[lowest_bit(m), xw] |= xbit
+                m &= m - one
+        else:
+            c = st_compute[x]
+            while m:
+                j = lowest_bit(m)
+                m &= m - one
+                interiors[j, xw] |= xbit
+                computes[j] += c
+
+
+@njit(cache=True, inline="always")
+def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used):
+    """Rebuild one region of `base` from the shared walks; returns the memo rows
+    in use, or -(rows in use) - 1 when it cannot (then nothing was written).
+    A large interior is stored as its bitset alone, so its members are never
+    listed; when it is one walked storage's row, its size and compute come
+    from that row's cache (`_memo_stats`) instead of a pass over its bits."""
+    ptr, nbr, when = edges(g, backward)
+    created = sc[S_CREATED]
+    words = rg.memo_int.shape[1]
+    acc_int = rg.memo_acc[0]
+    acc_fr = rg.memo_acc[1]
+    for w in range(words):
+        acc_int[w] = 0
+        acc_fr[w] = 0
+    row_runs = 0     # rows OR-ed in, a repeat of the previous one not counted
+    last_row = -1
+    for e in range(ptr[base], ptr[base + 1]):
+        if when[e] >= created:
+            break
+        u = nbr[e]
+        if u == base:
+            continue
+        if material[u]:
+            set_bit(rg.memo_acc, 1, u)
+            continue
+        if rg.memo_row[u] <= 0:
+            used = _memo_walk(sc, material, rg.memo_row, rg.memo_node, rg.memo_int, rg.memo_fr,
+                              rg.memo_stats, rg.memo_stack, ptr, nbr, when, created, u, used)
+            if used < 0:
+                return used
+        row = rg.memo_row[u] - 1
+        if row != last_row:
+            row_runs += 1
+            last_row = row
+        for w in range(words):
+            acc_int[w] |= rg.memo_int[row, w]
+            acc_fr[w] |= rg.memo_fr[row, w]
+    clear_bit(rg.memo_acc, 1, base)
+    sc[S_REBUILDS] += 1
+    sc[S_WALK_VISITS] += 1
+    r = region(base, backward)
+    comp = -1
+    if row_runs == 1:
+        n_int, comp = _memo_stats(rg, st_compute, last_row, words)
+    else:
+        n_int = bits_count_range(acc_int, 0, words - 1)
+    if n_int >= BITSET_MIN and build_bits(rg, sc, r, acc_int, n_int, words):
+        if comp < 0:
+            comp = bits_compute(acc_int, st_compute, words)
+    else:
+        interior = scratch[SCRATCH_INTERIOR]
+        n_int = bits_list(acc_int, words, interior)
+        comp = 0
+        for i in range(n_int):
+            comp += st_compute[interior[i]]
+        build(rg, sc, r, interior, n_int)
+    n_fr = bits_count_range(acc_fr, 0, words - 1)
+    build_from_bits(rg, sc, rg.n_regions + r, acc_fr, n_fr, 0, words - 1, words,
+               scratch[SCRATCH_FRONTIER])
+    rg.compute[r] = comp
+    rg.fr_live[r] = n_fr
+    return used
+
+
+@njit(cache=True, inline="always")
+def _memo_stats(rg, st_compute, row, words):
+    """(members, compute) of a memo row's interior, counted once per row."""
+    if rg.memo_stats[row, 0] < 0:
+        rg.memo_stats[row, 0] = bits_count_range(rg.memo_int[row], 0, words - 1)
+        rg.memo_stats[row, 1] = bits_compute(rg.memo_int[row], st_compute, words)
+    return rg.memo_stats[row, 0], rg.memo_stats[row, 1]
+
+
+@njit(cache=True)
+def _memo_walk(sc, material, memo_row, memo_node, memo_int, memo_fr, memo_stats, stack, ptr,
+               nbr, when, created, x, used):
+    """Make sure non-resident x has its memo row (depth-first, post-order);
+    returns the rows in use, or -(rows in use) - 1 on a cycle or when the rows
+    run out. memo_row: 0 unwalked, row + 1 done, -(row + 1) in progress."""
+    state = memo_row[x]
+    if state > 0:
+        return used
+    if state < 0:
+        return -used - 1
+    rows = memo_int.shape[0]
+    words = memo_int.shape[1]
+    top = 0
+    if used >= rows:
+        return -used - 1
+    _memo_open(memo_row, memo_node, memo_int, memo_fr, memo_stats, x, used, words)
+    used += 1
+    stack[0, 0] = x
+    stack[0, 1] = ptr[x]
+    top = 1
+    visits = 0
+    while top > 0:
+        y = stack[top - 1, 0]
+        e = stack[top - 1, 1]
+        row = -memo_row[y] - 1
+        pushed = False
+        while e < ptr[y + 1]:
+            if when[e] >= created:
+                e = ptr[y + 1]
+                break
+            u = nbr[e]
+            e += 1
+            if material[u]:
+                set_bit(memo_fr, row, u)
+                continue
+            su = memo_row[u]
+            if su < 0:
+                return -used - 1  # a cycle through non-resident storages
+            if su > 0:
+                _memo_union(memo_int, memo_fr, row, su - 1, words)
+                continue
+            if used >= rows:
+                return -used - 1
+            _memo_open(memo_row, memo_node, memo_int, memo_fr, memo_stats, u, used, words)
+            used += 1
+            stack[top - 1, 1] = e
+            stack[top, 0] = u
+            stack[top, 1] = ptr[u]
+            top += 1
+            pushed = True
+            break
+        if pushed:
+            continue
+        visits += 1
+        memo_row[y] = row + 1
+        top -= 1
+        if top > 0:
+            _memo_union(memo_int, memo_fr, -memo_row[stack[top - 1, 0]] - 1, row, words)
+    sc[S_WALK_VISITS] += visits
+    return used
+
+
+@njit(cache=True, inline="always")
+def _memo_open(memo_row, memo_node, memo_int, memo_fr, memo_stats, x, row, words):
+    memo_row[x] = -(row + 1)
+    memo_node[row] = x
+    memo_stats[row, 0] = -1  # not counted yet (`_memo_stats`)
+    for w in range(words):
+        memo_int[row, w] = 0
+        memo_fr[row, w] = 0
+    set_bit(memo_int, row, x)
+
+
+@njit(cache=True, inline="always")
+def _memo_union(memo_int, memo_fr, into, row, words):
+    for w in range(words):
+        memo_int[into, w] |= memo_int[row, w]
+        memo_fr[into, w] |= memo_fr[row, w]
