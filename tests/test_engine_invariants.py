@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 from logdsl import Log
 
@@ -84,3 +85,69 @@ def test_a_view_made_after_the_last_rebuild_is_a_frontier_miss_not_an_anomaly():
     s = replay(p, budget=10**6).summary
     assert s.dead_frees == 1
     assert s.frontier_misses == 1 and s.anomalies == 0
+
+
+def _run_corrupted(program, budget: int, steps: int, corrupt, debug: bool) -> int:
+    """The anomalies of a run whose state `corrupt` changes after `steps` steps."""
+    from dtrforensics.engine import replay as R
+    from dtrforensics.engine.state import MachineState
+    run = R._setup(program, budget, None, "dtr", (), None, None, R.DEFAULT_THRASH_FACTOR, debug)
+    state = MachineState.new(run.graph, budget, run.ctx.remat_limit)
+    state.sc[K.S_DEBUG] = debug
+    run.run_slice(state, steps)
+    corrupt(program, state)
+    run.run_slice(state, 10**6)
+    assert state.sc[K.S_STATUS] != K.STATUS_RUNNING
+    return int(state.sc[K.S_ANOMALIES])
+
+
+def _pin_the_pool(program, state):
+    """Every storage in the pool marked pinned but left in it (no invariant of
+    §13.1-§13.3 reads the pin): the next pressure eviction breaks §13.4."""
+    s = state.sc[K.S_POOL_HEAD]
+    while s != -1:
+        state.st[K.R_PINNED, s] = 1
+        s = state.st[K.R_POOL_NEXT, s]
+
+
+def _drop_the_constant(program, state):
+    """The pinned constant w made non-resident while its tensor stays defined,
+    memory and pool kept consistent: the next op reading w locks and unlocks a
+    storage that is not resident (§13.4)."""
+    w = program.tensor_by_name("w")
+    state.st[K.R_MATERIAL, w] = 0
+    state.sc[K.S_MEMORY] -= program.tensor_size[w]
+
+
+@pytest.mark.parametrize("corrupt, steps", [(_pin_the_pool, 17), (_drop_the_constant, 6)])
+def test_a_broken_precondition_is_counted_in_debug_mode(monkeypatch, corrupt, steps):
+    monkeypatch.delenv(STRICT_INVARIANTS_ENV, raising=False)
+    program = evicting_program()
+    assert _run_corrupted(program, 250, steps, lambda p, s: None, debug=True) == 0
+    assert _run_corrupted(program, 250, steps, corrupt, debug=False) == 0
+    assert _run_corrupted(program, 250, steps, corrupt, debug=True) >= 1
+
+
+def _reverse_first_segment(ptr, values, length=2):
+    """`values` with the first segment of `ptr` holding `length` or more reversed."""
+    values = values.copy()
+    sizes = np.diff(ptr)
+    x = int(np.flatnonzero((sizes >= length) & (np.array(
+        [len(set(values[a:b].tolist())) > 1 for a, b in zip(ptr[:-1], ptr[1:])])))[0])
+    values[ptr[x]:ptr[x + 1]] = values[ptr[x]:ptr[x + 1]][::-1]
+    return values, x
+
+
+@pytest.mark.parametrize("broken", ["fwd_time", "bwd_time", "st_tensors"])
+def test_a_graph_out_of_the_order_walks_rely_on_is_caught_at_build(broken):
+    from dtrforensics.engine.graph import GraphOrderError, check_order, kernel_graph
+    program = (Log().const("w", 8).call("a", "f", ["w"], 1, 10).call("b", "g", ["w"], 1, 10)
+               .call(["o", "v"], "h", ["w", "a"], 1, [10, 0], aliases=[-1, 0])
+               .call(["q", "u"], "m", ["w", "b"], 1, [10, 0], aliases=[-1, 0])
+               .call("c", "k", ["a", "b", "v", "u"], 1, 10).program())   # w's parents: a, b
+    graph = kernel_graph(program)
+    check_order(graph)
+    ptr = graph.st_tensor_ptr if broken == "st_tensors" else getattr(graph, broken[:3] + "_ptr")
+    values, storage = _reverse_first_segment(ptr, getattr(graph, broken))
+    with pytest.raises(GraphOrderError, match=f"storage {storage}"):
+        check_order(graph._replace(**{broken: values}))
