@@ -290,9 +290,6 @@ def test_the_checker_allows_the_tui_door_and_lower_layers():
 
 MAX_LINES = 80
 LONG_MARK = "# long:"
-# Long functions being split on other branches now: each leaves this list when its
-# split lands (a stale entry fails the test, so the list only shrinks).
-BEING_SPLIT: set[str] = set()
 
 
 def long_functions(module: str, source: str) -> list[tuple[str, int, bool]]:
@@ -333,14 +330,12 @@ def _says_why(func: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) ->
 
 
 def test_no_function_is_over_80_lines_unless_it_says_why():
-    found = {name: length for module, path in KNOWN.items()
-             for name, length, why in long_functions(module, path.read_text(encoding="utf-8"))
-             if not why}
-    unexplained = {n: length for n, length in found.items() if n not in BEING_SPLIT}
+    unexplained = {name: length for module, path in KNOWN.items()
+                   for name, length, why in long_functions(module,
+                                                           path.read_text(encoding="utf-8"))
+                   if not why}
     assert not unexplained, (f"functions over {MAX_LINES} lines whose body does not start "
                              f"with a `{LONG_MARK} <why>` line: {unexplained}")
-    stale = sorted(BEING_SPLIT - set(found))
-    assert not stale, f"split (or saying why) now: remove from BEING_SPLIT: {stale}"
 
 
 def _function(lines: int, head: str = "") -> str:

@@ -21,8 +21,10 @@ When each kind fires, relative to the state change:
 - `compute`: after an op ran (clock advanced, memory grown). `flag` bit 0 =
   rematerialization, bit 1 = collateral (a sibling output; no cost).
 - `pin`: a storage was pinned.
-- `oom`: the failed allocation: `bytes` = `request`, `memory` = pinned bytes
-  (the pool is empty). The full frontier goes to `Observer.on_oom`.
+- `oom`: the failed allocation: `bytes` = `request`, `memory` = the memory in
+  use: the pinned bytes when the pool is empty, more when a policy's filters
+  or the interventions left no candidate in it (`pool_bytes`, `pool_size`
+  say what it holds). The full frontier goes to `Observer.on_oom`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Eviction policies: each is one small class declaring its score formula.
+"""Eviction policies: each is one `Policy`, a record declaring its score formula.
 
 Every reference heuristic scores a storage as a ratio
 `numerator / denominator` built from the same features (docs/semantics.md §7.2):
 numerator terms `compute` (own), `fwd`/`bwd` (evicted-neighbourhood compute),
 denominator factors `size` and `staleness`; LRU scores by last access instead.
 The kernel evaluates the declared formula with the reference's exact rounding,
-so adding a built-in policy is adding a class here. A policy can also come from
+so adding a built-in policy is adding a `Policy` to POLICIES here. A policy can also come from
 a file, `PATH.py:NAME` wherever a policy name is taken (engine/user_policy.py,
 docs/policies.md).
 """
@@ -42,7 +42,6 @@ class Policy:
     staleness: bool = False
     lru: bool = False          # score = last access time
     fresh_neighbourhoods: bool = False
-    reference_compatible: bool = True
     custom: CustomScore | None = None   # a policy from a file
 
     @property
@@ -106,8 +105,7 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
            "research variant: DTR with exact, from-scratch evicted neighbourhoods at every "
            "score (not reference-compatible: the reference's incremental neighbourhoods "
            "can be stale)",
-           fwd=True, bwd=True, size=True, staleness=True, fresh_neighbourhoods=True,
-           reference_compatible=False),
+           fwd=True, bwd=True, size=True, staleness=True, fresh_neighbourhoods=True),
 )}
 
 
@@ -129,8 +127,7 @@ def policy_from_file(spec: str) -> Policy:
     nbhd = custom.reads_neighbourhoods
     return Policy(spec, d.doc.splitlines()[0] if d.doc else f"{d.func.__name__} from {d.file}",
                   compute=False, fwd=nbhd, bwd=nbhd,
-                  fresh_neighbourhoods=nbhd and d.neighbourhoods == "fresh",
-                  reference_compatible=False, custom=custom)
+                  fresh_neighbourhoods=nbhd and d.neighbourhoods == "fresh", custom=custom)
 
 
 def policy_sources(names) -> dict[str, str]:
