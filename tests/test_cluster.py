@@ -15,8 +15,9 @@ import sys
 import time
 
 import pytest
+from cli import command, dtrf_process
 from dask_cluster import loopback_cluster
-from test_sweep import keys, table, write_logs
+from sweeps import keys, table, write_logs
 
 from dtrforensics.sweep import runner
 from dtrforensics.sweep.store import SweepParams, SweepStore
@@ -35,12 +36,8 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def dtrf(*args, stdin=None, script=None, **env):
-    env = {**os.environ, "COLUMNS": "160", **env}
-    head = [sys.executable, str(script)] if script else [sys.executable, "-m",
-                                                        "dtrforensics.cli.main"]
-    return subprocess.run([*head, *map(str, args)], capture_output=True, text=True, env=env,
-                          input=stdin, timeout=300)
+def dtrf(*args, **env):
+    return dtrf_process(*args, columns=160, env=env, timeout=300)
 
 
 def test_an_exact_sweep_on_the_cluster_stores_the_local_rows(logs, cluster, tmp_path):
@@ -210,8 +207,7 @@ def _kill_scheduler_when(tmp_path, args, ready) -> tuple[subprocess.Popen, str, 
     preload = tmp_path / "slow_runs.py"
     preload.write_text(SLOW_RUNS, encoding="utf-8")
     with loopback_cluster(tmp_path / "cluster", workers=2, preload=str(preload)) as c:
-        proc = subprocess.Popen([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args),
-                                 "--scheduler", c.address],
+        proc = subprocess.Popen([*command(), *map(str, args), "--scheduler", c.address],
                                 env={**os.environ, "COLUMNS": "160",
                                      "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -13,7 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hostile import dtrf, fingerprint
+from cli import command, dtrf
+from hostile import fingerprint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -1294,7 +1295,7 @@ def _dtrf_process(*args, cwd: Path, wait: float, interrupt: bool = False):
     arrived = cwd / "arrived"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(cwd)]), "ARRIVED": str(arrived)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from dtrforensics.cli.main import main; main()", *map(str, args)],
+        [*command(), *map(str, args)],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     started = time.monotonic()

@@ -8,9 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from typer.testing import CliRunner  # noqa: E402
+from cli import dtrf  # noqa: E402
 
-from dtrforensics.cli.main import app  # noqa: E402
 from dtrforensics.sweep import holes  # noqa: E402
 from dtrforensics.torch import record  # noqa: E402
 from dtrforensics.torch.zoo import ZOO  # noqa: E402
@@ -19,15 +18,12 @@ from dtrforensics.torch.zoo import ZOO  # noqa: E402
 # run (and on a shared 2-core machine it is the faster setting).
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-runner = CliRunner()
 # Below the first completing budget of each zoo model at its default size.
 SWEEP_FROM = {"gpt": 0.75, "resnet": 0.6, "lstm": 0.75, "unet": 0.75, "mlp": 0.75}
 
 
 def invoke(*args) -> str:
-    result = runner.invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, (result.output, result.exception)
-    return result.stdout
+    return dtrf(*args).ok()
 
 
 def zoo_log(name, folder):

@@ -23,10 +23,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("timm")
 pytest.importorskip("torchvision")
 
+from cli import dtrf as run_dtrf  # noqa: E402
 from live_count import LiveBytesTracker  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
 
-from dtrforensics.cli.main import app  # noqa: E402
 from dtrforensics.sweep import holes  # noqa: E402
 from dtrforensics.torch import RecordError, record  # noqa: E402
 from dtrforensics.torch.optim import state_tensors, steady_optimizer  # noqa: E402
@@ -120,7 +119,7 @@ def real(tmp_path_factory):
 @pytest.mark.parametrize("key", list(TABLE))
 def test_real_mode_records_with_memory_truth(key, real):
     row = real(key)
-    info = json.loads(CliRunner().invoke(app, ["traces", "info", str(row.path), "--json"]).stdout)
+    info = run_dtrf("traces", "info", row.path, "--json").json()
     assert info["peak_bytes"] == row.peak == row.versioned_peak
     assert (row.peak == row.live_peak) == (key not in WRITE_AT_PEAK)
 
@@ -266,9 +265,7 @@ SWEEP = {
 
 
 def dtrf(*args) -> str:
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, (args, result.output, result.exception)
-    return result.stdout
+    return run_dtrf(*args).ok()
 
 
 @pytest.mark.parametrize("key", [pytest.param(k, marks=[] if k == "llama" else [pytest.mark.slow])

@@ -220,7 +220,7 @@ def test_starts_on_a_large_recording_without_blocking(tmp_path, monkeypatch):
     every allocation check is in the list and the strip, and the last is reachable."""
     import threading
 
-    from test_sweep import chain_log
+    from sweeps import chain_log
 
     from dtrforensics.analyses import replay_view
     from dtrforensics.recorder.record import record_run
