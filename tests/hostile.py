@@ -7,8 +7,6 @@ import hashlib
 import os
 from pathlib import Path
 
-from cli import Outcome, dtrf  # noqa: F401 (for modules still importing them from here)
-
 
 def fingerprint(root: str | os.PathLike) -> dict[str, str]:
     """Every file and folder under `root` (links not followed): relative path ->
