@@ -89,7 +89,7 @@ FRAME_ROWS = ("tensor", "remat", "phase", "index", "pending_start", "pending_cou
 FORWARD, BACKWARD = 0, 1
 
 # Slots of `Regions.memo_gate`: how the shared walks of rebuilds have fared
-# lately (kernel._shared_rebuilds). Memo rows: failed attempts, and rebuild
+# lately (walks.shared_rebuilds). Memo rows: failed attempts, and rebuild
 # rounds left to walk plainly before trying again; masked walks: their recent
 # cost and the visits they saved (decaying sums, in visits), and the rounds
 # that could have taken one (every MASK_PROBE_EVERY-th takes one regardless).
@@ -121,7 +121,7 @@ STREAM_PRESSURE, STREAM_DEAD = 0, 1
 # by the driver, which imports regions (and numba) only when it is on.
 CHECK_REGIONS_ENV = "DTRF_CHECK_REGIONS"
 
-# Bases per masked walk (kernel._mask_rebuilds): one bit of a uint64 each. The
+# Bases per masked walk (walks.mask_rebuilds): one bit of a uint64 each. The
 # first MASK_BASES rows of the walk work space are zero between walks.
 MASK_BASES = 64
 

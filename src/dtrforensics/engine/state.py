@@ -34,11 +34,11 @@ membership bitset (a row of `bits`, taken from the `free_slots` stack), and
 some are that bitset alone (`cap` 0, `len` the member count, no block): large
 interiors, and large frontiers made by shared walks.
 `memo_*` is work space of the shared walks of one direction's rebuilds
-(kernel._shared_rebuilds: memo rows, and masked walks, which borrow memo_row,
+(walks.shared_rebuilds: memo rows, and masked walks, which borrow memo_row,
 memo_node and the first rows of memo_int and memo_fr; memo_gate holds how
 either has fared lately, slots `layout.G_*`), `block_order` of the arena's
 compaction, and `deferred*` the regions whose rebuild waits for their next
-reader (kernel._defer: a flag per region, the list, its length), none left
+reader (walks.defer: a flag per region, the list, its length), none left
 between slices; not state (a snapshot holds None there)."""
 
 ARENA_MIN = 1 << 22
