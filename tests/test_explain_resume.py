@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from logs import mixed_log
+from logs import MIXED_BUDGET, mixed_log, random_logs
+from oracle import POLICIES
 from public import program_or_skip
-from test_engine_vs_oracle import POLICIES, random_logs
-from test_explain import MIXED_BUDGET
 from test_prefixes import everything
 
 from dtrforensics.analyses import explain as explain_module

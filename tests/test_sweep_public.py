@@ -11,11 +11,9 @@ traces or the reference.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from cli import dtrf_process
 from public import SKIP_REFERENCE, program_or_skip, reference_lines
 
 from dtrforensics.sweep import holes, runner
@@ -27,9 +25,7 @@ HOLE_LO = 1_024_657_200
 
 
 def dtrf(*args):
-    env = {**os.environ, "COLUMNS": "160"}
-    return subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", *map(str, args)],
-                          capture_output=True, text=True, env=env)
+    return dtrf_process(*args, columns=160)
 
 
 def test_grid_reproduces_the_reference(tmp_path):
