@@ -177,3 +177,24 @@ def test_an_option_that_does_not_apply_is_left_out_with_its_reason(tmp_path):
     assert len(result.notes) == 1 and "no repeated block" in result.notes[0]
     with pytest.raises(RecordError, match="blok"):
         plan("zoo:mlp", tmp_path / "plan", settings=PlanSettings(options=("blok",), knob=False))
+
+
+def test_knob_refinement_stops_at_the_deadline_says_so_and_resumes(tmp_path):
+    """`--max-seconds` bounds the knob's refinement too: a plan out of time keeps
+    its grid, counts the changes it left wider than the tolerance and says why;
+    the same plan again refines them without recording the grid again."""
+    from dtrforensics.render.plan import knob_text
+    from dtrforensics.torch.plan import PlanSettings, plan
+    grid = dict(options=(), knob_range=(0.0, 0.25), knob_step=0.25, max_runs=50)
+    out = tmp_path / "plan"
+    short = plan("zoo:gpt", out, settings=PlanSettings(**grid, knob_tolerance=0.125,
+                                                        max_seconds=1e-3))
+    k = short.knob
+    assert [p.knob for p in k.points] == [0.0, 0.25] and k.points[0].plan != k.points[1].plan
+    assert (k.refined, k.unresolved, k.stopped) == (0, 1, "--max-seconds")
+    assert "refinement stopped at --max-seconds" in knob_text(k)
+    logs = {p: p.stat().st_mtime_ns for p in (out / "options").glob("*.log")}
+    full = plan("zoo:gpt", out, settings=PlanSettings(**grid, knob_tolerance=0.125))
+    assert full.knob.refined >= 1 and full.knob.unresolved == 0 and full.knob.stopped is None
+    assert "stopped" not in knob_text(full.knob)
+    assert all(p.stat().st_mtime_ns == t for p, t in logs.items())

@@ -139,6 +139,9 @@ def knob_text(k: KnobMap) -> str:
     lo = min(k.points, key=lambda p: p.peak)
     hi = max(k.points, key=lambda p: p.peak)
     unresolved = f", {k.unresolved} wider than {k.tolerance:g}" if k.unresolved else ""
+    if k.unresolved and k.stopped:
+        unresolved += (f" (refinement stopped at {k.stopped}; the same command again "
+                       f"resumes it)")
     return (f"knob ({k.solver}): peak {lo.peak:,} B at {lo.knob:g} to {hi.peak:,} B at "
             f"{hi.knob:g}; {fmt_count(k.changes, 'change')} of plan over "
             f"{fmt_count(len(k.points), 'point')}{unresolved}")

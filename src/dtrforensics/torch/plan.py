@@ -122,6 +122,9 @@ class KnobMap:
     changes: int                    # adjacent points with different plans
     unresolved: int                 # changes whose knobs are still wider apart than tolerance
     inversions: int = 0             # adjacent points where the lower knob peaks higher
+    stopped: str | None = None      # why refinement stopped with changes unresolved
+    #                                 (`--max-seconds`, or the cap on knob points); None when
+    #                                 every change is within tolerance
 
 
 @dataclass(frozen=True)
@@ -299,8 +302,8 @@ def plan(spec: str, folder: str | os.PathLike, *, target: int | None = None,
         validate.ratio(ratio, "--ratio", bounds.peak)
         target = int(ratio * bounds.peak)
     options, notes = _options(step, folder, settings, plain)
-    knob = _knob_map(step, folder, settings, plain) if settings.knob else None
     dtr = _dtr_map(program, bounds, folder, settings, deadline)
+    knob = _knob_map(step, folder, settings, plain, deadline) if settings.knob else None
     inversions = _inversions(knob) if knob is not None else []
     answer = None if target is None else _target(target, options, knob, dtr)
     if dtr is None:
@@ -449,9 +452,11 @@ def knob_label(knob: float, solver: str) -> str:
 
 
 def _knob_map(step: dict, folder: Path, settings: PlanSettings,
-              plain: OptionPoint) -> KnobMap:
+              plain: OptionPoint, deadline: float | None = None) -> KnobMap:
     """The knob on its grid, then between adjacent points whose plans differ,
-    halved until they are within the tolerance or their plans are equal."""
+    halved until they are within the tolerance or their plans are equal, or
+    until the deadline (`--max-seconds`) or the cap on points: then `stopped`
+    says which, and the plan's folder resumes the refinement when run again."""
     from .checkpointing import CheckpointOption
 
     def at(knob: float) -> OptionPoint:
@@ -462,22 +467,28 @@ def _knob_map(step: dict, folder: Path, settings: PlanSettings,
     n = max(1, round((hi - lo) / settings.knob_step))
     grid = sorted({round(min(hi, lo + i * settings.knob_step), 6) for i in range(n + 1)} | {hi})
     points = {k: at(k) for k in grid}
-    refined = 0
-    while len(points) < MAX_KNOB_POINTS:
-        wide = _wide_changes(points, settings.knob_tolerance)
-        if not wide:
-            break
-        for lo, hi in wide[:MAX_KNOB_POINTS - len(points)]:
+    refined, stopped = 0, None
+    while _wide_changes(points, settings.knob_tolerance) and stopped is None:
+        before = len(points)
+        for lo, hi in _wide_changes(points, settings.knob_tolerance):
+            if len(points) >= MAX_KNOB_POINTS:
+                stopped = f"the cap of {MAX_KNOB_POINTS} knob points"
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                stopped = "--max-seconds"
+                break
             mid = round((lo + hi) / 2, 6)
             if mid in points:
                 continue
             points[mid] = at(mid)
             refined += 1
+        if stopped is None and len(points) == before:
+            stopped = "the knob's resolution (1e-6)"
     ordered = [points[k] for k in sorted(points)]
     changes = sum(a.plan != b.plan for a, b in zip(ordered, ordered[1:]))
     return KnobMap(settings.solver, ordered, settings.knob_step, settings.knob_tolerance,
                    refined, changes, len(_wide_changes(points, settings.knob_tolerance)),
-                   sum(a.peak > b.peak for a, b in zip(ordered, ordered[1:])))
+                   sum(a.peak > b.peak for a, b in zip(ordered, ordered[1:])), stopped)
 
 
 def _wide_changes(points: dict[float, OptionPoint], tolerance: float) -> list[tuple[float, float]]:
