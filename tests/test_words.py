@@ -18,7 +18,7 @@ from public import SKIP_TRACES, traces_dir
 
 from dtrforensics.cli.main import COMMANDS, load_command
 
-OUTPUT_OPTIONS = {"export", "synth", "torch record", "regime", "sweep", "plot", "demo",
+OUTPUT_OPTIONS = {"export", "synth", "torch record", "torch plan", "regime", "sweep", "plot", "demo",
                   "reproduce", "compare-policies"}
 HOLE = "hole@25200000B"      # the embedded trace inside its hole: OOM
 
