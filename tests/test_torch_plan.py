@@ -165,6 +165,28 @@ def test_a_partial_dtr_map_says_so_and_its_command_finishes_it(tmp_path):
     assert "map complete" in verdict and "next:" not in verdict and "to finish" not in text
 
 
+def test_a_target_against_a_partial_map_never_says_no_hole(tmp_path):
+    """A map cut short has open budgets where holes may lie: DTR at a target says
+    the map is partial, never "no hole"; the complete map says "no hole" only when
+    it has none."""
+    from dtrforensics.render.plan import margin_text, plan_verdict
+    from dtrforensics.torch.plan import PlanSettings, plan
+    out = tmp_path / "plan"
+    full = plan("zoo:gpt", out, settings=PlanSettings(options=(), knob=False, max_runs=2000))
+    assert full.dtr.complete
+    target = (full.floor.floor + full.peak) // 2
+    cut = plan("zoo:gpt", tmp_path / "cut", target=target,
+               settings=PlanSettings(options=(), knob=False, max_runs=5))
+    assert not cut.dtr.complete and not cut.target.dtr.complete
+    text = margin_text(cut.target.dtr)
+    assert "the map is partial" in text and not text.endswith(", no hole")
+    assert "the map is partial" in plan_verdict(cut).headline
+    done = plan("zoo:gpt", out, target=target,
+                settings=PlanSettings(options=(), knob=False, max_runs=2000))
+    assert done.target.dtr.complete and "partial" not in margin_text(done.target.dtr)
+    assert margin_text(done.target.dtr).endswith(", no hole") == (not done.dtr.holes)
+
+
 def test_an_option_that_does_not_apply_is_left_out_with_its_reason(tmp_path):
     """zoo:mlp has no repeated block: `block` is left out and said so; a misspelt
     option is still an error."""
@@ -198,3 +220,8 @@ def test_knob_refinement_stops_at_the_deadline_says_so_and_resumes(tmp_path):
     assert full.knob.refined >= 1 and full.knob.unresolved == 0 and full.knob.stopped is None
     assert "stopped" not in knob_text(full.knob)
     assert all(p.stat().st_mtime_ns == t for p, t in logs.items())
+    # an option that is also a knob point fits a target once
+    grid["options"] = ("compile:0.25",)
+    fit = plan("zoo:gpt", out, target=10 * full.peak, settings=PlanSettings(**grid, knob_tolerance=0.125))
+    texts = [o.text for o in fit.target.fits]
+    assert "compile:0.25:dp" in texts and len(texts) == len(set(texts))

@@ -21,6 +21,10 @@ DTR_COLOUR = "#1f77b4"
 KNOB_COLOUR = "#ff7f0e"
 OPTION_COLOUR = "#2ca02c"
 TARGET_COLOUR = "#444444"
+# DTR's numbers in a plan are the engine's replay of the plain (eager) step's log, in
+# its cost (flops unless --cost measured): `torch run --compiled` runs DTR on the
+# compiled step's joint graph, a different log with its own peak
+DTR_THERE = "DTR there (the eager step's log, simulated)"
 
 
 def _x(v: float | None) -> str:
@@ -74,10 +78,11 @@ def plan_verdict(result: PlanResult) -> Verdict:
     t, dtr = result.target, result.dtr
     if t is not None:
         if t.cheapest is None:
-            head = f"nothing PyTorch ships fits {_b(t.target)}; DTR there: {margin_text(t.dtr)}"
+            head = (f"nothing PyTorch ships fits {_b(t.target)}; {DTR_THERE}: "
+                    f"{margin_text(t.dtr)}")
         else:
             head = (f"at {_b(t.target)}: {t.cheapest.label} fits, peak {t.cheapest.peak:,} B at "
-                    f"{_x(t.cheapest.overhead)}; DTR there: {margin_text(t.dtr)}")
+                    f"{_x(t.cheapest.overhead)}; {DTR_THERE}: {margin_text(t.dtr)}")
     else:
         head = (f"{result.spec}: peak {_b(result.peak)}, floor {_b(result.floor.floor)}; "
                 + (dtr_text(dtr) if dtr is not None else "DTR cannot go below the peak"))
@@ -86,7 +91,8 @@ def plan_verdict(result: PlanResult) -> Verdict:
         lines.append(f"{t.cheapest.text} at {t.cheapest.peak:,} B as a DTR budget: "
                      f"{margin_text(t.cheapest_margin)}")
     if t is not None:
-        lines.append(f"knob meeting the target: {knob_fit_text(t.knob)}")
+        lines.append(f"knob meeting the target: {knob_fit_text(t.knob)}"
+                     + (knob_grid_text(result.knob) if result.knob is not None else ""))
     if result.knob is not None:
         lines.append(knob_text(result.knob))
     if result.inversions:
@@ -122,11 +128,20 @@ def margin_text(m: HoleMargin) -> str:
     what = (f"completes at {_x(m.overhead)}" if completes(m.outcome)
             else "uncertified" if m.outcome == "uncertified" else f"fails ({m.outcome})")
     if m.hole is None:
-        return f"{what}, no hole"
+        return f"{what}, no hole" if m.complete else (
+            f"{what}, no hole certified so far (the map is partial: more may lie in its open budgets)")
+    if not m.complete:
+        what += " (the map is partial: the nearest hole certified so far)"
     if m.inside:
         return (f"{what}, inside the hole {m.hole.lo:,}-{m.hole.hi:,} B, {m.distance:,} B "
                 "from its nearest edge")
     return f"{what}, {m.distance:,} B from the hole {m.hole.lo:,}-{m.hole.hi:,} B"
+
+
+def knob_grid_text(k: KnobMap) -> str:
+    """What the knob's answer covers: the points recorded, not every knob value."""
+    return (f" (the highest of {fmt_count(len(k.points), 'knob point')} recorded; a finer "
+            f"--knob-step may find a higher one)")
 
 
 def knob_fit_text(p: OptionPoint | None) -> str:
@@ -270,10 +285,15 @@ def figure(result: PlanResult, *, ratio_axis: bool = False):
     if result.target is not None:
         ax.axvline(result.target.target / mib, color=TARGET_COLOUR, ls="--", lw=1.2,
                    label=f"target {result.target.target:,} B")
+        pick = result.target.cheapest
+        if pick is not None:
+            ax.plot([pick.peak / mib], [pick.overhead], "o", ms=15, mfc="none",
+                    mec=TARGET_COLOUR, mew=1.5, label=f"cheapest that fits: {pick.text}")
     ax.axvline(result.floor.floor / mib, color="#888888", ls=":", lw=1,
                label=f"floor {result.floor.floor:,} B")
     ax.set_xlabel("bytes (MiB): a DTR budget, or an option's recorded peak")
-    ax.set_ylabel("overhead (compute over the plain step's)")
+    ax.set_ylabel("overhead (simulated " + ("op times" if result.cost == "measured" else "flops")
+                  + " over the plain step's)")
     ax.set_title(f"{result.spec}: DTR against PyTorch's checkpointing at the same bytes")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper right", fontsize=8)
@@ -296,10 +316,13 @@ def _draw_dtr(ax, dtr: DtrMap, mib: float) -> None:
         ax.annotate(f"{dtr.first_success:,} B, {dtr.first_overhead:.2f}x",
                     (dtr.first_success / mib, dtr.first_overhead), textcoords="offset points",
                     xytext=(-10, 8), ha="right", fontsize=8, color=DTR_COLOUR)
+    lo, hi = dtr.range_bytes
+    least = (hi - lo) / 400           # a hole narrower than this is drawn this wide, to show
     for k, h in enumerate(dtr.holes):
-        ax.axvspan(h.lo / mib, (h.hi + 1) / mib, color=HOLE_COLOUR, alpha=0.25, lw=0,
-                   label="DTR hole (fails between completions)" if k == 0 else None)
-    lo, _ = dtr.range_bytes
+        pad = max(0.0, least - (h.hi + 1 - h.lo)) / 2
+        ax.axvspan((h.lo - pad) / mib, (h.hi + 1 + pad) / mib, color=HOLE_COLOUR, alpha=0.25,
+                   lw=0, label="DTR hole (fails between completions; drawn at least "
+                   "1/400 of the axis wide)" if k == 0 else None)
     if dtr.first_success is not None and dtr.first_success > lo:
         ax.axvspan(lo / mib, dtr.first_success / mib, color=BELOW_COLOUR, alpha=0.35, lw=0,
                    label="DTR fails below its first success" if dtr.first_success_exact

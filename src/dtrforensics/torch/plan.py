@@ -189,6 +189,7 @@ class HoleMargin:
     inside: bool
     hole: HoleSpan | None           # the nearest hole (the one holding it when inside)
     distance: int | None            # bytes to that hole's nearest edge
+    complete: bool = True           # DTR's map is complete: no hole is left to find
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,7 @@ class PlanResult:
     seconds: float
     sets: dict = field(default_factory=dict)   # the factory's keywords the step was built with
     notes: list[str] = field(default_factory=list)
+    cost: str = "flops"             # what every overhead is a ratio of: flops or measured
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -310,7 +312,8 @@ def plan(spec: str, folder: str | os.PathLike, *, target: int | None = None,
         notes.append(f"the floor ({bounds.floor:,} B) is at or above the peak "
                      f"({bounds.peak:,} B): DTR cannot go below the peak")
     return PlanResult(spec, folder, bounds.peak, bounds, compute, dtr, options, knob,
-                      inversions, answer, time.perf_counter() - started, dict(sets), notes)
+                      inversions, answer, time.perf_counter() - started, dict(sets), notes,
+                      settings.cost)
 
 
 def _options(step: dict, folder: Path, settings: PlanSettings,
@@ -677,6 +680,7 @@ def hole_margin(dtr: DtrMap | None, budget: int) -> HoleMargin:
     """DTR at `budget`: its certified outcome, and the nearest hole."""
     if dtr is None:
         return HoleMargin(budget, "fail", None, False, None, None)
+    partial = not dtr.complete
     span = dtr.at(budget)
     lo, hi = dtr.range_bytes
     outcome = ("ok" if budget > hi else "below-floor" if budget < lo
@@ -688,15 +692,17 @@ def hole_margin(dtr: DtrMap | None, budget: int) -> HoleMargin:
         d = min(budget - h.lo, h.hi - budget) + 1 if inside else (
             h.lo - budget if budget < h.lo else budget - h.hi)
         if inside:
-            return HoleMargin(budget, outcome, overhead, True, h, d)
+            return HoleMargin(budget, outcome, overhead, True, h, d, not partial)
         if best is None or d < best[0]:
             best = (d, h)
-    return HoleMargin(budget, outcome, overhead, False, best and best[1], best and best[0])
+    return HoleMargin(budget, outcome, overhead, False, best and best[1], best and best[0],
+                      not partial)
 
 
 def _target(target: int, options: list[OptionPoint], knob: KnobMap | None,
             dtr: DtrMap | None) -> TargetAnswer:
     every = options + (knob.points if knob is not None else [])
+    every = list({o.text: o for o in reversed(every)}.values())   # an option also a knob point once
     fits = sorted((o for o in every if o.peak <= target), key=lambda o: (o.overhead, o.peak))
     cheapest = fits[0] if fits else None
     knob_fits = [p for p in (knob.points if knob is not None else []) if p.peak <= target]
