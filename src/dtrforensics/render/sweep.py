@@ -174,9 +174,10 @@ def finish_lines(report: HolesReport, command: str = "sweep") -> list[str]:
     if "run-limit" in reasons:
         why = (f"the walk stopped at --max-runs {params.max_runs:,}"
                if report.ended == "run-limit" else ended_text(report))
-        lines.append(f"to finish ({why}; nothing is run again; how many runs are left is "
-                     f"known only as they run, so repeat it until it says complete): " + sweep_command(
+        lines.append(f"to finish ({why}; nothing is run again): " + sweep_command(
             source, params, report.path, max_runs=next_max_runs(report), command=command))
+        lines.append("(how many runs are left is known only as they run: repeat it until "
+                     "it says complete)")
     if "timeout" in reasons:
         lines.append("gaps holding timed-out runs stay open: a longer --timeout is another "
                      "sweep (another --out)")
