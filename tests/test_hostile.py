@@ -749,6 +749,7 @@ NOT_USER_ERRORS = {
     "dtrforensics.engine.native.Mismatch": "engine/compiled.py falls back to numba",
     "dtrforensics.engine.replay._ArenaFull": "control flow: the run starts again, larger",
     "dtrforensics.engine.regions.RegionsBroken": "a bug in the engine (DTRF_CHECK_REGIONS pass)",
+    "dtrforensics.engine.graph.GraphOrderError": "a bug in the graph build (edges come sorted)",
     "dtrforensics.trace.cache.CacheEntryError": "trace/cache.py parses the log again",
     "dtrforensics.interop.plumbing.ExportError": "a recording that is not a run: a bug",
     "dtrforensics.interop.tables.TableExportError": "cli/export_cmd.py: a CommandError",
