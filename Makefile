@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/torch_record.py
 	$(BIN)/python benchmarks/torch_execute.py
 	$(BIN)/python benchmarks/compiled_backend.py
+	$(BIN)/python benchmarks/compiled_backend.py --against-knob
 	$(BIN)/python benchmarks/policy_cost.py
 
 clean:

@@ -12,7 +12,15 @@ overhead (flops costs): the real slowdown is what recomputing costs in
 PyTorch, which the flops cost model only estimates. A ratio the schedule
 cannot meet is said as such and skipped.
 
-    python benchmarks/compiled_backend.py [--repeat N] [--threads N]
+`--against-knob`: zoo:gpt's and zoo:resnet's steps compiled by `aot_eager_decomp_partition` at
+`activation_memory_budget` KNOB (1, 0.5, 0; solver dp), its peak recorded by
+`record_option`, then `dtr_backend` at a budget of that many bytes, and the
+dispatch-mode executor (`execute`) at the same bytes: the plain `aot_eager`
+step, the knob's and DTR's compiled steps timed interleaved in one process,
+each beside its simulated overhead (the knob's recorded log against the plain
+log; DTR's engine on the joint graph's log).
+
+    python benchmarks/compiled_backend.py [--repeat N] [--threads N] [--against-knob]
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import common  # noqa: F401  (this checkout's src/ first on the path)
 import torch
@@ -88,12 +98,119 @@ def bench(name: str, options: dict, ratios, repeat: int) -> list[dict]:
     return rows
 
 
+KNOBS = (1.0, 0.5, 0.0)
+KNOB_MODELS = ("gpt", "resnet")     # each at its default size
+
+
+def knob_compiled(model, loss_fn, knob: float, batch):
+    """The step `aot_eager_decomp_partition` compiles at KNOB (solver dp), compiled now."""
+    from torch._functorch import config
+    run = compiled(model, loss_fn, "aot_eager_decomp_partition")
+    with config.patch(activation_memory_budget=knob, activation_memory_budget_solver="dp"):
+        run(*batch)     # the partitioner runs here, at this knob
+    return run
+
+
+def dtr_at(model, loss_fn, budget: int, batch):
+    be = dtr_backend(budget)
+    run = compiled(model, loss_fn, be)
+    try:
+        run(*batch)
+    except Exception as exc:     # dynamo wraps the refusal
+        inner = getattr(exc, "inner_exception", exc)
+        if not isinstance(inner, BudgetNotMet):
+            raise
+        return None, str(inner)[:160]
+    return run, be
+
+
+def executor_at(name: str, budget: int) -> dict:
+    from dtrforensics.torch.execute import execute
+    torch.manual_seed(0)
+    model, batch, loss_fn = ZOO[name]()
+    try:
+        r = execute(model, batch, loss_fn, budget=budget)
+    except Exception as exc:     # a budget below the eager step's floor
+        return {"executor": f"refused: {str(exc)[:100]}"}
+    return {"executor_outcome": r.outcome, "executor_cpu_ratio": r.cpu_seconds / r.plain_cpu_seconds,
+            "executor_wall_ratio": r.wall_seconds / r.plain_wall_seconds,
+            "executor_overhead": r.overhead}
+
+
+def against_knob(name: str, repeat: int) -> list[dict]:
+    from dtrforensics.torch.checkpointing import record_option
+    torch._dynamo.config.recompile_limit = 64      # one code object, compiled per step
+    with tempfile.TemporaryDirectory(prefix="dtrf-knob-") as folder:
+        recs = {knob: record_option(f"zoo:{name}", f"compile:{knob:g}:dp",
+                                    Path(folder) / f"knob{knob:g}.log") for knob in KNOBS}
+    torch.manual_seed(0)
+    model, batch, loss_fn = ZOO[name]()
+    torch._dynamo.reset()
+    runs = {"plain": compiled(model, loss_fn, "aot_eager")}
+    runs["plain"](*batch)
+    rows, dtr = [], {}
+    for knob, rec in recs.items():
+        runs[("knob", knob)] = knob_compiled(model, loss_fn, knob, batch)
+        run, be = dtr_at(model, loss_fn, rec.peak_bytes, batch)
+        if run is not None:
+            runs[("dtr", knob)], dtr[knob] = run, be
+        else:
+            dtr[knob] = be      # the refusal's text
+    times: dict = {key: [] for key in runs}
+    for i in range(repeat + 1):
+        for key, run in runs.items():
+            cpu = timed(run, batch)[0]
+            if i:
+                times[key].append(cpu)
+    plain = min(times["plain"])
+    for knob, rec in recs.items():
+        row = {"model": name, "knob": knob, "budget": rec.peak_bytes,
+               "knob_cpu_ratio": min(times[("knob", knob)]) / plain,
+               "knob_overhead": rec.overhead, "plain_cpu_s": plain}
+        be = dtr[knob]
+        if isinstance(be, str):
+            row["dtr"] = f"refused: {be}"
+        else:
+            (graph,) = be.graphs
+            s, joint_peak = graph.summary, _joint_peak(graph)
+            row.update({"joint_peak": joint_peak, "dtr_ratio": rec.peak_bytes / joint_peak,
+                        "evictions": s.evictions, "remats": s.remats,
+                        "dtr_cpu_ratio": min(times[("dtr", knob)]) / plain,
+                        "dtr_overhead": s.overhead})
+        row.update(executor_at(name, rec.peak_bytes))
+        rows.append(row)
+    return rows
+
+
+def _joint_peak(graph) -> int:
+    from dtrforensics.engine.baseline import baseline
+    return int(baseline(graph.joint.program).peak)
+
+
+def main_against_knob(repeat: int) -> None:
+    for name in KNOB_MODELS:
+        for row in against_knob(name, repeat):
+            print(json.dumps(row), flush=True)
+            dtr = row.get("dtr") or (f"DTR at {row['dtr_ratio']:.3f} of the joint peak "
+                                     f"({row['evictions']} evictions): {row['dtr_cpu_ratio']:.3f}x "
+                                     f"(simulated {row['dtr_overhead']:.3f}x)")
+            print(f"zoo:{name} knob {row['knob']:g} ({row['budget']:,} bytes): knob step "
+                  f"{row['knob_cpu_ratio']:.3f}x the plain aot_eager step in CPU time (simulated "
+                  f"{row['knob_overhead']:.3f}x); {dtr}; executor "
+                  f"{row.get('executor_cpu_ratio', float('nan')):.2f}x the plain eager step")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--against-knob", action="store_true",
+                        help="zoo:gpt and zoo:resnet at activation_memory_budget 1, 0.5, 0 against DTR at its bytes")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.against_knob:
+        main_against_knob(args.repeat)
+        return
     rows = []
     for name, options, ratios in CASES:
         for row in bench(name, options, ratios, args.repeat):
