@@ -591,20 +591,15 @@ def _key(program: Program, op: int) -> tuple[str, tuple[int, ...]]:
     return program.op_name(op), sizes
 
 
-def forward_decisions(program: Program) -> dict[tuple, tuple[str, str | None, int]]:
-    """Each forward op's outputs, keyed (op name, output sizes, occurrence), in
-    forward order: saved (alive when backward starts), recomputed (computed again
-    in backward from forward values) or dropped; with its module and bytes."""
+def _live(program: Program):
+    """Walk the log's schedule: yield each computed op with the storages alive
+    just before it runs (one set, updated in place as the walk goes on)."""
     storage = program.tensor_storage.tolist()
     refs = [0] * program.n_tensors
     alive: set[int] = set()
-    order: list[int] = []
     for kind, arg in zip(program.sched_kind.tolist(), program.sched_arg.tolist()):
         if kind == CMD_COMPUTE:
-            if program.op_backward[arg]:
-                break
-            if not program.is_constant(arg):
-                order.append(arg)
+            yield arg, alive
             for t in program.op_outputs_of(arg):
                 refs[storage[t]] += 1
                 alive.add(storage[t])
@@ -614,6 +609,23 @@ def forward_decisions(program: Program) -> dict[tuple, tuple[str, str | None, in
             refs[storage[arg]] -= 1
             if refs[storage[arg]] == 0:
                 alive.discard(storage[arg])
+
+
+def forward_decisions(program: Program) -> dict[tuple, tuple[str, str | None, int]]:
+    """Each forward op's outputs, keyed (op name, output sizes, occurrence), in
+    forward order: saved (alive when backward starts), recomputed (computed again
+    in backward from forward values) or dropped; with its module and bytes."""
+    storage = program.tensor_storage.tolist()
+    alive: set[int] = set()
+    order: list[int] = []
+    for op, live in _live(program):
+        if program.op_backward[op]:
+            alive = set(live)
+            break
+        if not program.is_constant(op):
+            order.append(op)
+    else:
+        alive = set(live) if program.n_ops else set()
     taint = _tainted(program)
     again: dict[tuple, int] = {}
     for op in range(program.n_ops):
@@ -642,22 +654,13 @@ def peak_view(program: Program) -> PeakView:
     """What is alive just after the op where the unconstrained run peaks."""
     from ..engine.baseline import baseline
     base = baseline(program)
-    storage, size = program.tensor_storage.tolist(), program.tensor_size.tolist()
-    refs = [0] * program.n_tensors
+    size = program.tensor_size.tolist()
     alive: set[int] = set()
-    for kind, arg in zip(program.sched_kind.tolist(), program.sched_arg.tolist()):
-        if kind == CMD_COMPUTE:
-            for t in program.op_outputs_of(arg):
-                refs[storage[t]] += 1
-                alive.add(storage[t])
-            if arg == base.peak_op_id:
-                break
-        elif kind == CMD_GET:
-            refs[storage[arg]] += 1
-        elif kind == CMD_RELEASE:
-            refs[storage[arg]] -= 1
-            if refs[storage[arg]] == 0:
-                alive.discard(storage[arg])
+    storage = program.tensor_storage.tolist()
+    for op, live in _live(program):
+        if op == base.peak_op_id:         # alive just after it: its outputs too
+            alive = live | {storage[t] for t in program.op_outputs_of(op)}
+            break
     taint = _tainted(program)
     by_phase: dict[str, int] = {}
     by_module: dict[tuple[str, str], int] = {}

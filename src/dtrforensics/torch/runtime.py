@@ -92,27 +92,6 @@ def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None, str | None,
     return info
 
 
-# id of an aten op overload -> its facts, the overload last (held, so its id is never reused):
-# an overload hashes in Python (`OpOverload.__hash__`), its id does not
-_OP_INFO: dict[int, tuple] = {}
-
-
-def _op_info(func) -> tuple[str, list[tuple[int, str, bool]] | None, str | None, bool, object]:
-    """Per aten op, found once: its name; its schema arguments whose type can
-    hold a tensor as (position, name, written) (None for an op that writes
-    arguments its schema does not mark, left to the recorder's reading); why the
-    recorder rejects it (or None); whether it draws random numbers."""
-    info = _OP_INFO.get(id(func))
-    if info is None:
-        name = op_name_of(func)
-        params = None if name in UNDECLARED_WRITES else [
-            (i, a.name, a.is_write) for i, a in enumerate(func._schema.arguments)
-            if "Tensor" in str(a.type)]
-        info = _OP_INFO[id(func)] = (name, params, REJECTED_OPS.get(name),
-                                     torch.Tag.nondeterministic_seeded in func.tags, func)
-    return info
-
-
 @dataclass
 class Stats:
     """What the real step did, counted from its own actions."""
