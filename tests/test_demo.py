@@ -27,13 +27,22 @@ def test_embedded_trace_has_a_hole_and_a_regime_switch():
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo():
     """The demo run once, at 80 columns (where its suggestions must read as commands):
     its folder, its text and its findings."""
-    folder = tmp_path_factory.mktemp("demo")
+    # a short folder: the suggestions name it, and a path longer than the terminal
+    # cannot be cut (a parallel worker's pytest folder, popen-gwN/, is 83 characters
+    # with the demo's longest name)
+    import shutil
+    import tempfile
+    from pathlib import Path
+    folder = Path(tempfile.mkdtemp(prefix="dtrf-demo-"))
     out = io.StringIO()
-    findings = run_demo(Console(file=out, width=80), folder / "demo", public=False, jobs=1)
-    return folder, out.getvalue(), findings
+    try:
+        findings = run_demo(Console(file=out, width=80), folder / "demo", public=False, jobs=1)
+        yield folder, out.getvalue(), findings
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_demo_tells_the_whole_story(demo):
