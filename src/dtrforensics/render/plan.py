@@ -92,7 +92,7 @@ def plan_verdict(result: PlanResult) -> Verdict:
                      f"{margin_text(t.cheapest_margin)}")
     if t is not None:
         lines.append(f"knob meeting the target: {knob_fit_text(t.knob)}"
-                     + (knob_grid_text(result.knob) if result.knob is not None else ""))
+                     + (knob_grid_text(result.knob, t.knob) if result.knob is not None else ""))
     if result.knob is not None:
         lines.append(knob_text(result.knob))
     if result.inversions:
@@ -138,15 +138,17 @@ def margin_text(m: HoleMargin) -> str:
     return f"{what}, {m.distance:,} B from the hole {m.hole.lo:,}-{m.hole.hi:,} B"
 
 
-def knob_grid_text(k: KnobMap) -> str:
+def knob_grid_text(k: KnobMap, fit: OptionPoint | None) -> str:
     """What the knob's answer covers: the points recorded, not every knob value."""
-    return (f" (the highest of {fmt_count(len(k.points), 'knob point')} recorded; a finer "
-            f"--knob-step may find a higher one)")
+    n = fmt_count(len(k.points), "knob point")
+    if fit is None:
+        return f" (of {n} recorded; a finer --knob-step may find one)"
+    return f" (the highest of {n} recorded; a finer --knob-step may find a higher one)"
 
 
 def knob_fit_text(p: OptionPoint | None) -> str:
     if p is None:
-        return "none on the grid"
+        return "none"
     return f"{p.knob:g} (peak {p.peak:,} B, {_x(p.overhead)})"
 
 
@@ -247,7 +249,8 @@ def _target_lines(result: PlanResult) -> list[str]:
                    f"{t.target - t.cheapest.peak:,} B under the target")
         out.append(f"  its peak as a DTR budget: {margin_text(t.cheapest_margin)}")
     out.append(f"  DTR at the target: {margin_text(t.dtr)}")
-    out.append(f"  knob meeting the target: {knob_fit_text(t.knob)}")
+    out.append(f"  knob meeting the target: {knob_fit_text(t.knob)}"
+               + (knob_grid_text(result.knob, t.knob) if result.knob is not None else ""))
     out.append(f"  fitting: {', '.join(o.text for o in t.fits) or 'none'}")
     return out
 
