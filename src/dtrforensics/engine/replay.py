@@ -162,8 +162,7 @@ def prepared(program: Program) -> tuple[KernelGraph, Baseline]:
 
 
 def resolve_budget(program: Program, budget: int | None, ratio: float | None) -> tuple[int, float | None]:
-    if (budget is None) == (ratio is None):
-        raise ValueError("give exactly one of budget (bytes) or ratio")
+    validate.budget_or_ratio(budget, ratio, "budget (bytes) or ratio")
     if budget is not None:
         return validate.budget(budget, "budget", minimum=0), None
     peak = prepared(program)[1].peak
