@@ -160,6 +160,8 @@ class Scheduler:
         was lost (None: the run itself failed, its exception stands)."""
         if isinstance(exc, BrokenProcessPool):
             return self._died(backend, point, _unfinished(inflight))
+        if isinstance(exc, ClusterError):   # a worker refusing its points (run_point)
+            return ClusterError(f"{exc}; {self._kept()}")
         kind = backend.failure(exc) if hasattr(backend, "failure") else None
         if kind == "worker":        # the task killed every worker it ran on: it names itself
             return self._died(backend, point, ())
