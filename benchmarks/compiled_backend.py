@@ -68,15 +68,9 @@ def bench(name: str, options: dict, ratios, repeat: int) -> list[dict]:
     runs["plain"](*batch)
     backends, rows = {}, []
     for ratio in ratios:
-        be = dtr_backend(ratio=ratio)
-        run = compiled(model, loss_fn, be)
-        try:
-            run(*batch)
-        except Exception as exc:     # dynamo wraps the refusal
-            inner = getattr(exc, "inner_exception", exc)
-            if not isinstance(inner, BudgetNotMet):
-                raise
-            rows.append({"model": name, **options, "ratio": ratio, "skipped": str(inner)[:160]})
+        run, be = dtr_at(model, loss_fn, batch, ratio=ratio)
+        if run is None:
+            rows.append({"model": name, **options, "ratio": ratio, "skipped": be})
             continue
         runs[ratio], backends[ratio] = run, be
     times: dict = {key: [] for key in runs}
@@ -111,8 +105,10 @@ def knob_compiled(model, loss_fn, knob: float, batch):
     return run
 
 
-def dtr_at(model, loss_fn, budget: int, batch):
-    be = dtr_backend(budget)
+def dtr_at(model, loss_fn, batch, **at):
+    """The step compiled with dtr_backend at `at` (budget= or ratio=), compiled now:
+    (run, backend), or (None, the refusal's first 160 characters)."""
+    be = dtr_backend(**at)
     run = compiled(model, loss_fn, be)
     try:
         run(*batch)
@@ -151,7 +147,7 @@ def against_knob(name: str, repeat: int) -> list[dict]:
     rows, dtr = [], {}
     for knob, rec in recs.items():
         runs[("knob", knob)] = knob_compiled(model, loss_fn, knob, batch)
-        run, be = dtr_at(model, loss_fn, rec.peak_bytes, batch)
+        run, be = dtr_at(model, loss_fn, batch, budget=rec.peak_bytes)
         if run is not None:
             runs[("dtr", knob)], dtr[knob] = run, be
         else:
