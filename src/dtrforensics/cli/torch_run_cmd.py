@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from .. import validate
-from .common import log_files, reporting_replaced
+from .common import log_files, print_json, reporting_replaced
 from .errors import CommandError
 from .options import (
     POLICY_HELP,
@@ -89,7 +89,6 @@ def run_cmd(
     except ImportError as exc:
         raise CommandError(f"dtrf torch needs PyTorch ({exc}): pip install 'dtrforensics[torch]'") from None
     from ..errors import OptionError
-    from ..render.jsonout import dumps
     from ..render.torch_run import run_lines
     given = {"batch": batch, "seq": seq, "image_size": image_size}
     options = {**given, **factory_settings(sizes or [], given)}
@@ -112,14 +111,19 @@ def run_cmd(
         raise CommandError(f"{spec}: the model's code called sys.exit({exc.code!r}) while the "
                            "step was built, recorded or run") from None
     doc = result.to_json()
-    if as_json:
-        typer.echo(dumps(doc, indent=2))
-    else:
-        from ..render.lines import say
-        for line in run_lines(doc):
-            say(line)
+    _show(doc, as_json, run_lines)
     if doc["mismatch"] is not None:     # shown first, then one line and exit 3
         raise NotFaithfulError(doc["mismatch"], spec)
+
+
+def _show(doc: dict, as_json: bool, lines_of) -> None:
+    """A run's result as strict JSON, or as the lines `lines_of` draws of it."""
+    if as_json:
+        print_json(doc)
+        return
+    from ..render.lines import say
+    for line in lines_of(doc):
+        say(line)
 
 
 def _run_compiled(spec: str, budget, ratio, policy, log, optimizer, steps: int, seed: int,
@@ -139,7 +143,6 @@ def _run_compiled(spec: str, budget, ratio, policy, log, optimizer, steps: int, 
         raise CommandError(f"dtrf torch needs PyTorch ({exc}): pip install 'dtrforensics[torch]'") from None
     from ..errors import NotDeterministicError, OptionError
     from ..render.compiled_run import compiled_lines
-    from ..render.jsonout import dumps
     options = {**given, **factory_settings(sizes or [], given)}
     try:
         torch.manual_seed(seed)
@@ -150,12 +153,7 @@ def _run_compiled(spec: str, budget, ratio, policy, log, optimizer, steps: int, 
     except (RecordError, OptionError, ValueError) as exc:
         raise CommandError(f"{spec}: {exc}") from None
     doc = result.to_json()
-    if as_json:
-        typer.echo(dumps(doc, indent=2))
-    else:
-        from ..render.lines import say
-        for line in compiled_lines(doc):
-            say(line)
+    _show(doc, as_json, compiled_lines)
     if doc["mismatch"] is not None:
         raise NotDeterministicError(f"{spec}: the compiled step is not faithful to the simulation: "
                                     f"{doc['mismatch']}")
