@@ -208,11 +208,9 @@ def _dtr_lines(dtr: DtrMap) -> list[str]:
     out += [f"  hole {h.lo:,}-{h.hi:,} B ({h.width:,} B; edges {h.lo_edge}/{h.hi_edge})"
             for h in dtr.holes]
     if not dtr.complete:
-        from .sweep import ended_text
+        from .sweep import ended_text, finish_lines
         out.append(f"  partial: {ended_text(dtr.report)}")
-        finish = finish_command(dtr)
-        if finish:
-            out.append(f"  to finish (nothing is run again): {finish}")
+        out += [f"  {line}" for line in finish_lines(dtr.report)]   # as `dtrf holes` says them
     return out
 
 
