@@ -23,7 +23,8 @@ def compiled_lines(doc: dict) -> list[str]:
          f"{real['over_budget_checks']:,}; peak live {fmt_bytes(real['peak_live_bytes'])} "
          f"({real['peak_live_bytes']:,} bytes)"),
         (f"values: {real['values_compared']:,} tensors (losses, buffers, gradients, parameters) "
-         f"bitwise equal to the plain aot_eager step {real['values_bitwise_equal']}"),
+         f"{'' if real['values_bitwise_equal'] else 'NOT '}bitwise equal to the plain "
+         "aot_eager step"),
     ]
     if real["slowdown"] is not None:
         lines.append(f"wall time after the compiling step: {real['wall_seconds']:.3f} s against "
