@@ -114,6 +114,59 @@ def _free_without_drop(self, sid: int, pressure: bool) -> None:
         self.victims.append(sid)
 
 
+def _measured(backend, model, batch, loss_fn):
+    """A step compiled with `backend`, run once, then once more measured."""
+    torch._dynamo.reset()
+    m = copy.deepcopy(model)
+    step = torch.compile(lambda x, y: loss_fn(m(x), y), backend=backend, dynamic=False)
+    step(*batch).backward()
+    for p in m.parameters():
+        p.grad = None
+    backend.measure_next()
+    step(*batch).backward()
+    (graph,) = backend.graphs
+    (peak,) = graph.peaks
+    return graph, peak
+
+
+@pytest.mark.parametrize("fixture,ratio", [("gpt", 0.9), ("resnet", 0.7)])
+def test_allocator_peak_within_budget_plus_workspaces(fixture, ratio, request):
+    """A measured step: the CPU allocator's peak is exactly the largest of the live
+    bytes at an op's start plus that op's own allocations (nothing but the ops'
+    outputs and scratch is held), so at most the budget plus the largest
+    workspace; resnet's convolutions take scratch beyond the budget."""
+    model, batch, loss_fn, _ = request.getfixturevalue(fixture)
+    graph, peak = _measured(dtr_backend(ratio=ratio, checking=True), model, batch, loss_fn)
+    ws = peak.workspaces
+    assert len(graph.checks) == 1 and peak.check.checks == graph.checks[0].checks
+    assert peak.check.mismatches == 0, peak.check.first_mismatch
+    assert peak.allocator_peak == ws.peak_with_workspaces
+    assert peak.check.peak_live <= graph.budget < peak.bound == graph.budget + ws.largest
+    assert peak.allocator_peak <= peak.bound and peak.to_json()["within_budget_plus_workspaces"]
+    assert ws.op_runs >= peak.check.checks and ws.op_name and ws.module
+    if fixture == "resnet":
+        assert peak.allocator_peak > graph.budget and ws.op_name == "convolution_backward"
+
+
+def test_the_peak_bound_sees_values_kept_alive(gpt, monkeypatch):
+    """The bound can fail: with every freed value kept alive to the end of the
+    step (its drop moved there), the allocator holds more than the budget plus
+    any workspace."""
+    model, batch, loss_fn, _ = gpt
+    monkeypatch.setattr(lowering._Builder, "free", _free_at_the_end)
+    _, peak = _measured(dtr_backend(ratio=0.9, checking=True), model, batch, loss_fn)
+    assert peak.allocator_peak > peak.bound
+
+
+def _free_at_the_end(self, sid: int, pressure: bool) -> None:
+    for tid in self.storage_tensors.get(sid, ()):
+        node = self.version.pop(tid, None)
+        if node is not None:    # what the builder still holds at the end lives to the end
+            self.version[("kept", tid, len(self.version))] = node
+    if pressure:
+        self.victims.append(sid)
+
+
 def test_adamw_steps_bitwise(resnet):
     """Five AdamW steps compiled once: parameters and running statistics bitwise
     those of aot_eager, every step's live bytes the engine's."""
@@ -199,6 +252,10 @@ def test_torch_run_compiled(tmp_path):
     assert doc["mismatch"] is None and doc["lowered"]["victims_equal"]
     assert doc["real"]["values_bitwise_equal"] and doc["real"]["memory_mismatches"] == 0
     assert doc["simulated"]["evictions"] > 0
+    alloc = doc["allocator"]
+    assert alloc["within_budget_plus_workspaces"] and alloc["budget"] == doc["budget"]
+    assert alloc["allocator_peak"] == alloc["workspaces"]["peak_with_workspaces"]
+    assert alloc["budget_plus_largest_workspace"] == doc["budget"] + alloc["workspaces"]["largest"]
     run = dtrf("run", log, "--budget", str(doc["budget"]), "--json").json()
     assert run["victims_sha256"] == doc["simulated"]["victims_sha256"]
     assert run["evictions"] == doc["simulated"]["evictions"]

@@ -26,6 +26,7 @@ def compiled_lines(doc: dict) -> list[str]:
          f"{'' if real['values_bitwise_equal'] else 'NOT '}bitwise equal to the plain "
          "aot_eager step"),
     ]
+    lines += _allocator_lines(doc.get("allocator"))
     if real["slowdown"] is not None:
         lines.append(f"wall time after the compiling step: {real['wall_seconds']:.3f} s against "
                      f"{real['plain_wall_seconds']:.3f} s for aot_eager ({real['slowdown']:.2f}x, "
@@ -34,3 +35,21 @@ def compiled_lines(doc: dict) -> list[str]:
     if doc["mismatch"]:
         lines.append(f"not faithful to the simulation: {doc['mismatch']}")
     return lines
+
+
+def _allocator_lines(alloc: dict | None) -> list[str]:
+    """The measured step's allocator peak against the budget and the workspaces."""
+    if alloc is None:
+        return []
+    ws = alloc["workspaces"]
+    over = (f"{alloc['over_budget']:,} bytes over the budget" if alloc["over_budget"]
+            else "within the budget")
+    largest = (f"the largest {ws['largest']:,} bytes at op {ws['op_id']} ({ws['op_name']}"
+               f"{', in ' + ws['module'] if ws.get('module') else ''})" if ws["largest"]
+               else "none: no op allocated scratch memory beyond its outputs")
+    verdict = "within" if alloc["within_budget_plus_workspaces"] else "ABOVE"
+    return [(f"allocator (one more step, measured; {ws['method']}): peak "
+             f"{alloc['allocator_peak']:,} bytes, {over}, {verdict} the budget plus the largest "
+             f"workspace ({alloc['budget_plus_largest_workspace']:,}); workspaces (scratch an op "
+             f"frees inside itself, which DTR does not model): {largest}; {ws['total']:,} bytes "
+             f"over {ws['with_workspace']:,} of {ws['op_runs']:,} op runs")]

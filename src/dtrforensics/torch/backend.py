@@ -16,6 +16,15 @@ the bytes of every storage the step holds alive (its inputs, the tangents,
 every output of an op in the graphs) with the executor's count
 (`storages.Storages`: weak references, a storage's death is PyTorch's); each
 check compares that count with the engine's memory there.
+
+`DtrBackend.measure_next()` makes the next checking step a measured one: each
+graph runs under PyTorch's profiler with memory events (`workspace.Meter`),
+which gives every aten call's workspace (its scratch beyond its outputs, by
+the log op of the allocation check before it) and the CPU allocator's peak
+over the graph above what it held at the start; the step's allocator peak is
+the live bytes at a graph's start plus that (`StepPeak`). Each op's outputs
+fit the budget beside the live bytes (the engine's check), so the peak is at
+most the budget plus the largest workspace.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from .lowering import CheckPoints, Lowered, lower
 from .recorder import RecordError, output_tensors
 from .schedule import Plan, plan
 from .storages import Storages
+from .workspace import Meter, Workspaces, _allocations, workspace_of
 
 
 class BudgetNotMet(RecordError):
@@ -51,6 +61,8 @@ class LiveStorages(TorchDispatchMode):
     def __init__(self, stats):
         super().__init__()
         self.count = Storages(stats)
+        self.meter: Meter | None = None   # measuring each aten call, in a measured step
+        self.op = -1                      # the log op of the last allocation check
 
     @property
     def live(self) -> int:
@@ -61,7 +73,11 @@ class LiveStorages(TorchDispatchMode):
             self.count.track(t.untyped_storage())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        if self.meter is None:
+            out = func(*args, **(kwargs or {}))
+        else:
+            with self.meter.around(self.op, self.count.live):
+                out = func(*args, **(kwargs or {}))
         for t in output_tensors(out):
             self.count.track(t.untyped_storage())
         return out
@@ -79,6 +95,48 @@ class CheckReport:
     measured: list[int] = field(default_factory=list)
 
 
+class _GraphMeter(Meter):
+    """A `workspace.Meter` over one graph run that also reads the allocator's
+    running peak over the whole run, above what it held at the start."""
+
+    window_peak = 0
+
+    def _read_profile(self) -> None:
+        found = []
+        for event in self._profile.profiler.kineto_results.experimental_event_tree():
+            if type(event.extra_fields).__name__ == "_ExtraFields_Allocation":
+                if event.extra_fields.device.type == "cpu":
+                    found.append(event)
+            else:
+                found += _allocations(event)
+        found.sort(key=lambda e: e.start_time_ns)
+        self.window_peak = workspace_of([e.extra_fields.alloc_size for e in found])[1]
+        super()._read_profile()
+
+
+@dataclass
+class StepPeak:
+    """The allocator over one measured step of the lowered graphs (see the module
+    docstring): its peak, beside the budget and the workspaces of the step's ops."""
+
+    budget: int
+    allocator_peak: int         # live bytes at a graph's start plus the allocator's peak above that
+    workspaces: Workspaces      # each aten call's scratch, by the log op of the check before it
+    check: CheckReport          # the step's live bytes against the engine's, as any checking step
+
+    @property
+    def bound(self) -> int:
+        """The most the allocator may hold: the budget plus the largest workspace."""
+        return self.budget + self.workspaces.largest
+
+    def to_json(self) -> dict:
+        return {"allocator_peak": self.allocator_peak, "budget": self.budget,
+                "over_budget": max(0, self.allocator_peak - self.budget),
+                "budget_plus_largest_workspace": self.bound,
+                "within_budget_plus_workspaces": self.allocator_peak <= self.bound,
+                "workspaces": self.workspaces.to_json()}
+
+
 @dataclass
 class CompiledGraph:
     """One graph dynamo captured: its joint log, schedule and lowered graphs."""
@@ -88,6 +146,7 @@ class CompiledGraph:
     lowered: Lowered
     budget: int
     checks: list[CheckReport] = field(default_factory=list)
+    peaks: list[StepPeak] = field(default_factory=list)     # measured steps (`measure_next`)
 
     @property
     def summary(self):
@@ -97,12 +156,45 @@ class CompiledGraph:
 class _Checker:
     """Compares a `LiveStorages` count with the engine's memory at each check."""
 
-    def __init__(self, graph: CompiledGraph):
+    def __init__(self, graph: CompiledGraph, measure: bool = False):
         self.graph = graph
         self.report = CheckReport()
         self.live = LiveStorages(self.report)
+        self.measure = measure
+        self.meters: list[tuple[int, _GraphMeter]] = []   # (live bytes at its start, meter) per graph
+
+    def run(self, run, args):
+        """One graph run under the live count (and, measuring, the profiler)."""
+        if not self.measure:
+            with self.live:
+                return run(args)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        meter = self.live.meter = _GraphMeter(device)
+        self.meters.append((self.live.live, meter))
+        with meter.session(), self.live:
+            return run(args)
+
+    def peak(self) -> StepPeak:
+        """The measured step's `StepPeak`, from its graphs' meters."""
+        joint = self.graph.joint
+        runs = [r for _, m in self.meters for r in m.runs]
+        largest, op = 0, None
+        for k, ws, _ in runs:
+            if ws > largest:
+                largest, op = ws, k
+        workspaces = Workspaces(
+            largest=largest, op_id=op, op_name=joint.program.op_name(op) if op is not None else None,
+            module=joint.op_module(op), total=sum(ws for _, ws, _ in runs), op_runs=len(runs),
+            with_workspace=sum(ws > 0 for _, ws, _ in runs), method=self.meters[0][1].method,
+            peak_with_workspaces=max((held for _, _, held in runs), default=0))
+        # on CUDA the allocator's statistics are reset around each op: its peak over a
+        # graph is the largest of an op's start and its peak above that
+        peak = max(max((held for _, _, held in m.runs), default=base) if m.cuda
+                   else base + m.window_peak for base, m in self.meters)
+        return StepPeak(self.graph.budget, peak, workspaces, self.report)
 
     def __call__(self, index: int) -> None:
+        self.live.op = self.graph.lowered.check_ops[index]
         expected = self.graph.lowered.check_memory[index]
         live = self.live.live
         r = self.report
@@ -132,13 +224,15 @@ def _boxed(gm: torch.fx.GraphModule, state: dict, phase: str):
             checker.live.track(t)
         previous, CheckPoints.hook = CheckPoints.hook, checker
         try:
-            with checker.live:
-                return run(args)
+            return checker.run(run, args)
         finally:
             CheckPoints.hook = previous
             if phase == "backward":
                 state["checker"] = None
-                state["graph"].checks.append(checker.report)
+                if checker.measure:
+                    state["graph"].peaks.append(checker.peak())
+                else:
+                    state["graph"].checks.append(checker.report)
 
     call._boxed_call = True
     return call
@@ -153,6 +247,14 @@ class DtrBackend:
         self.budget, self.ratio, self.policy = budget, ratio, policy
         self.checking, self.log_path = checking, log_path
         self.graphs: list[CompiledGraph] = []
+        self._measure = False
+
+    def measure_next(self) -> None:
+        """Measure the next step (checking only): its allocator peak and workspaces
+        land in `graphs[i].peaks`, its checks with them (not in `checks`)."""
+        if not self.checking:
+            raise RecordError("measuring a step's allocator peak needs checking=True")
+        self._measure = True
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
@@ -177,7 +279,8 @@ class DtrBackend:
 
         def checked(*args):
             if "graph" in state:
-                state["checker"] = _Checker(state["graph"])
+                state["checker"] = _Checker(state["graph"], self._measure)
+                self._measure = False
             return inner(*args)
         return checked
 
@@ -240,4 +343,5 @@ def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy
     return DtrBackend(budget, ratio, policy, checking, log)
 
 
-__all__ = ["BudgetNotMet", "DtrBackend", "LiveStorages", "NotExpressibleError", "dtr_backend"]
+__all__ = ["BudgetNotMet", "DtrBackend", "LiveStorages", "NotExpressibleError", "StepPeak",
+           "dtr_backend"]

@@ -8,7 +8,10 @@ The result says whether the lowered step evicted the engine's victims in
 its order, held the engine's memory at every allocation check, and computed
 the plain step's losses, gradients, buffers and (with an optimizer)
 parameters bit for bit; and the wall time of each, the first (compiling)
-step left out.
+step left out. Then one more lowered step, its values not compared, is
+measured (`DtrBackend.measure_next`): the CPU allocator's peak during it and
+the workspace of each of its ops, and whether the peak is within the budget
+plus the largest workspace.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 
 from ..engine.summary import victims_sha256
 from ..jsonsafe import json_safe
-from .backend import DtrBackend, dtr_backend
+from .backend import DtrBackend, StepPeak, dtr_backend
 from .optim import OPTIMIZERS
 from .recorder import RecordError
 from .step import _forward
@@ -48,6 +51,7 @@ class CompiledRunResult:
     first_difference: str | None
     wall_seconds: float | None
     plain_wall_seconds: float | None
+    allocator: StepPeak | None = None   # the measured step's allocator peak and workspaces
 
     @property
     def slowdown(self) -> float | None:
@@ -63,6 +67,12 @@ class CompiledRunResult:
             return f"live bytes differ from the engine's memory: {self.first_mismatch}"
         if not self.values_bitwise_equal:
             return f"values differ from the plain aot_eager step: {self.first_difference}"
+        p = self.allocator
+        if p is not None and p.check.mismatches:
+            return f"live bytes differ from the engine's memory: {p.check.first_mismatch}"
+        if p is not None and p.allocator_peak > p.bound:
+            return (f"the allocator's peak {p.allocator_peak:,} bytes is above the budget plus the "
+                    f"largest workspace ({p.bound:,})")
         return None
 
     def to_json(self) -> dict:
@@ -80,6 +90,7 @@ class CompiledRunResult:
                      "first_difference": self.first_difference,
                      "wall_seconds": self.wall_seconds, "plain_wall_seconds": self.plain_wall_seconds,
                      "slowdown": self.slowdown},
+            "allocator": self.allocator.to_json() if self.allocator is not None else None,
             "mismatch": self.mismatch,
         })
 
@@ -111,6 +122,11 @@ def train(model, batch, loss_fn, backend, steps: int, optimizer: str | None):
             opt.step()
     wall = time.perf_counter() - start if start is not None else None
     values += [(f"parameter {n}", p.detach().clone()) for n, p in m.named_parameters()]
+    if isinstance(backend, DtrBackend):     # one more step, measured, its values not compared
+        for p in m.parameters():
+            p.grad = None
+        backend.measure_next()
+        step(inputs, targets).backward()
     return values, wall
 
 
@@ -174,5 +190,6 @@ def _result(backend: DtrBackend, plain, mine, wall, plain_wall, steps: int, opti
         over_budget_checks=sum(r.over_budget for r in reports),
         peak_live_bytes=max((r.peak_live for r in reports), default=0),
         values_compared=len(plain), values_bitwise_equal=difference is None,
-        first_difference=difference, wall_seconds=wall, plain_wall_seconds=plain_wall)
+        first_difference=difference, wall_seconds=wall, plain_wall_seconds=plain_wall,
+        allocator=graph.peaks[0] if graph.peaks else None)
 

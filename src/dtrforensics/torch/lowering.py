@@ -121,6 +121,7 @@ class Lowered:
     remats: int = 0
     check_memory: list[int] = field(default_factory=list)  # engine memory at each check, in order
     saved: int = 0
+    check_ops: list[int] = field(default_factory=list)     # the log op of each check, in order
 
 
 class _Builder:
@@ -142,6 +143,7 @@ class _Builder:
         self.dead = 0
         self.remats = 0
         self.checks: list[int] = []
+        self.check_ops: list[int] = []
         self.forward_tensors = _tensor_ids(joint, joint.forward_outputs())
         self.held: set[int] = set()        # storages of the forward's outputs, once returned
         self.rng: dict[int, fx.Node] = {}   # random op rerun by the schedule -> its generator state
@@ -259,6 +261,7 @@ class _Builder:
             if self.checking:
                 self.graph.call_function(dtr_check, (len(self.checks),))
             self.checks.append(e[E_MEMORY])
+            self.check_ops.append(e[E_OP])
 
     def finish(self) -> list:
         if self.cut is None:
@@ -336,7 +339,7 @@ def lower(joint: JointLog, events: np.ndarray, checking: bool = False) -> Lowere
         b.event(e)
     bw_outputs = b.finish()
     forward, backward, saved = _split(joint, b, bw_outputs)
-    return Lowered(forward, backward, b.victims, b.dead, b.remats, b.checks, saved)
+    return Lowered(forward, backward, b.victims, b.dead, b.remats, b.checks, saved, b.check_ops)
 
 
 def _split(joint: JointLog, b: _Builder, bw_outputs: list) -> tuple[fx.GraphModule, fx.GraphModule, int]:
