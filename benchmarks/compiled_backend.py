@@ -9,8 +9,13 @@ is kept (CPU seconds on one intra-op thread, wall seconds beside them).
 Budgets: the joint graph's peak (nothing evicted; goal: at most 1.05x the
 plain step) and evicting ratios, each beside the engine's simulated
 overhead (flops costs): the real slowdown is what recomputing costs in
-PyTorch, which the flops cost model only estimates. A ratio the schedule
-cannot meet is said as such and skipped.
+PyTorch, which the flops cost model only estimates. At each evicting ratio
+the step is also planned under measured op costs (`dtr_backend(cost=
+"measured")`: each op's wall time, the joint graph run once when compiling),
+so the policy picks its victims by time and the simulated overhead is in
+the same unit as the real slowdown. A ratio the schedule cannot meet is said
+as such and skipped (measured costs vary from run to run, and a hole with
+them).
 
 `--against-knob`: zoo:gpt's and zoo:resnet's steps compiled by `aot_eager_decomp_partition` at
 `activation_memory_budget` KNOB (1, 0.5, 0; solver dp), its peak recorded by
@@ -68,11 +73,12 @@ def bench(name: str, options: dict, ratios, repeat: int) -> list[dict]:
     runs["plain"](*batch)
     backends, rows = {}, []
     for ratio in ratios:
-        run, be = dtr_at(model, loss_fn, batch, ratio=ratio)
-        if run is None:
-            rows.append({"model": name, **options, "ratio": ratio, "skipped": be})
-            continue
-        runs[ratio], backends[ratio] = run, be
+        for cost in ("flops", "measured") if ratio < 1 else ("flops",):
+            run, be = dtr_at(model, loss_fn, batch, ratio=ratio, cost=cost)
+            if run is None:
+                rows.append({"model": name, **options, "ratio": ratio, "cost": cost, "skipped": be})
+                continue
+            runs[ratio, cost], backends[ratio, cost] = run, be
     times: dict = {key: [] for key in runs}
     for i in range(repeat + 1):
         for key, run in runs.items():
@@ -81,11 +87,12 @@ def bench(name: str, options: dict, ratios, repeat: int) -> list[dict]:
                 times[key].append(t)
     plain_cpu = min(c for c, _ in times["plain"])
     plain_wall = min(w for _, w in times["plain"])
-    for ratio, be in backends.items():
+    for (ratio, cost), be in backends.items():
         (graph,) = be.graphs
         s = graph.summary
-        cpu, wall = min(c for c, _ in times[ratio]), min(w for _, w in times[ratio])
-        rows.append({"model": name, **options, "ratio": ratio, "budget": graph.budget,
+        key = ratio, cost
+        cpu, wall = min(c for c, _ in times[key]), min(w for _, w in times[key])
+        rows.append({"model": name, **options, "ratio": ratio, "cost": cost, "budget": graph.budget,
                      "peak": s.peak, "evictions": s.evictions, "remats": s.remats,
                      "simulated_overhead": s.overhead, "plain_cpu_s": plain_cpu, "dtr_cpu_s": cpu,
                      "cpu_ratio": cpu / plain_cpu, "wall_ratio": wall / plain_wall})
@@ -215,13 +222,14 @@ def main() -> None:
     for row in rows:
         size = ", ".join(f"{k} {v}" for k, v in row.items() if k in ("batch", "seq", "image")) \
             or "default size"
+        at = f"zoo:{row['model']} ({size}) at ratio {row['ratio']}, {row['cost']} costs"
         if "skipped" in row:
-            print(f"zoo:{row['model']} ({size}) at ratio {row['ratio']}: refused ({row['skipped']})")
+            print(f"{at}: refused ({row['skipped']})")
             continue
         goal = ""
         if row["evictions"] == 0:
             goal = f"; goal <= 1.05x {'met' if row['cpu_ratio'] <= 1.05 else 'NOT met'}"
-        print(f"zoo:{row['model']} ({size}) at ratio {row['ratio']} ({row['evictions']} evictions): "
+        print(f"{at} ({row['evictions']} evictions): "
               f"{row['cpu_ratio']:.3f}x the plain compiled step in CPU time ({row['wall_ratio']:.3f}x "
               f"wall), simulated overhead {row['simulated_overhead']:.3f}x{goal}")
 

@@ -207,12 +207,7 @@ def test_random_op_rebuilt_draws_the_same():
     """A dropout mask the schedule evicts and rebuilds is drawn again under the
     generator state of its first run: loss and gradients bitwise those of
     aot_eager, the generator after the step where aot_eager leaves it."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Dropout(0.5), torch.nn.GELU(),
-                                torch.nn.Linear(64, 64), torch.nn.Dropout(0.3), torch.nn.GELU(),
-                                torch.nn.Linear(64, 4))
-    batch = (torch.randn(512, 16), torch.randint(4, (512,)))
-    loss_fn = torch.nn.functional.cross_entropy
+    model, batch, loss_fn = _dropout_mlp()
 
     def run(backend):
         torch.manual_seed(1)
@@ -225,6 +220,39 @@ def test_random_op_rebuilt_draws_the_same():
     rebuilt = {int(program.tensor_op[t]) for t in _rebuilt_tensors(graph)}
     assert any(program.op_name(op) == "native_dropout" for op in rebuilt)
     assert graph.checks[0].mismatches == 0, graph.checks[0].first_mismatch
+
+
+def test_measured_costs_plan_by_time_and_change_nothing_else():
+    """Under measured costs the joint log is the flops log but for its costs (the
+    joint graph run for real once when compiling), the step follows that
+    schedule faithfully, and the measuring run leaves the generator and the
+    model as they were: values bitwise aot_eager's."""
+    model, batch, loss_fn = _dropout_mlp()
+
+    def run(backend):
+        torch.manual_seed(1)
+        return _step(backend, model, batch, loss_fn) + [torch.rand(4)]
+    plain = run("aot_eager")
+    flops = dtr_backend(ratio=0.8, checking=True)
+    measured = dtr_backend(ratio=0.8, checking=True, cost="measured")
+    assert _bitwise(run(flops), plain) and _bitwise(run(measured), plain)
+    a, b = flops.graphs[0], measured.graphs[0]
+    pa, pb = a.joint.program, b.joint.program
+    assert pa.n_ops == pb.n_ops and (pa.op_total_size == pb.op_total_size).all()
+    assert [pa.op_name(i) for i in range(pa.n_ops)] == [pb.op_name(i) for i in range(pb.n_ops)]
+    assert (pa.op_cost != pb.op_cost).any() and (pb.op_cost[pb.op_cost > 0] >= 1).all()
+    assert b.checks[0].mismatches == 0 and b.lowered.victims == \
+        b.schedule.result.victims[:, 0].tolist()
+    with pytest.raises(Exception, match="unknown cost model"):
+        dtr_backend(ratio=0.8, cost="wall")
+
+
+def _dropout_mlp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Dropout(0.5), torch.nn.GELU(),
+                                torch.nn.Linear(64, 64), torch.nn.Dropout(0.3), torch.nn.GELU(),
+                                torch.nn.Linear(64, 4))
+    return model, (torch.randn(512, 16), torch.randint(4, (512,))), torch.nn.functional.cross_entropy
 
 
 def _rebuilt_tensors(graph) -> list[int]:
@@ -263,6 +291,8 @@ def test_torch_run_compiled(tmp_path):
     assert refused.refused("cannot be met") and "shortfall" in refused.err
     assert dtrf("torch", "run", "zoo:gpt", "--ratio", "1", "--compiled", "--workspaces").refused(
         "--workspaces cannot be used with --compiled")
+    assert dtrf("torch", "run", "zoo:gpt", "--ratio", "1", "--compiled", "--cost", "wall").refused(
+        "unknown cost model 'wall'")
 
 
 def test_a_hole_is_refused_and_its_edges_run(gpt, tmp_path):

@@ -11,7 +11,8 @@ def compiled_lines(doc: dict) -> list[str]:
     steps = f"{doc['steps']} steps" if doc["steps"] > 1 else "one step"
     lines = [
         (f"compiled step (dtr_backend, aot_eager) at budget {fmt_exact_bytes(doc['budget'])} "
-         f"(joint graph's peak {fmt_exact_bytes(doc['peak'])}), policy {doc['policy']}"
+         f"(joint graph's peak {fmt_exact_bytes(doc['peak'])}), policy {doc['policy']}, "
+         f"{doc.get('cost', 'flops')} costs"
          f"{', optimizer ' + doc['optimizer'] if doc['optimizer'] else ''}, {steps}: {sim['outcome']}"),
         (f"schedule: evictions {sim['evictions']:,}, rematerializations {sim['remats']:,}, "
          f"overhead {fmt_overhead(sim['overhead'])}; victims sha256 {sim['victims_sha256']}"),

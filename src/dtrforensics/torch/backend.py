@@ -36,7 +36,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import validate
 from ..engine.frontier import Frontier
-from .joint import JointLog, NotExpressibleError, capture_joint
+from .costs import COST_MODELS
+from .joint import JointLog, NotExpressibleError, capture_joint, measured_costs
 from .lowering import CheckPoints, Lowered, lower
 from .recorder import RecordError, output_tensors
 from .schedule import Plan, plan
@@ -242,9 +243,11 @@ class DtrBackend:
     """The backend object `dtr_backend` returns; `graphs` lists what it compiled."""
 
     def __init__(self, budget: int | None, ratio: float | None, policy, checking: bool,
-                 log_path=None):
+                 log_path=None, cost: str = "flops"):
         validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
-        self.budget, self.ratio, self.policy = budget, ratio, policy
+        if cost not in COST_MODELS:
+            raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
+        self.budget, self.ratio, self.policy, self.cost = budget, ratio, policy, cost
         self.checking, self.log_path = checking, log_path
         self.graphs: list[CompiledGraph] = []
         self._measure = False
@@ -286,6 +289,8 @@ class DtrBackend:
 
     def plan_graph(self, joint_gm, joint_inputs, num_fwd_outputs: int) -> CompiledGraph:
         joint = capture_joint(joint_gm, joint_inputs, num_fwd_outputs)
+        if self.cost == "measured":
+            joint = measured_costs(joint, joint_inputs)
         if self.log_path is not None:
             joint.write(self.log_path)
         program = joint.program
@@ -334,13 +339,16 @@ def _not_met(joint: JointLog, schedule: Plan, budget: int) -> Exception:
 
 
 def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy="dtr",
-                checking: bool = False, log=None) -> DtrBackend:
+                checking: bool = False, log=None, cost: str = "flops") -> DtrBackend:
     """A torch.compile backend that runs each training step as the DTR engine's
     schedule at `budget` bytes (or `ratio` of the joint graph's unconstrained
     peak) with `policy`; `checking` compares live bytes with the engine at
     every allocation check (`DtrBackend.graphs[i].checks`); `log` writes the
-    joint graph's DTR log there."""
-    return DtrBackend(budget, ratio, policy, checking, log)
+    joint graph's DTR log there; `cost` is the log's cost model: `flops`, or
+    `measured` (each op's wall time, the joint graph run for real once when
+    compiling: `joint.measured_costs`), which the policy and the simulated
+    overhead then use."""
+    return DtrBackend(budget, ratio, policy, checking, log, cost)
 
 
 __all__ = ["BudgetNotMet", "DtrBackend", "LiveStorages", "NotExpressibleError", "StepPeak",

@@ -52,6 +52,7 @@ class CompiledRunResult:
     wall_seconds: float | None
     plain_wall_seconds: float | None
     allocator: StepPeak | None = None   # the measured step's allocator peak and workspaces
+    cost: str = "flops"                 # the joint graph's log's cost model
 
     @property
     def slowdown(self) -> float | None:
@@ -78,6 +79,7 @@ class CompiledRunResult:
     def to_json(self) -> dict:
         return json_safe({
             "compiled": True, "budget": self.budget, "peak": self.peak, "policy": self.policy,
+            "cost": self.cost,
             "optimizer": self.optimizer, "steps": self.steps, "simulated": self.simulated,
             "lowered": {"victims_equal": self.lowered_victims_equal, "remats": self.lowered_remats,
                         "saved_for_backward": self.saved},
@@ -141,17 +143,18 @@ def _first_difference(plain: list, mine: list) -> str | None:
 
 def run_compiled(model, batch, loss_fn, *, budget: int | None = None, ratio: float | None = None,
                  policy="dtr", steps: int = 1, optimizer: str | None = None,
-                 log_path=None) -> CompiledRunResult:
+                 log_path=None, cost: str = "flops") -> CompiledRunResult:
     """The lowered steps beside the plain ones (see the module docstring); a
     budget the schedule cannot meet raises `BudgetNotMet` before any step runs."""
     if steps > 1 and optimizer is None:
         raise RecordError("--steps above 1 needs --optimizer")
     if optimizer is not None and optimizer not in OPTIMIZERS:
         raise RecordError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+    backend = dtr_backend(budget, ratio=ratio, policy=policy, checking=True, log=log_path,
+                          cost=cost)
     state = torch.get_rng_state()
     plain, plain_wall = train(model, batch, loss_fn, "aot_eager", steps, optimizer)
     torch.set_rng_state(state)
-    backend = dtr_backend(budget, ratio=ratio, policy=policy, checking=True, log=log_path)
     try:
         mine, wall = train(model, batch, loss_fn, backend, steps, optimizer)
     except Exception as exc:   # dynamo wraps what the backend raised
@@ -191,5 +194,5 @@ def _result(backend: DtrBackend, plain, mine, wall, plain_wall, steps: int, opti
         peak_live_bytes=max((r.peak_live for r in reports), default=0),
         values_compared=len(plain), values_bitwise_equal=difference is None,
         first_difference=difference, wall_seconds=wall, plain_wall_seconds=plain_wall,
-        allocator=graph.peaks[0] if graph.peaks else None)
+        allocator=graph.peaks[0] if graph.peaks else None, cost=backend.cost)
 

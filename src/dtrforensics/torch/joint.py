@@ -21,13 +21,14 @@ import contextlib
 import gc
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import fx
 
 from ..trace.parser import parse_lines
 from ..trace.program import Program
+from .costs import is_repeatable, timed_call
 from .log import LogWriter
 from .recorder import RecordError, StepRecorder
 
@@ -262,6 +263,74 @@ def _joint_log(gm, num_fwd_outputs: int, log: LogWriter, runner: _Runner, placeh
                     placeholder_tensor, backward_op, secondary, [c for _, c in log.contexts])
 
 
+def measured_costs(joint: JointLog, joint_inputs) -> JointLog:
+    """`joint` with each op's cost the measured wall time of the node that wrote
+    it (`costs.timed_call`: ns, the median of three runs under a millisecond,
+    never repeating a random op or a write), the joint graph run for real after
+    one warm-up run on inputs of the fake inputs' shapes (floating point drawn
+    from a generator of its own, integers 0: valid indices), the global
+    generators left as they were. A node that wrote several log ops shares its
+    time between them by their flops costs."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    flat = list(joint_inputs[0]) + list(joint_inputs[1]) if isinstance(joint_inputs, tuple) \
+        else list(joint_inputs)
+    with _disable_current_modes():
+        inputs = _real_inputs(flat)
+        devices = sorted({t.device.index or 0 for t in inputs
+                          if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            fx.Interpreter(joint.graph).run(*inputs)
+            timer = _Timer(joint.graph)
+            timer.run(*_real_inputs(flat))
+    by_node: dict[fx.Node, list[int]] = {}
+    for op, node in joint.op_node.items():
+        by_node.setdefault(node, []).append(op)
+    flops = joint.program.op_cost.tolist()
+    lines = list(joint.lines)
+    for node, ops in by_node.items():
+        ns, total = timer.times.get(node, 1), sum(flops[op] for op in ops)
+        for op in ops:
+            index = int(joint.program.op_line[op]) - 1
+            record = json.loads(lines[index])
+            record["TIME"] = str(max(1, ns * flops[op] // max(1, total)))
+            lines[index] = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    return replace(joint, lines=lines, program=parse_lines(lines, name="joint"))
+
+
+def _real_inputs(fakes: list) -> list:
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for f in fakes:
+        if not isinstance(f, torch.Tensor):
+            out.append(f)
+            continue
+        real = torch.empty_strided(f.shape, f.stride(), dtype=f.dtype, device=f.device)
+        if real.is_floating_point():
+            real.copy_(torch.randn(f.shape, generator=gen, dtype=f.dtype))
+        else:
+            real.zero_()
+        out.append(real)
+    return out
+
+
+class _Timer(fx.Interpreter):
+    """Runs a graph node by node, each call's wall time in `times` (ns)."""
+
+    def __init__(self, gm):
+        super().__init__(gm, garbage_collect_values=True)
+        self.times: dict[fx.Node, int] = {}
+
+    def run_node(self, n: fx.Node):
+        if n.op != "call_function":
+            return super().run_node(n)
+        target = n.target
+        aten = isinstance(target, torch._ops.OpOverload)
+        writes = aten and any(a.is_write for a in target._schema.arguments)
+        out, self.times[n] = timed_call(lambda: fx.Interpreter.run_node(self, n),
+                                        aten and is_repeatable(target, writes))
+        return out
+
+
 def _name_tensors(program: Program, lines: list[str]) -> dict[str, int]:
     """Every log name -> its tensor id (a COPY's new name -> its source's tensor)."""
     found = {program.tensor_names[nid]: tid for tid, nid in enumerate(program.tensor_name_id.tolist())}
@@ -273,4 +342,4 @@ def _name_tensors(program: Program, lines: list[str]) -> dict[str, int]:
     return found
 
 
-__all__ = ["JointLog", "NotExpressibleError", "capture_joint"]
+__all__ = ["JointLog", "NotExpressibleError", "capture_joint", "measured_costs"]
