@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from cli import command, dtrf
+from cli import Outcome, command, dtrf
 from hostile import fingerprint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -43,9 +43,9 @@ def ws(tmp_path_factory) -> Path:
     return root
 
 
-def check(ws: Path, args, code: int, message: str) -> None:
+def check(ws: Path, args, code: int, message: str) -> Outcome:
     """Run one case: the code, the message in one `error:` line, no traceback, and
-    the workspace exactly as before."""
+    the workspace exactly as before; the run's outcome, for what else it must say."""
     before = fingerprint(ws)
     result = dtrf(*args, cwd=ws)
     assert result.traceback is None, result.traceback
@@ -54,6 +54,7 @@ def check(ws: Path, args, code: int, message: str) -> None:
     assert message.lower() in result.error_lines[0].lower(), result.err
     assert "Traceback" not in result.err
     assert fingerprint(ws) == before
+    return result
 
 
 # (arguments, message) pairs: each must exit 2 with that message and change nothing.
@@ -1538,8 +1539,7 @@ def test_torch_run_into_an_existing_folder_says_what_to_do(ws):
     """`torch run` has no --overwrite: its refusal must not offer one."""
     for folder in ("REC", "adir"):
         args = ("torch", "run", "zoo:mlp", "--ratio", "0.9", "--record", folder)
-        check(ws, args, EXIT_USER, "choose a new folder")
-        assert "--overwrite" not in dtrf(*args, cwd=ws).err
+        assert "--overwrite" not in check(ws, args, EXIT_USER, "choose a new folder").err
 
 
 @pytest.mark.parametrize("args,existing,named", [

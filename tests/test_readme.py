@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -110,16 +111,15 @@ TORCH = [("dtrf torch record zoo:mlp -o mlp.log", 0), ("dtrf traces info mlp.log
 
 
 def test_torch_commands_keep_every_line_whole_at_80_columns(tmp_path):
+    """Run through dtrf's entry point in this process (PyTorch is imported once;
+    the README's own commands above run as a shell runs them)."""
     pytest.importorskip("torch")
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "COLUMNS": str(WIDTH)}
+    from cli import dtrf
     for command, code in TORCH:
-        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT)
-        assert done.returncode == code, f"{command}\n{done.stdout}\n{done.stderr}"
-        assert "Traceback" not in done.stderr
-        for stream in (done.stdout, done.stderr):
+        done = dtrf(*shlex.split(command)[1:], cwd=tmp_path, columns=WIDTH)
+        assert done.code == code and done.traceback is None, f"{command}\n{done.out}\n{done.err}"
+        assert "Traceback" not in done.err
+        for stream in (done.out, done.err):
             assert not cut_lines(stream), f"{command}: {cut_lines(stream)}\n{stream}"
 
 
