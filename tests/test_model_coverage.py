@@ -11,8 +11,9 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("timm")
+from libraries import require  # noqa: E402
+
+require("transformers", "timm")
 
 from dtrforensics.torch.named import hf, hf_config, hf_shape  # noqa: E402
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("timm")
-pytest.importorskip("torchvision")
+from libraries import require  # noqa: E402
+
+require("transformers", "timm", "torchvision")
 
 from cli import dtrf as run_dtrf  # noqa: E402
 from live_count import LiveBytesTracker  # noqa: E402
