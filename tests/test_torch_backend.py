@@ -255,6 +255,69 @@ def _dropout_mlp():
     return model, (torch.randn(512, 16), torch.randint(4, (512,))), torch.nn.functional.cross_entropy
 
 
+def _close(a: list, b: list, tolerance: float = 1e-4) -> bool:
+    """Every value of `b` within `tolerance` of `a`'s, relative to its largest."""
+    return len(a) == len(b) and all(
+        x.shape == y.shape and (float((x - y).abs().max()) <= tolerance * (float(x.abs().max()) or 1)
+                                if x.is_floating_point() else torch.equal(x, y))
+        for x, y in zip(a, b))
+
+
+def test_inductor_refuses_checking_and_random_reruns():
+    """Under inductor the checking mode cannot apply (refused in one line), nor can a
+    schedule rerunning a random op (refused when compiling, before inductor runs)."""
+    from dtrforensics.torch import RecordError
+    with pytest.raises(RecordError, match="cannot apply under inductor"):
+        dtr_backend(ratio=0.9, checking=True, inner="inductor")
+    with pytest.raises(RecordError, match="unknown inner compiler"):
+        dtr_backend(ratio=0.9, inner="xla")
+    model, batch, loss_fn = _dropout_mlp()
+    with pytest.raises(Exception) as caught:
+        _step(dtr_backend(ratio=0.9, inner="inductor"), model, batch, loss_fn)
+    error = getattr(caught.value, "inner_exception", caught.value)
+    assert isinstance(error, NotExpressibleError) and "random" in str(error)
+
+
+def test_inductor_gets_the_lowered_graphs_without_drops(gpt, monkeypatch):
+    """What inductor is handed (its compiler replaced by the nop one here: no C++
+    compile in the default tier): the decomposed joint graph's schedule, lowered,
+    its drops left out, forward then backward; the step's values close to
+    aot_eager's. tests marked slow run inductor itself."""
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._inductor import compile_fx
+    model, batch, loss_fn, plain = gpt
+    handed = []
+
+    def nop(gm, inputs, is_backward=False):
+        handed.append((is_backward, [n.target for n in gm.graph.nodes]))
+        return boxed_nop(gm, inputs)
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", nop)
+    be = dtr_backend(ratio=0.9, inner="inductor")
+    assert _close(plain, _step(be, model, batch, loss_fn))
+    assert [backward for backward, _ in handed] == [False, True]
+    assert all(lowering.dtr_drop not in targets for _, targets in handed)
+    (graph,) = be.graphs
+    assert graph.lowered.victims == graph.schedule.result.victims[:, 0].tolist()
+    assert graph.summary.evictions > 0 and graph.checks == []
+
+
+@pytest.mark.slow
+def test_inductor_step_runs_close_to_aot_eager(gpt):
+    """Inductor compiles the lowered graphs (a C++ compile: minutes on 2 cores):
+    loss and gradients within 1e-4 of aot_eager's, the schedule the engine's,
+    and `torch run --compiled --inner inductor` says so."""
+    model, batch, loss_fn, plain = gpt
+    be = dtr_backend(ratio=0.9, inner="inductor")
+    assert _close(plain, _step(be, model, batch, loss_fn))
+    (graph,) = be.graphs
+    assert graph.summary.evictions > 0
+    assert graph.lowered.victims == graph.schedule.result.victims[:, 0].tolist()
+    doc = dtrf("torch", "run", "zoo:gpt", "--ratio", "0.9", "--compiled", "--inner", "inductor",
+               "--json").json()
+    assert doc["mismatch"] is None and doc["inner"] == "inductor" and doc["allocator"] is None
+    assert doc["real"]["alloc_checks"] == 0 and doc["real"]["largest_relative_difference"] <= 1e-4
+
+
 def _rebuilt_tensors(graph) -> list[int]:
     from dtrforensics.engine.hooks import E_FLAG, E_KIND, E_TENSOR, EV_COMPUTE, FLAG_REMAT
     ev = graph.schedule.events

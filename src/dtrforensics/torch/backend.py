@@ -17,6 +17,14 @@ every output of an op in the graphs) with the executor's count
 (`storages.Storages`: weak references, a storage's death is PyTorch's); each
 check compares that count with the engine's memory there.
 
+`inner="inductor"` hands the lowered graphs to inductor (`compile_fx_inner`,
+a C++ compiler on CPU) instead of the nop compiler, with inductor's
+decompositions in AOTAutograd's trace (so the joint graph's log is of the
+decomposed graph), the drops left out: inductor frees each buffer after its
+last use and fuses what it can, so what it allocates is not the engine's
+schedule; the checking mode cannot apply there and is refused, and so is a
+schedule rerunning a random op (inductor draws its own random numbers).
+
 `DtrBackend.measure_next()` makes the next checking step a measured one: each
 graph runs under PyTorch's profiler with memory events (`workspace.Meter`),
 which gives every aten call's workspace (its scratch beyond its outputs, by
@@ -38,7 +46,7 @@ from .. import validate
 from ..engine.frontier import Frontier
 from .costs import COST_MODELS
 from .joint import JointLog, NotExpressibleError, capture_joint, measured_costs
-from .lowering import CheckPoints, Lowered, lower
+from .lowering import CheckPoints, Lowered, dtr_drop, dtr_rerun_random, lower
 from .recorder import RecordError, output_tensors
 from .schedule import Plan, plan
 from .storages import Storages
@@ -239,15 +247,35 @@ def _boxed(gm: torch.fx.GraphModule, state: dict, phase: str):
     return call
 
 
+INNER_COMPILERS = ("aot_eager", "inductor")
+
+
+def _inductor(gm: torch.fx.GraphModule, example_inputs, backward: bool):
+    """Inductor's inner compiler on a lowered graph, its drops left out."""
+    from torch._inductor.compile_fx import compile_fx_inner
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is dtr_drop:
+            gm.graph.erase_node(node)
+    gm.recompile()
+    return compile_fx_inner(gm, example_inputs, is_backward=backward)
+
+
 class DtrBackend:
     """The backend object `dtr_backend` returns; `graphs` lists what it compiled."""
 
     def __init__(self, budget: int | None, ratio: float | None, policy, checking: bool,
-                 log_path=None, cost: str = "flops"):
+                 log_path=None, cost: str = "flops", inner: str = "aot_eager"):
         validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
         if cost not in COST_MODELS:
             raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
+        if inner not in INNER_COMPILERS:
+            raise RecordError(f"unknown inner compiler {inner!r}; known: {', '.join(INNER_COMPILERS)}")
+        if inner == "inductor" and checking:
+            raise RecordError("the checking mode cannot apply under inductor: its fusions change "
+                              "what is allocated, so its live bytes are not the engine's "
+                              "(check with the inner compiler aot_eager)")
         self.budget, self.ratio, self.policy, self.cost = budget, ratio, policy, cost
+        self.inner = inner
         self.checking, self.log_path = checking, log_path
         self.graphs: list[CompiledGraph] = []
         self._measure = False
@@ -268,14 +296,23 @@ class DtrBackend:
             state["graph"] = graph
             return graph.lowered.forward, graph.lowered.backward
 
-        def fw_compiler(g, _inputs):
+        def fw_compiler(g, inputs):
+            if self.inner == "inductor":
+                return _inductor(g, inputs, False)
             return _boxed(g, state, "forward")
 
-        def bw_compiler(g, _inputs):
+        def bw_compiler(g, inputs):
+            if self.inner == "inductor":
+                return _inductor(g, inputs, True)
             return _boxed(g, state, "backward")
 
+        extra = {}
+        if self.inner == "inductor":
+            from torch._inductor.compile_fx import select_decomp_table
+            extra["decompositions"] = select_decomp_table()
         compiled = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                                partition_fn=partition, keep_inference_input_mutations=True)
+                                partition_fn=partition, keep_inference_input_mutations=True,
+                                **extra)
         inner = compiled(gm, example_inputs, **kwargs)
         if not self.checking:
             return inner
@@ -301,9 +338,18 @@ class DtrBackend:
         if summary.outcome != "ok":
             raise _not_met(joint, schedule, budget)
         lowered = lower(joint, schedule.events, checking=self.checking)
+        if self.inner == "inductor" and _reruns_random(lowered):
+            raise NotExpressibleError("the schedule reruns a random op, whose generator state "
+                                      "inductor cannot keep (it draws its own random numbers): "
+                                      "use the inner compiler aot_eager")
         graph = CompiledGraph(joint, schedule, lowered, budget)
         self.graphs.append(graph)
         return graph
+
+
+def _reruns_random(lowered: Lowered) -> bool:
+    return any(n.op == "call_function" and n.target is dtr_rerun_random
+               for g in (lowered.forward, lowered.backward) for n in g.graph.nodes)
 
 
 def _peak(program) -> int:
@@ -339,7 +385,8 @@ def _not_met(joint: JointLog, schedule: Plan, budget: int) -> Exception:
 
 
 def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy="dtr",
-                checking: bool = False, log=None, cost: str = "flops") -> DtrBackend:
+                checking: bool = False, log=None, cost: str = "flops",
+                inner: str = "aot_eager") -> DtrBackend:
     """A torch.compile backend that runs each training step as the DTR engine's
     schedule at `budget` bytes (or `ratio` of the joint graph's unconstrained
     peak) with `policy`; `checking` compares live bytes with the engine at
@@ -347,8 +394,10 @@ def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy
     joint graph's DTR log there; `cost` is the log's cost model: `flops`, or
     `measured` (each op's wall time, the joint graph run for real once when
     compiling: `joint.measured_costs`), which the policy and the simulated
-    overhead then use."""
-    return DtrBackend(budget, ratio, policy, checking, log, cost)
+    overhead then use; `inner` the compiler of the lowered graphs: `aot_eager`
+    (the nop compiler: what runs is the schedule) or `inductor` (its fusions
+    change what is allocated: no checking; see the module docstring)."""
+    return DtrBackend(budget, ratio, policy, checking, log, cost, inner)
 
 
 __all__ = ["BudgetNotMet", "DtrBackend", "LiveStorages", "NotExpressibleError", "StepPeak",
