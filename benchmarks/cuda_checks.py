@@ -25,6 +25,18 @@ and live bytes plus the running op's allocations) and one with
 the budget (exit 3 otherwise). These are separate runs: the per-op reset of
 the peak statistics would spoil the table's step-wide peak.
 
+`--backend` runs only the compiled backend's checks (`backend_checks`, a few
+minutes): zoo:gpt (batch 8) on CUDA compiled with `dtr_backend(checking=True)`
+at the first of ratios 0.9, 0.85, 0.95 of its joint graph's peak that evicts:
+loss and gradients bitwise those of the plain `aot_eager` step, live bytes the
+engine's at every check, then one measured step (`measure_next`: each op's
+workspace from the allocator's statistics) and one more step watched by
+`torch.cuda.max_memory_allocated`: the step's peak (above what was allocated
+when it began, plus the parameters, buffers and batch it started from) at most
+the budget plus the largest workspace, plus the caching allocator's rounding
+(at most 511 bytes for each storage of the joint graph's log: a loose bound,
+said beside the raw excess).
+
 Bitwise comparisons on CUDA need deterministic kernels: the script sets
 `CUBLAS_WORKSPACE_CONFIG=:4096:8` and `torch.use_deterministic_algorithms(True,
 warn_only=True)` before CUDA starts (an op without a deterministic kernel
@@ -32,7 +44,7 @@ warns, and its values then show whether it mattered). A run that raises is a
 row with its error. It exits 3 when a run does not match or raised, 0
 otherwise, and 0 with one line on a machine without CUDA.
 
-    python benchmarks/cuda_checks.py [--steps N]
+    python benchmarks/cuda_checks.py [--steps N] [--backend]
 """
 
 from __future__ import annotations
@@ -154,6 +166,7 @@ def failed_row(spec: str, label: str, budget: int, exc: Exception) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--backend", action="store_true", help="only the compiled backend's checks")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/cuda_checks.py needs a CUDA GPU: torch.cuda.is_available() is False "
@@ -161,6 +174,8 @@ def main() -> int:
         return 0
     # an op without a deterministic kernel warns; its values then show it
     torch.use_deterministic_algorithms(True, warn_only=True)
+    if args.backend:
+        return backend_checks()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"optimizer {OPTIMIZER}, {args.steps} steps")
     watch = AllocatorWatch()
@@ -212,6 +227,75 @@ def workspace_rows(spec: str, options: dict, budget: int | None) -> list[dict]:
             print(f"{spec} at {budget:,} B, {label}: {mismatch}", flush=True)
         rows.append({"model": spec, "budget": budget, "mismatch": mismatch})
     return rows
+
+
+def _compiled_step(model, loss_fn, backend):
+    import copy
+    m = copy.deepcopy(model)
+    step = torch.compile(lambda x, y: loss_fn(m(x), y), backend=backend, dynamic=False)
+
+    def run(x, y):
+        for p in m.parameters():
+            p.grad = None
+        loss = step(x, y)
+        loss.backward()
+        return [loss.detach().clone(), *(p.grad.clone() for p in m.parameters())]
+    return m, run
+
+
+def backend_checks() -> int:
+    """The compiled backend on CUDA (see the module docstring); 3 when a check fails."""
+    from dtrforensics.torch import BudgetNotMet, dtr_backend
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}: dtr_backend")
+    model, (x, y), loss_fn = on_cuda("zoo:gpt", {"batch": 8})
+    torch._dynamo.reset()
+    plain = _compiled_step(model, loss_fn, "aot_eager")[1](x, y)
+    for ratio in (0.9, 0.85, 0.95):
+        be = dtr_backend(ratio=ratio, checking=True)
+        m, run = _compiled_step(model, loss_fn, be)
+        try:
+            mine = run(x, y)
+        except Exception as exc:     # noqa: BLE001 - dynamo wraps a refused budget
+            if isinstance(getattr(exc, "inner_exception", None), BudgetNotMet):
+                print(f"ratio {ratio}: refused when compiling, trying the next")
+                continue
+            raise
+        if be.graphs[0].summary.evictions:
+            break
+    else:
+        print("no ratio evicted: nothing checked")
+        return 3
+    (graph,) = be.graphs
+    be.measure_next()
+    run(x, y)
+    (measured,) = graph.peaks
+    base = sum({t.untyped_storage()._cdata: t.untyped_storage().nbytes()
+                for t in [*m.parameters(), *m.buffers(), x, y]}.values())
+    torch.cuda.synchronize()
+    start = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    run(x, y)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - start + base
+    rounding = 511 * len(graph.joint.program.storage_ids())
+    failures = []
+    if not all(torch.equal(a, b) for a, b in zip(plain, mine)):
+        failures.append("loss or gradients not bitwise those of aot_eager")
+    if graph.checks[0].mismatches or measured.check.mismatches:
+        failures.append(f"live bytes differ from the engine's: {graph.checks[0].first_mismatch}")
+    if peak > measured.bound + rounding:
+        failures.append(f"max_memory_allocated peak {peak:,} B above the budget plus the largest "
+                        f"workspace plus rounding ({measured.bound + rounding:,} B)")
+    ws = measured.workspaces
+    print(f"zoo:gpt batch 8 at ratio {ratio} ({graph.budget:,} B, {graph.summary.evictions} "
+          f"evictions): {graph.checks[0].checks} checks; step peak by max_memory_allocated "
+          f"{peak:,} B, {peak - graph.budget:,} B over the budget; measured step's allocator "
+          f"peak {measured.allocator_peak:,} B; largest workspace {ws.largest:,} B at op "
+          f"{ws.op_id} ({ws.op_name}) in {ws.module}; bound {measured.bound:,} B (+{rounding:,} "
+          f"B rounding allowed)")
+    for f in failures:
+        print(f"NOT FAITHFUL: {f}")
+    return 3 if failures else 0
 
 
 def print_table(rows: list[dict]) -> None:
