@@ -86,6 +86,8 @@ def opening(stdout: str) -> list[str]:
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_the_verdict_comes_first_fits_and_brief_prints_it_alone(folder, name):
+    """The verdict opens the output within MAX_LINES lines of WIDTH, `--brief` and
+    `--json --brief` print it alone, and the command it names next runs."""
     args = COMMANDS[name]
     full = ok(folder, *args)
     verdict = opening(full)
@@ -96,7 +98,9 @@ def test_the_verdict_comes_first_fits_and_brief_prints_it_alone(folder, name):
     assert ok(folder, *args, "--brief").splitlines() == verdict
     data = json.loads(ok(folder, *args, "--json"))
     assert data["verdict"]["text"] == verdict
-    assert json.loads(ok(folder, *args, "--json", "--brief")) == {"verdict": data["verdict"]}
+    brief = json.loads(ok(folder, *args, "--json", "--brief"))
+    assert brief == {"verdict": data["verdict"]}
+    next_command_runs(folder, brief)
     # a narrower terminal gets the same words in narrower lines
     narrow = ok(folder, *args, "--brief", width=60).splitlines()
     assert all(len(line) <= 60 or " " not in line.strip() for line in narrow), narrow
@@ -107,9 +111,8 @@ def words(lines: list[str]) -> list[str]:
     return [w for w in " ".join(lines).split() if w != "\\"]
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_the_next_command_runs(folder, name):
-    data = json.loads(ok(folder, *COMMANDS[name], "--json", "--brief"))
+def next_command_runs(folder, data: dict) -> None:
+    """The verdict's `next:` command (of a `--json --brief` document) runs."""
     words = shlex.split(data["verdict"]["next"])
     assert words[0] == "dtrf"
     res = dtrf(*words[1:], cwd=folder, columns=200)
