@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli import dtrf_process
+from cli import dtrf
 from logs import shift_log
 
 from dtrforensics.analyses.edges import edges, find_edges
@@ -105,15 +105,11 @@ def test_edges_json_carries_budgets_in_bytes(embedded_edges):
 
 
 def test_dtrf_edges_command(embedded_edges, tmp_path):
-    import json
     sweep = Path(embedded_edges.sweep)
-    proc = dtrf_process("edges", sweep, "--cache", sweep.parent / "cache", "--json", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    doc = dtrf("edges", sweep, "--cache", sweep.parent / "cache", "--json", cwd=tmp_path).json()
     assert [(e["below"]["budget"], e["above"]["budget"]) for e in doc["edges"]] == [
         (e.below.budget, e.above.budget) for e in embedded_edges.edges]
-    text = dtrf_process("edges", sweep, "--cache", sweep.parent / "cache", cwd=tmp_path).stdout
+    text = dtrf("edges", sweep, "--cache", sweep.parent / "cache", cwd=tmp_path).ok()
     assert f"(dtr): {len(doc['edges'])} edges in" in text and "edge(s)" not in text
-    bad = dtrf_process("edges", tmp_path / "missing", cwd=tmp_path)
-    assert bad.returncode == 2 and "no such sweep folder" in bad.stderr
-    assert "Traceback" not in bad.stderr
+    bad = dtrf("edges", tmp_path / "missing", cwd=tmp_path)
+    assert bad.refused("no such sweep folder") and "Traceback" not in bad.err
