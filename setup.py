@@ -3,7 +3,8 @@ kernel is compiled when the package is built, not at a user's first command.
 
 `build_kernel` runs after setuptools' own build steps, in a child process
 importing the package being built (for a wheel, `pip install .`: the copy
-in build/; for `pip install -e .`, which the Makefile uses: src/). It calls
+in build/; for `pip install -e .`, which the Makefile uses: src/). It runs
+`python -m dtrforensics.cli.kernel_notice`, which calls
 `dtrforensics.engine.compiled.prepare`, the path every replay takes on a
 cold machine: numba compiles the kernel for the driver's types, the kernel
 is written out as the native library (engine/native_build.py, with the
@@ -29,16 +30,6 @@ from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build import build
 
 ROOT = Path(__file__).resolve().parent
-# Run in the child: the path every cold replay takes, then what it left.
-PREPARE = """
-from dtrforensics.engine import compiled, native
-from dtrforensics.engine.replay import replay
-compiled.prepare(replay, sharing=True)
-for folder in native.folders():
-    for failed in folder.glob("native-*.failed"):
-        failed.unlink()          # a first command on this machine tries again
-print("native library" if native.built() else "numba's cache only (no native library)")
-"""
 
 
 def _say(text: str) -> None:
@@ -86,7 +77,7 @@ class build_kernel(Command):
         env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         _say("compiling the replay kernel into the package (about 2 min of CPU, once per install)...")
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", PREPARE], env=env, cwd=root,
+        done = subprocess.run([sys.executable, "-m", "dtrforensics.cli.kernel_notice"], env=env, cwd=root,
                               capture_output=True, text=True)
         seconds = time.perf_counter() - started
         if done.returncode != 0:
@@ -94,7 +85,7 @@ class build_kernel(Command):
             _say(f"the replay kernel was not compiled ({seconds:.0f} s; see above): "
                  "the first replay compiles it")
             return
-        _say(f"replay kernel ready in {seconds:.0f} s: {done.stdout.strip()} in {cache}")
+        _say(f"{done.stdout.strip().removeprefix('dtrforensics: ')} in {seconds:.0f} s, in {cache}")
 
     def get_outputs(self) -> list[str]:
         return []

@@ -1,7 +1,9 @@
 """Say on stderr that the replay kernel is about to be compiled, instead of
 looking hung, and compile it before a command's clock starts: an install
-compiles it (setup.py), but a changed engine, `DTRF_NATIVE=0` with numba's
-cache elsewhere, or a failed install build leaves it to the first replay.
+compiles it (setup.py, and `make install` beside the extras' download, both
+through `python -m dtrforensics.cli.kernel_notice`), but a changed engine,
+`DTRF_NATIVE=0` with numba's cache elsewhere, or a failed install build
+leaves it to the first replay.
 
 The check reads numba's cache index files (`<module>.<function>-<line>.pyXY.nbi`)
 without importing numba: a module's cache is warm when every index carries
@@ -98,3 +100,21 @@ def _say_compile() -> None:
     elif builds_native:
         print(f"building the replay kernel's native library, once (about {NATIVE_SECONDS} s)...",
               file=sys.stderr, flush=True)
+
+
+def build_for_install() -> str:
+    """What an install runs (setup.py's build step, the Makefile): the kernel
+    and prefix sharing's digest compiled and the native library built, as a
+    cold replay would; a note of an earlier failed build is removed, so that
+    the first command on this machine tries again. Says what it left."""
+    from ..engine import compiled
+    from ..engine.replay import replay
+    compiled.prepare(replay, sharing=True)
+    for folder in native.folders():
+        for failed in folder.glob("native-*.failed"):
+            failed.unlink()
+    return "native library" if native.built() else "numba's cache only (no native library)"
+
+
+if __name__ == "__main__":
+    print(f"dtrforensics: replay kernel ready ({build_for_install()})", flush=True)
