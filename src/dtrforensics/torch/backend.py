@@ -15,7 +15,11 @@ allocation check of the schedule, and run under `LiveStorages`, which counts
 the bytes of every storage the step holds alive (its inputs, the tangents,
 every output of an op in the graphs) with the executor's count
 (`storages.Storages`: weak references, a storage's death is PyTorch's); each
-check compares that count with the engine's memory there.
+check compares that count with the engine's memory there. A checking
+backend (or one with measured costs) runs the joint graph for real once when
+compiling, and takes each new storage's bytes from it where the fake tensors
+say otherwise (`joint.real_storage_sizes`: aten's `mse_loss` returns its
+scalar in the elementwise buffer); without it the sizes are the fake tensors'.
 
 `inner="inductor"` hands the lowered graphs to inductor (`compile_fx_inner`,
 a C++ compiler on CPU) instead of the nop compiler, with inductor's
@@ -45,7 +49,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import validate
 from ..engine.frontier import Frontier
 from .costs import COST_MODELS
-from .joint import JointLog, NotExpressibleError, capture_joint, measured_costs
+from .joint import JointLog, NotExpressibleError, capture_joint, measured_costs, real_storage_sizes
 from .lowering import CheckPoints, Lowered, dtr_drop, dtr_rerun_random, lower
 from .recorder import RecordError, output_tensors
 from .schedule import Plan, plan
@@ -326,6 +330,8 @@ class DtrBackend:
 
     def plan_graph(self, joint_gm, joint_inputs, num_fwd_outputs: int) -> CompiledGraph:
         joint = capture_joint(joint_gm, joint_inputs, num_fwd_outputs)
+        if self.checking or self.cost == "measured":    # the graph runs for real once
+            joint = real_storage_sizes(joint, joint_inputs)
         if self.cost == "measured":
             joint = measured_costs(joint, joint_inputs)
         if self.log_path is not None:

@@ -271,17 +271,7 @@ def measured_costs(joint: JointLog, joint_inputs) -> JointLog:
     from a generator of its own, integers 0: valid indices), the global
     generators left as they were. A node that wrote several log ops shares its
     time between them by their flops costs."""
-    from torch.utils._python_dispatch import _disable_current_modes
-    flat = list(joint_inputs[0]) + list(joint_inputs[1]) if isinstance(joint_inputs, tuple) \
-        else list(joint_inputs)
-    with _disable_current_modes():
-        inputs = _real_inputs(flat)
-        devices = sorted({t.device.index or 0 for t in inputs
-                          if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
-            fx.Interpreter(joint.graph).run(*inputs)
-            timer = _Timer(joint.graph)
-            timer.run(*_real_inputs(flat))
+    timer = _run_for_real(joint, joint_inputs, timing=True)
     by_node: dict[fx.Node, list[int]] = {}
     for op, node in joint.op_node.items():
         by_node.setdefault(node, []).append(op)
@@ -295,6 +285,52 @@ def measured_costs(joint: JointLog, joint_inputs) -> JointLog:
             record["TIME"] = str(max(1, ns * flops[op] // max(1, total)))
             lines[index] = json.dumps(record, sort_keys=True, separators=(",", ":"))
     return replace(joint, lines=lines, program=parse_lines(lines, name="joint"))
+
+
+def real_storage_sizes(joint: JointLog, joint_inputs) -> JointLog:
+    """`joint` with each new storage's bytes those of a real run of the joint graph
+    (on inputs as `measured_costs` makes them), where fake tensors say otherwise:
+    a kernel may return a small tensor in a larger storage (aten's `mse_loss`: a
+    scalar in its elementwise buffer, 64 bytes for a 4 x 4 input where the fake
+    says 4)."""
+    timer = _run_for_real(joint, joint_inputs, timing=False)
+    program = joint.program
+    names = program.tensor_names
+    memory_line = {}
+    for index, line in enumerate(joint.lines):
+        if '"MEMORY"' in line and '"INSTRUCTION":"MEMORY"' in line:
+            memory_line.setdefault(json.loads(line)["NAME"], index)
+    lines, owner = list(joint.lines), program.tensor_storage.tolist()
+    for node, sizes in timer.sizes.items():
+        for tid, size in zip(joint.node_tensors.get(node) or (), sizes):
+            if tid is None or size is None or owner[tid] != tid or size == program.tensor_size[tid]:
+                continue
+            index = memory_line[names[program.tensor_name_id[tid]]]
+            record = json.loads(lines[index])
+            record["MEMORY"] = str(size)
+            lines[index] = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    if lines == joint.lines:
+        return joint
+    return replace(joint, lines=lines, program=parse_lines(lines, name="joint"))
+
+
+def _run_for_real(joint: JointLog, joint_inputs, timing: bool) -> _Timer:
+    """The joint graph run for real, node by node (after a warm-up run when
+    timing), on inputs of the fake inputs' shapes, the generators left as they were."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    flat = list(joint_inputs[0]) + list(joint_inputs[1]) if isinstance(joint_inputs, tuple) \
+        else list(joint_inputs)
+    with _disable_current_modes():
+        inputs = _real_inputs(flat)
+        devices = sorted({t.device.index or 0 for t in inputs
+                          if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            if timing:
+                fx.Interpreter(joint.graph).run(*inputs)
+                inputs = _real_inputs(flat)
+            timer = _Timer(joint.graph, timing)
+            timer.run(*inputs)
+    return timer
 
 
 def _real_inputs(fakes: list) -> list:
@@ -314,20 +350,28 @@ def _real_inputs(fakes: list) -> list:
 
 
 class _Timer(fx.Interpreter):
-    """Runs a graph node by node, each call's wall time in `times` (ns)."""
+    """Runs a graph node by node: each call's wall time in `times` (ns, when
+    timing) and the bytes of each output's storage in `sizes`."""
 
-    def __init__(self, gm):
+    def __init__(self, gm, timing: bool = True):
         super().__init__(gm, garbage_collect_values=True)
+        self.timing = timing
         self.times: dict[fx.Node, int] = {}
+        self.sizes: dict[fx.Node, list] = {}
 
     def run_node(self, n: fx.Node):
         if n.op != "call_function":
             return super().run_node(n)
-        target = n.target
-        aten = isinstance(target, torch._ops.OpOverload)
-        writes = aten and any(a.is_write for a in target._schema.arguments)
-        out, self.times[n] = timed_call(lambda: fx.Interpreter.run_node(self, n),
-                                        aten and is_repeatable(target, writes))
+        if self.timing:
+            target = n.target
+            aten = isinstance(target, torch._ops.OpOverload)
+            writes = aten and any(a.is_write for a in target._schema.arguments)
+            out, self.times[n] = timed_call(lambda: fx.Interpreter.run_node(self, n),
+                                            aten and is_repeatable(target, writes))
+        else:
+            out = super().run_node(n)
+        self.sizes[n] = [t.untyped_storage().nbytes() if isinstance(t, torch.Tensor) else None
+                         for t in _flat(out)]
         return out
 
 
@@ -342,4 +386,5 @@ def _name_tensors(program: Program, lines: list[str]) -> dict[str, int]:
     return found
 
 
-__all__ = ["JointLog", "NotExpressibleError", "capture_joint", "measured_costs"]
+__all__ = ["JointLog", "NotExpressibleError", "capture_joint", "measured_costs",
+           "real_storage_sizes"]
