@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import functools
+import logging
 
 import pytest
 
@@ -356,6 +358,86 @@ def test_torch_run_compiled(tmp_path):
         "--workspaces cannot be used with --compiled")
     assert dtrf("torch", "run", "zoo:gpt", "--ratio", "1", "--compiled", "--cost", "wall").refused(
         "unknown cost model 'wall'")
+
+
+class _Broken(torch.nn.Module):
+    """Two linear layers with a graph break between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        torch._dynamo.graph_break()
+        return self.b(h)
+
+
+def test_a_graph_break_is_refused_saying_what_to_do():
+    """`--compiled` refuses a step dynamo breaks in two, naming the break and what
+    to do; `dtr_backend` itself plans each graph alone."""
+    from dtrforensics.torch import RecordError
+    from dtrforensics.torch.compiled_run import run_compiled
+    torch.manual_seed(0)
+    batch = (torch.randn(4, 8), torch.randn(4, 4))
+    with pytest.raises(RecordError) as caught:
+        run_compiled(_Broken(), batch, torch.nn.functional.mse_loss, ratio=1.0)
+    text = str(caught.value)
+    assert "graphs: dynamo broke it at" in text and "graph_break" in text
+    assert "fullgraph=True" in text
+    be = dtr_backend(ratio=1.0)
+    _step(be, _Broken(), batch, torch.nn.functional.mse_loss)
+    assert len(be.graphs) > 1 and f"into {len(be.graphs)} graphs" in text
+
+
+def test_a_storage_larger_than_its_fake_is_counted_as_real():
+    """aten's mse_loss returns its scalar in the elementwise buffer (64 bytes for a
+    4 x 4 input; the fake tensor says 4): a checking backend takes the real size
+    from a real run of the joint graph, and the live bytes equal the engine's."""
+    torch.manual_seed(0)
+    model, batch = torch.nn.Linear(8, 4), (torch.randn(4, 8), torch.randn(4, 4))
+    plain = _step("aot_eager", model, batch, torch.nn.functional.mse_loss)
+    be = dtr_backend(ratio=1.0, checking=True)
+    assert _bitwise(_step(be, model, batch, torch.nn.functional.mse_loss), plain)
+    (graph,) = be.graphs
+    program = graph.joint.program
+    (loss,) = [t for t in range(program.n_tensors)
+               if program.op_name(int(program.tensor_op[t])) == "mse_loss"]
+    assert program.tensor_size[loss] == 64
+    assert graph.checks[0].mismatches == 0, graph.checks[0].first_mismatch
+
+
+_LOG = logging.getLogger("dtrforensics-test")
+
+
+@functools.lru_cache(None)
+def _warning_once(self, *args):
+    """As transformers' `warning_once`: a logger's warning, each message once."""
+    self.warning(*args)
+
+
+class _Warns(torch.nn.Module):
+    """A linear layer whose forward warns once through the logger, as transformers'
+    loss does (`logging.Logger.warning_once`, which transformers adds)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        _LOG.warning_once("a message, not the step's math")
+        return self.a(x)
+
+
+def test_a_warning_once_does_not_break_the_step(monkeypatch):
+    """`--compiled` ignores `Logger.warning_once` while compiling (transformers'
+    loss calls it; traced, it breaks the graph): the step is one graph."""
+    from dtrforensics.torch.compiled_run import run_compiled
+    monkeypatch.setattr(logging.Logger, "warning_once", _warning_once, raising=False)
+    torch.manual_seed(0)
+    batch = (torch.randn(4, 8), torch.randn(4, 4))
+    result = run_compiled(_Warns(), batch, torch.nn.functional.mse_loss, ratio=1.0)
+    assert result.mismatch is None and result.checks > 0
 
 
 def test_a_hole_is_refused_and_its_edges_run(gpt, tmp_path):

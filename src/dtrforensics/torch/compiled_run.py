@@ -123,6 +123,20 @@ def train(model, batch, loss_fn, backend, steps: int, optimizer: str | None):
     opt = OPTIMIZERS[optimizer](list(m.parameters())) if optimizer else None
     step = torch.compile(lambda x, y: loss_fn(_forward(m, x, None), y), backend=backend,
                          dynamic=False)
+    with torch._dynamo.config.patch(ignore_logging_functions=_ignored_logging()):
+        return _train(m, step, inputs, targets, opt, backend, steps)
+
+
+def _ignored_logging() -> set:
+    """Dynamo's ignored logging calls, and transformers' `Logger.warning_once`
+    (hf: models' loss warns through it: a message, not the step's math; traced,
+    it breaks the graph)."""
+    import logging
+    once = getattr(logging.Logger, "warning_once", None)
+    return set(torch._dynamo.config.ignore_logging_functions) | ({once} if once else set())
+
+
+def _train(m, step, inputs, targets, opt, backend, steps: int):
     values: list[tuple[str, torch.Tensor]] = []
     start = None
     for k in range(steps + 1 if steps > 1 else steps):
@@ -140,7 +154,8 @@ def train(model, batch, loss_fn, backend, steps: int, optimizer: str | None):
             opt.step()
     wall = time.perf_counter() - start if start is not None else None
     values += [(f"parameter {n}", p.detach().clone()) for n, p in m.named_parameters()]
-    if isinstance(backend, DtrBackend) and backend.checking:   # one more step, measured
+    if isinstance(backend, DtrBackend) and backend.checking and len(backend.graphs) == 1:
+        # one more step, measured
         for p in m.parameters():
             p.grad = None
         backend.measure_next()
@@ -197,11 +212,23 @@ def run_compiled(model, batch, loss_fn, *, budget: int | None = None, ratio: flo
     return _result(backend, plain, mine, wall, plain_wall, steps, optimizer, policy)
 
 
+def _break_reason() -> str:
+    """The first line of the first graph break dynamo counted, quoted."""
+    from torch._dynamo.utils import counters
+    reasons = list(counters["graph_break"])
+    first = (str(reasons[0]).strip().splitlines() or ["?"])[0] if reasons else "?"
+    return f"{first!r}" + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
+
+
 def _result(backend: DtrBackend, plain, mine, wall, plain_wall, steps: int, optimizer,
             policy) -> CompiledRunResult:
     if len(backend.graphs) != 1:
-        raise RecordError(f"the step compiled into {len(backend.graphs)} graphs (a graph break); "
-                          "--compiled needs the whole step in one graph")
+        raise RecordError(f"the step compiled into {len(backend.graphs)} graphs: dynamo broke it "
+                          f"at {_break_reason()}; --compiled plans one graph (each graph alone "
+                          "would have the whole budget while the others' memory is alive): remove "
+                          "the break (torch.compile(..., fullgraph=True) raises there, naming the "
+                          "line; for a logging call, add its method to "
+                          "torch._dynamo.config.ignore_logging_functions)")
     (graph,) = backend.graphs
     summary = graph.summary
     reports = graph.checks

@@ -53,6 +53,8 @@ PRIVATE_TORCH_API = (
     "torch._functorch.config.activation_memory_budget_solver",
     "torch._inductor.compile_fx.select_decomp_table",
     "torch._inductor.compile_fx.compile_fx_inner",
+    "torch._dynamo.utils.counters",
+    "torch._dynamo.config.ignore_logging_functions",
     # a checkpointed block's recomputation as a module call (checkpointing.py)
     "torch.nn.modules.module._global_forward_hooks",
     "torch.nn.modules.module._global_forward_pre_hooks",
