@@ -55,6 +55,7 @@ PRIVATE_TORCH_API = (
     "torch._inductor.compile_fx.compile_fx_inner",
     "torch._dynamo.utils.counters",
     "torch._dynamo.config.ignore_logging_functions",
+    "torch._dynamo.config.patch",
     # a checkpointed block's recomputation as a module call (checkpointing.py)
     "torch.nn.modules.module._global_forward_hooks",
     "torch.nn.modules.module._global_forward_pre_hooks",
