@@ -4,6 +4,7 @@ write (every file of the workspace is fingerprinted before and after)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -498,9 +499,23 @@ def test_sweep_parameters_are_refused_cleanly_before_any_run(frm, to, step, inte
     assert 0 < n <= 100_000
 
 
+@functools.cache
+def real_command(words: str):
+    """The click command of `words` (a command, or a group and its subcommands),
+    built once in this process: typer takes a tenth of a second to build one, and
+    the option cases below ask for one hundreds of times, at collection and as they
+    run. Parsing a command line (make_context) leaves the command as it was."""
+    from dtrforensics.cli.main import load_command
+    first, *rest = words.split()
+    command = load_command(first)
+    for word in rest:
+        command = command.commands[word]
+    return command
+
+
 def _numeric_options() -> list[tuple[str, str]]:
     """(command words, option) for every int and float option of every command."""
-    from dtrforensics.cli.main import COMMANDS, load_command
+    from dtrforensics.cli.main import COMMANDS
 
     found = []
 
@@ -511,7 +526,7 @@ def _numeric_options() -> list[tuple[str, str]]:
             if type(param.type).__name__ in ("IntParamType", "FloatParamType"):
                 found.append((" ".join(words), param.opts[0]))
     for name in COMMANDS:
-        walk(load_command(name), [name])
+        walk(real_command(name), [name])
     return found
 
 
@@ -522,13 +537,9 @@ def _out_of_range(option_type: str) -> list[str]:
 
 
 def _option_cases():
-    from dtrforensics.cli.main import load_command
     cases = []
     for words, option in _numeric_options():
-        command = load_command(words.split()[0])
-        for word in words.split()[1:]:
-            command = command.commands[word]
-        param = next(p for p in command.params if p.opts[0] == option)
+        param = next(p for p in real_command(words).params if p.opts[0] == option)
         cases += [(words, option, value) for value in _out_of_range(type(param.type).__name__)]
     return cases
 
@@ -538,12 +549,8 @@ def test_every_numeric_option_refuses_what_is_out_of_range_as_it_is_parsed(words
     """A value no option can take (nan, inf, beyond int64) is refused by the option's
     own check while the command line is parsed: before any trace, model or file is read
     (issue 39: `torch run --ratio inf` recorded and ran the step first)."""
-    from dtrforensics.cli.main import load_command
-    command = load_command(words.split()[0])
-    for word in words.split()[1:]:
-        command = command.commands[word]
     with pytest.raises(OptionError, match=option):
-        command.make_context(words, [option, value])
+        real_command(words).make_context(words, [option, value])
 
 
 @pytest.mark.parametrize("args,message", [
@@ -1364,7 +1371,7 @@ def test_loading_a_policy_file_runs_its_top_level_code(tmp_path):
 
 
 def _policy_options() -> list[tuple[str, str]]:
-    from dtrforensics.cli.main import COMMANDS, load_command
+    from dtrforensics.cli.main import COMMANDS
 
     found = []
 
@@ -1374,7 +1381,7 @@ def _policy_options() -> list[tuple[str, str]]:
         found.extend((" ".join(words), p.opts[0]) for p in command.params
                      if p.opts and p.opts[0] == "--policy")
     for name in COMMANDS:
-        walk(load_command(name), [name])
+        walk(real_command(name), [name])
     return found
 
 
