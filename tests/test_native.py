@@ -198,3 +198,60 @@ def test_without_a_c_compiler_nothing_is_compiled_for_the_library(tmp_path, monk
     with pytest.raises(RuntimeError, match="no C compiler"):
         native_build.build({name: (None, ()) for name in native.ENTRY_POINTS}, key="k")
     assert compiled_for == []
+
+
+INLINING = textwrap.dedent("""
+    import copy, json
+    import numpy as np
+    from numba.core import ir
+
+    scope_copies = [0]
+    def counting(self, memo):
+        scope_copies[0] += 1
+        return copy._reconstruct(self, memo, *self.__reduce_ex__(4))
+    ir.Scope.__deepcopy__ = counting
+
+    from dtrforensics.engine import inliner_copies
+    from dtrforensics.engine.bitsets import njit     # installs the cheaper copies
+
+    @njit(inline="always")
+    def branchy(a, k):
+        total = 0
+        for i in range(a.shape[0]):
+            if a[i] > k:
+                total += a[i]
+            elif a[i] == k:
+                total -= 1
+            else:
+                while total > 100:
+                    total //= 2
+        return total
+
+    @njit(inline="always")
+    def twice(a, k):
+        return branchy(a, k) + branchy(a, k + 1)
+
+    @njit
+    def caller(a):
+        return twice(a, 1) * twice(a, 2) - branchy(a, 3)
+
+    value = caller(np.arange(20))
+    print(json.dumps({"installed": inliner_copies._installed, "value": int(value),
+                      "llvm": caller.inspect_llvm(caller.signatures[0]),
+                      "scope_copies": scope_copies[0]}))
+""")
+
+
+def test_the_inliners_cheaper_copies_compile_the_same_code():
+    """engine/inliner_copies.py shares one memo per copy of a callee's IR: the
+    same LLVM IR as numba's own copies, with the scope copied far less often."""
+    def compiled(**env):
+        done = subprocess.run([sys.executable, "-c", INLINING], capture_output=True, text=True,
+                              env={**os.environ, "NUMBA_CACHE_DIR": "/nonexistent", **env}, check=True)
+        return json.loads(done.stdout.splitlines()[-1])
+
+    numbas, ours = compiled(DTRF_INLINER_COPIES="0"), compiled()
+    assert not numbas["installed"] and ours["installed"]
+    assert ours["value"] == numbas["value"]
+    assert ours["llvm"] == numbas["llvm"]
+    assert ours["scope_copies"] * 3 < numbas["scope_copies"]
