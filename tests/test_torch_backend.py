@@ -320,6 +320,45 @@ def test_inductor_step_runs_close_to_aot_eager(gpt):
     assert doc["real"]["alloc_checks"] == 0 and doc["real"]["largest_relative_difference"] <= 1e-4
 
 
+def _inductor_nop(monkeypatch, seen: list):
+    """Inductor's inner compiler replaced by the nop one, noting its random config."""
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._inductor import compile_fx, config
+
+    def nop(gm, inputs, is_backward=False):
+        seen.append(config.fallback_random)
+        return boxed_nop(gm, inputs)
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", nop)
+
+
+def test_inductor_compiles_a_dropout_with_aten_random(monkeypatch):
+    """A dropout not rerun reaches inductor's lowering as `aten.rand`, which it
+    refuses unless random ops fall back to aten's (its own replacement runs in its
+    partitioner, not ours): the lowered graphs are compiled with `fallback_random`."""
+    model, batch, loss_fn = _dropout_mlp()
+    seen: list = []
+    _inductor_nop(monkeypatch, seen)
+    _step(dtr_backend(ratio=1.0, inner="inductor"), model, batch, loss_fn)
+    assert seen == [True, True]
+
+
+@pytest.mark.slow
+def test_inductor_dropout_draws_from_the_generator():
+    """Inductor compiles a model with active dropout (no eviction): its masks are
+    drawn by aten from the global generator, so the step is close to the same
+    decomposed graphs run by the nop compiler under the same seed."""
+    model, batch, loss_fn = _dropout_mlp()
+
+    def run():
+        torch.manual_seed(1)
+        return _step(dtr_backend(ratio=1.0, inner="inductor"), model, batch, loss_fn) + \
+            [torch.rand(4)]
+    compiled = run()
+    with pytest.MonkeyPatch.context() as mp:
+        _inductor_nop(mp, [])
+        assert _close(run(), compiled)
+
+
 def _rebuilt_tensors(graph) -> list[int]:
     from dtrforensics.engine.hooks import E_FLAG, E_KIND, E_TENSOR, EV_COMPUTE, FLAG_REMAT
     ev = graph.schedule.events

@@ -255,13 +255,21 @@ INNER_COMPILERS = ("aot_eager", "inductor")
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs, backward: bool):
-    """Inductor's inner compiler on a lowered graph, its drops left out."""
+    """Inductor's inner compiler on a lowered graph, its drops left out.
+
+    Inductor replaces random ops by its own (`replace_random_passes`) in its joint
+    graph passes, which run in its own partitioner, not in ours: so a random op
+    (a dropout's `aten.rand`) reaches its lowering unreplaced, which it refuses
+    unless `fallback_random` is set. With it, the op runs as aten's kernel, on the
+    generator eager uses: the masks are aot_eager's."""
+    from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target is dtr_drop:
             gm.graph.erase_node(node)
     gm.recompile()
-    return compile_fx_inner(gm, example_inputs, is_backward=backward)
+    with config.patch(fallback_random=True):
+        return compile_fx_inner(gm, example_inputs, is_backward=backward)
 
 
 class DtrBackend:
