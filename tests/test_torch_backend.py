@@ -150,6 +150,51 @@ def test_allocator_peak_within_budget_plus_workspaces(fixture, ratio, request):
         assert peak.allocator_peak > graph.budget and ws.op_name == "convolution_backward"
 
 
+def _profiled_step_peak(step, batch, held: int) -> int:
+    """The CPU allocator's peak over one step run under PyTorch's profiler: `held`
+    (what the step starts with) plus the running peak of every allocation event."""
+    from dtrforensics.torch.workspace import _allocations, workspace_of
+    with torch.profiler.profile(profile_memory=True) as prof:
+        step(*batch).backward()
+    found = []
+    for event in prof.profiler.kineto_results.experimental_event_tree():
+        found += [event] if type(event.extra_fields).__name__ == "_ExtraFields_Allocation" \
+            else _allocations(event)
+    found.sort(key=lambda e: e.start_time_ns)
+    return held + workspace_of([e.extra_fields.alloc_size for e in found])[1]
+
+
+def test_allocator_peak_counts_the_generator_states_of_reruns():
+    """A schedule rerunning a dropout keeps its generator state (5,056 B on CPU) from
+    the forward to the backward, outside the schedule's storages: the measured peak
+    counts it (equal to the profiler's own peak over a whole step) and so does the
+    bound, named apart."""
+    model, batch, loss_fn = _dropout_mlp()
+    torch.manual_seed(1)
+    be = dtr_backend(ratio=0.8, checking=True)
+    torch._dynamo.reset()
+    m = copy.deepcopy(model)
+    step = torch.compile(lambda x, y: loss_fn(m(x), y), backend=be, dynamic=False)
+    for measure in (False, True, False):
+        for p in m.parameters():
+            p.grad = None
+        if measure:
+            be.measure_next()
+        if len(be.graphs) and be.graphs[0].peaks:
+            held = sum(t.nbytes for t in [*m.parameters(), *batch])
+            real = _profiled_step_peak(step, batch, held)
+        else:
+            step(*batch).backward()
+    (graph,) = be.graphs
+    (peak,) = graph.peaks
+    reruns = sum(n.target is lowering.dtr_rerun_random for g in (graph.lowered.forward,
+                 graph.lowered.backward) for n in g.graph.nodes)
+    assert reruns > 0 and peak.allocator_peak == real == peak.workspaces.peak_with_workspaces
+    assert peak.generator_states >= torch.get_rng_state().nbytes
+    assert peak.bound == graph.budget + peak.workspaces.largest + peak.generator_states
+    assert peak.to_json()["generator_states"] == peak.generator_states
+
+
 def test_the_peak_bound_sees_values_kept_alive(gpt, monkeypatch):
     """The bound can fail: with every freed value kept alive to the end of the
     step (its drop moved there), the allocator holds more than the budget plus

@@ -69,8 +69,12 @@ def _allocator_lines(alloc: dict | None) -> list[str]:
                f"{', in ' + ws['module'] if ws.get('module') else ''})" if ws["largest"]
                else "none: no op allocated scratch memory beyond its outputs")
     verdict = "within" if alloc["within_budget_plus_workspaces"] else "ABOVE"
+    states = alloc.get("generator_states", 0)
+    states = (f" plus the {states:,} bytes of generator states kept for random reruns"
+              if states else "")
     return [(f"allocator (one more step, measured; {ws['method']}): peak "
              f"{alloc['allocator_peak']:,} bytes, {over}, {verdict} the budget plus the largest "
-             f"workspace ({alloc['budget_plus_largest_workspace']:,}); workspaces (scratch an op "
+             f"workspace{states} ({alloc.get('bound', alloc['budget_plus_largest_workspace']):,}); "
+             "workspaces (scratch an op "
              f"frees inside itself, which DTR does not model): {largest}; {ws['total']:,} bytes "
              f"over {ws['with_workspace']:,} of {ws['op_runs']:,} op runs")]

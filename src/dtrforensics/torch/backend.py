@@ -50,7 +50,7 @@ from .. import validate
 from ..engine.frontier import Frontier
 from .costs import COST_MODELS
 from .joint import JointLog, NotExpressibleError, capture_joint, measured_costs, real_storage_sizes
-from .lowering import CheckPoints, Lowered, dtr_drop, dtr_rerun_random, lower
+from .lowering import CheckPoints, Lowered, dtr_drop, dtr_rerun_random, dtr_rng_state, lower
 from .recorder import RecordError, output_tensors
 from .schedule import Plan, plan
 from .storages import Storages
@@ -76,6 +76,7 @@ class LiveStorages(TorchDispatchMode):
         self.count = Storages(stats)
         self.meter: Meter | None = None   # measuring each aten call, in a measured step
         self.op = -1                      # the log op of the last allocation check
+        self.untracked = 0                # bytes held outside the count (generator states)
 
     @property
     def live(self) -> int:
@@ -89,7 +90,7 @@ class LiveStorages(TorchDispatchMode):
         if self.meter is None:
             out = func(*args, **(kwargs or {}))
         else:
-            with self.meter.around(self.op, self.count.live):
+            with self.meter.around(self.op, self.count.live + self.untracked):
                 out = func(*args, **(kwargs or {}))
         for t in output_tensors(out):
             self.count.track(t.untyped_storage())
@@ -136,16 +137,19 @@ class StepPeak:
     allocator_peak: int         # live bytes at a graph's start plus the allocator's peak above that
     workspaces: Workspaces      # each aten call's scratch, by the log op of the check before it
     check: CheckReport          # the step's live bytes against the engine's, as any checking step
+    generator_states: int = 0   # random generator states kept for reruns (no storage of the log)
 
     @property
     def bound(self) -> int:
-        """The most the allocator may hold: the budget plus the largest workspace."""
-        return self.budget + self.workspaces.largest
+        """The most the allocator may hold: the budget plus the largest workspace plus
+        the generator states kept for reruns (which the schedule does not count)."""
+        return self.budget + self.workspaces.largest + self.generator_states
 
     def to_json(self) -> dict:
         return {"allocator_peak": self.allocator_peak, "budget": self.budget,
                 "over_budget": max(0, self.allocator_peak - self.budget),
-                "budget_plus_largest_workspace": self.bound,
+                "budget_plus_largest_workspace": self.budget + self.workspaces.largest,
+                "generator_states": self.generator_states, "bound": self.bound,
                 "within_budget_plus_workspaces": self.allocator_peak <= self.bound,
                 "workspaces": self.workspaces.to_json()}
 
@@ -175,6 +179,7 @@ class _Checker:
         self.live = LiveStorages(self.report)
         self.measure = measure
         self.meters: list[tuple[int, _GraphMeter]] = []   # (live bytes at its start, meter) per graph
+        self.most_states = 0   # the most bytes of generator states held at a graph's start
 
     def run(self, run, args):
         """One graph run under the live count (and, measuring, the profiler)."""
@@ -183,7 +188,8 @@ class _Checker:
                 return run(args)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
         meter = self.live.meter = _GraphMeter(device)
-        self.meters.append((self.live.live, meter))
+        self.meters.append((self.live.live + self.live.untracked, meter))
+        self.most_states = max(self.most_states, self.live.untracked)
         with meter.session(), self.live:
             return run(args)
 
@@ -204,7 +210,12 @@ class _Checker:
         # graph is the largest of an op's start and its peak above that
         peak = max(max((held for _, _, held in m.runs), default=base) if m.cuda
                    else base + m.window_peak for base, m in self.meters)
-        return StepPeak(self.graph.budget, peak, workspaces, self.report)
+        return StepPeak(self.graph.budget, peak, workspaces, self.report,
+                        _state_bytes(self.graph.lowered, self.most_states))
+
+    def kept(self, state: torch.Tensor) -> None:
+        """A generator state kept for a rerun: held, outside the live count."""
+        self.live.untracked += state.nbytes
 
     def __call__(self, index: int) -> None:
         self.live.op = self.graph.lowered.check_ops[index]
@@ -235,11 +246,14 @@ def _boxed(gm: torch.fx.GraphModule, state: dict, phase: str):
         # bookkeeping, not counted) and the tangents autograd made
         for t in args if phase == "forward" else args[state["graph"].lowered.saved:]:
             checker.live.track(t)
+        if phase == "backward":   # the states cross as saved values, outside the live count
+            checker.live.untracked = sum(args[i].nbytes for i in _state_slots(state["graph"].lowered))
         previous, CheckPoints.hook = CheckPoints.hook, checker
+        CheckPoints.states = checker.kept
         try:
             return checker.run(run, args)
         finally:
-            CheckPoints.hook = previous
+            CheckPoints.hook, CheckPoints.states = previous, None
             if phase == "backward":
                 state["checker"] = None
                 if checker.measure:
@@ -359,6 +373,24 @@ class DtrBackend:
         graph = CompiledGraph(joint, schedule, lowered, budget)
         self.graphs.append(graph)
         return graph
+
+
+def _state_slots(lowered: Lowered) -> list[int]:
+    """Which of the backward's saved inputs are generator states (`dtr_rng_state`)."""
+    (out,) = lowered.forward.graph.find_nodes(op="output")
+    values = list(out.args[0])
+    saved = values[len(values) - lowered.saved:] if lowered.saved else []
+    return [i for i, n in enumerate(saved)
+            if isinstance(n, torch.fx.Node) and n.target is dtr_rng_state]
+
+
+def _state_bytes(lowered: Lowered, held: int) -> int:
+    """The bytes of every generator state the step keeps (one per random op rerun:
+    all alive at once where all cross to the backward), at least those `held`."""
+    nodes = [n for g in (lowered.forward, lowered.backward) for n in g.graph.nodes
+             if n.op == "call_function" and n.target is dtr_rng_state]
+    each = max((dtr_rng_state(n.args[0]).nbytes for n in nodes[:1]), default=0)
+    return max(held, each * len(nodes))
 
 
 def _reruns_random(lowered: Lowered) -> bool:

@@ -87,8 +87,9 @@ class CompiledRunResult:
         if p is not None and p.check.mismatches:
             return f"live bytes differ from the engine's memory: {p.check.first_mismatch}"
         if p is not None and p.allocator_peak > p.bound:
+            states = " plus the generator states kept for reruns" if p.generator_states else ""
             return (f"the allocator's peak {p.allocator_peak:,} bytes is above the budget plus the "
-                    f"largest workspace ({p.bound:,})")
+                    f"largest workspace{states} ({p.bound:,})")
         return None
 
     def to_json(self) -> dict:

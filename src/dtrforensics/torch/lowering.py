@@ -60,9 +60,11 @@ def dtr_drop(*values) -> None:
 
 
 class CheckPoints:
-    """Where `dtr_check` nodes report; `backend.LiveCheck` replaces `hook`."""
+    """Where `dtr_check` nodes report; `backend.LiveCheck` replaces `hook`, and
+    `states` (told of each generator state `dtr_rng_state` keeps)."""
 
     hook = None
+    states = None
 
 
 def dtr_check(index: int) -> None:
@@ -89,7 +91,10 @@ def dtr_rng_state(device: torch.device) -> torch.Tensor:
     dispatch mode: bookkeeping, not a storage of the step)."""
     from torch.utils._python_dispatch import _disable_current_modes
     with _disable_current_modes():
-        return _generator_state(device)
+        state = _generator_state(device)
+    if CheckPoints.states is not None:
+        CheckPoints.states(state)
+    return state
 
 
 def dtr_rerun_random(state: torch.Tensor, device: torch.device, op, *args, **kwargs):
