@@ -195,6 +195,32 @@ def test_allocator_peak_counts_the_generator_states_of_reruns():
     assert peak.to_json()["generator_states"] == peak.generator_states
 
 
+def test_reserve_workspace_holds_the_allocator_peak_within_the_budget(resnet):
+    """zoo:resnet's convolutions take scratch beyond the schedule: at ratio 1.0 the
+    schedule fits the budget and the allocator's peak exceeds it, said plainly
+    (text headline and JSON); `reserve_workspace=True` measures the largest
+    workspace when compiling and plans below the budget by it, so the allocator's
+    peak of the measured step stays within the budget asked for, values bitwise."""
+    from dtrforensics.render.compiled_run import compiled_lines
+    from dtrforensics.torch.compiled_run import run_compiled
+    model, batch, loss_fn, _ = resnet
+    plain = run_compiled(model, batch, loss_fn, ratio=1.0).to_json()
+    over = plain["allocator"]["over_budget"]
+    assert plain["mismatch"] is None and plain["allocator_within_budget"] is False and over > 0
+    assert plain["allocator"]["allocator_peak"] == plain["budget_asked"] + over
+    assert f"exceeds it by {over:,} B (workspaces" in plain["verdict"]
+    assert "schedule fits the budget" in plain["verdict"]
+    assert f"allocator peak {over:,} bytes OVER the budget" in compiled_lines(plain)[0]
+    held = run_compiled(model, batch, loss_fn, ratio=1.0, reserve_workspace=True).to_json()
+    alloc = held["allocator"]
+    assert held["mismatch"] is None and held["real"]["values_bitwise_equal"]
+    assert held["budget_asked"] == plain["budget"] == held["budget"] + held["reserved_workspace"]
+    assert held["reserved_workspace"] == alloc["reserved_workspace"] > 0
+    assert alloc["workspaces"]["largest"] <= held["reserved_workspace"]
+    assert alloc["allocator_peak"] <= held["budget_asked"] and held["allocator_within_budget"]
+    assert held["simulated"]["evictions"] > 0 and "is within it" in held["verdict"]
+
+
 def test_the_peak_bound_sees_values_kept_alive(gpt, monkeypatch):
     """The bound can fail: with every freed value kept alive to the end of the
     step (its drop moved there), the allocator holds more than the budget plus

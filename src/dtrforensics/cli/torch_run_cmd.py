@@ -69,7 +69,7 @@ def run_cmd(
     sizes: Annotated[list[str] | None, typer.Option("--set", help="Another factory keyword or hf: config key, KEY=VALUE (e.g. layers=4); repeatable.")] = None,
     seed: Annotated[int, typer.Option(callback=check_seed, help="torch.manual_seed before building the model.")] = 0,
     workspaces: Annotated[bool, typer.Option("--workspaces", help="Measure kernel workspaces (scratch memory an op allocates and frees inside itself, beyond its outputs) around each op of the real step and report them apart from the live bytes; its timings then include the measuring.")] = False,
-    reserve_workspace: Annotated[str | None, typer.Option("--reserve-workspace", callback=check_reserve, metavar="BYTES|auto", help="Run the engine at the budget less this reserve for workspaces (auto: the largest workspace of a measuring run at the unconstrained budget), so the allocator's total stays within the budget; implies --workspaces.", show_default=False)] = None,
+    reserve_workspace: Annotated[str | None, typer.Option("--reserve-workspace", callback=check_reserve, metavar="BYTES|auto", help="Run the engine at the budget less this reserve for workspaces (auto: the largest workspace of a measuring run at the unconstrained budget), so the allocator's total stays within the budget; implies --workspaces. With --compiled: each graph is planned at the budget less the reserve (auto: the largest workspace of the joint graph run once when compiling).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
     inner: Annotated[str, typer.Option("--inner", help="With --compiled: the compiler of the lowered graphs, aot_eager (checked against the engine) or inductor (needs a C++ compiler; its fusions change what is allocated, so nothing is checked and values are compared within a tolerance).")] = "aot_eager",
     compiled: Annotated[bool, typer.Option("--compiled", help="Run the step compiled with torch.compile and dtr_backend (the engine's schedule of AOTAutograd's joint graph lowered into its forward and backward graphs, aot_eager) beside the plain aot_eager step, then one more step measured: the allocator's peak against the budget plus the ops' workspaces; --log keeps the joint graph's log, --cost measured plans with each op's wall time, the joint graph run once when compiling (docs/runtime.md).")] = False,
@@ -79,10 +79,9 @@ def run_cmd(
     if inner != "aot_eager" and not compiled:
         raise CommandError("--inner needs --compiled")
     if compiled:
-        return _run_compiled(spec, budget, ratio, policy, (cost, inner), log, optimizer, steps, seed, as_json,
-                                {"batch": batch, "seq": seq, "image_size": image_size}, sizes,
-                                {"--record": record is not None,
-                                 "--workspaces": workspaces, "--reserve-workspace": reserve_workspace is not None})
+        return _run_compiled(spec, budget, ratio, policy, (cost, inner, reserve_workspace), log, optimizer, steps,
+                             seed, as_json, {"batch": batch, "seq": seq, "image_size": image_size}, sizes,
+                             {"--record": record is not None, "--workspaces": workspaces})
     try:
         import torch
 
@@ -147,14 +146,14 @@ def _run_compiled(spec: str, budget, ratio, policy, compilers, log, optimizer, s
     from ..errors import NotDeterministicError, OptionError
     from ..render.compiled_run import compiled_lines
     options = {**given, **factory_settings(sizes or [], given)}
-    cost, inner = compilers
+    cost, inner, reserve = compilers
     try:
         torch.manual_seed(seed)
         model, data, loss_fn = build(spec, **options)
         with reporting_replaced(*log_files(log)):
             result = run_compiled(model, data, loss_fn, budget=budget, ratio=ratio, policy=policy,
                                   cost=cost, steps=steps, optimizer=optimizer, log_path=log,
-                                  inner=inner)
+                                  inner=inner, reserve_workspace=True if reserve == "auto" else reserve or False)
     except (RecordError, OptionError, ValueError) as exc:
         raise CommandError(f"{spec}: {exc}") from None
     doc = result.to_json()

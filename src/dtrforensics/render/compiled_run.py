@@ -11,10 +11,14 @@ def compiled_lines(doc: dict) -> list[str]:
     steps = f"{doc['steps']} steps" if doc["steps"] > 1 else "one step"
     inner = doc.get("inner", "aot_eager")
     lines = [
-        (f"compiled step (dtr_backend, {inner}) at budget {fmt_exact_bytes(doc['budget'])} "
+        (f"compiled step (dtr_backend, {inner}) at budget "
+         f"{fmt_exact_bytes(doc.get('budget_asked', doc['budget']))}"
+         f"{_reserve_words(doc)} "
          f"(joint graph's peak {fmt_exact_bytes(doc['peak'])}), policy {doc['policy']}, "
          f"{doc.get('cost', 'flops')} costs"
-         f"{', optimizer ' + doc['optimizer'] if doc['optimizer'] else ''}, {steps}: {sim['outcome']}"),
+         f"{', optimizer ' + doc['optimizer'] if doc['optimizer'] else ''}, {steps}: "
+         f"{_headline(doc)}"),
+        *([doc["verdict"][0].upper() + doc["verdict"][1:]] if doc.get("verdict") else []),
         (f"schedule: evictions {sim['evictions']:,}, rematerializations {sim['remats']:,}, "
          f"overhead {fmt_overhead(sim['overhead'])}; victims sha256 {sim['victims_sha256']}"),
         (f"lowered: victims {'equal to' if low['victims_equal'] else 'DIFFERENT from'} the "
@@ -42,6 +46,21 @@ def compiled_lines(doc: dict) -> list[str]:
     ]
     lines += _allocator_lines(doc.get("allocator"))
     return _closing_lines(doc, lines)
+
+
+def _reserve_words(doc: dict) -> str:
+    reserved = doc.get("reserved_workspace", 0)
+    return (f" less {reserved:,} bytes reserved for workspaces (planned at {doc['budget']:,})"
+            if reserved else "")
+
+
+def _headline(doc: dict) -> str:
+    """The schedule's outcome, and the allocator's peak where it exceeds the budget."""
+    outcome = doc["simulated"]["outcome"]
+    if doc.get("allocator_within_budget") is False:
+        return (f"schedule {outcome}, allocator peak {doc['allocator']['over_budget']:,} bytes "
+                "OVER the budget")
+    return outcome
 
 
 def _closing_lines(doc: dict, lines: list[str]) -> list[str]:

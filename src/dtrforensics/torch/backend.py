@@ -49,7 +49,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import validate
 from ..engine.frontier import Frontier
 from .costs import COST_MODELS
-from .joint import JointLog, NotExpressibleError, capture_joint, measured_costs, real_storage_sizes
+from .joint import (
+    JointLog,
+    NotExpressibleError,
+    capture_joint,
+    largest_workspace,
+    measured_costs,
+    real_storage_sizes,
+)
 from .lowering import CheckPoints, Lowered, dtr_drop, dtr_rerun_random, dtr_rng_state, lower
 from .recorder import RecordError, output_tensors
 from .schedule import Plan, plan
@@ -133,22 +140,29 @@ class StepPeak:
     """The allocator over one measured step of the lowered graphs (see the module
     docstring): its peak, beside the budget and the workspaces of the step's ops."""
 
-    budget: int
+    budget: int                 # the budget asked for (the schedule's plus the reserve)
     allocator_peak: int         # live bytes at a graph's start plus the allocator's peak above that
     workspaces: Workspaces      # each aten call's scratch, by the log op of the check before it
     check: CheckReport          # the step's live bytes against the engine's, as any checking step
     generator_states: int = 0   # random generator states kept for reruns (no storage of the log)
+    reserved: int = 0           # bytes reserved for workspaces: the schedule's budget is less
 
     @property
     def bound(self) -> int:
-        """The most the allocator may hold: the budget plus the largest workspace plus
-        the generator states kept for reruns (which the schedule does not count)."""
-        return self.budget + self.workspaces.largest + self.generator_states
+        """The most the allocator may hold: the schedule's budget plus the largest
+        workspace plus the generator states kept for reruns (which it does not count)."""
+        return self.budget - self.reserved + self.workspaces.largest + self.generator_states
+
+    @property
+    def over_budget(self) -> int:
+        """Bytes of the allocator's peak above the budget asked for (0: within it)."""
+        return max(0, self.allocator_peak - self.budget)
 
     def to_json(self) -> dict:
         return {"allocator_peak": self.allocator_peak, "budget": self.budget,
-                "over_budget": max(0, self.allocator_peak - self.budget),
-                "budget_plus_largest_workspace": self.budget + self.workspaces.largest,
+                "over_budget": self.over_budget, "reserved_workspace": self.reserved,
+                "schedule_budget": self.budget - self.reserved,
+                "budget_plus_largest_workspace": self.budget - self.reserved + self.workspaces.largest,
                 "generator_states": self.generator_states, "bound": self.bound,
                 "within_budget_plus_workspaces": self.allocator_peak <= self.bound,
                 "workspaces": self.workspaces.to_json()}
@@ -161,9 +175,11 @@ class CompiledGraph:
     joint: JointLog
     schedule: Plan
     lowered: Lowered
-    budget: int
+    budget: int                 # the schedule's: the budget asked for less `reserved`
     checks: list[CheckReport] = field(default_factory=list)
     peaks: list[StepPeak] = field(default_factory=list)     # measured steps (`measure_next`)
+    reserved: int = 0           # bytes reserved for workspaces (`reserve_workspace`)
+    reserved_op: int | None = None   # the log op whose workspace was reserved (measured)
 
     @property
     def summary(self):
@@ -210,8 +226,8 @@ class _Checker:
         # graph is the largest of an op's start and its peak above that
         peak = max(max((held for _, _, held in m.runs), default=base) if m.cuda
                    else base + m.window_peak for base, m in self.meters)
-        return StepPeak(self.graph.budget, peak, workspaces, self.report,
-                        _state_bytes(self.graph.lowered, self.most_states))
+        return StepPeak(self.graph.budget + self.graph.reserved, peak, workspaces, self.report,
+                        _state_bytes(self.graph.lowered, self.most_states), self.graph.reserved)
 
     def kept(self, state: torch.Tensor) -> None:
         """A generator state kept for a rerun: held, outside the live count."""
@@ -290,7 +306,8 @@ class DtrBackend:
     """The backend object `dtr_backend` returns; `graphs` lists what it compiled."""
 
     def __init__(self, budget: int | None, ratio: float | None, policy, checking: bool,
-                 log_path=None, cost: str = "flops", inner: str = "aot_eager"):
+                 log_path=None, cost: str = "flops", inner: str = "aot_eager",
+                 reserve_workspace: bool | int = False):
         validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
         if cost not in COST_MODELS:
             raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
@@ -302,6 +319,7 @@ class DtrBackend:
                               "(check with the inner compiler aot_eager)")
         self.budget, self.ratio, self.policy, self.cost = budget, ratio, policy, cost
         self.inner = inner
+        self.reserve = _check_reserve(reserve_workspace)
         self.checking, self.log_path = checking, log_path
         self.graphs: list[CompiledGraph] = []
         self._measure = False
@@ -361,6 +379,8 @@ class DtrBackend:
         program = joint.program
         budget = self.budget if self.budget is not None else \
             int(self.ratio * _peak(program))
+        reserved, reserved_op = _reserved(self.reserve, joint, joint_inputs, budget)
+        budget -= reserved
         schedule = plan(program, budget, self.policy)
         summary = schedule.result.summary
         if summary.outcome != "ok":
@@ -370,9 +390,36 @@ class DtrBackend:
             raise NotExpressibleError("the schedule reruns a random op, whose generator state "
                                       "inductor cannot keep (it draws its own random numbers): "
                                       "use the inner compiler aot_eager")
-        graph = CompiledGraph(joint, schedule, lowered, budget)
+        graph = CompiledGraph(joint, schedule, lowered, budget, reserved=reserved,
+                              reserved_op=reserved_op)
         self.graphs.append(graph)
         return graph
+
+
+def _check_reserve(reserve) -> bool | int:
+    """`reserve_workspace`: True (measure it), False, or a number of bytes (0 or more)."""
+    if isinstance(reserve, bool):
+        return reserve
+    if isinstance(reserve, float) and reserve.is_integer():
+        reserve = int(reserve)
+    if not isinstance(reserve, int):
+        raise RecordError(f"reserve_workspace must be True, False or a number of bytes, "
+                          f"not {reserve!r}")
+    return validate.at_least(reserve, 0, "reserve_workspace")
+
+
+def _reserved(reserve: bool | int, joint: JointLog, joint_inputs, budget: int) -> tuple[int, int | None]:
+    """The bytes to plan below `budget` for workspaces (True: the largest workspace
+    of the joint graph run for real once, measured) and the op that took it."""
+    if reserve is False:
+        return 0, None
+    reserved, op = (largest_workspace(joint, joint_inputs) if reserve is True
+                    else (reserve, None))
+    if reserved >= budget:
+        where = f" ({joint.program.op_name(op)}, op {op})" if op is not None else ""
+        raise BudgetNotMet(f"budget {budget:,} bytes leaves nothing once the workspace reserve "
+                           f"of {reserved:,} bytes{where} is set aside", None)
+    return reserved, op
 
 
 def _state_slots(lowered: Lowered) -> list[int]:
@@ -432,7 +479,7 @@ def _not_met(joint: JointLog, schedule: Plan, budget: int) -> Exception:
 
 def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy="dtr",
                 checking: bool = False, log=None, cost: str = "flops",
-                inner: str = "aot_eager") -> DtrBackend:
+                inner: str = "aot_eager", reserve_workspace: bool | int = False) -> DtrBackend:
     """A torch.compile backend that runs each training step as the DTR engine's
     schedule at `budget` bytes (or `ratio` of the joint graph's unconstrained
     peak) with `policy`; `checking` compares live bytes with the engine at
@@ -442,8 +489,13 @@ def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy
     compiling: `joint.measured_costs`), which the policy and the simulated
     overhead then use; `inner` the compiler of the lowered graphs: `aot_eager`
     (the nop compiler: what runs is the schedule) or `inductor` (its fusions
-    change what is allocated: no checking; see the module docstring)."""
-    return DtrBackend(budget, ratio, policy, checking, log, cost, inner)
+    change what is allocated: no checking; see the module docstring);
+    `reserve_workspace` plans each graph at the budget less a reserve for the
+    ops' workspaces (scratch an op frees inside itself, which the schedule does
+    not model), so that the allocator's peak stays within the budget: True
+    measures the reserve (the largest workspace of the joint graph run for real
+    once, no eviction), or a number of bytes."""
+    return DtrBackend(budget, ratio, policy, checking, log, cost, inner, reserve_workspace)
 
 
 __all__ = ["BudgetNotMet", "DtrBackend", "LiveStorages", "NotExpressibleError", "StepPeak",

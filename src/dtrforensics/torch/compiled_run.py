@@ -63,6 +63,7 @@ class CompiledRunResult:
     cost: str = "flops"                 # the joint graph's log's cost model
     inner: str = "aot_eager"            # the compiler of the lowered graphs
     largest_relative_difference: float = 0.0   # over the values, against the plain step's
+    reserved: int = 0                   # bytes reserved for workspaces (`budget` is less by it)
 
     @property
     def slowdown(self) -> float | None:
@@ -92,9 +93,34 @@ class CompiledRunResult:
                     f"largest workspace{states} ({p.bound:,})")
         return None
 
+    @property
+    def verdict(self) -> str:
+        """In words: whether the schedule fits the budget, and the allocator's peak."""
+        sim = self.simulated
+        if sim["outcome"] != "ok":
+            return f"the schedule ends {sim['outcome']}"
+        asked = self.budget + self.reserved
+        fits = f"the schedule fits the budget ({asked:,} B)"
+        if self.reserved:
+            fits += f", planned at {self.budget:,} B with {self.reserved:,} B reserved for workspaces"
+        p = self.allocator
+        if p is None:
+            return fits + "; the allocator's peak not measured"
+        if p.over_budget:
+            ws = p.workspaces
+            return (f"{fits}; the allocator's peak {p.allocator_peak:,} B exceeds it by "
+                    f"{p.over_budget:,} B (workspaces: scratch an op frees inside itself, the "
+                    f"largest {ws.largest:,} B in {ws.op_name}, which the schedule does not model; "
+                    "reserve_workspace=True / --reserve-workspace auto plans below it)")
+        return f"{fits}; the allocator's peak {p.allocator_peak:,} B is within it"
+
     def to_json(self) -> dict:
         return json_safe({
             "compiled": True, "budget": self.budget, "peak": self.peak, "policy": self.policy,
+            "budget_asked": self.budget + self.reserved, "reserved_workspace": self.reserved,
+            "verdict": self.verdict,
+            "allocator_within_budget": (None if self.allocator is None
+                                        else self.allocator.over_budget == 0),
             "cost": self.cost, "inner": self.inner,
             "optimizer": self.optimizer, "steps": self.steps, "simulated": self.simulated,
             "lowered": {"victims_equal": self.lowered_victims_equal, "remats": self.lowered_remats,
@@ -189,7 +215,8 @@ def _first_difference(plain: list, mine: list) -> str | None:
 
 def run_compiled(model, batch, loss_fn, *, budget: int | None = None, ratio: float | None = None,
                  policy="dtr", steps: int = 1, optimizer: str | None = None,
-                 log_path=None, cost: str = "flops", inner: str = "aot_eager") -> CompiledRunResult:
+                 log_path=None, cost: str = "flops", inner: str = "aot_eager",
+                 reserve_workspace: bool | int = False) -> CompiledRunResult:
     """The lowered steps beside the plain ones (see the module docstring); a
     budget the schedule cannot meet raises `BudgetNotMet` before any step runs."""
     if steps > 1 and optimizer is None:
@@ -197,7 +224,8 @@ def run_compiled(model, batch, loss_fn, *, budget: int | None = None, ratio: flo
     if optimizer is not None and optimizer not in OPTIMIZERS:
         raise RecordError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
     backend = dtr_backend(budget, ratio=ratio, policy=policy, checking=inner == "aot_eager",
-                          log=log_path, cost=cost, inner=inner)
+                          log=log_path, cost=cost, inner=inner,
+                          reserve_workspace=reserve_workspace)
     state = torch.get_rng_state()
     plain, plain_wall = train(model, batch, loss_fn, "aot_eager", steps, optimizer)
     torch.set_rng_state(state)
@@ -253,5 +281,6 @@ def _result(backend: DtrBackend, plain, mine, wall, plain_wall, steps: int, opti
         values_compared=len(plain), values_bitwise_equal=difference is None,
         first_difference=difference, wall_seconds=wall, plain_wall_seconds=plain_wall,
         allocator=graph.peaks[0] if graph.peaks else None, cost=backend.cost, inner=backend.inner,
+        reserved=graph.reserved,
         largest_relative_difference=_largest_difference(plain, mine) if difference else 0.0)
 

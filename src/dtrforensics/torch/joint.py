@@ -333,6 +333,41 @@ def _run_for_real(joint: JointLog, joint_inputs, timing: bool) -> _Timer:
     return timer
 
 
+def largest_workspace(joint: JointLog, joint_inputs) -> tuple[int, int | None]:
+    """The largest workspace of an op of the joint graph run for real once, with no
+    eviction (every op runs once; inputs as `measured_costs` makes them, the
+    generators left as they were), measured as `workspace.Meter` measures a step:
+    its bytes and the log op that took it (None: no op took scratch)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from .workspace import Meter
+    flat = list(joint_inputs[0]) + list(joint_inputs[1]) if isinstance(joint_inputs, tuple) \
+        else list(joint_inputs)
+    first_op = {node: op for op, node in sorted(joint.op_node.items(), reverse=True)}
+    with _disable_current_modes():
+        inputs = _real_inputs(flat)
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        meter = Meter(tensors[0].device if tensors else torch.device("cpu"))
+        devices = sorted({t.device.index or 0 for t in tensors if t.device.type == "cuda"})
+        with torch.random.fork_rng(devices=devices), torch.no_grad(), meter.session():
+            _Metered(joint.graph, meter, first_op).run(*inputs)
+    return max(((ws, op) for op, ws, _ in meter.runs if ws > 0), default=(0, None))
+
+
+class _Metered(fx.Interpreter):
+    """Runs a graph node by node, each call measured by `meter` under its log op."""
+
+    def __init__(self, gm, meter, first_op: dict):
+        super().__init__(gm, garbage_collect_values=True)
+        self.meter, self.first_op = meter, first_op
+
+    def run_node(self, n: fx.Node):
+        if n.op != "call_function":
+            return super().run_node(n)
+        with self.meter.around(self.first_op.get(n, -1), 0):
+            return super().run_node(n)
+
+
 def _real_inputs(fakes: list) -> list:
     gen = torch.Generator().manual_seed(0)
     out = []
