@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import re
 
 import pytest
 
@@ -14,6 +15,7 @@ from cli import dtrf
 
 from dtrforensics.engine.replay import replay
 from dtrforensics.torch import BudgetNotMet, dtr_backend, lowering
+from dtrforensics.torch.backend import compile_refusal
 from dtrforensics.torch.joint import NotExpressibleError
 from dtrforensics.torch.zoo import ZOO
 from dtrforensics.trace.parser import parse_file
@@ -259,10 +261,31 @@ def test_budget_refused_when_compiling(gpt):
     be = dtr_backend(ratio=0.4)
     with pytest.raises(Exception) as caught:
         _step(be, model, batch, loss_fn)
-    error = getattr(caught.value, "inner_exception", caught.value)   # dynamo's wrapper
-    assert isinstance(error, BudgetNotMet)
+    error = compile_refusal(caught.value)    # inside dynamo's BackendCompilerFailed
+    assert isinstance(error, BudgetNotMet) and error is caught.value.inner_exception
     assert "shortfall" in str(error) and "tokens" in str(error)
     assert error.frontier is not None and error.frontier.shortfall > 0
+
+
+@pytest.mark.parametrize("arguments,refusal", [
+    ({"budget": -5}, "budget must be between 1 and"),
+    ({"ratio": -0.5}, "ratio must be > 0"),
+    ({"ratio": float("nan")}, "ratio must be a finite number"),
+    ({"ratio": 0.9, "policy": "nope"}, "unknown policy 'nope'"),
+    ({"budget": True}, "budget must be a whole number of bytes, got True"),
+    ({"budget": 1.5}, "budget must be a whole number of bytes, got 1.5"),
+    ({"budget": 10, "ratio": 0.5}, "give exactly one of budget"),
+    ({"ratio": 0.9, "reserve_workspace": -1}, "reserve_workspace must be >= 0"),
+])
+def test_arguments_are_refused_when_the_backend_is_made(arguments, refusal):
+    """A mistake in `dtr_backend`'s arguments is refused where it is made, with the
+    check (and the wording) a command's options get, not at the first step inside
+    dynamo's wrapper; an integral float budget is a number of bytes."""
+    from dtrforensics.errors import OptionError
+    with pytest.raises(OptionError, match=re.escape(refusal)):
+        dtr_backend(**arguments)
+    assert dtr_backend(1.5e6).budget == 1_500_000 and type(dtr_backend(1.5e6).budget) is int
+    assert compile_refusal(ValueError("not the backend's")) is None
 
 
 def test_new_shapes_are_planned_again(gpt):

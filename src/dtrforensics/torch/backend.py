@@ -308,7 +308,7 @@ class DtrBackend:
     def __init__(self, budget: int | None, ratio: float | None, policy, checking: bool,
                  log_path=None, cost: str = "flops", inner: str = "aot_eager",
                  reserve_workspace: bool | int = False):
-        validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
+        budget, ratio = _check_budget(budget, ratio, policy)
         if cost not in COST_MODELS:
             raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
         if inner not in INNER_COMPILERS:
@@ -394,6 +394,21 @@ class DtrBackend:
                               reserved_op=reserved_op)
         self.graphs.append(graph)
         return graph
+
+
+def _check_budget(budget, ratio, policy) -> tuple[int | None, float | None]:
+    """The budget (a whole number of bytes: 1.5e6 is 1,500,000) or the ratio, and the
+    policy, checked as a command checks them: a mistake is refused here, when the
+    backend is made, not inside dynamo at the first step."""
+    from ..engine.policies import get_policy
+    validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
+    if budget is not None:
+        budget = validate.budget(budget, "budget")
+    else:
+        ratio = validate.ratio(ratio, "ratio")
+    if isinstance(policy, str):
+        get_policy(policy)
+    return budget, ratio
 
 
 def _check_reserve(reserve) -> bool | int:
@@ -494,9 +509,27 @@ def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy
     ops' workspaces (scratch an op frees inside itself, which the schedule does
     not model), so that the allocator's peak stays within the budget: True
     measures the reserve (the largest workspace of the joint graph run for real
-    once, no eviction), or a number of bytes."""
+    once, no eviction), or a number of bytes. Arguments are checked here, as a
+    command checks its options (`OptionError`); what is refused while compiling
+    (a budget the schedule cannot meet, a graph the lowering cannot express)
+    arrives at the first step as dynamo's `BackendCompilerFailed`, the original
+    at its `.inner_exception`: `compile_refusal(exc)` returns it."""
     return DtrBackend(budget, ratio, policy, checking, log, cost, inner, reserve_workspace)
 
 
+def compile_refusal(exc: BaseException) -> Exception | None:
+    """What `dtr_backend` refused while compiling, from what `torch.compile`'s step
+    raised: dynamo wraps it in `BackendCompilerFailed`, the original at
+    `.inner_exception` (a `RecordError` such as `BudgetNotMet` or
+    `NotExpressibleError`, or a `UserError`); None where the exception is not one."""
+    from ..errors import UserError
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, (RecordError, UserError)):
+            return seen
+        seen = getattr(seen, "inner_exception", None)
+    return None
+
+
 __all__ = ["BudgetNotMet", "DtrBackend", "LiveStorages", "NotExpressibleError", "StepPeak",
-           "dtr_backend"]
+           "compile_refusal", "dtr_backend"]
