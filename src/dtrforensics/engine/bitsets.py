@@ -7,6 +7,10 @@ Bit scans compile to single instructions (cttz, ctpop); run as plain Python
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
+
 import numpy as np
 from numba import njit as numba_njit
 from numba.core import types
@@ -22,8 +26,34 @@ def njit(*args, **options):
     """numba's njit without its runtime's reference counting. The kernel never
     allocates (every array comes from the driver, which owns it), and counting
     references cost atomic operations on every call that passes the graph or
-    the regions (a third of a small trace's replay)."""
-    return numba_njit(*args, _nrt=False, **options)
+    the regions (a third of a small trace's replay).
+
+    A cached function is keyed by every source of the kernel (`engine_stamp`),
+    not by its own file alone as numba keys it: the kernel's functions inline
+    each other across modules, so a change to one module (regions.py, say)
+    must recompile the functions of the others that carry a copy of its code;
+    otherwise numba's cache would give them their old copy."""
+    jit = numba_njit(*args, _nrt=False, **options)
+    if not options.get("cache"):
+        return jit
+
+    def decorate(fn):
+        dispatcher = jit(fn)
+        index = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+        if index is not None:   # none under NUMBA_DISABLE_JIT
+            index._source_stamp = engine_stamp()
+        return dispatcher
+    return decorate
+
+
+@functools.cache
+def engine_stamp(engine: Path = Path(__file__).resolve().parent) -> str:
+    """A hash of the kernel's sources: the modules of the `engine` folder and the
+    program's layout (the sources engine/native.py keys its library by)."""
+    digest = hashlib.sha256()
+    for source in sorted(engine.glob("*.py")) + [engine.parent / "trace" / "program.py"]:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 @njit(cache=True, inline="always")
