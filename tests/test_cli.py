@@ -60,14 +60,22 @@ def test_help_imports_nothing_heavy():
     assert "Commands" in done.stdout and heavy == []
 
 
-def _engine(tmp_path: Path, cached: bool, stamp_of: bytes | None = None) -> Path:
+def _engine(tmp_path: Path, cached: bool, stamp_of: bytes | None = None,
+            uncached: tuple[str, ...] = ()) -> Path:
+    """A fake engine folder whose kernel.py has one cached function (its index
+    stamped with the sources, or with `stamp_of`'s hash: stale), beside the
+    modules `uncached` with the same source and no cache."""
     engine = tmp_path / "engine"
     (engine / "__pycache__").mkdir(parents=True)
     source = b"from numba import njit\n@njit(cache=True)\ndef f(x):\n    return x\n"
     (engine / "kernel.py").write_bytes(source)
     (engine / "summary.py").write_bytes(b"OUTCOMES = ()\n")
+    for name in uncached:
+        (engine / name).write_bytes(source)
+    (tmp_path / "trace").mkdir()
+    (tmp_path / "trace" / "program.py").write_bytes(b"CMD_COMPUTE = 0\n")
     if cached:
-        stamp = hashlib.sha256(stamp_of if stamp_of is not None else source).digest()
+        stamp = native.sources_stamp(engine) if stamp_of is None else hashlib.sha256(stamp_of).hexdigest()
         with open(engine / "__pycache__" / "kernel.f-2.py311.nbi", "wb") as fh:
             pickle.dump("0.0", fh)
             fh.write(pickle.dumps((stamp, {})))
@@ -81,8 +89,7 @@ def test_compile_notice_reads_numba_cache_index(tmp_path, monkeypatch):
     stale = _engine(tmp_path / "c", True, stamp_of=b"an older kernel")
     assert kernel_notice.compiled_modules_missing(stale) == ["kernel"]
     # a cached module a plain replay does not compile (the sweeps' digest) is no reason
-    warm = _engine(tmp_path / "d", True)
-    (warm / "digest.py").write_bytes((warm / "kernel.py").read_bytes())
+    warm = _engine(tmp_path / "d", True, uncached=("digest.py",))
     assert kernel_notice.compiled_modules_missing(warm) == []
 
 
@@ -91,7 +98,7 @@ def test_compile_notice_ignores_index_files_left_by_moved_functions(tmp_path, mo
     engine = _engine(tmp_path, True)
     with open(engine / "__pycache__" / "kernel.f-9.py311.nbi", "wb") as fh:
         pickle.dump("0.0", fh)  # `f` when it started on line 9 of an older source
-        fh.write(pickle.dumps((hashlib.sha256(b"an older kernel").digest(), {})))
+        fh.write(pickle.dumps((hashlib.sha256(b"an older kernel").hexdigest(), {})))
     assert kernel_notice.compiled_modules_missing(engine) == []
     (engine / "__pycache__" / "kernel.f-2.py311.nbi").unlink()
     assert kernel_notice.compiled_modules_missing(engine) == ["kernel"]

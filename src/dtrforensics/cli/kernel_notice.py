@@ -7,12 +7,12 @@ leaves it to the first replay.
 
 The check reads numba's cache index files (`<module>.<function>-<line>.pyXY.nbi`)
 without importing numba: a module's cache is warm when every index carries
-the SHA-256 of the module's current source, as numba compares it.
+the hash of the kernel's current sources (`native.sources_stamp`, the key
+engine/bitsets.py's `njit` gives numba in place of the module's own stamp).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import re
@@ -65,7 +65,7 @@ def compiled_modules_missing(engine: Path = _ENGINE,
         text = source.read_bytes()
         if source.stem not in modules or b"cache=True" not in text:
             continue
-        stamp = hashlib.sha256(text).digest()
+        stamp = native.sources_stamp(engine)
         current = _index_prefixes(source, text)
         indexes = [i for i in native.cache_dir(source.parent).glob(f"{source.stem}.*.nbi")
                    if i.name.split(".py")[0] in current]

@@ -8,7 +8,6 @@ Bit scans compile to single instructions (cttz, ctpop); run as plain Python
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from numba.core import types
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic, overload
 
+from . import native
 from .inliner_copies import install as _cheaper_inliner_copies
 
 _cheaper_inliner_copies()     # compiles the same code in less time (inliner_copies.py)
@@ -47,13 +47,9 @@ def njit(*args, **options):
 
 
 @functools.cache
-def engine_stamp(engine: Path = Path(__file__).resolve().parent) -> str:
-    """A hash of the kernel's sources: the modules of the `engine` folder and the
-    program's layout (the sources engine/native.py keys its library by)."""
-    digest = hashlib.sha256()
-    for source in sorted(engine.glob("*.py")) + [engine.parent / "trace" / "program.py"]:
-        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
-    return digest.hexdigest()
+def engine_stamp(engine: Path = native.ENGINE) -> str:
+    """The kernel's sources' hash (native.sources_stamp), once per process."""
+    return native.sources_stamp(engine)
 
 
 @njit(cache=True, inline="always")

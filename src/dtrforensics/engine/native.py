@@ -37,8 +37,6 @@ import numpy as np
 
 NATIVE_ENV = "DTRF_NATIVE"
 ENGINE = Path(__file__).resolve().parent
-# Sources compiled into the kernel besides the engine's own modules.
-EXTRA_SOURCES = (ENGINE.parent / "trace" / "program.py",)
 ENTRY_POINTS = ("run_slice", "check_invariants", "compact_arena")
 # The library an install built (setup.py), inside the package.
 PACKAGED = ENGINE / "__pycache__"
@@ -87,10 +85,19 @@ def _cpu_identity() -> bytes:
     return json.dumps(seen, sort_keys=True).encode()
 
 
-def library_key() -> str:
+def sources_stamp(engine: Path = ENGINE) -> str:
+    """A hash of the kernel's sources (the `engine` folder's modules and the
+    program's layout): the library's key, and numba's cache key of every
+    kernel function (bitsets.njit), since the kernel's functions inline each
+    other's code across modules."""
     digest = hashlib.sha256()
-    for source in sorted(ENGINE.glob("*.py")) + list(EXTRA_SOURCES):
+    for source in sorted(engine.glob("*.py")) + [engine.parent / "trace" / "program.py"]:
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def library_key() -> str:
+    digest = hashlib.sha256(sources_stamp().encode())
     for part in (_package_version_file("numba"), _package_version_file("llvmlite"),
                  sys.version.encode(), platform.machine().encode(), _cpu_identity()):
         digest.update(part + b"\0")
