@@ -67,7 +67,7 @@ def _engine(tmp_path: Path, cached: bool, stamp_of: bytes | None = None,
     modules `uncached` with the same source and no cache."""
     engine = tmp_path / "engine"
     (engine / "__pycache__").mkdir(parents=True)
-    source = b"from numba import njit\n@njit(cache=True)\ndef f(x):\n    return x\n"
+    source = b"from .bitsets import njit\n@njit(cache=True)\ndef f(x):\n    return x\n"
     (engine / "kernel.py").write_bytes(source)
     (engine / "summary.py").write_bytes(b"OUTCOMES = ()\n")
     for name in uncached:
@@ -91,6 +91,24 @@ def test_compile_notice_reads_numba_cache_index(tmp_path, monkeypatch):
     # a cached module a plain replay does not compile (the sweeps' digest) is no reason
     warm = _engine(tmp_path / "d", True, uncached=("digest.py",))
     assert kernel_notice.compiled_modules_missing(warm) == []
+
+
+def test_compile_notice_takes_numbas_own_stamp_where_numbas_njit_compiles(tmp_path, monkeypatch):
+    """A module compiled with numba's own njit (exactdiv.py) is keyed by its own
+    source's SHA-256; one compiled with bitsets.njit, by all the kernel's sources."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    engine = _engine(tmp_path, True)
+    plain = b"from numba import njit\n@njit(cache=True)\ndef g(x):\n    return x\n"
+    (engine / "exactdiv.py").write_bytes(plain)
+    with open(engine / "__pycache__" / "kernel.f-2.py311.nbi", "wb") as fh:
+        pickle.dump("0.0", fh)    # the kernel again, stamped with the sources as they now are
+        fh.write(pickle.dumps((native.sources_stamp(engine), {})))
+    for stamp, missing in ((native.sources_stamp(engine), ["exactdiv"]),
+                           (hashlib.sha256(plain).digest(), [])):
+        with open(engine / "__pycache__" / "exactdiv.g-2.py311.nbi", "wb") as fh:
+            pickle.dump("0.0", fh)
+            fh.write(pickle.dumps((stamp, {})))
+        assert kernel_notice.compiled_modules_missing(engine) == missing
 
 
 def test_compile_notice_ignores_index_files_left_by_moved_functions(tmp_path, monkeypatch):

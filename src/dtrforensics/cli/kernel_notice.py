@@ -7,12 +7,14 @@ leaves it to the first replay.
 
 The check reads numba's cache index files (`<module>.<function>-<line>.pyXY.nbi`)
 without importing numba: a module's cache is warm when every index carries
-the hash of the kernel's current sources (`native.sources_stamp`, the key
-engine/bitsets.py's `njit` gives numba in place of the module's own stamp).
+the stamp numba compares: the hash of the kernel's current sources
+(`native.sources_stamp`) for a module compiled with engine/bitsets.py's
+`njit`, which keys it so, else the SHA-256 of the module's own source.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import re
@@ -57,6 +59,18 @@ def _index_prefixes(source: Path, text: bytes) -> set[str]:
     return {f"{source.stem}.{name}-{line}" for name, line in zip(names, lines)}
 
 
+_KERNEL_NJIT = re.compile(rb"^from \.bitsets import \(?[^)]*?\bnjit\b", re.M)
+
+
+def _numba_stamp(engine: Path, text: bytes):
+    """The stamp numba's index must carry for a module of this source: the
+    kernel's sources' hash where the module compiles with bitsets.njit, else
+    numba's own (the SHA-256 of the module's source)."""
+    if _KERNEL_NJIT.search(text):
+        return native.sources_stamp(engine)
+    return hashlib.sha256(text).digest()
+
+
 def compiled_modules_missing(engine: Path = _ENGINE,
                              modules: tuple[str, ...] = REPLAY_MODULES) -> list[str]:
     """The replay's numba modules whose cache is absent or stale."""
@@ -65,7 +79,7 @@ def compiled_modules_missing(engine: Path = _ENGINE,
         text = source.read_bytes()
         if source.stem not in modules or b"cache=True" not in text:
             continue
-        stamp = native.sources_stamp(engine)
+        stamp = _numba_stamp(engine, text)
         current = _index_prefixes(source, text)
         indexes = [i for i in native.cache_dir(source.parent).glob(f"{source.stem}.*.nbi")
                    if i.name.split(".py")[0] in current]
