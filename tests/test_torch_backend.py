@@ -506,21 +506,34 @@ class _Broken(torch.nn.Module):
         return self.b(h)
 
 
-def test_a_graph_break_is_refused_saying_what_to_do():
+@pytest.mark.parametrize("ratio", [1.0, 0.8])
+def test_a_graph_break_is_refused_saying_what_to_do(ratio):
     """`--compiled` refuses a step dynamo breaks in two, naming the break and what
-    to do; `dtr_backend` itself plans each graph alone."""
+    to do, before planning its first graph (at 0.8 that small graph alone cannot
+    meet its budget: the break is still what is said); `dtr_backend` itself plans
+    each graph alone and warns of it once, with the count."""
+    import warnings
+
     from dtrforensics.torch import RecordError
     from dtrforensics.torch.compiled_run import run_compiled
     torch.manual_seed(0)
     batch = (torch.randn(4, 8), torch.randn(4, 4))
     with pytest.raises(RecordError) as caught:
-        run_compiled(_Broken(), batch, torch.nn.functional.mse_loss, ratio=1.0)
+        run_compiled(_Broken(), batch, torch.nn.functional.mse_loss, ratio=ratio)
     text = str(caught.value)
-    assert "graphs: dynamo broke it at" in text and "graph_break" in text
-    assert "fullgraph=True" in text
+    assert "dynamo broke the step at" in text and "graph_break" in text
+    assert "fullgraph=True" in text and "cannot be met" not in text
     be = dtr_backend(ratio=1.0)
-    _step(be, _Broken(), batch, torch.nn.functional.mse_loss)
-    assert len(be.graphs) > 1 and f"into {len(be.graphs)} graphs" in text
+    with warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always")
+        _step(be, _Broken(), batch, torch.nn.functional.mse_loss, steps=2)
+    ours = [str(w.message) for w in caught_warnings if "dtr_backend" in str(w.message)]
+    assert len(be.graphs) > 1 and len(ours) == 1
+    assert "compiled into 2 graphs so far" in ours[0] and "planned alone" in ours[0]
+    with pytest.raises(Exception) as refused:
+        _step(dtr_backend(ratio=1.0, breaks="refuse"), _Broken(), batch,
+              torch.nn.functional.mse_loss)
+    assert "dynamo broke the step at" in str(compile_refusal(refused.value))
 
 
 def test_a_storage_larger_than_its_fake_is_counted_as_real():

@@ -41,6 +41,7 @@ most the budget plus the largest workspace.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -282,6 +283,10 @@ def _boxed(gm: torch.fx.GraphModule, state: dict, phase: str):
 
 
 INNER_COMPILERS = ("aot_eager", "inductor")
+BREAKS = ("warn", "refuse")     # what dtr_backend does where dynamo breaks a step into graphs
+BREAK_ADVICE = ("remove the break (torch.compile(..., fullgraph=True) raises there, naming the "
+                "line; for a logging call, add its method to "
+                "torch._dynamo.config.ignore_logging_functions)")
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs, backward: bool):
@@ -307,7 +312,7 @@ class DtrBackend:
 
     def __init__(self, budget: int | None, ratio: float | None, policy, checking: bool,
                  log_path=None, cost: str = "flops", inner: str = "aot_eager",
-                 reserve_workspace: bool | int = False):
+                 reserve_workspace: bool | int = False, breaks: str = "warn"):
         budget, ratio = _check_budget(budget, ratio, policy)
         if cost not in COST_MODELS:
             raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
@@ -320,6 +325,9 @@ class DtrBackend:
         self.budget, self.ratio, self.policy, self.cost = budget, ratio, policy, cost
         self.inner = inner
         self.reserve = _check_reserve(reserve_workspace)
+        self.breaks = validate.choice(breaks, BREAKS, "breaks")
+        self._break: str | None = None     # why dynamo broke a step, once a graph ended there
+        self._warned = False
         self.checking, self.log_path = checking, log_path
         self.graphs: list[CompiledGraph] = []
         self._measure = False
@@ -333,6 +341,7 @@ class DtrBackend:
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
+        self._graph_break(gm)
         state: dict = {}
 
         def partition(joint_gm, joint_inputs, *, num_fwd_outputs, **_):
@@ -367,6 +376,26 @@ class DtrBackend:
                 self._measure = False
             return inner(*args)
         return checked
+
+    def _graph_break(self, gm) -> None:
+        """A graph dynamo ended at a graph break: refused (`breaks="refuse"`), or
+        (`"warn"`) warned of once, when the next graph of the step compiles."""
+        if self._break is not None and not self._warned:
+            self._warned = True
+            warnings.warn(f"dtr_backend: the step compiled into {len(self.graphs) + 1} graphs so "
+                          f"far: dynamo broke it at {self._break}; each graph is planned alone "
+                          "with the whole budget (a graph's share would depend on graphs not yet "
+                          "seen, and memory held across the break is in no plan), so the step "
+                          "can hold more than the budget: " + BREAK_ADVICE, stacklevel=2)
+        reason = getattr(gm, "compile_subgraph_reason", None)
+        if reason is None or not reason.graph_break:
+            return
+        self._break = repr((str(reason.reason).strip().splitlines() or ["?"])[0])
+        if self.breaks == "refuse":
+            raise RecordError(f"dynamo broke the step at {self._break} (its graph before the break "
+                              "is being compiled); dtr_backend plans one graph (each graph alone "
+                              "would have the whole budget while the others' memory is alive): "
+                              + BREAK_ADVICE)
 
     def plan_graph(self, joint_gm, joint_inputs, num_fwd_outputs: int) -> CompiledGraph:
         joint = capture_joint(joint_gm, joint_inputs, num_fwd_outputs)
@@ -494,7 +523,8 @@ def _not_met(joint: JointLog, schedule: Plan, budget: int) -> Exception:
 
 def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy="dtr",
                 checking: bool = False, log=None, cost: str = "flops",
-                inner: str = "aot_eager", reserve_workspace: bool | int = False) -> DtrBackend:
+                inner: str = "aot_eager", reserve_workspace: bool | int = False,
+                breaks: str = "warn") -> DtrBackend:
     """A torch.compile backend that runs each training step as the DTR engine's
     schedule at `budget` bytes (or `ratio` of the joint graph's unconstrained
     peak) with `policy`; `checking` compares live bytes with the engine at
@@ -513,8 +543,11 @@ def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy
     command checks its options (`OptionError`); what is refused while compiling
     (a budget the schedule cannot meet, a graph the lowering cannot express)
     arrives at the first step as dynamo's `BackendCompilerFailed`, the original
-    at its `.inner_exception`: `compile_refusal(exc)` returns it."""
-    return DtrBackend(budget, ratio, policy, checking, log, cost, inner, reserve_workspace)
+    at its `.inner_exception`: `compile_refusal(exc)` returns it. Where dynamo
+    breaks the step into several graphs, each is planned alone with the whole
+    budget: `breaks="warn"` warns once (`UserWarning`, with the count), and
+    `"refuse"` refuses the first graph that ends at a break, before planning it."""
+    return DtrBackend(budget, ratio, policy, checking, log, cost, inner, reserve_workspace, breaks)
 
 
 def compile_refusal(exc: BaseException) -> Exception | None:

@@ -30,7 +30,7 @@ import torch
 
 from ..engine.summary import victims_sha256
 from ..jsonsafe import json_safe
-from .backend import DtrBackend, StepPeak, dtr_backend
+from .backend import BREAK_ADVICE, DtrBackend, StepPeak, dtr_backend
 from .optim import OPTIMIZERS
 from .recorder import RecordError
 from .step import _forward
@@ -225,7 +225,7 @@ def run_compiled(model, batch, loss_fn, *, budget: int | None = None, ratio: flo
         raise RecordError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
     backend = dtr_backend(budget, ratio=ratio, policy=policy, checking=inner == "aot_eager",
                           log=log_path, cost=cost, inner=inner,
-                          reserve_workspace=reserve_workspace)
+                          reserve_workspace=reserve_workspace, breaks="refuse")
     state = torch.get_rng_state()
     plain, plain_wall = train(model, batch, loss_fn, "aot_eager", steps, optimizer)
     torch.set_rng_state(state)
@@ -254,10 +254,8 @@ def _result(backend: DtrBackend, plain, mine, wall, plain_wall, steps: int, opti
     if len(backend.graphs) != 1:
         raise RecordError(f"the step compiled into {len(backend.graphs)} graphs: dynamo broke it "
                           f"at {_break_reason()}; --compiled plans one graph (each graph alone "
-                          "would have the whole budget while the others' memory is alive): remove "
-                          "the break (torch.compile(..., fullgraph=True) raises there, naming the "
-                          "line; for a logging call, add its method to "
-                          "torch._dynamo.config.ignore_logging_functions)")
+                          "would have the whole budget while the others' memory is alive): "
+                          + BREAK_ADVICE)
     (graph,) = backend.graphs
     summary = graph.summary
     reports = graph.checks
