@@ -242,12 +242,12 @@ INLINING = textwrap.dedent("""
 """)
 
 
-def test_the_inliners_cheaper_copies_compile_the_same_code():
+def test_the_inliners_cheaper_copies_compile_the_same_code(tmp_path):
     """engine/inliner_copies.py shares one memo per copy of a callee's IR: the
     same LLVM IR as numba's own copies, with the scope copied far less often."""
     def compiled(**env):
         done = subprocess.run([sys.executable, "-c", INLINING], capture_output=True, text=True,
-                              env={**os.environ, "NUMBA_CACHE_DIR": "/nonexistent", **env}, check=True)
+                              env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), **env}, check=True)
         return json.loads(done.stdout.splitlines()[-1])
 
     numbas, ours = compiled(DTRF_INLINER_COPIES="0"), compiled()
