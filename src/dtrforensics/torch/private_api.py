@@ -53,6 +53,8 @@ PRIVATE_TORCH_API = (
     "torch._functorch.config.activation_memory_budget_solver",
     "torch._inductor.compile_fx.select_decomp_table",
     "torch._inductor.compile_fx.compile_fx_inner",
+    "torch._inductor.config",
+    "torch._inductor.config.fallback_random",
     "torch._dynamo.utils.counters",
     "torch._dynamo.config.ignore_logging_functions",
     "torch._dynamo.config.patch",
