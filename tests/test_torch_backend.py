@@ -299,6 +299,47 @@ def test_new_shapes_are_planned_again(gpt):
     assert be.graphs[1].summary.peak < be.graphs[0].summary.peak
 
 
+def test_symbolic_shapes_are_refused_saying_dynamic_false():
+    """Without dynamic=False, torch.compile marks the batch dimension dynamic when a
+    second shape arrives: that graph's sizes are formulas, not bytes, so it is
+    refused in one line saying what to pass (no log parse error from inside)."""
+    from dtrforensics.torch import RecordError
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    torch._dynamo.reset()
+    be = dtr_backend(ratio=1.0)
+    step = torch.compile(lambda x: m(x).sum(), backend=be)
+    step(torch.randn(8, 8)).backward()
+    with pytest.raises(Exception) as caught:
+        step(torch.randn(4, 8)).backward()
+    refusal = compile_refusal(caught.value)
+    assert isinstance(refusal, RecordError) and "symbolic shapes" in str(refusal)
+    assert "torch.compile(..., dynamic=False)" in str(refusal) and "\n" not in str(refusal)
+    assert len(be.graphs) == 1
+
+
+def test_a_new_shape_refused_is_named():
+    """A budget the first batch shape meets can be refused for a later one (a
+    recompile re-plans it, in the middle of training): the refusal names the
+    input whose shape changed, from what to what."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+    def compiled(backend):
+        torch._dynamo.reset()
+        return torch.compile(lambda x: m(x).sum(), backend=backend, dynamic=False)
+    first = dtr_backend(ratio=1.0)
+    compiled(first)(torch.randn(8, 8)).backward()
+    be = dtr_backend(budget=first.graphs[0].summary.peak)
+    step = compiled(be)
+    step(torch.randn(8, 8)).backward()
+    with pytest.raises(Exception) as caught:
+        step(torch.randn(64, 8)).backward()
+    refusal = compile_refusal(caught.value)
+    assert isinstance(refusal, BudgetNotMet) and len(be.graphs) == 1
+    assert str(refusal).startswith("re-planning a new shape, L_x_ 64 x 8 (was 8 x 8): budget")
+
+
 def test_random_op_rebuilt_draws_the_same():
     """A dropout mask the schedule evicts and rebuilds is drawn again under the
     generator state of its first run: loss and gradients bitwise those of

@@ -328,6 +328,7 @@ class DtrBackend:
         self.breaks = validate.choice(breaks, BREAKS, "breaks")
         self._break: str | None = None     # why dynamo broke a step, once a graph ended there
         self._warned = False
+        self._shapes: dict = {}             # each frame's input shapes, as last compiled
         self.checking, self.log_path = checking, log_path
         self.graphs: list[CompiledGraph] = []
         self._measure = False
@@ -341,11 +342,20 @@ class DtrBackend:
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
+        _static_shapes(gm, example_inputs)
         self._graph_break(gm)
         state: dict = {}
+        new_shape = self._new_shape(gm, example_inputs)
 
         def partition(joint_gm, joint_inputs, *, num_fwd_outputs, **_):
-            graph = self.plan_graph(joint_gm, joint_inputs, num_fwd_outputs)
+            try:
+                graph = self.plan_graph(joint_gm, joint_inputs, num_fwd_outputs)
+            except BudgetNotMet as exc:
+                if new_shape is None:
+                    raise
+                of = f" (ratio {self.ratio} of this shape's own peak)" if self.ratio else ""
+                raise BudgetNotMet(f"re-planning a new shape, {new_shape}{of}: {exc}",
+                                   exc.frontier) from None
             state["graph"] = graph
             return graph.lowered.forward, graph.lowered.backward
 
@@ -376,6 +386,28 @@ class DtrBackend:
                 self._measure = False
             return inner(*args)
         return checked
+
+    def _new_shape(self, gm, example_inputs) -> str | None:
+        """How this graph's inputs differ from the last graph dynamo compiled for the
+        same frame (a recompile for new shapes), in words; None for a frame's first."""
+        compile_id = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
+        frame = getattr(compile_id, "frame_id", None)
+        names = [n.target for n in gm.graph.find_nodes(op="placeholder")] \
+            if hasattr(gm, "graph") else []
+        if len(names) != len(example_inputs):
+            names = [f"input {i}" for i in range(len(example_inputs))]
+        shapes = [(name, tuple(x.shape)) for name, x in zip(names, example_inputs)
+                  if isinstance(x, torch.Tensor)]
+        before = self._shapes.get(frame) if frame is not None else None
+        self._shapes[frame] = shapes
+        if before is None:
+            return None
+        changed = [f"{name} {' x '.join(map(str, new))} (was {' x '.join(map(str, old))})"
+                   for (name, old), (_, new) in zip(before, shapes) if old != new]
+        if len(before) != len(shapes):
+            changed.insert(0, f"{len(shapes)} inputs (were {len(before)})")
+        return ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3
+                                         else "") if changed else None
 
     def _graph_break(self, gm) -> None:
         """A graph dynamo ended at a graph break: refused (`breaks="refuse"`), or
@@ -438,6 +470,20 @@ def _check_budget(budget, ratio, policy) -> tuple[int | None, float | None]:
     if isinstance(policy, str):
         get_policy(policy)
     return budget, ratio
+
+
+def _static_shapes(gm, example_inputs) -> None:
+    """Refuse a graph dynamo made with symbolic shapes: a DTR log holds bytes, not
+    formulas (`torch.compile` marks a dimension dynamic when a second shape arrives,
+    unless `dynamic=False`)."""
+    symbolic = [x for x in example_inputs if isinstance(x, torch.SymInt)] + \
+        [s for x in example_inputs if isinstance(x, torch.Tensor)
+         for s in (*x.shape, *x.stride()) if isinstance(s, torch.SymInt)]
+    if symbolic:
+        raise RecordError(f"dynamo compiled a graph with symbolic shapes ({symbolic[0]}: a new "
+                          "shape made it mark a dimension dynamic); dtr_backend plans each shape "
+                          "in bytes: pass torch.compile(..., dynamic=False), which recompiles "
+                          "and re-plans each new shape")
 
 
 def _check_reserve(reserve) -> bool | int:
