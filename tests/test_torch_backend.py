@@ -288,6 +288,25 @@ def test_arguments_are_refused_when_the_backend_is_made(arguments, refusal):
     assert compile_refusal(ValueError("not the backend's")) is None
 
 
+def test_a_budget_below_the_inputs_says_so():
+    """A budget below what the parameters and the batch take fails at an input of the
+    graph (a `constant` op): the refusal says the inputs alone exceed it, how much
+    they take, and that no schedule can run."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    x = torch.randn(8, 8)
+    held = sum(p.nbytes for p in m.parameters()) + x.nbytes
+    torch._dynamo.reset()
+    step = torch.compile(lambda x: m(x).sum(), backend=dtr_backend(budget=held // 2),
+                         dynamic=False)
+    with pytest.raises(Exception) as caught:
+        step(x).backward()
+    text = str(compile_refusal(caught.value))
+    assert "(constant)" in text and "parameters and inputs alone exceed the budget" in text
+    taken = int(re.search(r"take ([\d,]+) bytes", text).group(1).replace(",", ""))
+    assert taken >= held > held // 2 and "no schedule can run" in text
+
+
 def test_new_shapes_are_planned_again(gpt):
     """A batch of another shape recompiles (dynamic=False) and plans again."""
     model, batch, loss_fn, _ = gpt

@@ -457,6 +457,23 @@ class DtrBackend:
         return graph
 
 
+def _inputs_alone(program, op: int | None, budget: int) -> str:
+    """Where the schedule fails at an input of the graph (a `constant` of the log:
+    a parameter, a batch tensor, a tangent), words for what the inputs hold."""
+    if op is None or program.op_name(op) != "constant":
+        return ""
+    sizes = program.op_total_size.tolist()
+    inputs = [k for k in range(program.n_ops) if program.op_name(k) == "constant"]
+    total, upto = sum(sizes[k] for k in inputs), sum(sizes[k] for k in inputs if k <= op)
+    if total > budget:
+        return (f". The parameters and inputs alone exceed the budget: the graph's {len(inputs):,} "
+                f"inputs (parameters, the batch, the tangents) take {total:,} bytes "
+                f"({upto:,} up to op {op}), against {budget:,}: no schedule can run")
+    return (f". Op {op} is an input of the graph (a parameter, a batch tensor or a tangent), "
+            f"which the schedule must hold when it arrives ({len(inputs):,} inputs, "
+            f"{total:,} bytes in all)")
+
+
 def _check_budget(budget, ratio, policy) -> tuple[int | None, float | None]:
     """The budget (a whole number of bytes: 1.5e6 is 1,500,000) or the ratio, and the
     policy, checked as a command checks them: a mistake is refused here, when the
@@ -564,7 +581,7 @@ def _not_met(joint: JointLog, schedule: Plan, budget: int) -> Exception:
             levels = [*levels[:3], f"({len(levels) - 6} more levels)", *levels[-3:]]
         text += (f": request {f.request:,} bytes, memory {f.memory:,}, pinned {f.pinned_bytes:,}, "
                  f"shortfall {shortfall:,} bytes; frontier, outermost first: " + " > ".join(levels))
-    return BudgetNotMet(text, f)
+    return BudgetNotMet(text + _inputs_alone(program, op, budget), f)
 
 
 def dtr_backend(budget: int | None = None, *, ratio: float | None = None, policy="dtr",
