@@ -202,7 +202,7 @@ def test_reserve_workspace_holds_the_allocator_peak_within_the_budget(resnet):
     schedule fits the budget and the allocator's peak exceeds it, said plainly
     (text headline and JSON); `reserve_workspace=True` measures the largest
     workspace when compiling and plans below the budget by it, so the allocator's
-    peak of the measured step stays within the budget asked for, values bitwise."""
+    peak of the measured step stays within the budget asked for."""
     from dtrforensics.render.compiled_run import compiled_lines
     from dtrforensics.torch.compiled_run import run_compiled
     model, batch, loss_fn, _ = resnet
@@ -213,14 +213,13 @@ def test_reserve_workspace_holds_the_allocator_peak_within_the_budget(resnet):
     assert f"exceeds it by {over:,} B (workspaces" in plain["verdict"]
     assert "schedule fits the budget" in plain["verdict"]
     assert f"allocator peak {over:,} bytes OVER the budget" in compiled_lines(plain)[0]
-    held = run_compiled(model, batch, loss_fn, ratio=1.0, reserve_workspace=True).to_json()
-    alloc = held["allocator"]
-    assert held["mismatch"] is None and held["real"]["values_bitwise_equal"]
-    assert held["budget_asked"] == plain["budget"] == held["budget"] + held["reserved_workspace"]
-    assert held["reserved_workspace"] == alloc["reserved_workspace"] > 0
-    assert alloc["workspaces"]["largest"] <= held["reserved_workspace"]
-    assert alloc["allocator_peak"] <= held["budget_asked"] and held["allocator_within_budget"]
-    assert held["simulated"]["evictions"] > 0 and "is within it" in held["verdict"]
+    graph, peak = _measured(dtr_backend(ratio=1.0, checking=True, reserve_workspace=True),
+                            model, batch, loss_fn)
+    assert peak.budget == plain["budget"] == graph.budget + graph.reserved
+    assert graph.reserved == peak.reserved >= peak.workspaces.largest > 0
+    assert graph.joint.program.op_name(graph.reserved_op) == "convolution_backward"
+    assert peak.check.mismatches == 0 and graph.summary.evictions > 0
+    assert peak.allocator_peak <= peak.budget and peak.over_budget == 0
 
 
 def test_the_peak_bound_sees_values_kept_alive(gpt, monkeypatch):
@@ -531,15 +530,18 @@ def test_an_op_writing_its_arguments_is_not_rerun():
 
 def test_torch_run_compiled(tmp_path):
     """`dtrf torch run --compiled`: the lowered step beside the engine's run of the
-    joint graph's log (`--log`), which `dtrf run` replays to the same victims."""
+    joint graph's log (`--log`), which `dtrf run` replays to the same victims; a
+    workspace reserve (`--reserve-workspace BYTES`) plans below the budget by it."""
     log = tmp_path / "joint.log"
     doc = dtrf("torch", "run", "zoo:gpt", "--ratio", "0.95", "--compiled", "--json",
-               "--log", log).json()
+               "--log", log, "--reserve-workspace", "2048").json()
     assert doc["mismatch"] is None and doc["lowered"]["victims_equal"]
     assert doc["real"]["values_bitwise_equal"] and doc["real"]["memory_mismatches"] == 0
     assert doc["simulated"]["evictions"] > 0
+    assert doc["reserved_workspace"] == 2048 and doc["budget_asked"] == doc["budget"] + 2048
     alloc = doc["allocator"]
-    assert alloc["within_budget_plus_workspaces"] and alloc["budget"] == doc["budget"]
+    assert alloc["within_budget_plus_workspaces"] and alloc["budget"] == doc["budget_asked"]
+    assert doc["allocator_within_budget"] and alloc["schedule_budget"] == doc["budget"]
     assert alloc["allocator_peak"] == alloc["workspaces"]["peak_with_workspaces"]
     assert alloc["budget_plus_largest_workspace"] == doc["budget"] + alloc["workspaces"]["largest"]
     run = dtrf("run", log, "--budget", str(doc["budget"]), "--json").json()
