@@ -495,6 +495,20 @@ def test_inductor_compiles_a_dropout_with_aten_random(monkeypatch):
     assert seen == [True, True]
 
 
+def test_inductor_run_compares_with_the_decomposed_plain_step(monkeypatch):
+    """`torch run --compiled --inner inductor` on a model with active dropout: its
+    plain step is aot_eager with inductor's decompositions, whose dropout draws its
+    mask with `rand` as the lowered step does (aot_eager's `native_dropout` draws
+    other numbers), so the values agree (inductor's compiler replaced by the nop one
+    here; the slow tier compiles it)."""
+    from dtrforensics.torch.compiled_run import run_compiled
+    model, batch, loss_fn = _dropout_mlp()
+    _inductor_nop(monkeypatch, [])
+    torch.manual_seed(1)
+    doc = run_compiled(model, batch, loss_fn, ratio=1.0, inner="inductor").to_json()
+    assert doc["mismatch"] is None and doc["real"]["largest_relative_difference"] <= 1e-6
+
+
 @pytest.mark.slow
 def test_inductor_dropout_draws_from_the_generator():
     """Inductor compiles a model with active dropout (no eviction): its masks are

@@ -31,7 +31,8 @@ def compiled_lines(doc: dict) -> list[str]:
              "live bytes are not the engine's (the drops are left to inductor's own frees)"),
             (f"values: {real['values_compared']:,} tensors (losses, buffers, gradients, "
              f"parameters), the largest difference {real['largest_relative_difference']:.3g} of "
-             "the tensor's largest value against the plain aot_eager step (inductor reorders "
+             "the tensor's largest value against the plain aot_eager step with inductor's "
+             "decompositions (its dropouts draw as inductor's do; inductor reorders "
              "float arithmetic: not bitwise)"),
         ]
         return _closing_lines(doc, lines)

@@ -79,7 +79,8 @@ class CompiledRunResult:
             return f"live bytes differ from the engine's memory: {self.first_mismatch}"
         if self.inner == "inductor":
             if self.largest_relative_difference > INDUCTOR_TOLERANCE:
-                return (f"values differ from the plain aot_eager step by "
+                return (f"values differ from the plain step (aot_eager with inductor's "
+                        f"decompositions) by "
                         f"{self.largest_relative_difference:.3g} (relative), above "
                         f"{INDUCTOR_TOLERANCE:g}: {self.first_difference}")
         elif not self.values_bitwise_equal:
@@ -227,7 +228,7 @@ def run_compiled(model, batch, loss_fn, *, budget: int | None = None, ratio: flo
                           log=log_path, cost=cost, inner=inner,
                           reserve_workspace=reserve_workspace, breaks="refuse")
     state = torch.get_rng_state()
-    plain, plain_wall = train(model, batch, loss_fn, "aot_eager", steps, optimizer)
+    plain, plain_wall = train(model, batch, loss_fn, _plain_backend(inner), steps, optimizer)
     torch.set_rng_state(state)
     try:
         mine, wall = train(model, batch, loss_fn, backend, steps, optimizer)
@@ -239,6 +240,21 @@ def run_compiled(model, batch, loss_fn, *, budget: int | None = None, ratio: flo
         raise RecordError(f"compiling the step with dtr_backend raised {type(exc).__name__}: "
                           f"{first}") from exc
     return _result(backend, plain, mine, wall, plain_wall, steps, optimizer, policy)
+
+
+def _plain_backend(inner: str):
+    """The plain step's compiler: `aot_eager`; under inductor, aot_eager's nop compiler
+    with inductor's decompositions, so that a dropout draws its mask as the lowered
+    step does (the decomposition draws `rand`, aten's `native_dropout` `bernoulli`:
+    other numbers from the same generator)."""
+    if inner != "inductor":
+        return "aot_eager"
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._inductor.compile_fx import select_decomp_table
+    return aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop,
+                        decompositions=select_decomp_table(),
+                        keep_inference_input_mutations=True)
 
 
 def _break_reason() -> str:
