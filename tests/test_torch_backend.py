@@ -47,6 +47,14 @@ def _step(backend, model, batch, loss_fn, steps: int = 1, optimizer: bool = Fals
     return values
 
 
+def _seeded_step(backend, model, batch, loss_fn):
+    """`_step` from seed 1, then the generator's next draw: a random op run
+    again under another state shows in the values or in where it leaves the
+    generator."""
+    torch.manual_seed(1)
+    return _step(backend, model, batch, loss_fn) + [torch.rand(4)]
+
+
 def _bitwise(a: list, b: list) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
@@ -363,13 +371,9 @@ def test_random_op_rebuilt_draws_the_same():
     generator state of its first run: loss and gradients bitwise those of
     aot_eager, the generator after the step where aot_eager leaves it."""
     model, batch, loss_fn = _dropout_mlp()
-
-    def run(backend):
-        torch.manual_seed(1)
-        return _step(backend, model, batch, loss_fn) + [torch.rand(4)]
-    plain = run("aot_eager")
+    plain = _seeded_step("aot_eager", model, batch, loss_fn)
     be = dtr_backend(ratio=0.8, checking=True)
-    assert _bitwise(run(be), plain)
+    assert _bitwise(_seeded_step(be, model, batch, loss_fn), plain)
     (graph,) = be.graphs
     program = graph.joint.program
     rebuilt = {int(program.tensor_op[t]) for t in _rebuilt_tensors(graph)}
@@ -383,14 +387,11 @@ def test_measured_costs_plan_by_time_and_change_nothing_else():
     schedule faithfully, and the measuring run leaves the generator and the
     model as they were: values bitwise aot_eager's."""
     model, batch, loss_fn = _dropout_mlp()
-
-    def run(backend):
-        torch.manual_seed(1)
-        return _step(backend, model, batch, loss_fn) + [torch.rand(4)]
-    plain = run("aot_eager")
+    plain = _seeded_step("aot_eager", model, batch, loss_fn)
     flops = dtr_backend(ratio=0.8, checking=True)
     measured = dtr_backend(ratio=0.8, checking=True, cost="measured")
-    assert _bitwise(run(flops), plain) and _bitwise(run(measured), plain)
+    assert _bitwise(_seeded_step(flops, model, batch, loss_fn), plain)
+    assert _bitwise(_seeded_step(measured, model, batch, loss_fn), plain)
     a, b = flops.graphs[0], measured.graphs[0]
     pa, pb = a.joint.program, b.joint.program
     assert pa.n_ops == pb.n_ops and (pa.op_total_size == pb.op_total_size).all()
@@ -517,9 +518,7 @@ def test_inductor_dropout_draws_from_the_generator():
     model, batch, loss_fn = _dropout_mlp()
 
     def run():
-        torch.manual_seed(1)
-        return _step(dtr_backend(ratio=1.0, inner="inductor"), model, batch, loss_fn) + \
-            [torch.rand(4)]
+        return _seeded_step(dtr_backend(ratio=1.0, inner="inductor"), model, batch, loss_fn)
     compiled = run()
     with pytest.MonkeyPatch.context() as mp:
         _inductor_nop(mp, [])
