@@ -59,7 +59,7 @@ def _index_prefixes(source: Path, text: bytes) -> set[str]:
     return {f"{source.stem}.{name}-{line}" for name, line in zip(names, lines)}
 
 
-_KERNEL_NJIT = re.compile(rb"^from \.bitsets import \(?[^)]*?\bnjit\b", re.M)
+_KERNEL_NJIT = re.compile(rb"^from \.bitsets import (?:\([^)]*|[^\n(]*)\bnjit\b", re.M)
 
 
 def _numba_stamp(engine: Path, text: bytes):
