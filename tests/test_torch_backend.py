@@ -684,3 +684,13 @@ def test_a_hole_is_refused_and_its_edges_run(gpt, tmp_path):
         assert _bitwise(_step(be, model, batch, loss_fn), plain)
         assert be.graphs[0].checks[0].mismatches == 0
         assert be.graphs[0].summary.victims_sha256 == runs[i].victims_sha256
+
+
+def test_values_missing_or_renamed_are_an_infinite_difference():
+    """Under inductor the mismatch reads only the largest difference: a value the
+    compiled steps lack (or one under another name) cannot measure as 0."""
+    from dtrforensics.torch.compiled_run import _largest_difference
+    plain = [("step 0: loss", torch.tensor(1.0)), ("parameter w", torch.ones(3))]
+    assert _largest_difference(plain, list(plain)) == 0.0
+    assert _largest_difference(plain, plain[:1]) == float("inf")
+    assert _largest_difference(plain, [plain[0], ("parameter v", torch.ones(3))]) == float("inf")
