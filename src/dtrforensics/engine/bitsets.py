@@ -17,9 +17,6 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic, overload
 
 from . import native
-from .inliner_copies import install as _cheaper_inliner_copies
-
-_cheaper_inliner_copies()     # compiles the same code in less time (inliner_copies.py)
 
 
 def njit(*args, **options):

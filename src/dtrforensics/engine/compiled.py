@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..fsutil import atomic_path
 from . import native
+from .inliner_copies import cheaper_copies
 
 _native: native.NativeKernel | None = None
 _looked = False
@@ -52,7 +53,8 @@ def _call(name: str, *args):
         except native.Mismatch:
             pass
     K = _numba()
-    result = getattr(K, name)(*args)
+    with cheaper_copies():             # a first call compiles: the same code, in less time
+        result = getattr(K, name)(*args)
     if name == "check_invariants":       # the end of a run: the driver's types are known
         _build_once(K)
     return result
@@ -113,7 +115,8 @@ def prepare(replay, sharing: bool = False) -> None:
     if not sharing and _native_kernel() is not None:
         return
     from ..trace.parser import parse_file
-    result = replay(parse_file(WARMUP_TRACE), ratio=0.5, keep_state=sharing)
-    if sharing:
-        from .digest import state_digest
-        state_digest(result.state)
+    with cheaper_copies():
+        result = replay(parse_file(WARMUP_TRACE), ratio=0.5, keep_state=sharing)
+        if sharing:
+            from .digest import state_digest
+            state_digest(result.state)
