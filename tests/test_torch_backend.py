@@ -694,3 +694,20 @@ def test_values_missing_or_renamed_are_an_infinite_difference():
     assert _largest_difference(plain, list(plain)) == 0.0
     assert _largest_difference(plain, plain[:1]) == float("inf")
     assert _largest_difference(plain, [plain[0], ("parameter v", torch.ones(3))]) == float("inf")
+
+
+def test_a_user_error_raised_while_compiling_surfaces_as_itself(monkeypatch):
+    """What the backend refuses while compiling reaches `run_compiled`'s caller as
+    itself (an `OptionError` too, not only a `RecordError`), not as dynamo's
+    `BackendCompilerFailed` reworded."""
+    from dtrforensics.errors import OptionError
+    from dtrforensics.torch.backend import DtrBackend
+    from dtrforensics.torch.compiled_run import run_compiled
+
+    def refuse(self, *args):
+        raise OptionError("refused while planning")
+    monkeypatch.setattr(DtrBackend, "plan_graph", refuse)
+    torch.manual_seed(0)
+    batch = (torch.randn(4, 8), torch.randn(4, 4))
+    with pytest.raises(OptionError, match="^refused while planning$"):
+        run_compiled(torch.nn.Linear(8, 4), batch, torch.nn.functional.mse_loss, ratio=1.0)

@@ -30,7 +30,7 @@ import torch
 
 from ..engine.summary import victims_sha256
 from ..jsonsafe import json_safe
-from .backend import BREAK_ADVICE, DtrBackend, StepPeak, dtr_backend
+from .backend import BREAK_ADVICE, DtrBackend, StepPeak, compile_refusal, dtr_backend
 from .optim import OPTIMIZERS
 from .recorder import RecordError
 from .step import _forward
@@ -236,9 +236,9 @@ def run_compiled(model, batch, loss_fn, *, budget: int | None = None, ratio: flo
     try:
         mine, wall = train(model, batch, loss_fn, backend, steps, optimizer)
     except Exception as exc:   # dynamo wraps what the backend raised
-        raised = getattr(exc, "inner_exception", None)
-        if isinstance(raised, RecordError):
-            raise raised from None
+        refusal = compile_refusal(exc)
+        if refusal is not None:
+            raise refusal from None
         first = (str(exc).strip().splitlines() or [""])[0]
         raise RecordError(f"compiling the step with dtr_backend raised {type(exc).__name__}: "
                           f"{first}") from exc
