@@ -107,6 +107,8 @@ def test_the_library_key_follows_the_engine_sources(tmp_path, monkeypatch):
     engine = tmp_path / "engine"
     engine.mkdir()
     (engine / "kernel.py").write_text("A = 1\n")
+    (tmp_path / "trace").mkdir()
+    (tmp_path / "trace" / "program.py").write_text("CMD_COMPUTE = 0\n")
     monkeypatch.setattr(native, "ENGINE", engine)
     first = native.library_key()
     assert native.library_key() == first

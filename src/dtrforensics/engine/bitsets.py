@@ -44,7 +44,7 @@ def njit(*args, **options):
 
 
 @functools.cache
-def engine_stamp(engine: Path = native.ENGINE) -> str:
+def engine_stamp(engine: Path | None = None) -> str:
     """The kernel's sources' hash (native.sources_stamp), once per process."""
     return native.sources_stamp(engine)
 

@@ -85,11 +85,12 @@ def _cpu_identity() -> bytes:
     return json.dumps(seen, sort_keys=True).encode()
 
 
-def sources_stamp(engine: Path = ENGINE) -> str:
-    """A hash of the kernel's sources (the `engine` folder's modules and the
-    program's layout): the library's key, and numba's cache key of every
+def sources_stamp(engine: Path | None = None) -> str:
+    """A hash of the kernel's sources (the `engine` folder's modules and, beside
+    it, the program's layout, trace/program.py): the library's key, and numba's cache key of every
     kernel function (bitsets.njit), since the kernel's functions inline each
     other's code across modules."""
+    engine = engine or ENGINE
     digest = hashlib.sha256()
     for source in sorted(engine.glob("*.py")) + [engine.parent / "trace" / "program.py"]:
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
