@@ -425,8 +425,9 @@ def test_inductor_refuses_checking_and_random_reruns():
     from dtrforensics.torch import RecordError
     with pytest.raises(RecordError, match="cannot apply under inductor"):
         dtr_backend(ratio=0.9, checking=True, inner="inductor")
-    with pytest.raises(RecordError, match="unknown inner compiler"):
-        dtr_backend(ratio=0.9, inner="xla")
+    from dtrforensics.errors import OptionError
+    with pytest.raises(OptionError, match="unknown inner compiler 'xla'"):
+        dtr_backend(ratio=0.9, inner="xla")     # as its docstring says: an OptionError
     model, batch, loss_fn = _dropout_mlp()
     with pytest.raises(Exception) as caught:
         _step(dtr_backend(ratio=0.9, inner="inductor"), model, batch, loss_fn)
@@ -565,7 +566,7 @@ def test_torch_run_compiled(tmp_path):
     assert dtrf("torch", "run", "zoo:gpt", "--ratio", "1", "--compiled", "--workspaces").refused(
         "--workspaces cannot be used with --compiled")
     assert dtrf("torch", "run", "zoo:gpt", "--ratio", "1", "--compiled", "--cost", "wall").refused(
-        "unknown cost model 'wall'")
+        "unknown --cost 'wall'")
 
 
 class _Broken(torch.nn.Module):
@@ -711,3 +712,16 @@ def test_a_user_error_raised_while_compiling_surfaces_as_itself(monkeypatch):
     batch = (torch.randn(4, 8), torch.randn(4, 4))
     with pytest.raises(OptionError, match="^refused while planning$"):
         run_compiled(torch.nn.Linear(8, 4), batch, torch.nn.functional.mse_loss, ratio=1.0)
+
+
+def test_inner_and_cost_are_checked_when_parsed_naming_the_option():
+    """`--inner` and `--cost` take one of their names, refused (exit 2, one line naming
+    the option) before the model is built: a spec that does not exist is not reached."""
+    for option, value in (("--inner", "xla"), ("--cost", "wall")):
+        for compiled in ((), ("--compiled",)):
+            out = dtrf("torch", "run", "zoo:no_such_model", "--ratio", "1", *compiled,
+                       option, value)
+            assert out.refused(f"unknown {option} {value!r}"), out.err
+            assert "no_such_model" not in out.err
+    assert dtrf("torch", "run", "zoo:mlp", "--ratio", "1", "--inner", "inductor").refused(
+        "--inner needs --compiled")

@@ -22,6 +22,10 @@ MAX_SECONDS = 365 * 24 * 3600.0     # a timeout or time limit: a year (threads a
 # A ratio step or range, an overhead factor or jump: beyond this no budget (a ratio of
 # a peak of at least one byte) and no overhead the engine's clock holds can reach.
 MAX_FACTOR = float(MAX_BYTES)
+# the names `dtrf torch` options take (checked where they are parsed, and again by the
+# torch layer that runs them), here so that a command checks them without importing torch
+COST_MODELS = ("flops", "measured")     # a recorded log's op costs (torch/costs.py)
+INNER_COMPILERS = ("aot_eager", "inductor")     # the compiler of dtr_backend's lowered graphs
 
 
 def finite(value: float, what: str) -> float:

@@ -40,6 +40,18 @@ def check_steps(param: typer.CallbackParam, value: int) -> int:
     return validate.at_least(value, 1, param.opts[0], maximum=10_000)
 
 
+def check_cost(param: typer.CallbackParam, value: str) -> str:
+    """Callback of --cost: a cost model's name (`validate.COST_MODELS`)."""
+    from .. import validate
+    return validate.choice(value, validate.COST_MODELS, param.opts[0])
+
+
+def check_inner(param: typer.CallbackParam, value: str) -> str:
+    """Callback of --inner: an inner compiler's name (`validate.INNER_COMPILERS`)."""
+    from .. import validate
+    return validate.choice(value, validate.INNER_COMPILERS, param.opts[0])
+
+
 def check_reserve(param: typer.CallbackParam, value: str | None) -> str | int | None:
     """Callback of --reserve-workspace: auto, or bytes (0 or more)."""
     if value is None or value == "auto":
@@ -58,7 +70,7 @@ def run_cmd(
     budget: Annotated[int | None, typer.Option(callback=check_budget, help="Budget in bytes.")] = None,
     ratio: Annotated[float | None, typer.Option(callback=check_ratio, help="Budget as a fraction of the step's peak: floor(ratio x peak) bytes.")] = None,
     policy: Annotated[str, typer.Option(callback=check_policy, help=POLICY_HELP)] = "dtr",
-    cost: Annotated[str, typer.Option(help="Cost model of the recorded log: flops (deterministic) or measured.")] = "flops",
+    cost: Annotated[str, typer.Option(callback=check_cost, help="Cost model of the recorded log: flops (deterministic) or measured.")] = "flops",
     record: Annotated[Path | None, typer.Option(callback=new_recording_folder, help="Write the real run as a recording (Parquet tables) in this folder, which must not exist yet.", show_default=False)] = None,
     log: Annotated[Path | None, typer.Option(callback=output_file, help="Also keep the step's DTR log at this path.", show_default=False)] = None,
     batch: Annotated[int | None, typer.Option(callback=check_size, help="Batch size (passed to the factory as batch=).")] = None,
@@ -71,7 +83,7 @@ def run_cmd(
     workspaces: Annotated[bool, typer.Option("--workspaces", help="Measure kernel workspaces (scratch memory an op allocates and frees inside itself, beyond its outputs) around each op of the real step and report them apart from the live bytes; its timings then include the measuring.")] = False,
     reserve_workspace: Annotated[str | None, typer.Option("--reserve-workspace", callback=check_reserve, metavar="BYTES|auto", help="Run the engine at the budget less this reserve for workspaces (auto: the largest workspace of a measuring run at the unconstrained budget), so the allocator's total stays within the budget; implies --workspaces. With --compiled: each graph is planned at the budget less the reserve (auto: the largest workspace of the joint graph run once when compiling).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the fields of `dtrf run --json` measured on the real step, the real measures and the simulation.")] = False,
-    inner: Annotated[str, typer.Option("--inner", help="With --compiled: the compiler of the lowered graphs, aot_eager (checked against the engine) or inductor (needs a C++ compiler; its fusions change what is allocated, so nothing is checked and values are compared within a tolerance).")] = "aot_eager",
+    inner: Annotated[str, typer.Option("--inner", callback=check_inner, help="With --compiled: the compiler of the lowered graphs, aot_eager (checked against the engine) or inductor (needs a C++ compiler; its fusions change what is allocated, so nothing is checked and values are compared within a tolerance).")] = "aot_eager",
     compiled: Annotated[bool, typer.Option("--compiled", help="Run the step compiled with torch.compile and dtr_backend (the engine's schedule of AOTAutograd's joint graph lowered into its forward and backward graphs, aot_eager) beside the plain aot_eager step, then one more step measured: the allocator's peak against the budget plus the ops' workspaces; --log keeps the joint graph's log, --cost measured plans with each op's wall time, the joint graph run once when compiling (docs/runtime.md).")] = False,
 ) -> None:
     """Run one training step of SPEC for real under DTR (evicting and recomputing real tensors) and compare it with the simulation; exit 3 when the real step differs from it (decisions, live bytes at an allocation check, or values). With --steps N, N steps under the same schedule; exit 3 names the first step that differs."""
@@ -79,9 +91,9 @@ def run_cmd(
     if inner != "aot_eager" and not compiled:
         raise CommandError("--inner needs --compiled")
     if compiled:
-        return _run_compiled(spec, budget, ratio, policy, (cost, inner, reserve_workspace), log, optimizer, steps,
-                             seed, as_json, {"batch": batch, "seq": seq, "image_size": image_size}, sizes,
-                             {"--record": record is not None, "--workspaces": workspaces})
+        return _run_compiled(spec, budget, ratio, policy, log, optimizer, steps, seed, as_json, {"batch": batch, "seq": seq, "image_size": image_size}, sizes,
+                             {"--record": record is not None, "--workspaces": workspaces},
+                             cost=cost, inner=inner, reserve=reserve_workspace)
     try:
         import torch
 
@@ -128,8 +140,9 @@ def _show(doc: dict, as_json: bool, lines_of) -> None:
         say(line)
 
 
-def _run_compiled(spec: str, budget, ratio, policy, compilers, log, optimizer, steps: int, seed: int,
-                  as_json: bool, given: dict, sizes, refused: dict) -> None:
+def _run_compiled(spec: str, budget, ratio, policy, log, optimizer, steps: int, seed: int,
+                  as_json: bool, given: dict, sizes, refused: dict, *, cost: str, inner: str,
+                  reserve: str | int | None) -> None:
     """`--compiled`: the step compiled with `dtr_backend` beside the plain `aot_eager`
     step (`torch/compiled_run.py`); exit 3 where it differs from the engine."""
     given_refused = [name for name, on in refused.items() if on]
@@ -146,7 +159,6 @@ def _run_compiled(spec: str, budget, ratio, policy, compilers, log, optimizer, s
     from ..errors import NotDeterministicError, OptionError
     from ..render.compiled_run import compiled_lines
     options = {**given, **factory_settings(sizes or [], given)}
-    cost, inner, reserve = compilers
     try:
         torch.manual_seed(seed)
         model, data, loss_fn = build(spec, **options)

@@ -49,7 +49,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import validate
 from ..engine.frontier import Frontier
-from .costs import COST_MODELS
 from .joint import (
     JointLog,
     NotExpressibleError,
@@ -282,7 +281,6 @@ def _boxed(gm: torch.fx.GraphModule, state: dict, phase: str):
     return call
 
 
-INNER_COMPILERS = ("aot_eager", "inductor")
 BREAKS = ("warn", "refuse")     # what dtr_backend does where dynamo breaks a step into graphs
 BREAK_ADVICE = ("remove the break (torch.compile(..., fullgraph=True) raises there, naming the "
                 "line; for a logging call, add its method to "
@@ -314,10 +312,8 @@ class DtrBackend:
                  log_path=None, cost: str = "flops", inner: str = "aot_eager",
                  reserve_workspace: bool | int = False, breaks: str = "warn"):
         budget, ratio = _check_budget(budget, ratio, policy)
-        if cost not in COST_MODELS:
-            raise RecordError(f"unknown cost model {cost!r}; known: {', '.join(COST_MODELS)}")
-        if inner not in INNER_COMPILERS:
-            raise RecordError(f"unknown inner compiler {inner!r}; known: {', '.join(INNER_COMPILERS)}")
+        validate.choice(cost, validate.COST_MODELS, "cost model")
+        validate.choice(inner, validate.INNER_COMPILERS, "inner compiler")
         if inner == "inductor" and checking:
             raise RecordError("the checking mode cannot apply under inductor: its fusions change "
                               "what is allocated, so its live bytes are not the engine's "
