@@ -725,3 +725,16 @@ def test_inner_and_cost_are_checked_when_parsed_naming_the_option():
             assert "no_such_model" not in out.err
     assert dtrf("torch", "run", "zoo:mlp", "--ratio", "1", "--inner", "inductor").refused(
         "--inner needs --compiled")
+
+
+def test_a_step_compiled_into_no_graph_is_refused_in_its_own_words():
+    """A step dynamo handed no graph is not worded as a break at '?'; several graphs
+    name the first break dynamo counted."""
+    from dtrforensics.torch import RecordError
+    from dtrforensics.torch.compiled_run import _result
+    with pytest.raises(RecordError) as caught:
+        _result(dtr_backend(ratio=1.0), [], [], None, None, 1, None, "dtr")
+    assert "no graph of the step" in str(caught.value) and "'?'" not in str(caught.value)
+    from dtrforensics.torch.backend import break_words
+    assert break_words(["a call\nin detail", "another"]) == "'a call' (and 1 more)"
+    assert break_words([]) == "'?'"

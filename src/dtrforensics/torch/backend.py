@@ -287,6 +287,14 @@ BREAK_ADVICE = ("remove the break (torch.compile(..., fullgraph=True) raises the
                 "torch._dynamo.config.ignore_logging_functions)")
 
 
+def break_words(reasons) -> str:
+    """Where dynamo broke a step, in words: the first of its reasons (each a graph
+    break's text), its first line quoted, and how many more; '?' where none is given."""
+    texts = [str(r) for r in reasons]
+    first = (texts[0].strip().splitlines() or ["?"])[0] if texts else "?"
+    return repr(first) + (f" (and {len(texts) - 1} more)" if len(texts) > 1 else "")
+
+
 def _inductor(gm: torch.fx.GraphModule, example_inputs, backward: bool):
     """Inductor's inner compiler on a lowered graph, its drops left out.
 
@@ -418,7 +426,7 @@ class DtrBackend:
         reason = getattr(gm, "compile_subgraph_reason", None)
         if reason is None or not reason.graph_break:
             return
-        self._break = repr((str(reason.reason).strip().splitlines() or ["?"])[0])
+        self._break = break_words([reason.reason])
         if self.breaks == "refuse":
             raise RecordError(f"dynamo broke the step at {self._break} (its graph before the break "
                               "is being compiled); dtr_backend plans one graph (each graph alone "

@@ -30,7 +30,14 @@ import torch
 
 from ..engine.summary import victims_sha256
 from ..jsonsafe import json_safe
-from .backend import BREAK_ADVICE, DtrBackend, StepPeak, compile_refusal, dtr_backend
+from .backend import (
+    BREAK_ADVICE,
+    DtrBackend,
+    StepPeak,
+    break_words,
+    compile_refusal,
+    dtr_backend,
+)
 from .optim import OPTIMIZERS
 from .recorder import RecordError
 from .step import _forward
@@ -260,21 +267,24 @@ def _plain_backend(inner: str):
                         keep_inference_input_mutations=True)
 
 
-def _break_reason() -> str:
-    """The first line of the first graph break dynamo counted, quoted."""
-    from torch._dynamo.utils import counters
-    reasons = list(counters["graph_break"])
-    first = (str(reasons[0]).strip().splitlines() or ["?"])[0] if reasons else "?"
-    return f"{first!r}" + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
+def _one_graph(backend: DtrBackend) -> None:
+    """Refused unless the step compiled into one graph: none (dynamo handed the
+    backend nothing to plan), or several (where dynamo broke it, as it counted)."""
+    if not backend.graphs:
+        raise RecordError("dynamo handed dtr_backend no graph of the step (it ran the step "
+                          "without compiling it), so nothing was planned; --compiled plans the "
+                          "step as one graph")
+    if len(backend.graphs) > 1:
+        from torch._dynamo.utils import counters
+        raise RecordError(f"the step compiled into {len(backend.graphs)} graphs: dynamo broke it "
+                          f"at {break_words(counters['graph_break'])}; --compiled plans one graph "
+                          "(each graph alone would have the whole budget while the others' "
+                          "memory is alive): " + BREAK_ADVICE)
 
 
 def _result(backend: DtrBackend, plain, mine, wall, plain_wall, steps: int, optimizer,
             policy) -> CompiledRunResult:
-    if len(backend.graphs) != 1:
-        raise RecordError(f"the step compiled into {len(backend.graphs)} graphs: dynamo broke it "
-                          f"at {_break_reason()}; --compiled plans one graph (each graph alone "
-                          "would have the whole budget while the others' memory is alive): "
-                          + BREAK_ADVICE)
+    _one_graph(backend)
     (graph,) = backend.graphs
     summary = graph.summary
     reports = graph.checks

@@ -56,6 +56,10 @@ PRIVATE_TORCH_API = (
     "torch._inductor.config",
     "torch._inductor.config.fallback_random",
     "torch._dynamo.utils.counters",
+    # a graph dynamo hands a backend carries why it ends there (backend.py), as
+    # `gm.compile_subgraph_reason`, an instance attribute: declared through its type
+    "torch._dynamo.output_graph.GraphCompileReason",
+    "torch._dynamo.output_graph.GraphCompileReason.graph_break",
     "torch._dynamo.config.ignore_logging_functions",
     "torch._dynamo.config.patch",
     # a checkpointed block's recomputation as a module call (checkpointing.py)
