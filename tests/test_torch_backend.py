@@ -738,3 +738,23 @@ def test_a_step_compiled_into_no_graph_is_refused_in_its_own_words():
     from dtrforensics.torch.backend import break_words
     assert break_words(["a call\nin detail", "another"]) == "'a call' (and 1 more)"
     assert break_words([]) == "'?'"
+
+
+def test_the_compiled_run_text_reads_every_field_to_json_writes():
+    """The text reads the fields `to_json` always writes as they are: a document
+    lacking one is a KeyError, not a line drawn from a made-up default."""
+    from dtrforensics.render.compiled_run import compiled_lines
+    from dtrforensics.torch.compiled_run import run_compiled
+    torch.manual_seed(0)
+    batch = (torch.randn(4, 8), torch.randn(4, 4))
+    doc = run_compiled(torch.nn.Linear(8, 4), batch, torch.nn.functional.mse_loss,
+                       ratio=1.0).to_json()
+    assert compiled_lines(doc)[0].startswith("compiled step (dtr_backend, aot_eager)")
+    for key in ("inner", "budget_asked", "cost", "verdict", "reserved_workspace",
+                "allocator_within_budget", "allocator"):
+        with pytest.raises(KeyError):
+            compiled_lines({k: v for k, v in doc.items() if k != key})
+    for key in ("generator_states", "bound"):
+        alloc = {k: v for k, v in doc["allocator"].items() if k != key}
+        with pytest.raises(KeyError):
+            compiled_lines({**doc, "allocator": alloc})

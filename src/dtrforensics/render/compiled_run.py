@@ -9,16 +9,16 @@ def compiled_lines(doc: dict) -> list[str]:
     """Lines for a `CompiledRunResult.to_json()` document."""
     sim, real, low = doc["simulated"], doc["real"], doc["lowered"]
     steps = f"{doc['steps']} steps" if doc["steps"] > 1 else "one step"
-    inner = doc.get("inner", "aot_eager")
+    inner = doc["inner"]
     lines = [
         (f"compiled step (dtr_backend, {inner}) at budget "
-         f"{fmt_exact_bytes(doc.get('budget_asked', doc['budget']))}"
+         f"{fmt_exact_bytes(doc['budget_asked'])}"
          f"{_reserve_words(doc)} "
          f"(joint graph's peak {fmt_exact_bytes(doc['peak'])}), policy {doc['policy']}, "
-         f"{doc.get('cost', 'flops')} costs"
+         f"{doc['cost']} costs"
          f"{', optimizer ' + doc['optimizer'] if doc['optimizer'] else ''}, {steps}: "
          f"{_headline(doc)}"),
-        *([doc["verdict"][0].upper() + doc["verdict"][1:]] if doc.get("verdict") else []),
+        *([doc["verdict"][0].upper() + doc["verdict"][1:]] if doc["verdict"] else []),
         (f"schedule: evictions {sim['evictions']:,}, rematerializations {sim['remats']:,}, "
          f"overhead {fmt_overhead(sim['overhead'])}; victims sha256 {sim['victims_sha256']}"),
         (f"lowered: victims {'equal to' if low['victims_equal'] else 'DIFFERENT from'} the "
@@ -45,12 +45,12 @@ def compiled_lines(doc: dict) -> list[str]:
          f"{'' if real['values_bitwise_equal'] else 'NOT '}bitwise equal to the plain "
          "aot_eager step"),
     ]
-    lines += _allocator_lines(doc.get("allocator"))
+    lines += _allocator_lines(doc["allocator"])
     return _closing_lines(doc, lines)
 
 
 def _reserve_words(doc: dict) -> str:
-    reserved = doc.get("reserved_workspace", 0)
+    reserved = doc["reserved_workspace"]
     return (f" less {reserved:,} bytes reserved for workspaces (planned at {doc['budget']:,})"
             if reserved else "")
 
@@ -58,7 +58,7 @@ def _reserve_words(doc: dict) -> str:
 def _headline(doc: dict) -> str:
     """The schedule's outcome, and the allocator's peak where it exceeds the budget."""
     outcome = doc["simulated"]["outcome"]
-    if doc.get("allocator_within_budget") is False:
+    if doc["allocator_within_budget"] is False:
         return (f"schedule {outcome}, allocator peak {doc['allocator']['over_budget']:,} bytes "
                 "OVER the budget")
     return outcome
@@ -68,7 +68,7 @@ def _closing_lines(doc: dict, lines: list[str]) -> list[str]:
     real = doc["real"]
     if real["slowdown"] is not None:
         checked = ("with the live count's dispatch mode on; benchmarks/compiled_backend.py "
-                   "times it without" if doc.get("inner", "aot_eager") == "aot_eager"
+                   "times it without" if doc["inner"] == "aot_eager"
                    else "nothing checked")
         lines.append(f"wall time after the compiling step: {real['wall_seconds']:.3f} s against "
                      f"{real['plain_wall_seconds']:.3f} s for aot_eager ({real['slowdown']:.2f}x, "
@@ -86,15 +86,15 @@ def _allocator_lines(alloc: dict | None) -> list[str]:
     over = (f"{alloc['over_budget']:,} bytes over the budget" if alloc["over_budget"]
             else "within the budget")
     largest = (f"the largest {ws['largest']:,} bytes at op {ws['op_id']} ({ws['op_name']}"
-               f"{', in ' + ws['module'] if ws.get('module') else ''})" if ws["largest"]
+               f"{', in ' + ws['module'] if ws['module'] else ''})" if ws["largest"]
                else "none: no op allocated scratch memory beyond its outputs")
     verdict = "within" if alloc["within_budget_plus_workspaces"] else "ABOVE"
-    states = alloc.get("generator_states", 0)
+    states = alloc["generator_states"]
     states = (f" plus the {states:,} bytes of generator states kept for random reruns"
               if states else "")
     return [(f"allocator (one more step, measured; {ws['method']}): peak "
              f"{alloc['allocator_peak']:,} bytes, {over}, {verdict} the budget plus the largest "
-             f"workspace{states} ({alloc.get('bound', alloc['budget_plus_largest_workspace']):,}); "
+             f"workspace{states} ({alloc['bound']:,}); "
              "workspaces (scratch an op "
              f"frees inside itself, which DTR does not model): {largest}; {ws['total']:,} bytes "
              f"over {ws['with_workspace']:,} of {ws['op_runs']:,} op runs")]
