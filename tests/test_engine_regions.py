@@ -17,6 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from logdsl import Log
 from logs import random_logs
+from oracle import run as oracle_run
 from public import program_or_skip
 
 from dtrforensics.engine import layout as K
@@ -271,3 +272,33 @@ def test_shared_rebuilds_with_few_memo_rows():
                 assert not rg.memo_row.any() and not rg.memo_int.any() and not rg.memo_fr.any()
                 shared = region_sets(rg, bases, backward)
                 assert shared == _plain(graph, state, bases, backward)
+
+
+def test_a_run_that_never_evicts_keeps_no_regions():
+    """Regions wait for their first reader (§8.7): a run whose dead frees are its
+    only evictions makes no rebuild and no absorb, and its regions are never built."""
+    log = (Log().const("x", 8).call("a", "op", ["x"], 10, 100).call("b", "op", ["a"], 10, 100)
+           .release("a").call("c", "op", ["b"], 10, 100).release("b")
+           .call("d", "op", ["c", "x"], 10, 100))
+    program = log.program("no-eviction")
+    result = replay(program, ratio=1.0, keep_state=True)
+    sc = result.state.sc
+    assert result.summary.dead_frees == 2 and result.summary.evictions == 0
+    assert (sc[K.S_REBUILDS], sc[K.S_ABSORBS], sc[K.S_WALK_VISITS]) == (0, 0, 0)
+    assert sc[K.S_REGIONS_BUILT] == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("fraction", [0.3, 0.55, 0.8])
+def test_regions_built_at_their_first_reader_give_the_oracles_run(seed, fraction):
+    """Regions built all at once at the first scan, rematerialization or view
+    linking another storage (§8.7) are those kept all along: the oracle, which
+    keeps them all along, evicts the same storages in the same order."""
+    spec = SynthSpec(kind="mixed", depth=30, width=2, view_prob=0.6, seed=seed, backward=True)
+    program = parse_lines(generate(spec).splitlines(), name=f"views-{seed}")
+    budget = int(fraction * baseline(program).peak)
+    got = replay(program, budget=budget, debug=True)
+    want = oracle_run(program, budget, "dtr")
+    assert got.summary.evictions > 0
+    assert [tuple(v) for v in got.victims.tolist()] == [tuple(v) for v in want.victims]
+    assert (got.summary.outcome, got.summary.clock) == (want.outcome, want.clock)

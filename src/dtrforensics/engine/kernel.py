@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.program import CMD_COMPUTE, CMD_GET, CMD_RELEASE
+from ..trace.program import CMD_COMPUTE, CMD_GET, CMD_PIN, CMD_RELEASE
 from .bitsets import njit
 from .exactdiv import exact_ratio
 from .features import (
@@ -152,6 +152,7 @@ from .layout import (  # noqa: F401  (kernel.S_*, kernel.STATUS_* are read by th
     S_POOL_SIZE,
     S_POOL_TAIL,
     S_REBUILDS,
+    S_REGIONS_BUILT,
     S_REMAT_COMPUTE,
     S_REMAT_LIMIT,
     S_REMATS,
@@ -199,7 +200,7 @@ from .regions import (  # noqa: F401  (kernel.compact_arena is an entry point)
     region,
 )
 from .score_call import call_score
-from .walks import flush, rebuild_around, walk
+from .walks import build_all, flush, rebuild_around, walk
 
 # The bytes an op allocates, asked by the materialization of t (§6.3).
 _request = njit(cache=True, inline="always")(request_bytes)
@@ -326,6 +327,7 @@ def run_slice(g, pol, sc, st, fr, pending, scratch, mark, rg, stream, out, iv, p
         if steps >= max_steps or _no_room(sc, rg, stream, out):
             break
         if sc[S_DEPTH] == 0 and 0 <= sc[S_STOP_CMD] <= sc[S_CMD_POS]:
+            _keep_regions(g, pol, sc, st, mark, scratch, rg)   # a checkpoint digests them
             break   # the driver asked to stop at this command boundary
         steps += 1
         sc[S_STEPS] += 1
@@ -376,6 +378,8 @@ def _next_command(g, pol, sc, st, fr, scratch, mark, rg, stream, out, emit):
     sc[S_CMD_POS] = pos + 1
     kind = g.sched_kind[pos]
     arg = g.sched_arg[pos]
+    if pol[P_REGIONS] and sc[S_REGIONS_BUILT] == 0 and _regions_wanted(g, st, kind, arg):
+        _keep_regions(g, pol, sc, st, mark, scratch, rg)
     if kind == CMD_COMPUTE:
         _start_compute(g, sc, st, fr, out, emit, arg)
     elif kind == CMD_GET:
@@ -389,6 +393,43 @@ def _next_command(g, pol, sc, st, fr, scratch, mark, rg, stream, out, emit):
             _push(sc, fr, arg, 1, ACT_PIN)
             if emit:
                 _emit(out, sc, EV_MATERIALIZE, arg, g.tensor_storage[arg], 0)
+
+
+@njit(cache=True, inline="always")
+def _regions_wanted(g, st, kind, arg):
+    """Whether a command ends the wait of regions for their first reader (§8.7):
+    a pin or a compute that rematerializes (an argument undefined), or a compute
+    making a view whose op links another storage to the viewed one."""
+    if kind == CMD_PIN:
+        return not st[R_DEFINED, arg]
+    if kind != CMD_COMPUTE:
+        return False
+    a0 = g.op_arg_ptr[arg]
+    a1 = g.op_arg_ptr[arg + 1]
+    for i in range(a0, a1):
+        if not st[R_DEFINED, g.op_args[i]]:
+            return True
+    first = g.op_first_tensor[arg]
+    for t in range(first, first + g.op_n_outputs[arg]):
+        s = g.tensor_storage[t]
+        if s != t:
+            for i in range(a0, a1):
+                if g.tensor_storage[g.op_args[i]] != s:
+                    return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _keep_regions(g, pol, sc, st, mark, scratch, rg):
+    """§8.7: the policy's regions are kept from here on, built now if they
+    waited. Inside a compute command (its one frame: nothing rematerialized
+    yet) they are built as they stood before its outputs were created."""
+    if pol[P_REGIONS] and sc[S_REGIONS_BUILT] == 0:
+        sc[S_REGIONS_BUILT] = 1
+        created = sc[S_CREATED]
+        if sc[S_DEPTH] > 0:
+            created = g.op_first_tensor[sc[S_CUR_OP]]
+        build_all(g, sc, st, mark, scratch, rg, created)
 
 
 @njit(cache=True, inline="always")
@@ -553,6 +594,7 @@ def _free_one(g, pol, sc, st, fr, scratch, mark, rg, stream, out, emit, iv, pf, 
     if sc[S_POOL_SIZE] == 0:
         _out_of_memory(g, sc, out, emit, t, request)
         return
+    _keep_regions(g, pol, sc, st, mark, scratch, rg)   # the scan reads them (§8.7)
     flush(g, sc, st, mark, scratch, rg)   # the scan reads every candidate's regions
     if sc[S_STATUS] != STATUS_RUNNING:
         return   # the arena filled (STATUS_ARENA_FULL)
@@ -634,7 +676,7 @@ def _evict(g, pol, sc, st, mark, scratch, rg, s):
         if u >= created:
             break
         st[R_DEFINED, u] = 0
-    if pol[P_REGIONS]:
+    if pol[P_REGIONS] and sc[S_REGIONS_BUILT]:   # none kept before (§8.7)
         rf = region(s, FORWARD)
         rb = region(s, BACKWARD)
         members = scratch[SCRATCH_MEMBERS]
@@ -696,7 +738,7 @@ def _compute(g, pol, sc, st, mark, scratch, rg, out, emit, t, remat):
                 out.ev[row, E_FLAG] = FLAG_COLLATERAL | (FLAG_REMAT if remat else 0)
     for i in range(n_new):
         _pool_append(sc, st, g.tensor_size, newly[i])
-    if pol[P_REGIONS] and n_new > 0:
+    if pol[P_REGIONS] and sc[S_REGIONS_BUILT] and n_new > 0:   # none kept before (§8.7)
         rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new)
 
 

@@ -19,12 +19,14 @@ import numpy as np
  S_ANOMALIES, S_BUDGET, S_EMIT, S_EMIT_CANDS, S_REMAT_LIMIT, S_N_STREAM,
  S_STEPS, S_REBUILDS, S_WALK_VISITS, S_ABSORBS, S_ABSORB_WORK, S_ARENA_TOP,
  S_FREE_SLOTS, S_DEBUG, S_EXCLUSION_CHECKS, S_FRONTIER_MISSES, S_STOP_CMD, S_POLICY_FAULT,
- S_NO_CANDIDATE) = range(48)
-N_SCALARS = 48
+ S_NO_CANDIDATE, S_REGIONS_BUILT) = range(49)
+N_SCALARS = 49
 # S_POLICY_FAULT: the decision at which a policy from a file scored NaN, a
 # negative number or raised (-1: none; the kernel then stops, STATUS_POLICY_FAULT).
 # S_NO_CANDIDATE: the decision at which the policy's filters left no candidate
 # in a non-empty pool (-1: none; the run ends out of memory).
+# S_REGIONS_BUILT: 0 while a policy's regions wait for their first reader (§8.7:
+# none kept before it), 1 once they are kept.
 
 # Each scalar's role, declared once: every scalar is in exactly one of these
 # (tests/test_engine_layout.py). What reads them: the digest of a state
@@ -33,7 +35,7 @@ N_SCALARS = 48
 # What the machine is: two states equal in these, the pool's order and the
 # state rows make the same steps from there on (the digest hashes them).
 STEERING = (S_CLOCK, S_MEMORY, S_CMD_POS, S_CREATED, S_CUR_OP, S_DEPTH, S_MODEL_COMPUTE,
-            S_REMAT_COMPUTE, S_POOL_BYTES, S_POOL_SIZE, S_PEND_TOP, S_STATUS)
+            S_REMAT_COMPUTE, S_POOL_BYTES, S_POOL_SIZE, S_PEND_TOP, S_STATUS, S_REGIONS_BUILT)
 # The pool list's ends: the digest hashes the order they start, not their values.
 POOL_ENDS = (S_POOL_HEAD, S_POOL_TAIL)
 # Counters: a spliced run adds its own so far to its donor's after the meeting.

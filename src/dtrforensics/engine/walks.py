@@ -199,6 +199,33 @@ def _rebuild_deferred(g, sc, st, mark, scratch, rg):
                            direction, True)
 
 
+# Regions kept from their first reader on (§8.7). Until a run's first eviction
+# scan or rematerialization, every region a rebuild or an absorb keeps is the
+# fresh walk of §8.2 (nothing resident returns, and only a view linking another
+# storage to the viewed one adds an edge no rebuild follows); so none is kept
+# until then, and `build_all` then builds every resident storage's two regions
+# at once, the sets they would have held.
+
+@njit(cache=True)
+def build_all(g, sc, st, mark, scratch, rg, created):
+    """Both regions of every resident storage (§8.2), walks shared (§8.6),
+    following the edges of tensors below `created` only."""
+    material = st[R_MATERIAL]
+    bases = scratch[SCRATCH_AFFECTED]
+    m = 0
+    for s in range(material.shape[0]):
+        if material[s]:
+            bases[m] = s
+            m += 1
+    now = sc[S_CREATED]
+    sc[S_CREATED] = created
+    for direction in (FORWARD, BACKWARD):
+        if m > 0:
+            _rebuild_batch(g, sc, material, st[R_COMPUTE], mark, scratch, rg, bases, m,
+                           direction, True)
+    sc[S_CREATED] = now
+
+
 # ---------------------------------------------------------------- many at once (§8.6)
 
 # Shared walks. All rebuilds of one direction after a compute see the same
