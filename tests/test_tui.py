@@ -359,7 +359,7 @@ def test_scores_keep_every_digit_at_80_columns(deep_rec):
             for c, line in zip(table.shown, strip_lines(table, rows + 1)[1:]):
                 assert f" {fmt(c.score)} " in line and f" {c.storage} " in line
             await pilot.press("l", "l")
-            await pilot.pause()
+            await settle(app, pilot)    # the details page's columns sized before they are read
     run_at(deep_rec, (80, 24), script)
 
 
