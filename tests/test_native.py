@@ -240,7 +240,9 @@ INLINING = textwrap.dedent("""
         return twice(a, 1) * twice(a, 2) - branchy(a, 3)
 
     with cheaper_copies() as installed:
-        value = caller(np.arange(20))
+        with cheaper_copies() as nested:         # a replay inside prepare
+            value = caller(np.arange(20))
+        assert nested == installed and (InlineWorker.inline_ir is numbas) != installed
     print(json.dumps({"installed": installed, "value": int(value),
                       "restored": InlineWorker.inline_ir is numbas and "__deepcopy__" not in vars(ir.Block),
                       "llvm": caller.inspect_llvm(caller.signatures[0]),

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 
 _copying = {"depth": 0, "memo": None}
 _entered = 0             # cheaper_copies blocks open (they nest: a replay inside prepare)
-_originals: tuple = ()   # numba's own three, put back when the outermost block ends
+_replaced: tuple = ()    # (InlineWorker, FunctionIR, Block, numba's inline_ir, numba's copy)
 
 
 def _numba_parts():
@@ -51,18 +51,19 @@ def _numba_parts():
 @contextmanager
 def cheaper_copies():
     """While the block runs, numba's inliner shares one memo per copy of a
-    callee's IR (see above); numba is as it was after. Yields whether it is in
-    place (not where numba lacks the parts, nor under DTRF_INLINER_COPIES=0)."""
-    global _entered, _originals
-    parts = _numba_parts() if os.environ.get("DTRF_INLINER_COPIES") != "0" else None
-    if parts is None:
-        yield False
-        return
-    worker, function_ir, block = parts
+    callee's IR (see above); numba is as it was after the outermost block.
+    Yields whether it is in place (not where numba lacks the parts, nor under
+    DTRF_INLINER_COPIES=0)."""
+    global _entered, _replaced
     if _entered == 0:
-        _originals = (worker.inline_ir, function_ir.copy)
-        worker.inline_ir = _inlining(_originals[0])
-        function_ir.copy = _copying_function(_originals[1])
+        parts = _numba_parts() if os.environ.get("DTRF_INLINER_COPIES") != "0" else None
+        if parts is None:
+            yield False
+            return
+        worker, function_ir, block = parts
+        _replaced = (worker, function_ir, block, worker.inline_ir, function_ir.copy)
+        worker.inline_ir = _inlining(worker.inline_ir)
+        function_ir.copy = _copying_function(function_ir.copy)
         block.__deepcopy__ = _copying_block
     _entered += 1
     try:
@@ -70,7 +71,8 @@ def cheaper_copies():
     finally:
         _entered -= 1
         if _entered == 0:
-            worker.inline_ir, function_ir.copy = _originals
+            worker, function_ir, block, inline_ir, copy_function_ir = _replaced
+            worker.inline_ir, function_ir.copy = inline_ir, copy_function_ir
             del block.__deepcopy__
 
 
