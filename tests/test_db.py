@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 from cli import dtrf_process
@@ -127,6 +128,36 @@ def test_queries_are_shipped_in_the_package_and_shown_at_the_repo_root():
         assert (REPO / "queries" / area / f"{stem}.sql").read_text() == text
     pyproject = (REPO / "pyproject.toml").read_text()
     assert '"queries/**/*.sql"' in pyproject
+
+
+def test_each_query_installs_on_demand_with_what_it_reads(two_runs):
+    """Installing a query's SQL through QueriesOnDemand installs the queries its
+    views read first (a view is bound when it is created); alone, some fail."""
+    failed_alone = []
+    for name in db.list_queries():
+        con = db.QueriesOnDemand(db.connect(two_runs))
+        con.install_named(db.load_query(name))
+        assert name in con.installed
+        con.close()
+        bare = db.connect(two_runs)
+        try:
+            db.install_query(bare, name)
+        except duckdb.CatalogException:   # what its views read is missing
+            failed_alone.append(name)
+        bare.close()
+    assert "diff/first_divergence" in failed_alone
+
+
+def test_sql_naming_a_query_installs_it_and_no_other(two_runs):
+    con = db.QueriesOnDemand(db.connect(two_runs))
+    rows = con.execute("SELECT * FROM failing_allocation").fetchall()
+    assert len(rows) == 1                         # the 'oom' run's failing allocation
+    assert con.installed == db.queries_named("failing_allocation") == {"oom/failing_allocation"}
+    first = con.execute("SELECT side, position FROM first_divergence('ok', 'oom')").fetchall()
+    assert [side for side, _ in first] == ["a", "b"] and first[0][1] is not None
+    assert "diff/eviction_stream" in con.installed
+    assert con.installed < set(db.list_queries())
+    con.close()
 
 
 # --- dtrf sql ---------------------------------------------------------------------------

@@ -24,13 +24,17 @@ in-memory definition, and `dtrf sql` runs it on every statement it is given.
 Shipped questions live in `dtrforensics/queries/<area>/<name>.sql` (the
 repository's top-level `queries/` links there): `load_query("oom/failing_allocation")`
 returns the text, `install_query(con, ...)` runs it, `install_queries(con)`
-runs them all.
+runs them all. `QueriesOnDemand(con)` installs each one the first time SQL run
+through it names one of its views or macros (installing all costs about 0.3 s
+per connection, more than most commands' own queries).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -285,3 +289,71 @@ def install_queries(con: duckdb.DuckDBPyConnection) -> list[str]:
     for name in names:
         install_query(con, name)
     return names
+
+
+_CREATES = re.compile(r"CREATE\s+OR\s+REPLACE\s+(?:TEMP\s+)?(?:MACRO|VIEW)\s+(\w+)", re.I)
+_WORDS = re.compile(r"\w+")
+
+
+@functools.cache
+def _query_needs() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
+    """(view or macro name, lower case -> the query creating it; query -> the
+    queries installing it needs, itself included: those whose objects its text
+    names, and theirs)."""
+    texts = {name: load_query(name) for name in list_queries()}
+    creator = {obj.lower(): name for name, text in texts.items() for obj in _CREATES.findall(text)}
+    direct = {name: {creator[w] for w in set(_WORDS.findall(text.lower())) if w in creator}
+              for name, text in texts.items()}
+    needs = {}
+    for name in texts:
+        seen, todo = {name}, [name]
+        while todo:
+            for other in direct[todo.pop()] - seen:
+                seen.add(other)
+                todo.append(other)
+        needs[name] = frozenset(seen)
+    return creator, needs
+
+
+def queries_named(sql: str) -> set[str]:
+    """The shipped queries that running `sql` needs installed: those creating a
+    view or macro it names, and what they read."""
+    creator, needs = _query_needs()
+    found: set[str] = set()
+    for word in set(_WORDS.findall(sql.lower())):
+        if word in creator:
+            found |= needs[creator[word]]
+    return found
+
+
+class QueriesOnDemand:
+    """A DuckDB connection whose `execute` and `sql` first install the shipped
+    queries the SQL names (`queries_named`), each once, in `list_queries` order,
+    the order `install_queries` uses; everything else is the connection's own."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.connection = con
+        self.installed: set[str] = set()
+
+    def install_named(self, sql: str) -> None:
+        missing = queries_named(sql) - self.installed
+        for name in sorted(missing):
+            install_query(self.connection, name)
+        self.installed |= missing
+
+    def execute(self, sql: str, *args, **kwargs):
+        self.install_named(sql)
+        return self.connection.execute(sql, *args, **kwargs)
+
+    def sql(self, sql: str, *args, **kwargs):
+        self.install_named(sql)
+        return self.connection.sql(sql, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.connection, name)
+
+    def __enter__(self) -> QueriesOnDemand:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.connection.close()

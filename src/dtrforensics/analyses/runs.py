@@ -9,8 +9,9 @@ trace, budget and policy: a later analysis of the same spec reuses it, and
 records it again if the cached recording is damaged. A cached
 recording made with scores="victims" is re-recorded when candidates are needed.
 
-`open_together` opens several recordings in one DuckDB connection with every
-shipped query installed, and says which run_id each one got.
+`open_together` opens several recordings in one DuckDB connection, on which
+the shipped queries the SQL names are installed as it runs (db.QueriesOnDemand),
+and says which run_id each one got.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import duckdb
 
 from .. import db, validate
 from ..engine.policies import get_policy
@@ -148,15 +147,19 @@ def record_spec(spec: RunSpec, *, scores: str = "victims",
     return open_recording(where)
 
 
-def open_together(recordings: Sequence[Recording]) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
-    """One connection over the recordings (each folder once) with every shipped query
-    installed; returns it and the run_id of each recording, in the order given."""
+def open_together(recordings: Sequence[Recording], *, every_query: bool = False
+                  ) -> tuple[db.QueriesOnDemand, list[str]]:
+    """One connection over the recordings (each folder once) on which a shipped
+    query is installed when SQL run through it names it (with `every_query`, all
+    of them at once, for SQL that lists them); returns it and the run_id of each
+    recording, in the order given."""
     unique: list[Recording] = []
     for rec in recordings:
         if all(rec.path.resolve() != u.path.resolve() for u in unique):
             unique.append(rec)
-    con = db.connect(unique)
-    db.install_queries(con)
+    con = db.QueriesOnDemand(db.connect(unique))
+    if every_query:
+        con.installed.update(db.install_queries(con.connection))
     by_path = {p: r for r, p in con.sql("SELECT run_id, path FROM runs").fetchall()}
     return con, [by_path[str(rec.path.resolve())] for rec in recordings]
 
