@@ -294,7 +294,7 @@ def test_regions_built_at_their_first_reader_give_the_oracles_run(seed, fraction
     """Regions built all at once at the first scan, rematerialization or view
     linking another storage (§8.7) are those kept all along: the oracle, which
     keeps them all along, evicts the same storages in the same order."""
-    spec = SynthSpec(kind="mixed", depth=30, width=2, view_prob=0.6, seed=seed, backward=True)
+    spec = SynthSpec(kind="mixed", depth=20, width=2, view_prob=0.6, seed=seed, backward=True)
     program = parse_lines(generate(spec).splitlines(), name=f"views-{seed}")
     budget = int(fraction * baseline(program).peak)
     got = replay(program, budget=budget, debug=True)
