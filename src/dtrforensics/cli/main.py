@@ -9,6 +9,7 @@ only when that command runs or shows its own help.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import warnings
@@ -54,8 +55,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+@functools.cache
 def load_command(name: str) -> Any:
-    """The real click command behind `name`: its module registers on a scratch app."""
+    """The real click command behind `name`: its module registers on a scratch app.
+    Made once per process: a process that runs several commands (the Python API's
+    callers, the suite) built each one's options again on every run, about 50 ms."""
     modules, _ = COMMANDS[name]
     scratch = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     for module in modules.split("+"):
