@@ -22,10 +22,11 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 # install on the other. As in setup.py, a kernel that fails to compile fails
 # nothing: the first replay compiles it. Then the same step once more, which
 # only loads the library unless the extras changed what the kernel was
-# compiled against (numba, llvmlite: the library's key).
+# compiled against (numba, llvmlite: the library's key). After the kernel, that
+# core compiles the engine calls the tests make from Python (tests/compile_ahead.py).
 $(STAMP): pyproject.toml | $(BIN)/python
 	DTRF_BUILD_KERNEL=0 $(BIN)/pip install -q -e .
-	$(BIN)/python -m dtrforensics.cli.kernel_notice & kernel=$$!; \
+	{ $(BIN)/python -m dtrforensics.cli.kernel_notice && $(BIN)/python tests/compile_ahead.py; } & kernel=$$!; \
 	DTRF_BUILD_KERNEL=0 $(BIN)/pip install -q -e '.[test,torch,lint]'; extras=$$?; \
 	wait $$kernel || echo "dtrforensics: the replay kernel was not compiled: the first replay compiles it"; \
 	test $$extras = 0

@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent("""
     if sys.argv[1] == "masked":   # every rebuild of two or more bases takes a masked walk
         import warnings
         import numpy as np
-        from test_engine_regions import masked_and_plain
+        from region_walks import masked_and_plain
         from dtrforensics.engine.replay import replay
         from dtrforensics.synth.generator import SynthSpec, generate
         from dtrforensics.trace import parse_lines
