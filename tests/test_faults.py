@@ -6,7 +6,9 @@ new one) or nothing, and a resumed sweep equals an uninterrupted one row for row
 from __future__ import annotations
 
 import builtins
+import functools
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -50,10 +52,23 @@ def _tripwire(k: int, calls: list[str]) -> None:
     builtins.open = wrap("open", builtins.open)
 
 
-def _in_child(action, k: int, log: Path | None = None) -> bool:
+def _in_child(action, k: int, log: Path | None = None, warm=None) -> bool:
     """Run `action` in a forked child killed at its k-th file-system call; True if
     it was killed, False if it finished (then the calls' names go to `log`). The
-    child never collects this process's garbage (heap_frozen)."""
+    child never collects this process's garbage (heap_frozen). With `warm`, the
+    child is a new interpreter (spawn) that runs `warm` before the tripwire (to
+    import what `action` imports), for an action a fork of this process cannot
+    run: PyTorch's autograd refuses to, once compiled steps started its threads
+    here. `action` and `warm` must then pickle."""
+    if warm is not None:
+        child = multiprocessing.get_context("spawn").Process(target=_child,
+                                                             args=(action, k, log, warm))
+        child.start()
+        child.join()
+        if child.exitcode == -signal.SIGKILL:
+            return True
+        assert child.exitcode == 0, f"the child failed (k={k})"
+        return False
     with heap_frozen():
         pid = os.fork()
         if pid == 0:                               # pragma: no cover - the child
@@ -66,12 +81,14 @@ def _in_child(action, k: int, log: Path | None = None) -> bool:
     return True
 
 
-def _child(action, k: int, log: Path | None) -> None:    # pragma: no cover - the child
+def _child(action, k: int, log: Path | None, warm=None) -> None:  # pragma: no cover - the child
     """The child's part of `_in_child`: it never returns."""
     code, calls = 0, []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if warm is not None:
+                warm()
             real_open = builtins.open
             _tripwire(k, calls)
             action()
@@ -85,13 +102,14 @@ def _child(action, k: int, log: Path | None) -> None:    # pragma: no cover - th
         os._exit(code)
 
 
-def kill_points(action, reset, tmp_path: Path, seed: int, kills: int = KILLS) -> list[int]:
+def kill_points(action, reset, tmp_path: Path, seed: int, kills: int = KILLS,
+                warm=None) -> list[int]:
     """Where to kill `action`: `kills` random file-system calls of an uninterrupted
     run, and as many of its renames (just before one, or just after), where a
-    kill is most dangerous."""
+    kill is most dangerous (`warm`: as `_in_child`'s)."""
     reset()
     log = tmp_path / "calls.log"
-    assert not _in_child(action, 0, log)
+    assert not _in_child(action, 0, log, warm)
     calls = log.read_text().split("\n")
     log.unlink()
     reset()
@@ -265,20 +283,26 @@ def _leftovers(folder: Path, keep: set[str]) -> set[str]:
     return {p.name for p in folder.iterdir()} - keep
 
 
+def _record_mlp(path: Path) -> None:
+    """`dtrf torch record zoo:mlp -o PATH`, on one intra-op thread."""
+    import torch
+
+    from dtrforensics.torch import record
+    from dtrforensics.torch.spec import build
+    torch.set_num_threads(1)
+    model, data, loss_fn = build("zoo:mlp")
+    record(model, data, loss_fn, path)
+
+
 @pytest.mark.parametrize("kills", NEWER_KILLS)
 def test_a_killed_torch_record_leaves_no_log_or_the_whole_log(tmp_path, one_thread, kills):
     """`dtrf torch record -o LOG` killed anywhere: LOG is missing or the whole
     log (and its where-file whole, or none); what else is left is a dot-named temporary that no trace listing
     takes for a log, and the next record writes LOG whole."""
     pytest.importorskip("torch")
-    from dtrforensics.torch import record
-    from dtrforensics.torch.spec import build
     from dtrforensics.trace.registry import _logs_under
 
-    def record_to(path: Path) -> None:
-        model, data, loss_fn = build("zoo:mlp")
-        record(model, data, loss_fn, path)
-
+    record_to = _record_mlp
     record_to(tmp_path / "reference.log")
     want = (tmp_path / "reference.log").read_bytes()
     want_where = (tmp_path / "reference.log.where.json").read_bytes()
@@ -291,8 +315,10 @@ def test_a_killed_torch_record_leaves_no_log_or_the_whole_log(tmp_path, one_thre
         folder.mkdir()
 
     killed = 0
-    for k in kill_points(lambda: record_to(target), reset, tmp_path, seed=41, kills=kills):
-        killed += _in_child(lambda: record_to(target), k)
+    action = functools.partial(record_to, target)
+    warm = functools.partial(record_to, tmp_path / "warm.log")   # outside `folder`
+    for k in kill_points(action, reset, tmp_path, seed=41, kills=kills, warm=warm):
+        killed += _in_child(action, k, warm=warm)
         if target.exists():
             assert target.read_bytes() == want
         where = folder / "mlp.log.where.json"     # written whole after the log, or not at all
