@@ -41,20 +41,26 @@ demo: $(DEMO_STAMP)
 # Skipped tests are listed with their reasons (`-rs` in pyproject's addopts).
 # The suite runs on every core (pytest-xdist: `-n auto`), a module's tests on
 # one worker in their order (`--dist loadscope`, scoped in tests/conftest.py).
+# The suite writes Python's bytecode even where the environment turns it off
+# (PYTHONDONTWRITEBYTECODE): pytest then keeps its rewritten test modules, and
+# the commands the tests start their compiled modules, instead of compiling
+# every one from source in every process (a worker's collection: 9.5 s of CPU
+# without, 6.6 s with).
 PYTEST_WORKERS ?= auto
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope
+	$(PYTEST) -q -n $(PYTEST_WORKERS) --dist loadscope
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 test-full: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope -m ''
+	$(PYTEST) -q -n $(PYTEST_WORKERS) --dist loadscope -m ''
 
 # The published stories on the public traces (InceptionV4 diff and OOM, LSTM figures).
 test-stories: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow tests/test_forensics_public.py
+	$(PYTEST) -q -m slow tests/test_forensics_public.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py
