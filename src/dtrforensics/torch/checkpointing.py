@@ -28,9 +28,6 @@ the recomputed nodes of the backward graph).
 from __future__ import annotations
 
 import contextlib
-import importlib
-import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -40,6 +37,7 @@ import torch
 
 from ..analyses.floor import Floor
 from .recorder import RecordError
+from .spec import import_users_module
 
 KINDS = ("none", "block", "sac", "compile")
 SOLVERS = ("dp", "greedy", "ilp")
@@ -235,10 +233,8 @@ def resolve_policy(policy: str | None):
     if policy == "matmul":
         return matmul_policy
     module_name, _, attr = policy.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        module = import_users_module(module_name)
     except Exception as exc:
         raise CheckpointOptionError(f"cannot import {module_name!r} for the SAC policy {policy}: "
                                     f"{type(exc).__name__}: {exc}") from None

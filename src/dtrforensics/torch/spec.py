@@ -28,6 +28,20 @@ def parse_dtype(text: str) -> torch.dtype:
         raise RecordError(f"unknown dtype {text!r}; known: {', '.join(DTYPES)}") from None
 
 
+def import_users_module(name: str):
+    """The user's module `name`, found as `python -m` finds it (the current folder
+    first), imported without writing its bytecode: a command leaves the user's
+    folder as it found it (no __pycache__), whatever PYTHONDONTWRITEBYTECODE says."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    was = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.dont_write_bytecode = was
+
+
 def resolve(spec: str):
     """The factory a spec names, and a label for messages."""
     if spec.startswith("zoo:"):
@@ -41,10 +55,8 @@ def resolve(spec: str):
     if not sep or not module_name or not attr:
         raise RecordError(f"model spec {spec!r} is none of zoo:NAME, hf:ARCH, timm:NAME, "
                           "torchvision:NAME or package.module:factory")
-    if os.getcwd() not in sys.path:  # `mymodule:factory` means the current folder's, as `python -m`
-        sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        module = import_users_module(module_name)
     except Exception as exc:
         hint = ""
         if module_name.endswith(".py"):      # a file named where a module goes
