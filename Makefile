@@ -43,11 +43,11 @@ demo: $(DEMO_STAMP)
 # in their order (`--dist loadscope`, scoped in tests/conftest.py). One worker
 # more than the cores: a worker waiting on something (a command it started, a
 # Dask scheduler, a deadline) leaves its core to another (2 cores: 369 s with
-# two workers, 328 s with three). The suite writes Python's bytecode even where the environment turns it off
-# (PYTHONDONTWRITEBYTECODE): pytest then keeps its rewritten test modules, and
-# the commands the tests start their compiled modules, instead of compiling
-# every one from source in every process (a worker's collection: 9.5 s of CPU
-# without, 6.6 s with).
+# two workers, 328 s with three). The suite writes Python's bytecode even where
+# the environment turns it off (PYTHONDONTWRITEBYTECODE): pytest then keeps its
+# rewritten test modules, and the commands the tests start their compiled
+# modules, instead of compiling every one from source in every process (a
+# worker's collection: 9.5 s of CPU without, 6.6 s with).
 PYTEST_WORKERS ?= $(shell $(PY) -c 'import os; print((os.cpu_count() or 1) + 1)')
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 test: $(STAMP)
