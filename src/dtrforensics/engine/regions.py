@@ -35,7 +35,12 @@ from .layout import (
     STATUS_ARENA_FULL,
 )
 
-BITSET_MIN = 64
+# From this many members a frontier is indexed and a large set is its bitset
+# alone (while bitset rows last). Most absorbs go into small frontiers, whose
+# listed form costs a search per removal and a mark per member per union: at 8
+# instead of 64, unroll_gan at 1.0 replays in 0.060 s instead of 0.089 s of CPU,
+# LSTM 0.264 in 2.01 s instead of 2.19 s (the same run, the same victims).
+BITSET_MIN = 8
 
 
 # ---------------------------------------------------------------- the interface
