@@ -1730,3 +1730,23 @@ def test_the_tools_own_recordings_folder_is_made_whole(tmp_path):
     result = dtrf("run", TRACE, "--ratio", "0.6", "--record", "recordings/deep/r", cwd=tmp_path)
     assert result.code == 0, result.err
     assert open_recording(tmp_path / "recordings" / "deep" / "r").run["ratio"] == 0.6
+
+
+def test_a_factory_importing_late_leaves_no_bytecode_in_the_users_folder(tmp_path,
+                                                                         monkeypatch):
+    """The user's folder is left as it was found, whatever PYTHONDONTWRITEBYTECODE
+    says: also what the factory imports only when it is called."""
+    pytest.importorskip("torch")
+    (tmp_path / "late_factory.py").write_text(
+        "def make():\n    from late_parts import parts\n    return parts()\n")
+    (tmp_path / "late_parts.py").write_text(
+        "import torch\n\n"
+        "def parts():\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    batch = (torch.ones(3, 4), torch.zeros(3, 2))\n"
+        "    return model, batch, torch.nn.MSELoss()\n")
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    result = dtrf("torch", "record", "late_factory:make", "-o", "x.log", cwd=tmp_path)
+    assert result.code == 0 and result.traceback is None, result.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late_factory.py", "late_parts.py",
+                                                          "x.log", "x.log.where.json"]

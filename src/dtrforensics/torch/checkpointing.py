@@ -37,7 +37,7 @@ import torch
 
 from ..analyses.floor import Floor
 from .recorder import RecordError
-from .spec import import_users_module
+from .spec import import_users_module, users_function
 
 KINDS = ("none", "block", "sac", "compile")
 SOLVERS = ("dp", "greedy", "ilp")
@@ -242,7 +242,7 @@ def resolve_policy(policy: str | None):
     if not callable(function):
         raise CheckpointOptionError(f"SAC policy {policy}: module {module_name!r} has no callable "
                                     f"{attr!r}")
-    return _as_policy(function, policy)
+    return _as_policy(users_function(function), policy)
 
 
 def _as_policy(function, name: str):

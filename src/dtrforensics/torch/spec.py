@@ -5,6 +5,7 @@ returning `(model, batch, loss_fn)`), built real or under a FakeTensorMode."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import os
@@ -28,18 +29,35 @@ def parse_dtype(text: str) -> torch.dtype:
         raise RecordError(f"unknown dtype {text!r}; known: {', '.join(DTYPES)}") from None
 
 
-def import_users_module(name: str):
-    """The user's module `name`, found as `python -m` finds it (the current folder
-    first), imported without writing its bytecode: a command leaves the user's
-    folder as it found it (no __pycache__), whatever PYTHONDONTWRITEBYTECODE says."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+@contextlib.contextmanager
+def _no_bytecode():
     was = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     try:
-        return importlib.import_module(name)
+        yield
     finally:
         sys.dont_write_bytecode = was
+
+
+def import_users_module(name: str):
+    """The user's module `name`, found as `python -m` finds it (the current folder
+    first), imported without writing its bytecode: a command leaves the user's
+    folder as it found it (no __pycache__), whatever PYTHONDONTWRITEBYTECODE says.
+    The functions taken from it go through `users_function`."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    with _no_bytecode():
+        return importlib.import_module(name)
+
+
+def users_function(function):
+    """`function` (the user's), writing no bytecode while it runs either: what
+    it imports late lands in the user's folder too."""
+    @functools.wraps(function)
+    def without_bytecode(*args, **kwargs):
+        with _no_bytecode():
+            return function(*args, **kwargs)
+    return without_bytecode
 
 
 def resolve(spec: str):
@@ -67,7 +85,7 @@ def resolve(spec: str):
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise RecordError(f"{spec}: module {module_name!r} has no callable {attr!r}")
-    return factory
+    return users_function(factory)
 
 
 @contextlib.contextmanager
