@@ -26,9 +26,11 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 # core compiles the engine calls the tests make from Python (tests/compile_ahead.py).
 $(STAMP): pyproject.toml | $(BIN)/python
 	DTRF_BUILD_KERNEL=0 $(BIN)/pip install -q -e .
-	{ $(BIN)/python -m dtrforensics.cli.kernel_notice && $(BIN)/python tests/compile_ahead.py; } & kernel=$$!; \
+	{ $(BIN)/python -m dtrforensics.cli.kernel_notice || echo "dtrforensics: the replay kernel \
+	was not compiled: the first replay compiles it"; $(BIN)/python tests/compile_ahead.py; } & \
+	kernel=$$!; \
 	DTRF_BUILD_KERNEL=0 $(BIN)/pip install -q -e '.[test,torch,lint]'; extras=$$?; \
-	wait $$kernel || echo "dtrforensics: the replay kernel was not compiled: the first replay compiles it"; \
+	wait $$kernel; \
 	test $$extras = 0
 	$(BIN)/python -m dtrforensics.cli.kernel_notice || echo "dtrforensics: the first replay compiles the kernel"
 	touch $(STAMP) $(DEMO_STAMP)
@@ -48,7 +50,7 @@ demo: $(DEMO_STAMP)
 # rewritten test modules, and the commands the tests start their compiled
 # modules, instead of compiling every one from source in every process (a
 # worker's collection: 9.5 s of CPU without, 6.6 s with).
-PYTEST_WORKERS ?= $(shell $(PY) -c 'import os; print((os.cpu_count() or 1) + 1)')
+PYTEST_WORKERS ?= $(shell $(PY) -c 'import os; print(len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1)')
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
