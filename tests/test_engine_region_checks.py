@@ -111,3 +111,25 @@ def test_the_pass_finds_the_sets_a_set_by_set_check_finds():
             found.add(field)
     assert found == {"len", "fr_live", "arena", "bits"}
     assert list(regions._broken_sets(rg)) == _broken_one_by_one(rg) == []
+
+
+def test_the_pass_names_a_negative_len_or_an_entry_that_is_no_storage(monkeypatch):
+    """Damage the vectorized pass could not read is named, not a crash: a
+    negative len, an entry outside the storages; and it counts bits alike
+    without NumPy 2's bitwise_count."""
+    program = mixed()
+    state = replay(program, budget=int(0.5 * baseline(program).peak), keep_state=True).state
+    rg, sc = state.regions, state.sc
+    length = rg.len.copy()
+    length[np.flatnonzero(rg.cap > 0)[0]] = -1
+    with pytest.raises(regions.RegionsBroken, match="negative len"):
+        regions.check(rg._replace(len=length), sc)
+    k = np.flatnonzero((rg.bit_slot >= 0) & (rg.cap > 0))[0]
+    arena = rg.arena.copy()
+    arena[rg.start[k]] = -1
+    with pytest.raises(regions.RegionsBroken, match=f"set {k} "):
+        regions.check(rg._replace(arena=arena), sc)
+    rows = rg.bits[rg.bit_slot[rg.bit_slot >= 0]]
+    counted = regions._popcounts(rows)
+    monkeypatch.delattr(np, "bitwise_count")
+    assert list(regions._popcounts(rows)) == list(counted) and counted.sum() > 0

@@ -585,12 +585,15 @@ def check(rg, sc) -> None:
     if len(broken):
         k = int(broken[0])
         _check_set(rg, k, k >= n_regions, k - n_regions if k >= n_regions else k)
-        raise RegionsBroken(f"set {k} is broken")
+        raise RegionsBroken(f"set {k} lists an entry that is no storage")
 
 
 def _check_blocks(rg, top: int) -> None:
     """`check` of the blocks, in the arena's order: no overlap, below the top,
-    len <= cap."""
+    0 <= len <= cap."""
+    negative = np.flatnonzero(rg.len < 0)
+    if len(negative):
+        raise RegionsBroken(f"set {int(negative[0])} has a negative len")
     with_block = np.flatnonzero(rg.cap > 0)
     order = with_block[np.lexsort((with_block, rg.cap[with_block], rg.start[with_block]))]
     starts, ends = rg.start[order], rg.start[order] + rg.cap[order]
@@ -616,7 +619,7 @@ def _broken_sets(rg) -> np.ndarray:
     slot = rg.bit_slot
     counts = np.zeros(n_sets, dtype=np.int64)
     has_row = slot >= 0
-    counts[has_row] = np.bitwise_count(rg.bits[slot[has_row]]).sum(axis=1)
+    counts[has_row] = _popcounts(rg.bits[slot[has_row]])
     alone = has_row & (rg.cap == 0)
     indexed = has_row & (rg.cap > 0)
     listed = ~has_row
@@ -625,6 +628,9 @@ def _broken_sets(rg) -> np.ndarray:
     bad |= listed & ~((rg.cap > 0) | (rg.len == 0))
     bad |= listed & frontier & (live != np.where(rg.cap > 0, rg.len, 0))
     owner, members = _block_members(rg, np.flatnonzero(rg.cap > 0))
+    wild = (members < 0) | (members >= 64 * rg.bits.shape[1])
+    bad[owner[wild]] = True
+    owner, members = owner[~wild], members[~wild]
     in_listed = listed[owner]
     o, m = owner[in_listed], members[in_listed]
     order = np.lexsort((m, o))
@@ -633,6 +639,13 @@ def _broken_sets(rg) -> np.ndarray:
     bad[o[1:][twice]] = True
     bad[_bits_outside_block(rg, owner, members, np.flatnonzero(indexed & frontier))] = True
     return np.flatnonzero(bad)
+
+
+def _popcounts(rows: np.ndarray) -> np.ndarray:
+    """Members of each bitset row (np.bitwise_count from NumPy 2.0 on)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(rows).sum(axis=1)
+    return np.unpackbits(rows.view(np.uint8), axis=1).sum(axis=1)
 
 
 def _block_members(rg, sets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
