@@ -4,7 +4,6 @@ write (every file of the workspace is fingerprinted before and after)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -499,12 +498,11 @@ def test_sweep_parameters_are_refused_cleanly_before_any_run(frm, to, step, inte
     assert 0 < n <= 100_000
 
 
-@functools.cache
 def real_command(words: str):
-    """The click command of `words` (a command, or a group and its subcommands),
-    built once in this process: typer takes a tenth of a second to build one, and
-    the option cases below ask for one hundreds of times, at collection and as they
-    run. Parsing a command line (make_context) leaves the command as it was."""
+    """The click command of `words` (a command, or a group and its subcommands), as
+    `load_command` builds it once per process (the option cases below ask for one
+    hundreds of times, at collection and as they run). Parsing a command line
+    (make_context) leaves the command as it was."""
     from dtrforensics.cli.main import load_command
     first, *rest = words.split()
     command = load_command(first)
