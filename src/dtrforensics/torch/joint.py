@@ -314,9 +314,11 @@ def real_storage_sizes(joint: JointLog, joint_inputs) -> JointLog:
     return replace(joint, lines=lines, program=parse_lines(lines, name="joint"))
 
 
-def _run_for_real(joint: JointLog, joint_inputs, timing: bool) -> _Timer:
-    """The joint graph run for real, node by node (after a warm-up run when
-    timing), on inputs of the fake inputs' shapes, the generators left as they were."""
+@contextlib.contextmanager
+def _for_real(joint_inputs):
+    """Real inputs of the fake inputs' shapes, and a function making them afresh,
+    for a run of the joint graph inside the block: outside any dispatch mode,
+    without autograd, the generators left as they were."""
     from torch.utils._python_dispatch import _disable_current_modes
     flat = list(joint_inputs[0]) + list(joint_inputs[1]) if isinstance(joint_inputs, tuple) \
         else list(joint_inputs)
@@ -325,11 +327,18 @@ def _run_for_real(joint: JointLog, joint_inputs, timing: bool) -> _Timer:
         devices = sorted({t.device.index or 0 for t in inputs
                           if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
         with torch.random.fork_rng(devices=devices), torch.no_grad():
-            if timing:
-                fx.Interpreter(joint.graph).run(*inputs)
-                inputs = _real_inputs(flat)
-            timer = _Timer(joint.graph, timing)
-            timer.run(*inputs)
+            yield inputs, lambda: _real_inputs(flat)
+
+
+def _run_for_real(joint: JointLog, joint_inputs, timing: bool) -> _Timer:
+    """The joint graph run for real, node by node (after a warm-up run when
+    timing), on inputs of the fake inputs' shapes, the generators left as they were."""
+    with _for_real(joint_inputs) as (inputs, afresh):
+        if timing:
+            fx.Interpreter(joint.graph).run(*inputs)
+            inputs = afresh()
+        timer = _Timer(joint.graph, timing)
+        timer.run(*inputs)
     return timer
 
 
@@ -338,18 +347,13 @@ def largest_workspace(joint: JointLog, joint_inputs) -> tuple[int, int | None]:
     eviction (every op runs once; inputs as `measured_costs` makes them, the
     generators left as they were), measured as `workspace.Meter` measures a step:
     its bytes and the log op that took it (None: no op took scratch)."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
     from .workspace import Meter
-    flat = list(joint_inputs[0]) + list(joint_inputs[1]) if isinstance(joint_inputs, tuple) \
-        else list(joint_inputs)
     first_op = {node: op for op, node in sorted(joint.op_node.items(), reverse=True)}
-    with _disable_current_modes():
-        inputs = _real_inputs(flat)
-        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-        meter = Meter(tensors[0].device if tensors else torch.device("cpu"))
-        devices = sorted({t.device.index or 0 for t in tensors if t.device.type == "cuda"})
-        with torch.random.fork_rng(devices=devices), torch.no_grad(), meter.session():
+    with _for_real(joint_inputs) as (inputs, _):
+        device = next((t.device for t in inputs if isinstance(t, torch.Tensor)),
+                      torch.device("cpu"))
+        meter = Meter(device)
+        with meter.session():
             _Metered(joint.graph, meter, first_op).run(*inputs)
     return max(((ws, op) for op, ws, _ in meter.runs if ws > 0), default=(0, None))
 
