@@ -82,6 +82,16 @@ def budget_or_ratio(budget: int | None, ratio: float | None, names: str = OPTION
         raise OptionError(f"give exactly one of {names}")
 
 
+def budget_or_ratio_arguments(given_budget: int | None, given_ratio: float | None
+                              ) -> tuple[int | None, float | None]:
+    """A library call's budget or ratio: exactly one given (`budget_or_ratio`), and
+    that one checked (`budget`, `ratio`); returned as checked."""
+    budget_or_ratio(given_budget, given_ratio, ARGUMENTS)
+    if given_budget is not None:
+        return budget(given_budget, "budget"), None
+    return None, ratio(given_ratio, "ratio")
+
+
 def timeout(value: float | None, what: str = "--timeout", zero_ok: bool = False) -> float | None:
     """A wall-clock limit in seconds: None (no limit) or finite, > 0 (a library
     caller may ask for 0: stop at the first check) and at most MAX_SECONDS (a year:

@@ -148,10 +148,15 @@ class StepPeak:
     reserved: int = 0           # bytes reserved for workspaces: the schedule's budget is less
 
     @property
+    def schedule_budget(self) -> int:
+        """The budget the schedule was planned at: the one asked for less the reserve."""
+        return self.budget - self.reserved
+
+    @property
     def bound(self) -> int:
         """The most the allocator may hold: the schedule's budget plus the largest
         workspace plus the generator states kept for reruns (which it does not count)."""
-        return self.budget - self.reserved + self.workspaces.largest + self.generator_states
+        return self.schedule_budget + self.workspaces.largest + self.generator_states
 
     @property
     def over_budget(self) -> int:
@@ -161,8 +166,8 @@ class StepPeak:
     def to_json(self) -> dict:
         return {"allocator_peak": self.allocator_peak, "budget": self.budget,
                 "over_budget": self.over_budget, "reserved_workspace": self.reserved,
-                "schedule_budget": self.budget - self.reserved,
-                "budget_plus_largest_workspace": self.budget - self.reserved + self.workspaces.largest,
+                "schedule_budget": self.schedule_budget,
+                "budget_plus_largest_workspace": self.schedule_budget + self.workspaces.largest,
                 "generator_states": self.generator_states, "bound": self.bound,
                 "within_budget_plus_workspaces": self.allocator_peak <= self.bound,
                 "workspaces": self.workspaces.to_json()}
@@ -483,11 +488,7 @@ def _check_budget(budget, ratio, policy) -> tuple[int | None, float | None]:
     policy, checked as a command checks them: a mistake is refused here, when the
     backend is made, not inside dynamo at the first step."""
     from ..engine.policies import get_policy
-    validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
-    if budget is not None:
-        budget = validate.budget(budget, "budget")
-    else:
-        ratio = validate.ratio(ratio, "ratio")
+    budget, ratio = validate.budget_or_ratio_arguments(budget, ratio)
     if isinstance(policy, str):
         get_policy(policy)
     return budget, ratio
@@ -545,15 +546,19 @@ def _state_slots(lowered: Lowered) -> list[int]:
 def _state_bytes(lowered: Lowered, held: int) -> int:
     """The bytes of every generator state the step keeps (one per random op rerun:
     all alive at once where all cross to the backward), at least those `held`."""
-    nodes = [n for g in (lowered.forward, lowered.backward) for n in g.graph.nodes
-             if n.op == "call_function" and n.target is dtr_rng_state]
+    nodes = _calls(lowered, dtr_rng_state)
     each = max((dtr_rng_state(n.args[0]).nbytes for n in nodes[:1]), default=0)
     return max(held, each * len(nodes))
 
 
+def _calls(lowered: Lowered, target) -> list[torch.fx.Node]:
+    """The nodes of the lowered forward and backward graphs that call `target`."""
+    return [n for g in (lowered.forward, lowered.backward) for n in g.graph.nodes
+            if n.op == "call_function" and n.target is target]
+
+
 def _reruns_random(lowered: Lowered) -> bool:
-    return any(n.op == "call_function" and n.target is dtr_rerun_random
-               for g in (lowered.forward, lowered.backward) for n in g.graph.nodes)
+    return bool(_calls(lowered, dtr_rerun_random))
 
 
 def _peak(program) -> int:

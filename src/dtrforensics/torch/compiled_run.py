@@ -102,13 +102,17 @@ class CompiledRunResult:
         return None
 
     @property
+    def budget_asked(self) -> int:
+        """The budget asked for: the schedule's plus the workspace reserve."""
+        return self.budget + self.reserved
+
+    @property
     def verdict(self) -> str:
         """In words: whether the schedule fits the budget, and the allocator's peak."""
         sim = self.simulated
         if sim["outcome"] != "ok":
             return f"the schedule ends {sim['outcome']}"
-        asked = self.budget + self.reserved
-        fits = f"the schedule fits the budget ({asked:,} B)"
+        fits = f"the schedule fits the budget ({self.budget_asked:,} B)"
         if self.reserved:
             fits += f", planned at {self.budget:,} B with {self.reserved:,} B reserved for workspaces"
         p = self.allocator
@@ -125,7 +129,7 @@ class CompiledRunResult:
     def to_json(self) -> dict:
         return json_safe({
             "compiled": True, "budget": self.budget, "peak": self.peak, "policy": self.policy,
-            "budget_asked": self.budget + self.reserved, "reserved_workspace": self.reserved,
+            "budget_asked": self.budget_asked, "reserved_workspace": self.reserved,
             "verdict": self.verdict,
             "allocator_within_budget": (None if self.allocator is None
                                         else self.allocator.over_budget == 0),

@@ -751,11 +751,7 @@ def _unsteady_named(runs: Iterator[RealStep], unsteady: list[str | None]) -> Ite
 
 def _check_arguments(budget: int | None, ratio: float | None, optimizer, steps: int) -> None:
     """What `execute` checks before the step is recorded and run."""
-    validate.budget_or_ratio(budget, ratio, validate.ARGUMENTS)
-    if budget is not None:
-        validate.budget(budget, "budget")
-    else:
-        validate.ratio(ratio, "ratio")
+    validate.budget_or_ratio_arguments(budget, ratio)
     validate.at_least(steps, 1, "steps", maximum=MAX_STEPS)
     if steps > 1 and optimizer is None:
         raise RecordError(f"{steps} steps are training steps: they need an optimizer "
