@@ -70,8 +70,8 @@ def test_a_cold_estimate_within_a_short_max_seconds(tmp_path):
     the native library off compiles the kernel (minutes) and still estimates."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), DTRF_NATIVE="0")
     done = subprocess.run([sys.executable, "-m", "dtrforensics.cli.main", "sweep",
-                           "hole-rnn-seed16", "--estimate", "--max-seconds", "20", "--jobs", "1",
-                           "--json"], env=env, capture_output=True, text=True, timeout=1800)
+                           "hole-rnn-seed16", "--exact", "--estimate", "--max-seconds", "20",
+                           "--jobs", "1", "--json"], env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "compiling the replay kernel" in done.stderr
     assert json.loads(done.stdout)["samples"]
