@@ -28,7 +28,6 @@ SCRIPT = textwrap.dedent("""
         from dtrforensics.trace import parse_lines
         walks.MEMO_MIN_BASES = 1 << 40
         walks.MASK_MIN_INTERIOR = 0
-        walks.MASK_MIN_SHARING = 0
         warnings.simplefilter("error", RuntimeWarning)   # no mask bit may overflow
         spec = SynthSpec(kind="mixed", depth=24, width=2, view_prob=0.5, seed=1)
         program = parse_lines(generate(spec).splitlines(), name="mixed-1")

@@ -200,7 +200,7 @@ from .regions import (  # noqa: F401  (kernel.compact_arena is an entry point)
     region,
 )
 from .score_call import call_score
-from .walks import build_all, flush, rebuild_around, walk
+from .walks import build_all, evicting, flush, rebuild_around, view_made, walk
 
 # The bytes an op allocates, asked by the materialization of t (§6.3).
 _request = njit(cache=True, inline="always")(request_bytes)
@@ -381,7 +381,7 @@ def _next_command(g, pol, sc, st, fr, scratch, mark, rg, stream, out, emit):
     if pol[P_REGIONS] and sc[S_REGIONS_BUILT] == 0 and _regions_wanted(g, st, kind, arg):
         _keep_regions(g, pol, sc, st, mark, scratch, rg)
     if kind == CMD_COMPUTE:
-        _start_compute(g, sc, st, fr, out, emit, arg)
+        _start_compute(g, pol, sc, st, fr, mark, scratch, rg, out, emit, arg)
     elif kind == CMD_GET:
         st[R_REF_EXT, g.tensor_storage[arg]] += 1
     elif kind == CMD_RELEASE:
@@ -412,10 +412,17 @@ def _regions_wanted(g, st, kind, arg):
     first = g.op_first_tensor[arg]
     for t in range(first, first + g.op_n_outputs[arg]):
         s = g.tensor_storage[t]
-        if s != t:
-            for i in range(a0, a1):
-                if g.tensor_storage[g.op_args[i]] != s:
-                    return True
+        if s != t and _links_another(g, arg, s):
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _links_another(g, op, s):
+    """Whether op, making a view of storage s, links another storage to it."""
+    for i in range(g.op_arg_ptr[op], g.op_arg_ptr[op + 1]):
+        if g.tensor_storage[g.op_args[i]] != s:
+            return True
     return False
 
 
@@ -433,10 +440,12 @@ def _keep_regions(g, pol, sc, st, mark, scratch, rg):
 
 
 @njit(cache=True, inline="always")
-def _start_compute(g, sc, st, fr, out, emit, op):
-    """§5.1: create the op's outputs (§4.1, §4.2), then materialize the first."""
+def _start_compute(g, pol, sc, st, fr, mark, scratch, rg, out, emit, op):
+    """§5.1: create the op's outputs (§4.1, §4.2), then materialize the first.
+    A view tells the regions it may change (walks.view_made)."""
     sc[S_CUR_OP] = op
     first = g.op_first_tensor[op]
+    regions_kept = pol[P_REGIONS] and sc[S_REGIONS_BUILT]
     for t in range(first, first + g.op_n_outputs[op]):
         sc[S_CREATED] = t + 1
         s = g.tensor_storage[t]
@@ -444,6 +453,8 @@ def _start_compute(g, sc, st, fr, out, emit, op):
             st[R_LAST_ACCESS, s] = NEVER
             st[R_COMPUTE, s] = 0
             st[R_LAST_OP, s] = -1
+        elif regions_kept:
+            view_made(g, sc, st, mark, scratch, rg, op, s)
         st[R_REF_EXT, s] += 1
         if st[R_LAST_OP, s] != op:  # a storage's compute counts each distinct op once
             st[R_LAST_OP, s] = op
@@ -679,6 +690,7 @@ def _evict(g, pol, sc, st, mark, scratch, rg, s):
     if pol[P_REGIONS] and sc[S_REGIONS_BUILT]:   # none kept before (§8.7)
         rf = region(s, FORWARD)
         rb = region(s, BACKWARD)
+        evicting(g, sc, st, mark, scratch, rg, s)
         members = scratch[SCRATCH_MEMBERS]
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rb, members, mark, sc[S_EPOCH])

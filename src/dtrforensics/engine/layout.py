@@ -90,13 +90,17 @@ FRAME_ROWS = ("tensor", "remat", "phase", "index", "pending_start", "pending_cou
 # Directions of an evicted neighbourhood (semantics.md §8.1): region 2*s + d.
 FORWARD, BACKWARD = 0, 1
 
-# Slots of `Regions.memo_gate`: how the shared walks of rebuilds have fared
-# lately (walks.shared_rebuilds). Memo rows: failed attempts, and rebuild
-# rounds left to walk plainly before trying again; masked walks: their recent
-# cost and the visits they saved (decaying sums, in visits), and the rounds
-# that could have taken one (every MASK_PROBE_EVERY-th takes one regardless).
-G_MEMO_FAILURES, G_MEMO_SKIP, G_MASK_COST, G_MASK_SAVED, G_MASK_ROUNDS = range(5)
-N_GATES = 5
+# Slots of `Regions.memo_gate`: how the memo rows of shared walks have fared
+# lately (walks.shared_rebuilds): failed attempts, and rebuild rounds left to
+# walk plainly before trying again.
+G_MEMO_FAILURES, G_MEMO_SKIP = range(2)
+N_GATES = 2
+
+# Slots of `Regions.era` (engine/cutoff.py): the current period (flushes so
+# far: a flush closes one) and the rebuilds made as differences (a count for
+# tests and benchmarks; work space, so a resumed run counts from 0).
+ERA_NOW, ERA_CUTS = range(2)
+N_ERA = 2
 
 # Rows of the work matrix `scratch` (no state: reused by every step).
 (SCRATCH_INTERIOR, SCRATCH_FRONTIER, SCRATCH_NEW_RESIDENT, SCRATCH_AFFECTED,

@@ -1,7 +1,9 @@
 """Evicted neighbourhoods' sets (semantics.md §8), behind one small interface:
 `build` a set, list (iterate) a region's `frontier_members`, and `absorb` an
 evicted storage (§8.3), into many regions at once with `absorb_into`; `clear`
-empties a region. `check` is the debug pass over their invariants.
+empties a region; `interior_has`, `interior_remove`, `frontier_has`,
+`frontier_add` and `frontier_remove` change one member (engine/cutoff.py).
+`check` is the debug pass over their invariants.
 
 Laid out as in `state.Regions`: each of the 2n regions (`region(s, d)`, storage
 s's in direction d, layout.FORWARD or BACKWARD) has two sets, its interior (set id r) and its frontier (set id
@@ -166,8 +168,11 @@ def absorb(sc, st_compute, mark, rg, r, e, r2):
         return   # no room for the union (STATUS_ARENA_FULL)
     if not _frontier_discard(rg, r, e):
         sc[S_FRONTIER_MISSES] += 1
+        rg.fresh[r] = 0
     _frontier_union(sc, mark, rg, r, r2)
     _interior_absorb(sc, st_compute, mark, rg, r, e, r2)
+    if rg.fresh[r] != 0 and (rg.fresh[r2] == 0 or frontier_has(rg, r, region_base(r))):
+        rg.fresh[r] = 0   # not known to be the walk (engine/cutoff.py): r2 was not, or a cycle
 
 
 @njit(cache=True, inline="always")
@@ -180,8 +185,84 @@ def clear(rg, sc, r):
     rg.cap[f] = 0
     rg.fr_live[r] = 0
     rg.compute[r] = 0
+    rg.fresh[r] = 0
     _drop_index(rg, sc, r)
     _drop_index(rg, sc, f)
+
+
+@njit(cache=True, inline="always")
+def interior_has(rg, r, x):
+    """Whether x is in region r's interior."""
+    slot = rg.bit_slot[r]
+    if slot >= 0:   # an interior with a row is that bitset alone
+        return in_bits(rg.bits, slot, x)
+    base = rg.start[r]
+    for i in range(rg.len[r]):
+        if rg.arena[base + i] == x:
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def interior_remove(rg, r, x):
+    """Remove member x from region r's interior (its compute is the caller's)."""
+    slot = rg.bit_slot[r]
+    if slot >= 0:
+        clear_bit(rg.bits, slot, x)
+        rg.len[r] -= 1
+        return
+    base = rg.start[r]
+    n = rg.len[r]
+    for i in range(n):
+        if rg.arena[base + i] == x:
+            rg.arena[base + i] = rg.arena[base + n - 1]
+            rg.len[r] = n - 1
+            return
+
+
+@njit(cache=True, inline="always")
+def frontier_has(rg, r, x):
+    """Whether x is in region r's frontier."""
+    f = rg.n_regions + r
+    slot = rg.bit_slot[f]
+    if slot >= 0:   # indexed, or a bitset alone: the bitset is the truth
+        return in_bits(rg.bits, slot, x)
+    base = rg.start[f]
+    for i in range(rg.len[f]):
+        if rg.arena[base + i] == x:
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def frontier_remove(rg, r, x):
+    """Remove x from region r's frontier; False if it was not there."""
+    return _frontier_discard(rg, r, x)
+
+
+@njit(cache=True, inline="always")
+def frontier_add(rg, sc, r, x):
+    """Add x, not a member, to region r's frontier (False, changing nothing,
+    when the arena has no room: STATUS_ARENA_FULL)."""
+    f = rg.n_regions + r
+    slot = rg.bit_slot[f]
+    if slot < 0 or rg.cap[f] > 0:   # a block: listed, or indexed
+        if not _ensure(rg, sc, f, 1):
+            return False
+        n = rg.len[f]
+        rg.arena[rg.start[f] + n] = x
+        rg.len[f] = n + 1
+    if slot >= 0:
+        set_bit(rg.bits, slot, x)
+    rg.fr_live[r] += 1
+    if slot >= 0 and rg.cap[f] == 0:
+        rg.len[f] = rg.fr_live[r]
+    elif slot < 0:
+        if rg.len[f] >= BITSET_MIN:
+            _index(rg, sc, f)
+    elif rg.len[f] > 2 * rg.fr_live[r] + 32:
+        _compact_frontier(rg, f)
+    return True
 
 
 # ---------------------------------------------------------------- storage

@@ -26,7 +26,9 @@ Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "c
                                  "memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats",
                                  "memo_acc", "memo_stack", "memo_gate",
                                  "block_order", "deferred", "deferred_list",
-                                 "deferred_n"])  # the last twelve: WORK_FIELDS
+                                 "deferred_n", "fresh", "era", "arrived", "cause_head",
+                                 "cause_next", "cause_of", "cause_n"])
+# (the last nineteen: WORK_FIELDS)
 Regions.__doc__ = """Evicted neighbourhoods (engine/regions.py), two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
 arena; `compute` is each region's interior compute; large sets have a
@@ -36,15 +38,21 @@ interiors, and large frontiers made by shared walks.
 `memo_*` is work space of the shared walks of one direction's rebuilds
 (walks.shared_rebuilds: memo rows, and masked walks, which borrow memo_row,
 memo_node and the first rows of memo_int and memo_fr; memo_gate holds how
-either has fared lately, slots `layout.G_*`), `block_order` of the arena's
+memo rows have fared lately, slots `layout.G_*`), `block_order` of the arena's
 compaction, and `deferred*` the regions whose rebuild waits for their next
 reader (walks.defer: a flag per region, the list, its length), none left
-between slices; not state (a snapshot holds None there)."""
+between slices. `fresh`, `era`, `arrived` and `cause_*` tell which regions
+are known to be their walk and what arrived in their walk since
+(engine/cutoff.py: a stamp per region, the period, a stamp per storage, and
+the (region, arrival) pairs that deferred a backward region, as lists);
+all zero means nothing known, so a state without them is only slower.
+None of this is state (a snapshot holds None there)."""
 
 ARENA_MIN = 1 << 22
 STREAM_CAPACITY = 4096
 BITSETS_BYTES = 32 << 20
 MEMO_BYTES = 16 << 20
+CAUSES_PER_TENSOR = 4   # (region, arrival) pairs one period may note (cutoff.note_cause)
 
 
 # What a new state's Regions arrays hold, where not 0 and not free_slots (every
@@ -73,7 +81,8 @@ def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
 
 WORK_FIELDS = ("memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats", "memo_acc",
                "memo_stack", "memo_gate", "block_order", "deferred", "deferred_list",
-               "deferred_n")
+               "deferred_n", "fresh", "era", "arrived", "cause_head", "cause_next", "cause_of",
+               "cause_n")
 
 
 def _work_space(n_tensors: int) -> dict:
@@ -93,7 +102,14 @@ def _work_space(n_tensors: int) -> dict:
                 memo_gate=np.zeros(L.N_GATES, dtype=np.int64),
                 deferred=np.zeros(2 * n_tensors, dtype=np.int64),
                 deferred_list=np.zeros(2 * n_tensors, dtype=np.int64),
-                deferred_n=np.zeros(1, dtype=np.int64))
+                deferred_n=np.zeros(1, dtype=np.int64),
+                fresh=np.zeros(2 * n_tensors, dtype=np.int64),
+                era=np.zeros(L.N_ERA, dtype=np.int64),
+                arrived=np.zeros(n_tensors, dtype=np.int64),
+                cause_head=np.zeros(2 * n_tensors, dtype=np.int64),
+                cause_next=np.zeros(CAUSES_PER_TENSOR * n_tensors, dtype=np.int64),
+                cause_of=np.zeros(CAUSES_PER_TENSOR * n_tensors, dtype=np.int64),
+                cause_n=np.zeros(1, dtype=np.int64))
 
 
 def grow_arena(regions: Regions, sc: np.ndarray) -> Regions:

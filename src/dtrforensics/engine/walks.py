@@ -23,31 +23,34 @@ from .bitsets import (
     njit,
     set_bit,
 )
+from .cutoff import arrive, arrived_now, close_period, cut_off, note_cause, stamp
 from .layout import (
     BACKWARD,
     FORWARD,
-    G_MASK_COST,
-    G_MASK_ROUNDS,
-    G_MASK_SAVED,
     G_MEMO_FAILURES,
     G_MEMO_SKIP,
     MASK_BASES,
     R_COMPUTE,
     R_MATERIAL,
+    S_ANOMALIES,
     S_CREATED,
+    S_DEBUG,
     S_EPOCH,
     S_REBUILDS,
     S_WALK_VISITS,
     SCRATCH_AFFECTED,
     SCRATCH_FRONTIER,
     SCRATCH_INTERIOR,
+    SCRATCH_MEMBERS,
 )
 from .regions import (
     BITSET_MIN,
     build,
     build_bits,
     build_from_bits,
+    frontier_has,
     frontier_members,
+    interior_has,
     region,
     region_base,
     region_direction,
@@ -117,6 +120,7 @@ def rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
     build(rg, sc, rg.n_regions + r, frontier, n_fr)
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
+    stamp(rg, r)
 
 
 
@@ -124,28 +128,79 @@ def rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
 
 @njit(cache=True, inline="always")
 def rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
-    """§8.4: both regions of each new resident storage, then the forward regions
-    of their backward frontiers and the backward regions of their forward
-    frontiers. The new residents' regions are built now (their frontiers say
-    which others follow); the others are deferred to their next reader
-    (`defer`), which rebuilds them together, their walks shared."""
+    """§8.4 for the storages a compute made resident (the period's arrivals,
+    engine/cutoff.py): their backward regions are built now, and their
+    backward frontiers say which forward regions follow; those and the
+    arrivals' own forward regions are deferred to their next reader (`defer`),
+    which rebuilds them together, their walks shared, and then finds the
+    backward regions to rebuild in the arrivals' forward frontiers."""
     material = st[R_MATERIAL]
     st_compute = st[R_COMPUTE]
-    for i in range(n_new):
-        rebuild(g, sc, material, st_compute, mark, scratch, rg, newly[i], BACKWARD)
-    shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, newly, n_new, FORWARD)
     members = scratch[SCRATCH_AFFECTED]
+    sc[S_EPOCH] += 1
+    epoch = sc[S_EPOCH]
+    for i in range(n_new):
+        arrive(rg, newly[i])
+        rebuild(g, sc, material, st_compute, mark, scratch, rg, newly[i], BACKWARD)
+        defer(rg, region(newly[i], FORWARD))
+        mark[newly[i]] = epoch
+    for i in range(n_new):
+        n = frontier_members(rg, region(newly[i], BACKWARD), members, mark, epoch)
+        for j in range(n):
+            defer(rg, region(members[j], FORWARD))
+
+
+# What is known of regions (engine/cutoff.py) where the rules' upkeep misses a
+# change: an eviction whose own regions are not known to be their walks (some
+# region holding it in its frontier may miss its absorb), and a view (a compute
+# added to a storage the regions' sums hold, edges no rebuild follows).
+
+@njit(cache=True)
+def unsure_beyond(g, sc, st, mark, scratch, rg, s, direction, spared):
+    """The regions whose walk reaches storage s from the other side (the bases in
+    the frontier of s's walk in `direction`, each one's region of the opposite
+    direction) are no longer known to be their walks; those whose base is in
+    region `spared`'s frontier (-1: none) keep what is known."""
+    interior = scratch[SCRATCH_INTERIOR]
+    frontier = scratch[SCRATCH_FRONTIER]
+    _, n_fr, _ = walk(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, interior, frontier, s,
+                      direction)
+    for i in range(n_fr):
+        b = frontier[i]
+        if spared < 0 or not frontier_has(rg, spared, b):
+            rg.fresh[region(b, BACKWARD - direction)] = 0
+
+
+@njit(cache=True, inline="always")
+def evicting(g, sc, st, mark, scratch, rg, s):
+    """Storage s is evicted; the regions holding it in their frontier absorb it
+    only where their base is in s's opposite frontier (§8.3). Where one of s's
+    regions is not known to be its walk, those its walk reaches and it lacks
+    miss their absorb: they are no longer known to be their walks."""
     for direction in (FORWARD, BACKWARD):
-        sc[S_EPOCH] += 1
-        epoch = sc[S_EPOCH]
-        if direction == FORWARD:  # built already
-            for i in range(n_new):
-                mark[newly[i]] = epoch
-        for i in range(n_new):
-            r = region(newly[i], BACKWARD - direction)  # the opposite frontier
-            n = frontier_members(rg, r, members, mark, epoch)
-            for j in range(n):
-                defer(rg, region(members[j], direction))
+        r = region(s, direction)
+        if rg.fresh[r] == 0:
+            unsure_beyond(g, sc, st, mark, scratch, rg, s, direction, r)
+
+
+@njit(cache=True)
+def view_made(g, sc, st, mark, scratch, rg, op, s):
+    """An output of op views storage s (§9.1): the op's cost joins s's compute,
+    and each argument on another storage a links a -> s. Regions holding s's
+    old compute (backward walks reaching s while it is not resident), s's
+    backward and a's forward region, and forward walks reaching a while it is
+    not resident, are no longer known to be their walks."""
+    material = st[R_MATERIAL]
+    if not material[s]:
+        unsure_beyond(g, sc, st, mark, scratch, rg, s, FORWARD, -1)
+    for i in range(g.op_arg_ptr[op], g.op_arg_ptr[op + 1]):
+        a = g.tensor_storage[g.op_args[i]]
+        if a == s:
+            continue
+        rg.fresh[region(s, BACKWARD)] = 0
+        rg.fresh[region(a, FORWARD)] = 0
+        if not material[a]:
+            unsure_beyond(g, sc, st, mark, scratch, rg, a, BACKWARD, -1)
 
 
 # Deferred rebuilds. Most regions a compute rebuilds are read only by the next
@@ -172,31 +227,85 @@ def defer(rg, r):
 @njit(cache=True, inline="always")
 def flush(g, sc, st, mark, scratch, rg):
     """`_rebuild_deferred` when a region waits: most flushes find none, and a
-    call carrying the graph and regions tuples costs more than the test."""
+    call carrying the graph and regions tuples costs more than the test. Every
+    flush closes a period (engine/cutoff.py)."""
     if rg.deferred_n[0] != 0:
         _rebuild_deferred(g, sc, st, mark, scratch, rg)
+    else:
+        close_period(rg, rg.deferred_list, 0)
 
 
 @njit(cache=True)
 def _rebuild_deferred(g, sc, st, mark, scratch, rg):
-    """Rebuild every deferred region, one direction at a time, walks shared (on
-    LSTM 0.264 a flush's dozen backward bases share one masked walk: 224 M
-    plain visits become 85 M, where the gate of `shared_rebuilds` declined
-    seven in eight)."""
-    n = rg.deferred_n[0]
-    rg.deferred_n[0] = 0
+    """Rebuild every deferred forward region, walks shared (on LSTM 0.264 a
+    flush's bases share one masked walk); then defer the backward region of
+    every storage in an arrival's forward frontier, noting the arrival, and
+    rebuild those as differences (engine/cutoff.py) or by shared walks."""
     bases = scratch[SCRATCH_AFFECTED]
-    for direction in (FORWARD, BACKWARD):
-        m = 0
-        for i in range(n):
-            r = rg.deferred_list[i]
-            if region_direction(r) == direction:
-                rg.deferred[r] = 0
-                bases[m] = region_base(r)
-                m += 1
-        if m > 0:
-            _rebuild_batch(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, bases, m,
-                           direction, True)
+    n = rg.deferred_n[0]
+    m = 0
+    for i in range(n):
+        r = rg.deferred_list[i]
+        rg.deferred[r] = 0
+        bases[m] = region_base(r)
+        m += 1
+    shared_rebuilds(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, bases, m,
+                    FORWARD)
+    _defer_backward(sc, mark, scratch, rg, n)
+    n_all = rg.deferred_n[0]
+    m = 0
+    for i in range(n, n_all):
+        r = rg.deferred_list[i]
+        rg.deferred[r] = 0
+        if cut_off(g, sc, st, mark, scratch, rg, r):
+            if sc[S_DEBUG]:
+                _check_difference(g, sc, st, mark, scratch, rg, r)
+            continue
+        bases[m] = region_base(r)
+        m += 1
+    if m > 0:
+        shared_rebuilds(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, bases, m,
+                        BACKWARD)
+    rg.deferred_n[0] = 0
+    close_period(rg, rg.deferred_list, n_all)
+
+
+@njit(cache=True, inline="always")
+def _defer_backward(sc, mark, scratch, rg, n):
+    """§8.4's backward rebuilds, found once the arrivals' forward regions are
+    rebuilt (the deferred forward regions deferred_list[:n] whose base arrived
+    in this period): each storage in such a frontier, with a note of every
+    (region, arrival) pair, not each region once."""
+    members = scratch[SCRATCH_MEMBERS]
+    for i in range(n):
+        r = rg.deferred_list[i]
+        y = region_base(r)
+        if not arrived_now(rg, y):
+            continue
+        sc[S_EPOCH] += 1
+        k = frontier_members(rg, r, members, mark, sc[S_EPOCH])
+        for j in range(k):
+            b = region(members[j], BACKWARD)
+            defer(rg, b)
+            note_cause(rg, b, y)
+
+
+@njit(cache=True)
+def _check_difference(g, sc, st, mark, scratch, rg, r):
+    """Debug runs: a region rebuilt as a difference (engine/cutoff.py) has the sets
+    and compute a walk from its base gives; each one that does not is counted
+    in S_ANOMALIES."""
+    interior = scratch[SCRATCH_INTERIOR]
+    frontier = scratch[SCRATCH_FRONTIER]
+    n_int, n_fr, comp = walk(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, interior, frontier,
+                              region_base(r), region_direction(r))
+    same = n_int == rg.len[r] and n_fr == rg.fr_live[r] and comp == rg.compute[r]
+    for i in range(n_int):
+        same = same and interior_has(rg, r, interior[i])
+    for i in range(n_fr):
+        same = same and frontier_has(rg, r, frontier[i])
+    if not same:
+        sc[S_ANOMALIES] += 1
 
 
 # Regions kept from their first reader on (§8.7). Until a run's first eviction
@@ -221,8 +330,8 @@ def build_all(g, sc, st, mark, scratch, rg, created):
     sc[S_CREATED] = created
     for direction in (FORWARD, BACKWARD):
         if m > 0:
-            _rebuild_batch(g, sc, material, st[R_COMPUTE], mark, scratch, rg, bases, m,
-                           direction, True)
+            shared_rebuilds(g, sc, material, st[R_COMPUTE], mark, scratch, rg, bases, m,
+                            direction)
     sc[S_CREATED] = now
 
 
@@ -247,19 +356,9 @@ MEMO_MAX_BACKOFF = 12      # after the k-th failure, 2**min(k, 12) rebuild round
 @njit(cache=True)
 def shared_rebuilds(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward):
     """§8.2 for `bases` (all resident), one direction, walks shared: by memo rows
-    for many bases, else by masked walks where the regions are large and recent
-    masked walks shared enough, else plain."""
-    _rebuild_batch(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward,
-                   False)
-
-
-@njit(cache=True)
-def _rebuild_batch(g, sc, material, st_compute, mark, scratch, rg, bases, n_bases, backward,
-                   masks_pay):
-    """`shared_rebuilds`; with `masks_pay`, masked walks wherever the regions are
-    large, whatever recent ones shared (a flush's bases crowd around the same
-    evicted stretches). Leaves the work space as masked walks expect it
-    (memo_row, and the first MASK_BASES rows of memo_int and memo_fr, zero)."""
+    for many bases, else by masked walks where the regions are large, else
+    plain. Leaves the work space as masked walks expect it (memo_row, and the
+    first MASK_BASES rows of memo_int and memo_fr, zero)."""
     words = rg.memo_int.shape[1]
     gate = rg.memo_gate
     use_memo = n_bases >= MEMO_MIN_BASES and n_bases * MEMO_WORDS_PER_BASE >= words
@@ -267,20 +366,11 @@ def _rebuild_batch(g, sc, material, st_compute, mark, scratch, rg, bases, n_base
         gate[G_MEMO_SKIP] -= 1  # backing off after failed attempts
         use_memo = False
     if not use_memo and n_bases >= 2 and _large_regions(rg, bases, n_bases, backward):
-        gate[G_MASK_ROUNDS] += 1
-        if (masks_pay or gate[G_MASK_SAVED] >= MASK_MIN_SHARING * gate[G_MASK_COST]
-                or gate[G_MASK_ROUNDS] % MASK_PROBE_EVERY == 0):
-            per_walk = min(MASK_BASES, rg.memo_int.shape[0])
-            cost = 0
-            served = 0
-            for j in range(0, n_bases, per_walk):
-                c, n = mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases[j:],
-                                      min(per_walk, n_bases - j), backward)
-                cost += c
-                served += n
-            gate[G_MASK_COST] += cost - (gate[G_MASK_COST] >> MASK_MEMORY)
-            gate[G_MASK_SAVED] += served - (gate[G_MASK_SAVED] >> MASK_MEMORY)
-            return
+        per_walk = min(MASK_BASES, rg.memo_int.shape[0])
+        for j in range(0, n_bases, per_walk):
+            mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases[j:],
+                          min(per_walk, n_bases - j), backward)
+        return
     memo_tried = use_memo
     used = 0
     for j in range(n_bases):
@@ -308,13 +398,6 @@ def _rebuild_batch(g, sc, material, st_compute, mark, scratch, rg, bases, n_base
 # bitmask of the bases that reach each storage, for up to MASK_BASES bases at a
 # time: the stretch is walked once, not once per base.
 MASK_MIN_INTERIOR = 128  # mean interior, as the regions stood before, that may pay for one
-MASK_MIN_SHARING = 2.0   # visits plain walks would make per visit a masked walk costs,
-                         # over recent masked walks (memo_gate G_MASK_COST, G_MASK_SAVED:
-                         # decaying by 2**-MASK_MEMORY a walk); below it, plain walks,
-                         # with a masked walk every MASK_PROBE_EVERY-th time
-MASK_MEMORY = 4
-MASK_PROBE_EVERY = 16    # per G_MASK_ROUNDS: rounds that could have taken a masked walk
-MASK_SCANS_PER_VISIT = 8  # ids a pass scans in the time of one visit (the gate's cost)
 
 
 @njit(cache=True, inline="always")
@@ -331,8 +414,6 @@ def _large_regions(rg, bases, n_bases, backward):
 def mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, backward):
     """§8.2 for up to MASK_BASES bases (all of one direction) in one walk: the
     same interiors, frontiers and computes as a plain walk from each base.
-    Returns its cost in visits (storages walked from, and the id scans counted
-    MASK_SCANS_PER_VISIT to a visit) and the visits plain walks would have made.
     It borrows the shared walks' work space: memo_row holds the masks (as
     uint64), memo_int[j] and memo_fr[j] the interior and frontier of bases[j],
     memo_node[j] its compute. All but memo_node are zero before and after
@@ -342,12 +423,8 @@ def mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, back
     masks = rg.memo_row.view(np.uint64)
     for j in range(n_bases):
         rg.memo_node[j] = 0
-    visits_before = sc[S_WALK_VISITS]
-    lo, hi, scanned = _mask_propagate(sc, material, masks, ptr, nbr, when, sc[S_CREATED], bases,
-                                      n_bases, backward)
-    scans = scanned + max(0, hi - lo + 1)   # the passes' ids, then the collection's
-    cost = sc[S_WALK_VISITS] - visits_before + scans // MASK_SCANS_PER_VISIT
-    served = 0
+    lo, hi = _mask_propagate(sc, material, masks, ptr, nbr, when, sc[S_CREATED], bases, n_bases,
+                             backward)
     _mask_collect(material, st_compute, masks, rg.memo_int, rg.memo_fr, rg.memo_node, lo, hi)
     lo_w = lo >> 6
     hi_w = hi >> 6 if hi >= 0 else -1
@@ -362,11 +439,10 @@ def mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, back
         build_from_bits(rg, sc, rg.n_regions + r, rg.memo_fr[j], n_fr, lo_w, hi_w, words, frontier)
         rg.compute[r] = rg.memo_node[j]
         rg.fr_live[r] = n_fr
-        served += n_int + 1
+        stamp(rg, r)
         for w in range(lo_w, hi_w + 1):
             rg.memo_int[j, w] = 0
             rg.memo_fr[j, w] = 0
-    return cost, served
 
 
 @njit(cache=True)
@@ -377,7 +453,7 @@ def _mask_propagate(sc, material, mask, ptr, nbr, when, created, bases, n_bases,
     have larger ids than their parents (the backward direction goes down), so
     one pass suffices unless a view's edge points against that order, which
     calls for another pass from where it points. Returns the range of storage
-    ids reached and the ids the passes scanned."""
+    ids reached."""
     one = np.uint64(1)
     lo = mask.shape[0]
     hi = -1
@@ -392,13 +468,11 @@ def _mask_propagate(sc, material, mask, ptr, nbr, when, created, bases, n_bases,
             lo = min(lo, u)
             hi = max(hi, u)
     visits = n_bases
-    scanned = 0
     start = hi if backward else lo
     while start >= 0:
         x = start
         start = -1
         while (x >= lo) if backward else (x <= hi):
-            scanned += 1
             m = mask[x]
             if m != 0 and not material[x]:
                 visits += 1
@@ -418,7 +492,7 @@ def _mask_propagate(sc, material, mask, ptr, nbr, when, created, bases, n_bases,
     sc[S_WALK_VISITS] += visits
     for j in range(n_bases):
         mask[bases[j]] &= ~(one << np.uint64(j))   # never its own interior or frontier
-    return lo, hi, scanned
+    return lo, hi
 
 
 @njit(cache=True)
@@ -508,6 +582,7 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
                scratch[SCRATCH_FRONTIER])
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
+    stamp(rg, r)
     return used
 
 

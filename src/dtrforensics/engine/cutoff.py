@@ -1,0 +1,240 @@
+"""Deferred backward rebuilds as differences (semantics.md §8.8).
+
+After a rematerialization, §8.4 rebuilds the backward region of every storage
+in the new resident's forward frontier. In a remat chain (LSTM 0.264) those
+regions hold a long evicted stretch, and the new resident is near its far end:
+a walk from scratch crosses the whole stretch to drop a few storages. Where a
+region is known to be its walk as of the period's start (no arrival since, no
+edge the rules do not follow), its rebuild is instead what the period's
+arrivals cut off: the arrivals and the storages reachable from the base only
+through them leave the interior, frontier members that only they reached leave
+the frontier, and the arrivals that the remaining interior (or the base)
+reaches join it. The sets are those of the walk, which tests/test_engine_cutoff.py
+holds them to.
+
+What this module keeps (state.Regions' work space, all zero meaning nothing
+known):
+- a stamp per region (`fresh`): period + 1 when the region was last made its
+  walk, kept through absorbs of regions that were (§8.3's union of two walks is
+  the walk), 0 after a frontier miss, a cycle, or a change the rules' upkeep
+  misses (walks.evicting, walks.view_made). A backward region's stamp vouches
+  for its sets and compute; a forward one's for its frontier only (the
+  outputs of the op in progress join forward interiors while they are not
+  computed, which changes no frontier), which is all an absorb needs of it;
+- the period (`era[ERA_NOW]`): flushes so far (walks.flush closes one; only
+  computes happen within a period, but for one eviction just after its flush);
+- a stamp per storage (`arrived`): period + 1 when it last became resident;
+- per deferred backward region the arrivals that deferred it (`cause_*`: those
+  whose forward frontier held its base at the flush).
+"""
+
+from __future__ import annotations
+
+from .bitsets import njit
+from .layout import (
+    ERA_CUTS,
+    ERA_NOW,
+    R_COMPUTE,
+    R_MATERIAL,
+    S_CREATED,
+    S_EPOCH,
+    S_REBUILDS,
+    S_WALK_VISITS,
+    SCRATCH_FRONTIER,
+    SCRATCH_INTERIOR,
+    SCRATCH_MEMBERS,
+    SCRATCH_NEW_RESIDENT,
+)
+from .regions import (
+    frontier_add,
+    frontier_has,
+    frontier_remove,
+    interior_has,
+    interior_remove,
+    region_base,
+)
+
+CUT_MIN = 32   # storages a difference may visit however small the region; beyond
+               # half the interior as well, a walk from scratch is no dearer
+CUT_LISTED_MAX = 16   # a larger interior without a bitset row (rows ran out) takes a walk
+
+
+@njit(cache=True, inline="always")
+def stamp(rg, r):
+    """Region r is its walk as of now."""
+    rg.fresh[r] = rg.era[ERA_NOW] + 1
+
+
+@njit(cache=True, inline="always")
+def arrive(rg, s):
+    """Storage s became resident in this period."""
+    rg.arrived[s] = rg.era[ERA_NOW] + 1
+
+
+@njit(cache=True, inline="always")
+def arrived_now(rg, s):
+    """Whether storage s became resident in this period."""
+    return rg.arrived[s] == rg.era[ERA_NOW] + 1
+
+
+@njit(cache=True, inline="always")
+def note_cause(rg, r, y):
+    """Arrival y deferred region r (r's base is in y's forward frontier)."""
+    head = rg.cause_head[r]
+    if head < 0:
+        return   # some were lost: r takes a walk
+    n = rg.cause_n[0]
+    if n >= rg.cause_of.shape[0]:
+        rg.cause_head[r] = -1
+        return
+    rg.cause_of[n] = y
+    rg.cause_next[n] = head
+    rg.cause_head[r] = n + 1
+    rg.cause_n[0] = n + 1
+
+
+@njit(cache=True, inline="always")
+def close_period(rg, regions, n):
+    """Forget the causes of regions[:n] (every region deferred in the period)
+    and begin the next period."""
+    for i in range(n):
+        rg.cause_head[regions[i]] = 0
+    rg.cause_n[0] = 0
+    rg.era[ERA_NOW] += 1
+
+
+@njit(cache=True, inline="always")
+def _supported(g, rg, r, base, x, in_k, mark, created):
+    """Whether a child of x is the base or stays in r's interior (a member not
+    cut off: marked `in_k` are)."""
+    for e in range(g.fwd_ptr[x], g.fwd_ptr[x + 1]):
+        if g.fwd_time[e] >= created:
+            break
+        c = g.fwd_nbr[e]
+        if c == base or (mark[c] != in_k and interior_has(rg, r, c)):
+            return True
+    return False
+
+
+@njit(cache=True)
+def cut_off(g, sc, st, mark, scratch, rg, r):
+    """Rebuild backward region r as the difference its period's arrivals make,
+    if r is known to be its walk as of the period's start; False, changing
+    nothing, when it is not (or the difference would cost a walk), and the
+    caller walks."""
+    known = rg.fresh[r]
+    if known == 0 or known > rg.era[ERA_NOW]:
+        return False
+    head = rg.cause_head[r]
+    if head <= 0:
+        return False
+    material = st[R_MATERIAL]
+    base = region_base(r)
+    created = sc[S_CREATED]
+    if rg.bit_slot[r] < 0 and rg.len[r] > CUT_LISTED_MAX:
+        return False   # a listed interior's membership test is a search
+    limit = max(CUT_MIN, rg.len[r] // 2)
+    # K: the arrivals that deferred r and what r's interior holds behind them
+    # (their parents' side), each a member of the interior.
+    sc[S_EPOCH] += 3
+    in_k = sc[S_EPOCH] - 2
+    stays = sc[S_EPOCH] - 1
+    seen = sc[S_EPOCH]
+    cut = scratch[SCRATCH_INTERIOR]
+    nk = 0
+    k = head - 1
+    while k >= 0:
+        y = rg.cause_of[k]
+        k = rg.cause_next[k] - 1
+        if mark[y] == in_k:
+            continue
+        if not interior_has(rg, r, y):
+            return False   # not what this module's rules expect: a walk decides
+        mark[y] = in_k
+        cut[nk] = y
+        nk += 1
+    i = 0
+    while i < nk:
+        v = cut[i]
+        i += 1
+        for e in range(g.bwd_ptr[v], g.bwd_ptr[v + 1]):
+            if g.bwd_time[e] >= created:
+                break
+            u = g.bwd_nbr[e]
+            if mark[u] == in_k or (material[u] and not arrived_now(rg, u)):
+                continue   # K already, or a frontier member
+            if nk >= limit or not interior_has(rg, r, u):
+                return False
+            mark[u] = in_k
+            cut[nk] = u
+            nk += 1
+    sc[S_WALK_VISITS] += nk
+    # What stays: members of K not resident whose child is the base or a member
+    # outside K, and their parents in K, transitively.
+    kept = scratch[SCRATCH_FRONTIER]
+    ns = 0
+    for j in range(nk):
+        v = cut[j]
+        if not material[v] and _supported(g, rg, r, base, v, in_k, mark, created):
+            mark[v] = stays
+            kept[ns] = v
+            ns += 1
+    i = 0
+    while i < ns:
+        v = kept[i]
+        i += 1
+        for e in range(g.bwd_ptr[v], g.bwd_ptr[v + 1]):
+            if g.bwd_time[e] >= created:
+                break
+            u = g.bwd_nbr[e]
+            if mark[u] == in_k and not material[u]:
+                mark[u] = stays
+                kept[ns] = u
+                ns += 1
+    # The frontier: arrivals cut off that a remaining member (or the base) still
+    # reaches join it; resident parents of what leaves, reached by nothing that
+    # remains, leave it. Found before anything changes.
+    joins = scratch[SCRATCH_NEW_RESIDENT]
+    leaves = scratch[SCRATCH_MEMBERS]
+    nj = 0
+    nl = 0
+    for j in range(nk):
+        v = cut[j]
+        if mark[v] != in_k:
+            continue
+        if material[v]:
+            if frontier_has(rg, r, v):
+                return False
+            if _supported(g, rg, r, base, v, in_k, mark, created):
+                joins[nj] = v
+                nj += 1
+        for e in range(g.bwd_ptr[v], g.bwd_ptr[v + 1]):
+            if g.bwd_time[e] >= created:
+                break
+            p = g.bwd_nbr[e]
+            if mark[p] == seen or mark[p] == in_k or mark[p] == stays or not material[p]:
+                continue
+            mark[p] = seen
+            if not _supported(g, rg, r, base, p, in_k, mark, created):
+                if not frontier_has(rg, r, p):
+                    return False
+                leaves[nl] = p
+                nl += 1
+    # Apply.
+    compute = st[R_COMPUTE]
+    lost = 0
+    for j in range(nk):
+        v = cut[j]
+        if mark[v] == in_k:
+            interior_remove(rg, r, v)
+            lost += compute[v]
+    rg.compute[r] -= lost
+    for j in range(nl):
+        frontier_remove(rg, r, leaves[j])
+    for j in range(nj):
+        if not frontier_add(rg, sc, r, joins[j]):
+            return True   # STATUS_ARENA_FULL: the driver reruns with a larger arena
+    sc[S_REBUILDS] += 1
+    rg.era[ERA_CUTS] += 1
+    stamp(rg, r)
+    return True

@@ -1,0 +1,124 @@
+"""Backward rebuilds as differences (engine/cutoff.py, semantics.md §8.8).
+
+In a debug run every region rebuilt as a difference is compared at once with
+a walk from its base (walks._check_difference); a mismatch is an anomaly. So
+these tests run with `debug=True`, assert no anomaly, and assert that
+differences were made (a run that made none would check nothing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from logs import random_logs
+from oracle import run as oracle_run
+from public import program_or_skip
+from region_walks import members
+
+from dtrforensics.engine import layout as K
+from dtrforensics.engine import walks as W
+from dtrforensics.engine.baseline import baseline
+from dtrforensics.engine.regions import region
+from dtrforensics.engine.replay import prepared, replay
+from dtrforensics.synth.generator import SynthSpec, generate
+from dtrforensics.trace import parse_lines
+
+
+def _checked(program, budget, policy="dtr"):
+    result = replay(program, budget=budget, policy=policy, debug=True, keep_state=True)
+    assert result.summary.anomalies == 0
+    return result, int(result.state.regions.era[K.ERA_CUTS])
+
+
+@pytest.mark.parametrize("kind", ["rnn", "resnet", "mixed"])
+@pytest.mark.parametrize("fraction", [0.3, 0.5])
+def test_differences_are_walks_and_give_the_oracles_run(kind, fraction):
+    """Remat-heavy synthetic traces: every difference equals its walk, and the
+    run evicts what the oracle (which walks every rebuild) evicts."""
+    spec = SynthSpec(kind=kind, depth=16, width=2, seed=7, backward=True)
+    program = parse_lines(generate(spec).splitlines(), name=f"{kind}-cut")
+    budget = int(fraction * baseline(program).peak)
+    got, cuts = _checked(program, budget)
+    want = oracle_run(program, budget, "dtr")
+    assert [tuple(v) for v in got.victims.tolist()] == [tuple(v) for v in want.victims]
+    assert (got.summary.outcome, got.summary.clock) == (want.outcome, want.clock)
+    if got.summary.remats:
+        assert cuts > 0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_differences_with_views_are_walks(seed):
+    """Views linking other storages leave no region known to be its walk;
+    the regions rebuilt after them make differences again."""
+    spec = SynthSpec(kind="mixed", depth=24, width=2, view_prob=0.6, seed=seed, backward=True)
+    program = parse_lines(generate(spec).splitlines(), name=f"views-cut-{seed}")
+    made = 0
+    for fraction in (0.3, 0.5):
+        _, cuts = _checked(program, int(fraction * baseline(program).peak))
+        made += cuts
+    assert made > 0
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=random_logs(), fraction=st.floats(0.05, 0.9))
+def test_differences_are_walks_on_random_traces(program, fraction):
+    _checked(program, int(fraction * baseline(program).peak))
+
+
+@pytest.mark.public
+def test_differences_are_walks_on_the_lstm():
+    """The regime they are for, on the LSTM just above ratio 0.265 (1,726
+    evictions): backward rebuilds made as differences, each equal to its walk."""
+    program = program_or_skip("lstm")
+    result, cuts = _checked(program, 1_482_623_728)
+    assert cuts > result.summary.evictions
+
+
+@pytest.mark.public
+@pytest.mark.slow
+def test_differences_are_walks_on_the_lstm_at_0264():
+    """LSTM at ratio 0.264 (38,059 evictions), about 4 s checked."""
+    program = program_or_skip("lstm")
+    result, cuts = _checked(program, int(0.264 * baseline(program).peak))
+    assert result.summary.evictions == 38_059 or result.summary.outcome != "ok"
+    assert cuts > result.summary.evictions
+
+
+def _known_but_not_walks(program, budget) -> list[tuple[int, int]]:
+    """(storage, direction) of every region at the run's end that is known to be
+    its walk (cutoff.py: a stamp) but is not: a backward one whose interior,
+    frontier or compute differ from a walk from its base, a forward one whose
+    frontier does (all a forward stamp vouches for)."""
+    state = replay(program, budget=budget, keep_state=True).state
+    graph, _ = prepared(program)
+    rg, material = state.regions, state.st[K.R_MATERIAL]
+    n = state.st.shape[1]
+    wrong = []
+    for s in np.flatnonzero(material).tolist():
+        for direction in (K.FORWARD, K.BACKWARD):
+            r = region(s, direction)
+            if rg.fresh[r] == 0:
+                continue
+            interior, frontier = np.zeros(n + 2, np.int64), np.zeros(n + 2, np.int64)
+            n_int, n_fr, compute = W.walk(graph, state.sc.copy(), material,
+                                          state.st[K.R_COMPUTE], state.mark.copy(), interior,
+                                          frontier, s, direction)
+            same_frontier = members(rg, rg.n_regions + r) == frozenset(frontier[:n_fr].tolist())
+            same = same_frontier and (direction == K.FORWARD or (
+                members(rg, r) == frozenset(interior[:n_int].tolist())
+                and rg.compute[r] == compute))
+            if not same:
+                wrong.append((s, direction))
+    return wrong
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=random_logs(), fraction=st.floats(0.05, 0.9))
+def test_regions_known_to_be_walks_are_walks_on_random_traces(program, fraction):
+    """Views of one argument among several link storages the rules' upkeep never
+    relinks; whatever a run did, a region it still vouches for is its walk.
+    (Without walks.view_made, or walks.evicting, a few hundred examples find a
+    region that is not.)"""
+    assert _known_but_not_walks(program, int(fraction * baseline(program).peak)) == []
