@@ -193,14 +193,7 @@ def clear(rg, sc, r):
 @njit(cache=True, inline="always")
 def interior_has(rg, r, x):
     """Whether x is in region r's interior."""
-    slot = rg.bit_slot[r]
-    if slot >= 0:   # an interior with a row is that bitset alone
-        return in_bits(rg.bits, slot, x)
-    base = rg.start[r]
-    for i in range(rg.len[r]):
-        if rg.arena[base + i] == x:
-            return True
-    return False
+    return _has(rg, r, x)
 
 
 @njit(cache=True, inline="always")
@@ -223,12 +216,18 @@ def interior_remove(rg, r, x):
 @njit(cache=True, inline="always")
 def frontier_has(rg, r, x):
     """Whether x is in region r's frontier."""
-    f = rg.n_regions + r
-    slot = rg.bit_slot[f]
-    if slot >= 0:   # indexed, or a bitset alone: the bitset is the truth
+    return _has(rg, rg.n_regions + r, x)
+
+
+@njit(cache=True, inline="always")
+def _has(rg, k, x):
+    """Whether x is in set k: its bitset is the truth where it has one (an
+    interior's is the whole set, an indexed frontier's its live members)."""
+    slot = rg.bit_slot[k]
+    if slot >= 0:
         return in_bits(rg.bits, slot, x)
-    base = rg.start[f]
-    for i in range(rg.len[f]):
+    base = rg.start[k]
+    for i in range(rg.len[k]):
         if rg.arena[base + i] == x:
             return True
     return False
