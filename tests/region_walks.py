@@ -1,5 +1,6 @@
 """Regions rebuilt three ways, read back as sets: shared walks (memo rows),
-masked walks and plain walks (engine/walks.py, semantics.md §8.2, §8.6).
+masked walks and plain walks (engine/walks.py, semantics.md §8.2, §8.6); and
+regions a run still vouches for, held to walks (engine/cutoff.py, §8.8).
 Used by tests/test_engine_regions.py, and by tests/compile_ahead.py, which
 makes numba compile these calls before the suite runs; imports no test tool.
 """
@@ -103,3 +104,31 @@ def shared_and_plain(program, budget):
         assert_work_space_empty(rg)
         results.append((shared, plain_rebuilds(graph, state, bases, backward)))
     return results, int(rg.memo_gate[0])
+
+
+def known_but_not_walks(program, budget) -> list[tuple[int, int]]:
+    """(storage, direction) of every region at the run's end that is known to be
+    its walk (cutoff.py: a stamp) but is not: a backward one whose interior,
+    frontier or compute differ from a walk from its base, a forward one whose
+    frontier does (all a forward stamp vouches for)."""
+    state = replay(program, budget=budget, keep_state=True).state
+    graph, _ = prepared(program)
+    rg, material = state.regions, state.st[K.R_MATERIAL]
+    n = state.st.shape[1]
+    wrong = []
+    for s in np.flatnonzero(material).tolist():
+        for direction in (K.FORWARD, K.BACKWARD):
+            r = region(s, direction)
+            if rg.fresh[r] == 0:
+                continue
+            interior, frontier = np.zeros(n + 2, np.int64), np.zeros(n + 2, np.int64)
+            n_int, n_fr, compute = W.walk(graph, state.sc.copy(), material,
+                                          state.st[K.R_COMPUTE], state.mark.copy(), interior,
+                                          frontier, s, direction)
+            same_frontier = members(rg, rg.n_regions + r) == frozenset(frontier[:n_fr].tolist())
+            same = same_frontier and (direction == K.FORWARD or (
+                members(rg, r) == frozenset(interior[:n_int].tolist())
+                and rg.compute[r] == compute))
+            if not same:
+                wrong.append((s, direction))
+    return wrong

@@ -8,20 +8,17 @@ differences were made (a run that made none would check nothing).
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from logs import random_logs
 from oracle import run as oracle_run
 from public import program_or_skip
-from region_walks import members
+from region_walks import known_but_not_walks
 
 from dtrforensics.engine import layout as K
-from dtrforensics.engine import walks as W
 from dtrforensics.engine.baseline import baseline
-from dtrforensics.engine.regions import region
-from dtrforensics.engine.replay import prepared, replay
+from dtrforensics.engine.replay import replay
 from dtrforensics.synth.generator import SynthSpec, generate
 from dtrforensics.trace import parse_lines
 
@@ -86,34 +83,6 @@ def test_differences_are_walks_on_the_lstm_at_0264():
     assert cuts > result.summary.evictions
 
 
-def _known_but_not_walks(program, budget) -> list[tuple[int, int]]:
-    """(storage, direction) of every region at the run's end that is known to be
-    its walk (cutoff.py: a stamp) but is not: a backward one whose interior,
-    frontier or compute differ from a walk from its base, a forward one whose
-    frontier does (all a forward stamp vouches for)."""
-    state = replay(program, budget=budget, keep_state=True).state
-    graph, _ = prepared(program)
-    rg, material = state.regions, state.st[K.R_MATERIAL]
-    n = state.st.shape[1]
-    wrong = []
-    for s in np.flatnonzero(material).tolist():
-        for direction in (K.FORWARD, K.BACKWARD):
-            r = region(s, direction)
-            if rg.fresh[r] == 0:
-                continue
-            interior, frontier = np.zeros(n + 2, np.int64), np.zeros(n + 2, np.int64)
-            n_int, n_fr, compute = W.walk(graph, state.sc.copy(), material,
-                                          state.st[K.R_COMPUTE], state.mark.copy(), interior,
-                                          frontier, s, direction)
-            same_frontier = members(rg, rg.n_regions + r) == frozenset(frontier[:n_fr].tolist())
-            same = same_frontier and (direction == K.FORWARD or (
-                members(rg, r) == frozenset(interior[:n_int].tolist())
-                and rg.compute[r] == compute))
-            if not same:
-                wrong.append((s, direction))
-    return wrong
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=random_logs(), fraction=st.floats(0.05, 0.9))
 def test_regions_known_to_be_walks_are_walks_on_random_traces(program, fraction):
@@ -121,4 +90,4 @@ def test_regions_known_to_be_walks_are_walks_on_random_traces(program, fraction)
     relinks; whatever a run did, a region it still vouches for is its walk.
     (Without walks.view_made, or walks.evicting, a few hundred examples find a
     region that is not.)"""
-    assert _known_but_not_walks(program, int(fraction * baseline(program).peak)) == []
+    assert known_but_not_walks(program, int(fraction * baseline(program).peak)) == []
