@@ -103,7 +103,7 @@ def close_period(rg, regions, n):
     rg.era[ERA_NOW] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _supported(g, rg, r, base, x, in_k, mark, created):
     """Whether a child of x is the base or stays in r's interior (a member not
     cut off: marked `in_k` are)."""
@@ -123,33 +123,61 @@ def cut_off(g, sc, st, mark, scratch, rg, r):
     nothing, when it is not (or the difference would cost a walk), and the
     caller walks."""
     known = rg.fresh[r]
-    if known == 0 or known > rg.era[ERA_NOW]:
+    if known == 0 or known > rg.era[ERA_NOW] or rg.cause_head[r] <= 0:
         return False
-    head = rg.cause_head[r]
-    if head <= 0:
-        return False
+    if rg.bit_slot[r] < 0 and rg.len[r] > CUT_LISTED_MAX:
+        return False   # a listed interior's membership test is a search
     material = st[R_MATERIAL]
     base = region_base(r)
     created = sc[S_CREATED]
-    if rg.bit_slot[r] < 0 and rg.len[r] > CUT_LISTED_MAX:
-        return False   # a listed interior's membership test is a search
-    limit = max(CUT_MIN, rg.len[r] // 2)
-    # K: the arrivals that deferred r and what r's interior holds behind them
-    # (their parents' side), each a member of the interior.
     sc[S_EPOCH] += 3
     in_k = sc[S_EPOCH] - 2
-    stays = sc[S_EPOCH] - 1
-    seen = sc[S_EPOCH]
     cut = scratch[SCRATCH_INTERIOR]
+    nk = _cut(g, rg, r, material, mark, cut, in_k, created, max(CUT_MIN, rg.len[r] // 2))
+    if nk < 0:
+        return False
+    sc[S_WALK_VISITS] += nk
+    _keep(g, rg, r, base, material, mark, cut, nk, in_k, in_k + 1, created,
+          scratch[SCRATCH_FRONTIER])
+    joins = scratch[SCRATCH_NEW_RESIDENT]
+    leaves = scratch[SCRATCH_MEMBERS]
+    nj, nl = _frontier_changes(g, rg, r, base, material, mark, cut, nk, in_k, created, joins,
+                               leaves)
+    if nj < 0:
+        return False
+    lost = 0
+    for j in range(nk):
+        v = cut[j]
+        if mark[v] == in_k:
+            interior_remove(rg, r, v)
+            lost += st[R_COMPUTE, v]
+    rg.compute[r] -= lost
+    for j in range(nl):
+        frontier_remove(rg, r, leaves[j])
+    for j in range(nj):
+        if not frontier_add(rg, sc, r, joins[j]):
+            return True   # STATUS_ARENA_FULL: the driver reruns with a larger arena
+    sc[S_REBUILDS] += 1
+    rg.era[ERA_CUTS] += 1
+    stamp(rg, r)
+    return True
+
+
+@njit(cache=True)
+def _cut(g, rg, r, material, mark, cut, in_k, created, limit):
+    """K into `cut`, marked `in_k`: the arrivals that deferred r and what r's
+    interior holds behind them (their parents' side), each a member of the
+    interior. Returns its size, or -1 when it passes `limit` or meets what the
+    rules do not expect (then a walk decides)."""
     nk = 0
-    k = head - 1
+    k = rg.cause_head[r] - 1
     while k >= 0:
         y = rg.cause_of[k]
         k = rg.cause_next[k] - 1
         if mark[y] == in_k:
             continue
         if not interior_has(rg, r, y):
-            return False   # not what this module's rules expect: a walk decides
+            return -1
         mark[y] = in_k
         cut[nk] = y
         nk += 1
@@ -164,14 +192,18 @@ def cut_off(g, sc, st, mark, scratch, rg, r):
             if mark[u] == in_k or (material[u] and not arrived_now(rg, u)):
                 continue   # K already, or a frontier member
             if nk >= limit or not interior_has(rg, r, u):
-                return False
+                return -1
             mark[u] = in_k
             cut[nk] = u
             nk += 1
-    sc[S_WALK_VISITS] += nk
-    # What stays: members of K not resident whose child is the base or a member
-    # outside K, and their parents in K, transitively.
-    kept = scratch[SCRATCH_FRONTIER]
+    return nk
+
+
+@njit(cache=True)
+def _keep(g, rg, r, base, material, mark, cut, nk, in_k, stays, created, kept):
+    """Mark `stays` what of K stays in the interior: members not resident whose
+    child is the base or a member outside K, and their parents in K that are
+    not resident, transitively."""
     ns = 0
     for j in range(nk):
         v = cut[j]
@@ -191,11 +223,16 @@ def cut_off(g, sc, st, mark, scratch, rg, r):
                 mark[u] = stays
                 kept[ns] = u
                 ns += 1
-    # The frontier: arrivals cut off that a remaining member (or the base) still
-    # reaches join it; resident parents of what leaves, reached by nothing that
-    # remains, leave it. Found before anything changes.
-    joins = scratch[SCRATCH_NEW_RESIDENT]
-    leaves = scratch[SCRATCH_MEMBERS]
+
+
+@njit(cache=True)
+def _frontier_changes(g, rg, r, base, material, mark, cut, nk, in_k, created, joins, leaves):
+    """What leaves K (still marked `in_k`) does to the frontier, found before
+    anything changes: the arrivals among it that a remaining member (or the
+    base) still reaches join; resident parents of it that nothing remaining
+    reaches leave. Returns (joins, leaves), or (-1, 0) when the frontier is not
+    what the rules expect."""
+    seen = in_k + 2
     nj = 0
     nl = 0
     for j in range(nk):
@@ -204,7 +241,7 @@ def cut_off(g, sc, st, mark, scratch, rg, r):
             continue
         if material[v]:
             if frontier_has(rg, r, v):
-                return False
+                return -1, 0
             if _supported(g, rg, r, base, v, in_k, mark, created):
                 joins[nj] = v
                 nj += 1
@@ -212,29 +249,12 @@ def cut_off(g, sc, st, mark, scratch, rg, r):
             if g.bwd_time[e] >= created:
                 break
             p = g.bwd_nbr[e]
-            if mark[p] == seen or mark[p] == in_k or mark[p] == stays or not material[p]:
-                continue
+            if mark[p] >= in_k or not material[p]:
+                continue   # K (stays or not), already seen, or not resident
             mark[p] = seen
             if not _supported(g, rg, r, base, p, in_k, mark, created):
                 if not frontier_has(rg, r, p):
-                    return False
+                    return -1, 0
                 leaves[nl] = p
                 nl += 1
-    # Apply.
-    compute = st[R_COMPUTE]
-    lost = 0
-    for j in range(nk):
-        v = cut[j]
-        if mark[v] == in_k:
-            interior_remove(rg, r, v)
-            lost += compute[v]
-    rg.compute[r] -= lost
-    for j in range(nl):
-        frontier_remove(rg, r, leaves[j])
-    for j in range(nj):
-        if not frontier_add(rg, sc, r, joins[j]):
-            return True   # STATUS_ARENA_FULL: the driver reruns with a larger arena
-    sc[S_REBUILDS] += 1
-    rg.era[ERA_CUTS] += 1
-    stamp(rg, r)
-    return True
+    return nj, nl

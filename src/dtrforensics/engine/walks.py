@@ -107,6 +107,13 @@ def walk(g, sc, material, st_compute, mark, out_int, out_fr, base, backward):
     return n_int, n_fr, comp
 
 
+@njit(cache=True)
+def walk_apart(g, sc, material, st_compute, mark, out_int, out_fr, base, backward):
+    """`walk` as a function of its own, for the walks off the hot path (one
+    compiled copy instead of one inlined at each of their call sites)."""
+    return walk(g, sc, material, st_compute, mark, out_int, out_fr, base, backward)
+
+
 @njit(cache=True, inline="always")
 def rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
     """§8.2: recompute one region of storage s from scratch."""
@@ -163,8 +170,8 @@ def unsure_beyond(g, sc, st, mark, scratch, rg, s, direction, spared):
     region `spared`'s frontier (-1: none) keep what is known."""
     interior = scratch[SCRATCH_INTERIOR]
     frontier = scratch[SCRATCH_FRONTIER]
-    _, n_fr, _ = walk(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, interior, frontier, s,
-                      direction)
+    _, n_fr, _ = walk_apart(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, interior, frontier, s,
+                            direction)
     for i in range(n_fr):
         b = frontier[i]
         if spared < 0 or not frontier_has(rg, spared, b):
@@ -297,8 +304,8 @@ def _check_difference(g, sc, st, mark, scratch, rg, r):
     in S_ANOMALIES."""
     interior = scratch[SCRATCH_INTERIOR]
     frontier = scratch[SCRATCH_FRONTIER]
-    n_int, n_fr, comp = walk(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, interior, frontier,
-                              region_base(r), region_direction(r))
+    n_int, n_fr, comp = walk_apart(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, interior,
+                                   frontier, region_base(r), region_direction(r))
     same = n_int == rg.len[r] and n_fr == rg.fr_live[r] and comp == rg.compute[r]
     for i in range(n_int):
         same = same and interior_has(rg, r, interior[i])
