@@ -250,29 +250,30 @@ def _rebuild_deferred(g, sc, st, mark, scratch, rg):
     rebuild those as differences (engine/cutoff.py) or by shared walks."""
     bases = scratch[SCRATCH_AFFECTED]
     n = rg.deferred_n[0]
-    m = 0
-    for i in range(n):
-        r = rg.deferred_list[i]
-        rg.deferred[r] = 0
-        bases[m] = region_base(r)
-        m += 1
-    shared_rebuilds(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, bases, m,
-                    FORWARD)
-    _defer_backward(sc, mark, scratch, rg, n)
-    n_all = rg.deferred_n[0]
-    m = 0
-    for i in range(n, n_all):
-        r = rg.deferred_list[i]
-        rg.deferred[r] = 0
-        if cut_off(g, sc, st, mark, scratch, rg, r):
-            if sc[S_DEBUG]:
-                _check_difference(g, sc, st, mark, scratch, rg, r)
-            continue
-        bases[m] = region_base(r)
-        m += 1
-    if m > 0:
-        shared_rebuilds(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, bases, m,
-                        BACKWARD)
+    n_all = n
+    for direction in (FORWARD, BACKWARD):   # a loop: numba compiles shared_rebuilds
+        m = 0                               # once per literal direction it is called with
+        if direction == FORWARD:
+            for i in range(n):
+                r = rg.deferred_list[i]
+                rg.deferred[r] = 0
+                bases[m] = region_base(r)
+                m += 1
+        else:
+            _defer_backward(sc, mark, scratch, rg, n)
+            n_all = rg.deferred_n[0]
+            for i in range(n, n_all):
+                r = rg.deferred_list[i]
+                rg.deferred[r] = 0
+                if cut_off(g, sc, st, mark, scratch, rg, r):
+                    if sc[S_DEBUG]:
+                        _check_difference(g, sc, st, mark, scratch, rg, r)
+                    continue
+                bases[m] = region_base(r)
+                m += 1
+        if m > 0:
+            shared_rebuilds(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, bases, m,
+                            direction)
     rg.deferred_n[0] = 0
     close_period(rg, rg.deferred_list, n_all)
 
