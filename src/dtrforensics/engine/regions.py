@@ -204,13 +204,7 @@ def interior_remove(rg, r, x):
         clear_bit(rg.bits, slot, x)
         rg.len[r] -= 1
         return
-    base = rg.start[r]
-    n = rg.len[r]
-    for i in range(n):
-        if rg.arena[base + i] == x:
-            rg.arena[base + i] = rg.arena[base + n - 1]
-            rg.len[r] = n - 1
-            return
+    _block_remove(rg, r, x)
 
 
 @njit(cache=True, inline="always")
@@ -407,14 +401,22 @@ def _frontier_discard(rg, r, e):
         clear_bit(rg.bits, slot, e)
         rg.fr_live[r] -= 1
         return True
-    arena = rg.arena
-    base = rg.start[f]
-    n = rg.len[f]
+    if not _block_remove(rg, f, e):
+        return False
+    rg.fr_live[r] = rg.len[f]
+    return True
+
+
+@njit(cache=True, inline="always")
+def _block_remove(rg, k, x):
+    """Remove x from listed set k (the last entry takes its place); False if it
+    was not there."""
+    base = rg.start[k]
+    n = rg.len[k]
     for i in range(n):
-        if arena[base + i] == e:
-            arena[base + i] = arena[base + n - 1]
-            rg.len[f] = n - 1
-            rg.fr_live[r] = n - 1
+        if rg.arena[base + i] == x:
+            rg.arena[base + i] = rg.arena[base + n - 1]
+            rg.len[k] = n - 1
             return True
     return False
 
