@@ -60,6 +60,7 @@ class OracleResult:
     dead_frees: int = 0
     distinct_evicted: int = 0
     stream_distinct: int = 0
+    frontier_misses: int = 0          # absorbs of a storage missing from the frontier (§8.3)
 
 
 class _OutOfMemory(Exception):
@@ -161,17 +162,20 @@ class Region:
                         self.compute += us.compute
                         stack.append(us)
 
-    def absorb(self, evicted: Storage) -> None:
-        """§8.3: `evicted` (a frontier member of this region) was just evicted."""
+    def absorb(self, evicted: Storage) -> bool:
+        """§8.3: `evicted` (a frontier member of this region) was just evicted.
+        Whether it was in the frontier (the reference asserts it: a miss)."""
         other = evicted.fwd if self.forward else evicted.bwd
         # The reference asserts `evicted` is in the frontier; discard keeps the
         # oracle usable on inputs where that invariant would not hold.
+        missed = evicted not in self.frontier
         self.frontier.discard(evicted)
         self.frontier |= other.frontier
         new_members = (other.interior - self.interior) | {evicted}
         for s in new_members:
             self.compute += s.compute
         self.interior |= new_members
+        return not missed
 
 
 # --------------------------------------------------------------------------- #
@@ -210,6 +214,7 @@ class Runtime:
         self.collateral_remats = 0
         self.victims: list[tuple[int, int, int]] = []
         self.stream: list[tuple[str, int, int]] = []
+        self.frontier_misses = 0
         self.oom: dict | None = None
 
     # ---- pool and locks ---------------------------------------------------- #
@@ -242,9 +247,9 @@ class Runtime:
             t.defined = False
         if self.use_regions:
             for p in list(s.bwd.frontier):
-                p.fwd.absorb(s)
+                self.frontier_misses += not p.fwd.absorb(s)
             for c in list(s.fwd.frontier):
-                c.bwd.absorb(s)
+                self.frontier_misses += not c.bwd.absorb(s)
             s.fwd.clear()
             s.bwd.clear()
         if kind == "pressure":
@@ -511,4 +516,5 @@ def run(program: Program, budget: int, policy: str = "dtr",
         dead_frees=sum(1 for kind, _, _ in rt.stream if kind == "dead"),
         distinct_evicted=len(set(victim_ids)),
         stream_distinct=len({sid for _, sid, _ in rt.stream}),
+        frontier_misses=rt.frontier_misses,
     )
