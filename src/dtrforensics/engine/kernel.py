@@ -200,7 +200,7 @@ from .regions import (  # noqa: F401  (kernel.compact_arena is an entry point)
     region,
 )
 from .score_call import call_score
-from .walks import build_all, evicting, flush, rebuild_around, view_made, walk
+from .walks import build_all, evicting, flush, pinned_now, rebuild_around, view_made, walk
 
 # The bytes an op allocates, asked by the materialization of t (§6.3).
 _request = njit(cache=True, inline="always")(request_bytes)
@@ -388,7 +388,7 @@ def _next_command(g, pol, sc, st, fr, scratch, mark, rg, stream, out, emit):
         _release(g, pol, sc, st, scratch, mark, rg, stream, out, emit, arg)
     else:  # CMD_PIN, §5.4
         if st[R_DEFINED, arg]:
-            _pin(g, sc, st, out, emit, arg)
+            _pin(g, pol, sc, st, rg, out, emit, arg)
         else:
             _push(sc, fr, arg, 1, ACT_PIN)
             if emit:
@@ -479,13 +479,16 @@ def _release(g, pol, sc, st, scratch, mark, rg, stream, out, emit, t):
 
 
 @njit(cache=True)
-def _pin(g, sc, st, out, emit, t):
-    """§5.4: lock a storage for good (it never returns to the pool)."""
+def _pin(g, pol, sc, st, rg, out, emit, t):
+    """§5.4: lock a storage for good (it never returns to the pool); its regions
+    known to be their walks are no longer kept (§8.9)."""
     s = g.tensor_storage[t]
     if st[R_PINNED, s]:
         return
     _lock(sc, st, g.tensor_size, s)
     st[R_PINNED, s] = 1
+    if pol[P_REGIONS] and sc[S_REGIONS_BUILT]:
+        pinned_now(rg, sc, s)
     if emit:
         _emit(out, sc, EV_PIN, t, s, g.tensor_size[s])
 
@@ -658,7 +661,7 @@ def _compute_and_unlock(g, pol, sc, st, fr, scratch, mark, rg, out, emit, f):
         for u in range(first, first + g.op_n_outputs[op]):
             st[R_LAST_ACCESS, g.tensor_storage[u]] = clock
     elif action == ACT_PIN:
-        _pin(g, sc, st, out, emit, t)
+        _pin(g, pol, sc, st, rg, out, emit, t)
 
 
 @njit(cache=True, inline="always")
@@ -678,6 +681,9 @@ def _evict(g, pol, sc, st, mark, scratch, rg, s):
     if sc[S_DEBUG] and (st[R_LOCK, s] != 0 or st[R_PINNED, s]):
         sc[S_ANOMALIES] += 1
     flush(g, sc, st, mark, scratch, rg)   # before residency changes (and absorbs read)
+    regions_kept = pol[P_REGIONS] and sc[S_REGIONS_BUILT]   # none kept before (§8.7)
+    if regions_kept:
+        evicting(g, sc, st, mark, scratch, rg, s)   # while s is resident (§8.9)
     st[R_MATERIAL, s] = 0
     sc[S_MEMORY] -= g.tensor_size[s]
     _pool_remove(sc, st, g.tensor_size, s)
@@ -687,10 +693,9 @@ def _evict(g, pol, sc, st, mark, scratch, rg, s):
         if u >= created:
             break
         st[R_DEFINED, u] = 0
-    if pol[P_REGIONS] and sc[S_REGIONS_BUILT]:   # none kept before (§8.7)
+    if regions_kept:
         rf = region(s, FORWARD)
         rb = region(s, BACKWARD)
-        evicting(g, sc, st, mark, scratch, rg, s)
         members = scratch[SCRATCH_MEMBERS]
         sc[S_EPOCH] += 1
         n = frontier_members(rg, rb, members, mark, sc[S_EPOCH])

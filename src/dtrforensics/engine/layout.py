@@ -89,6 +89,9 @@ FRAME_ROWS = ("tensor", "remat", "phase", "index", "pending_start", "pending_cou
 
 # Directions of an evicted neighbourhood (semantics.md §8.1): region 2*s + d.
 FORWARD, BACKWARD = 0, 1
+# A region's compute while it is not kept: a pinned storage's region, known to
+# be its walk (semantics.md §8.9; every kept compute is >= 0).
+UNKEPT = -1
 
 # Slots of `Regions.memo_gate`: how the memo rows of shared walks have fared
 # lately (walks.shared_rebuilds): failed attempts, and rebuild rounds left to

@@ -1,8 +1,9 @@
 """Evicted neighbourhoods' sets (semantics.md §8), behind one small interface:
 `build` a set, list (iterate) a region's `frontier_members`, and `absorb` an
 evicted storage (§8.3), into many regions at once with `absorb_into`; `clear`
-empties a region; `interior_has`, `interior_remove`, `frontier_has`,
-`frontier_add` and `frontier_remove` change one member (engine/cutoff.py).
+empties a region, and `unkeep` stops keeping one (§8.9); `interior_has`,
+`interior_remove`, `frontier_has`, `frontier_add` and `frontier_remove` change
+one member (engine/cutoff.py).
 `check` is the debug pass over their invariants.
 
 Laid out as in `state.Regions`: each of the 2n regions (`region(s, d)`, storage
@@ -35,6 +36,7 @@ from .layout import (
     S_FRONTIER_MISSES,
     S_STATUS,
     STATUS_ARENA_FULL,
+    UNKEPT,
 )
 
 # From this many members a frontier is indexed and a large set is its bitset
@@ -152,7 +154,9 @@ def absorb_into(sc, st_compute, mark, rg, bases, n, direction, e, r2):
     bases[:n], in their order: one call for all of an eviction's frontier
     (a call carrying the regions tuple cost more than most absorbs)."""
     for i in range(n):
-        absorb(sc, st_compute, mark, rg, region(bases[i], direction), e, r2)
+        r = region(bases[i], direction)
+        if kept(rg, r):   # one not kept stays its walk (§8.9, walks.evicting)
+            absorb(sc, st_compute, mark, rg, r, e, r2)
 
 
 @njit(cache=True, inline="always")
@@ -188,6 +192,19 @@ def clear(rg, sc, r):
     rg.fresh[r] = 0
     _drop_index(rg, sc, r)
     _drop_index(rg, sc, f)
+
+
+@njit(cache=True, inline="always")
+def unkeep(rg, sc, r):
+    """§8.9: region r (of a pinned storage, known to be its walk) is no longer kept."""
+    clear(rg, sc, r)
+    rg.compute[r] = UNKEPT
+
+
+@njit(cache=True, inline="always")
+def kept(rg, r):
+    """Whether region r is kept (§8.9)."""
+    return rg.compute[r] != UNKEPT
 
 
 @njit(cache=True, inline="always")

@@ -32,6 +32,7 @@ from .layout import (
     MASK_BASES,
     R_COMPUTE,
     R_MATERIAL,
+    R_PINNED,
     S_ANOMALIES,
     S_CREATED,
     S_DEBUG,
@@ -51,9 +52,11 @@ from .regions import (
     frontier_has,
     frontier_members,
     interior_has,
+    kept,
     region,
     region_base,
     region_direction,
+    unkeep,
 )
 
 
@@ -160,34 +163,68 @@ def rebuild_around(g, sc, st, mark, scratch, rg, newly, n_new):
 # What is known of regions (engine/cutoff.py) where the rules' upkeep misses a
 # change: an eviction whose own regions are not known to be their walks (some
 # region holding it in its frontier may miss its absorb), and a view (a compute
-# added to a storage the regions' sums hold, edges no rebuild follows).
+# added to a storage the regions' sums hold, edges no rebuild follows). A region
+# not kept (§8.9) is built from its walk first, as it stood before the change.
 
 @njit(cache=True)
-def unsure_beyond(g, sc, st, mark, scratch, rg, s, direction, spared):
+def unsure_beyond(g, sc, st, mark, scratch, rg, s, direction, spared, created):
     """The regions whose walk reaches storage s from the other side (the bases in
     the frontier of s's walk in `direction`, each one's region of the opposite
     direction) are no longer known to be their walks; those whose base is in
-    region `spared`'s frontier (-1: none) keep what is known."""
+    region `spared`'s frontier (-1: none) keep what is known. Those not kept are
+    built first over the edges of tensors below `created`."""
     interior = scratch[SCRATCH_INTERIOR]
     frontier = scratch[SCRATCH_FRONTIER]
     _, n_fr, _ = walk_apart(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, interior, frontier, s,
                             direction)
+    unkept = scratch[SCRATCH_MEMBERS]
+    n_unkept = 0
     for i in range(n_fr):
         b = frontier[i]
         if spared < 0 or not frontier_has(rg, spared, b):
-            rg.fresh[region(b, BACKWARD - direction)] = 0
+            r = region(b, BACKWARD - direction)
+            rg.fresh[r] = 0
+            if not kept(rg, r):
+                unkept[n_unkept] = r
+                n_unkept += 1
+    for i in range(n_unkept):   # after the loop: a build walks in the frontier's row
+        keep_again(g, sc, st, mark, scratch, rg, unkept[i], created)
+        rg.fresh[unkept[i]] = 0
 
 
 @njit(cache=True, inline="always")
 def evicting(g, sc, st, mark, scratch, rg, s):
-    """Storage s is evicted; the regions holding it in their frontier absorb it
-    only where their base is in s's opposite frontier (§8.3). Where one of s's
-    regions is not known to be its walk, those its walk reaches and it lacks
-    miss their absorb: they are no longer known to be their walks."""
+    """Storage s is about to be evicted (still resident); the regions holding it
+    in their frontier absorb it only where their base is in s's opposite
+    frontier (§8.3). Where one of s's regions is not known to be its walk, those
+    its walk reaches and it lacks miss their absorb: they are no longer known to
+    be their walks. The regions not kept that would not stay their walks are
+    built first (§8.9)."""
     for direction in (FORWARD, BACKWARD):
         r = region(s, direction)
+        _keep_absorbing(g, sc, st, mark, scratch, rg, s, direction)
         if rg.fresh[r] == 0:
-            unsure_beyond(g, sc, st, mark, scratch, rg, s, direction, r)
+            unsure_beyond(g, sc, st, mark, scratch, rg, s, direction, r, sc[S_CREATED])
+
+
+@njit(cache=True)
+def _keep_absorbing(g, sc, st, mark, scratch, rg, s, direction):
+    """§8.9: each region not kept that absorbs s as a member of s's `direction`
+    frontier (its base's region of the other direction) is built from its walk
+    now, unless the absorb leaves it its walk: s's region listing it and s's
+    region it takes in are known to be their walks, and its base is not in the
+    latter's frontier (a cycle)."""
+    listing = region(s, direction)
+    taken = region(s, BACKWARD - direction)
+    sure = rg.fresh[listing] != 0 and rg.fresh[taken] != 0
+    members = scratch[SCRATCH_MEMBERS]
+    sc[S_EPOCH] += 1
+    n = frontier_members(rg, listing, members, mark, sc[S_EPOCH])
+    for i in range(n):
+        b = members[i]
+        r = region(b, BACKWARD - direction)
+        if not kept(rg, r) and not (sure and not frontier_has(rg, taken, b)):
+            keep_again(g, sc, st, mark, scratch, rg, r, sc[S_CREATED])
 
 
 @njit(cache=True)
@@ -196,18 +233,56 @@ def view_made(g, sc, st, mark, scratch, rg, op, s):
     and each argument on another storage a links a -> s. Regions holding s's
     old compute (backward walks reaching s while it is not resident), s's
     backward and a's forward region, and forward walks reaching a while it is
-    not resident, are no longer known to be their walks."""
+    not resident, are no longer known to be their walks. (The view is the last
+    tensor created.)"""
     material = st[R_MATERIAL]
+    before = sc[S_CREATED] - 1
     if not material[s]:
-        unsure_beyond(g, sc, st, mark, scratch, rg, s, FORWARD, -1)
+        unsure_beyond(g, sc, st, mark, scratch, rg, s, FORWARD, -1, before)
     for i in range(g.op_arg_ptr[op], g.op_arg_ptr[op + 1]):
         a = g.tensor_storage[g.op_args[i]]
         if a == s:
             continue
-        rg.fresh[region(s, BACKWARD)] = 0
-        rg.fresh[region(a, FORWARD)] = 0
+        _unsure(g, sc, st, mark, scratch, rg, region(s, BACKWARD), before)
+        _unsure(g, sc, st, mark, scratch, rg, region(a, FORWARD), before)
         if not material[a]:
-            unsure_beyond(g, sc, st, mark, scratch, rg, a, BACKWARD, -1)
+            unsure_beyond(g, sc, st, mark, scratch, rg, a, BACKWARD, -1, before)
+
+
+@njit(cache=True, inline="always")
+def _unsure(g, sc, st, mark, scratch, rg, r, created):
+    """Region r is no longer known to be its walk (built first if not kept)."""
+    if not kept(rg, r):
+        keep_again(g, sc, st, mark, scratch, rg, r, created)
+    rg.fresh[r] = 0
+
+
+# Regions of pinned storages (§8.9). A pinned storage is never a candidate nor
+# a victim, so the rules never read its regions but to count frontier misses,
+# while the whole LSTM's weights' forward regions are rebuilt around every
+# remat chain and unroll_gan's constants absorb most dead frees. Such a region,
+# known to be its walk, is not kept: no rebuild, no absorb, until a change
+# after which it may not be its walk (above) builds it again.
+
+@njit(cache=True)
+def pinned_now(rg, sc, s):
+    """Storage s was pinned: its regions known to be their walks (and not
+    waiting for a rebuild) are no longer kept."""
+    for direction in (FORWARD, BACKWARD):
+        r = region(s, direction)
+        if rg.fresh[r] != 0 and rg.deferred[r] == 0:
+            unkeep(rg, sc, r)
+
+
+@njit(cache=True)
+def keep_again(g, sc, st, mark, scratch, rg, r, created):
+    """Region r, not kept, built as its walk over the edges of tensors below
+    `created`: the sets it stood for (the walk before the change at hand)."""
+    now = sc[S_CREATED]
+    sc[S_CREATED] = created
+    rebuild(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, region_base(r),
+            region_direction(r))
+    sc[S_CREATED] = now
 
 
 # Deferred rebuilds. Most regions a compute rebuilds are read only by the next
@@ -223,8 +298,9 @@ def view_made(g, sc, st, mark, scratch, rg, op, s):
 
 @njit(cache=True, inline="always")
 def defer(rg, r):
-    """Region r's rebuild waits for the next `flush` (once, however often asked)."""
-    if rg.deferred[r] == 0:
+    """Region r's rebuild waits for the next `flush` (once, however often asked;
+    never for a region not kept, which is its walk, §8.9)."""
+    if rg.deferred[r] == 0 and kept(rg, r):
         rg.deferred[r] = 1
         n = rg.deferred_n[0]
         rg.deferred_list[n] = r
@@ -294,8 +370,9 @@ def _defer_backward(sc, mark, scratch, rg, n):
         k = frontier_members(rg, r, members, mark, sc[S_EPOCH])
         for j in range(k):
             b = region(members[j], BACKWARD)
-            defer(rg, b)
-            note_cause(rg, b, y)
+            if kept(rg, b):   # §8.9
+                defer(rg, b)
+                note_cause(rg, b, y)
 
 
 @njit(cache=True)
@@ -326,20 +403,25 @@ def _check_difference(g, sc, st, mark, scratch, rg, r):
 @njit(cache=True)
 def build_all(g, sc, st, mark, scratch, rg, created):
     """Both regions of every resident storage (§8.2), walks shared (§8.6),
-    following the edges of tensors below `created` only."""
+    following the edges of tensors below `created` only; a pinned storage's
+    are not kept (§8.9): they would be their walks."""
     material = st[R_MATERIAL]
+    pinned = st[R_PINNED]
     bases = scratch[SCRATCH_AFFECTED]
     m = 0
     for s in range(material.shape[0]):
-        if material[s]:
+        if material[s] and pinned[s]:
+            unkeep(rg, sc, region(s, FORWARD))
+            unkeep(rg, sc, region(s, BACKWARD))
+        elif material[s]:
             bases[m] = s
             m += 1
+    if m == 0:
+        return
     now = sc[S_CREATED]
     sc[S_CREATED] = created
     for direction in (FORWARD, BACKWARD):
-        if m > 0:
-            shared_rebuilds(g, sc, material, st[R_COMPUTE], mark, scratch, rg, bases, m,
-                            direction)
+        shared_rebuilds(g, sc, material, st[R_COMPUTE], mark, scratch, rg, bases, m, direction)
     sc[S_CREATED] = now
 
 
