@@ -694,17 +694,14 @@ def _evict(g, pol, sc, st, mark, scratch, rg, s):
             break
         st[R_DEFINED, u] = 0
     if regions_kept:
-        rf = region(s, FORWARD)
-        rb = region(s, BACKWARD)
         members = scratch[SCRATCH_MEMBERS]
-        sc[S_EPOCH] += 1
-        n = frontier_members(rg, rb, members, mark, sc[S_EPOCH])
-        absorb_into(sc, st[R_COMPUTE], mark, rg, members, n, FORWARD, s, rf)
-        sc[S_EPOCH] += 1
-        n = frontier_members(rg, rf, members, mark, sc[S_EPOCH])
-        absorb_into(sc, st[R_COMPUTE], mark, rg, members, n, BACKWARD, s, rb)
-        clear(rg, sc, rf)
-        clear(rg, sc, rb)
+        for listing in (BACKWARD, FORWARD):   # a loop: absorb_into compiled once, not
+            taken = BACKWARD - listing        # once per literal direction
+            sc[S_EPOCH] += 1
+            n = frontier_members(rg, region(s, listing), members, mark, sc[S_EPOCH])
+            absorb_into(sc, st[R_COMPUTE], mark, rg, members, n, taken, s, region(s, taken))
+        clear(rg, sc, region(s, FORWARD))
+        clear(rg, sc, region(s, BACKWARD))
 
 
 @njit(cache=True, inline="always")

@@ -237,8 +237,10 @@ def view_made(g, sc, st, mark, scratch, rg, op, s):
     tensor created.)"""
     material = st[R_MATERIAL]
     before = sc[S_CREATED] - 1
+    # not literals: numba would compile unsure_beyond once per literal argument
+    forward, backward, none = np.int64(FORWARD), np.int64(BACKWARD), np.int64(-1)
     if not material[s]:
-        unsure_beyond(g, sc, st, mark, scratch, rg, s, FORWARD, -1, before)
+        unsure_beyond(g, sc, st, mark, scratch, rg, s, forward, none, before)
     for i in range(g.op_arg_ptr[op], g.op_arg_ptr[op + 1]):
         a = g.tensor_storage[g.op_args[i]]
         if a == s:
@@ -246,7 +248,7 @@ def view_made(g, sc, st, mark, scratch, rg, op, s):
         _unsure(g, sc, st, mark, scratch, rg, region(s, BACKWARD), before)
         _unsure(g, sc, st, mark, scratch, rg, region(a, FORWARD), before)
         if not material[a]:
-            unsure_beyond(g, sc, st, mark, scratch, rg, a, BACKWARD, -1, before)
+            unsure_beyond(g, sc, st, mark, scratch, rg, a, backward, none, before)
 
 
 @njit(cache=True, inline="always")
@@ -280,8 +282,10 @@ def keep_again(g, sc, st, mark, scratch, rg, r, created):
     `created`: the sets it stood for (the walk before the change at hand)."""
     now = sc[S_CREATED]
     sc[S_CREATED] = created
-    rebuild(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, region_base(r),
-            region_direction(r))
+    base = scratch[SCRATCH_AFFECTED]   # one base: a plain rebuild, by shared_rebuilds'
+    base[0] = region_base(r)           # compiled copy rather than one more of its own
+    shared_rebuilds(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, base, np.int64(1),
+                    region_direction(r))
     sc[S_CREATED] = now
 
 
