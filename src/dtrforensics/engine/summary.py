@@ -114,10 +114,12 @@ def decimal_list(values) -> bytes:
 
 
 def distinct_count(values: np.ndarray) -> int:
-    """How many distinct values: sorted and counted in numpy (a Python set of tens of
-    thousands of ids costs milliseconds a replay; np.unique's first call imports
-    numpy.ma, 12 ms)."""
+    """How many distinct values (storage ids, >= 0): marked in a boolean array and
+    counted (a Python set of tens of thousands of ids costs milliseconds a
+    replay, sorting them a third more than marking; np.unique's first call
+    imports numpy.ma, 12 ms)."""
     if len(values) == 0:
         return 0
-    ordered = np.sort(values)
-    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1
+    seen = np.zeros(int(values.max()) + 1, dtype=bool)
+    seen[values] = True
+    return int(np.count_nonzero(seen))
