@@ -31,7 +31,8 @@ Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "c
 # (the last nineteen: WORK_FIELDS)
 Regions.__doc__ = """Evicted neighbourhoods (engine/regions.py), two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
-arena; `compute` is each region's interior compute; large sets have a
+arena; `compute` is each region's interior compute, or layout.UNKEPT for a
+pinned storage's region that is not kept (semantics.md §8.9); large sets have a
 membership bitset (a row of `bits`, taken from the `free_slots` stack), and
 some are that bitset alone (`cap` 0, `len` the member count, no block): large
 interiors, and large frontiers made by shared walks.
