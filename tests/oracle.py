@@ -61,6 +61,7 @@ class OracleResult:
     distinct_evicted: int = 0
     stream_distinct: int = 0
     frontier_misses: int = 0          # absorbs of a storage missing from the frontier (§8.3)
+    order_dependent: bool = False     # a storage absorbed itself: the misses depend on set order
 
 
 class _OutOfMemory(Exception):
@@ -182,6 +183,10 @@ class Region:
 # Runtime (sections 4-7)
 # --------------------------------------------------------------------------- #
 
+def _storage_id(s: Storage) -> int:
+    return s.id
+
+
 class Runtime:
     def __init__(self, program: Program, budget: int, policy: str, remat_limit):
         if policy not in POLICIES:
@@ -215,6 +220,7 @@ class Runtime:
         self.victims: list[tuple[int, int, int]] = []
         self.stream: list[tuple[str, int, int]] = []
         self.frontier_misses = 0
+        self.order_dependent = False      # a storage absorbed itself: see evict
         self.oom: dict | None = None
 
     # ---- pool and locks ---------------------------------------------------- #
@@ -246,9 +252,14 @@ class Runtime:
         for t in s.tensors:
             t.defined = False
         if self.use_regions:
-            for p in list(s.bwd.frontier):
+            # In id order, not the reference's set order: that order only shows where
+            # s is in its own frontier (a cycle of views), and then s's region absorbs
+            # s amid the others' absorbs of it, so what they take in, and the misses
+            # that follow, depend on it: no count is then the reference's (§8.3).
+            self.order_dependent |= s in s.bwd.frontier or s in s.fwd.frontier
+            for p in sorted(s.bwd.frontier, key=_storage_id):
                 self.frontier_misses += not p.fwd.absorb(s)
-            for c in list(s.fwd.frontier):
+            for c in sorted(s.fwd.frontier, key=_storage_id):
                 self.frontier_misses += not c.bwd.absorb(s)
             s.fwd.clear()
             s.bwd.clear()
@@ -517,4 +528,5 @@ def run(program: Program, budget: int, policy: str = "dtr",
         distinct_evicted=len(set(victim_ids)),
         stream_distinct=len({sid for _, sid, _ in rt.stream}),
         frontier_misses=rt.frontier_misses,
+        order_dependent=rt.order_dependent,
     )

@@ -37,7 +37,8 @@ def test_engine_agrees_with_oracle(program, fraction, policy):
     assert list(s.budget_interval) == list(want.budget_interval)
     assert (s.max_pinned.bytes, s.max_pinned.depth, s.max_pinned.op_id) == tuple(want.max_pinned)
     assert s.ops_done == want.ops_done
-    assert s.frontier_misses == want.frontier_misses
+    if not want.order_dependent:
+        assert s.frontier_misses == want.frontier_misses
     if want.oom is None:
         assert s.oom is None
     else:
