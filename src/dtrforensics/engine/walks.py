@@ -183,13 +183,13 @@ def unsure_beyond(g, sc, st, mark, scratch, rg, s, direction, spared, created):
         b = frontier[i]
         if spared < 0 or not frontier_has(rg, spared, b):
             r = region(b, BACKWARD - direction)
-            rg.fresh[r] = 0
-            if not kept(rg, r):
+            if kept(rg, r):
+                rg.fresh[r] = 0
+            else:
                 unkept[n_unkept] = r
                 n_unkept += 1
     for i in range(n_unkept):   # after the loop: a build walks in the frontier's row
-        keep_again(g, sc, st, mark, scratch, rg, unkept[i], created)
-        rg.fresh[unkept[i]] = 0
+        _unsure(g, sc, st, mark, scratch, rg, unkept[i], created)
 
 
 @njit(cache=True, inline="always")
