@@ -49,6 +49,29 @@ def test_views_have_run_id_and_every_declared_column(two_runs):
     assert [c for c, _ in columns(con, "runs")] == list(RUNS.column_names)
 
 
+def test_small_recordings_read_into_memory_answer_as_the_files_do(two_runs, tmp_path):
+    """load_below: tables of the same rows and types as the views over the files,
+    and the connection reads no other file; files over the limit stay views."""
+    (tmp_path / "other.csv").write_text("a\n1\n")
+    files = db.connect(two_runs)
+    size = sum(os.path.getsize(p) for p in two_runs.rglob("*.parquet"))
+    loaded = db.connect(two_runs, load_below=size)
+    kinds = dict(loaded.sql("SELECT table_name, table_type FROM information_schema.tables")
+                 .fetchall())
+    for table in FILE_TABLES:
+        assert kinds[table.name] == "BASE TABLE", table.name
+        assert columns(loaded, table.name) == columns(files, table.name)
+        rows = f"SELECT * FROM {table.name} ORDER BY ALL"
+        assert loaded.sql(rows).fetchall() == files.sql(rows).fetchall(), table.name
+    assert files.sql("SELECT count(*) FROM candidates").fetchall() != [(0,)]
+    with pytest.raises(duckdb.Error):
+        loaded.sql(f"SELECT * FROM read_csv('{tmp_path / 'other.csv'}')").fetchall()
+    over = db.connect(two_runs, load_below=size - 1)
+    kinds = dict(over.sql("SELECT table_name, table_type FROM information_schema.tables")
+                 .fetchall())
+    assert {kinds[t.name] for t in FILE_TABLES} == {"VIEW"}
+
+
 def test_empty_connection_is_typed(tmp_path):
     con = db.connect([])
     for table in FILE_TABLES:

@@ -4,7 +4,11 @@
 table of the recording format (`events`, `decisions`, `candidates`,
 `storages`, `tensors`, `ops`) plus `runs` (one row per recording, from
 run.json). Every view has a leading `run_id` column: the recording folder's
-name. Views read the Parquet files in place (nothing is loaded up front); a
+name. Views read the Parquet files in place (nothing is loaded up front),
+unless `load_below` says the files are small enough to read into memory at
+once: the views are then tables of the same rows. Every query over a view
+binds its Parquet files anew, and over the few kilobytes of a small
+recording that binding, not the reading, is most of a query's time. A
 table a recording lacks (candidates without scores=all) contributes no rows,
 and every view has all its declared columns and types even when empty.
 
@@ -115,10 +119,13 @@ def runs_table(recordings: list[Recording], run_ids: list[str] | None = None) ->
 
 
 def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathLike = (),
-            *, database: str = ":memory:", read_only: bool = True) -> duckdb.DuckDBPyConnection:
+            *, database: str = ":memory:", read_only: bool = True,
+            load_below: int = 0) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection over the given recordings (Recording objects, recording
     folders, or folders holding recordings; partial folders are skipped with a warning).
-    read_only: the connection may read the recordings' files and no other (see above)."""
+    read_only: the connection may read the recordings' files and no other (see above).
+    load_below: where the recordings' Parquet files total at most this many bytes,
+    their rows are read into memory once (tables, not views; see above)."""
     if isinstance(recordings, (str, os.PathLike, Recording)):
         recordings = [recordings]
     recs: list[Recording] = []
@@ -126,17 +133,17 @@ def connect(recordings: Iterable[Recording | str | os.PathLike] | str | os.PathL
         recs.extend([item] if isinstance(item, Recording) else find_recordings([item]))
     run_ids = _run_ids(recs)
     con = duckdb.connect(database)
-    files: list[str] = []
     con.register("_dtrf_runs", runs_table(recs, run_ids))
     con.execute("CREATE OR REPLACE VIEW runs AS SELECT * FROM _dtrf_runs")
+    parts = {table.name: [(run_id, [str(path.absolute())])
+                          for rec, run_id in zip(recs, run_ids)
+                          if (path := rec.table_path(table.name)) is not None]
+             for table in FILE_TABLES}
+    files = [f for table_parts in parts.values() for _, (f,) in table_parts]
+    load = load_below > 0 and sum(os.path.getsize(f) for f in files) <= load_below
     for table in FILE_TABLES:
-        parts = []
-        for rec, run_id in zip(recs, run_ids):
-            path = rec.table_path(table.name)
-            if path is not None:
-                parts.append((run_id, [str(path.absolute())]))
-                files.append(parts[-1][1][0])
-        union_view(con, table.name, table.query_schema(), "run_id", parts)
+        union_view(con, table.name, table.query_schema(), "run_id", parts[table.name],
+                   load=load)
     if read_only:
         lock_down(con, files)
     return con
@@ -171,9 +178,10 @@ def _remove_private(folder: str, owner: int) -> None:
 
 
 def union_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, id_column: str,
-               parts: list[tuple[str, list[str]]]) -> None:
+               parts: list[tuple[str, list[str]]], *, load: bool = False) -> None:
     """A view `name`: a leading `id_column`, then `schema`'s columns, over the
-    Parquet files of each (id, files) part; typed and empty when there are none."""
+    Parquet files of each (id, files) part; typed and empty when there are none.
+    load: a table of those rows instead, read now."""
     empty = f"_dtrf_empty_{name}"
     con.register(empty, schema.empty_table())
     cols = ", ".join(ident(c) for c in (id_column, *schema.names))
@@ -182,7 +190,8 @@ def union_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, id_
                 f"FROM read_parquet([{', '.join(map(quote, files))}], union_by_name = true)"
                 for part_id, files in parts if files]
     union = "\nUNION ALL BY NAME\n".join(selects)
-    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM ({union})")
+    kind = "TABLE" if load else "VIEW"
+    con.execute(f"CREATE OR REPLACE {kind} {name} AS SELECT {cols} FROM ({union})")
 
 
 # Statements that only read, or define things in the in-memory database.

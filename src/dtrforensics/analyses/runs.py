@@ -147,6 +147,12 @@ def record_spec(spec: RunSpec, *, scores: str = "victims",
     return open_recording(where)
 
 
+# Recordings whose Parquet files total at most this are read into memory when
+# opened together (db.connect's load_below): `dtrf edges` on the demo's hole
+# then takes 2.8 s instead of 3.6 s, each query binding no file.
+LOAD_BELOW = 16 * 2**20
+
+
 def open_together(recordings: Sequence[Recording], *, every_query: bool = False
                   ) -> tuple[db.QueriesOnDemand, list[str]]:
     """One connection over the recordings (each folder once) on which a shipped
@@ -157,7 +163,7 @@ def open_together(recordings: Sequence[Recording], *, every_query: bool = False
     for rec in recordings:
         if all(rec.path.resolve() != u.path.resolve() for u in unique):
             unique.append(rec)
-    con = db.QueriesOnDemand(db.connect(unique))
+    con = db.QueriesOnDemand(db.connect(unique, load_below=LOAD_BELOW))
     if every_query:
         con.installed.update(db.install_queries(con.connection))
     by_path = {p: r for r, p in con.sql("SELECT run_id, path FROM runs").fetchall()}
