@@ -19,27 +19,24 @@
 --   candidates         storages scored at this decision (null without scores=all)
 --   pool_size          the pool at the decision (decisions.pool_size)
 CREATE OR REPLACE MACRO candidate_rank(run, decision_index, storage) AS TABLE
+-- one pass over each table (a scalar subquery per fact planned each one anew)
 WITH d AS (
-    SELECT * FROM decisions WHERE run_id = run AND decision = decision_index
+    SELECT count(*) AS n_decisions,
+           any_value(victim) AS victim,
+           any_value(score) AS victim_score,
+           any_value(runner_up) AS runner_up,
+           any_value(runner_up_score) AS runner_up_score,
+           any_value(pool_size) AS pool_size
+    FROM decisions WHERE run_id = run AND decision = decision_index
 ),
 c AS (
-    SELECT * FROM candidates WHERE run_id = run AND decision = decision_index
-),
-mine AS (
-    SELECT * FROM c WHERE storage_id = storage
+    SELECT count(*) AS n_candidates,
+           any_value(rank) FILTER (WHERE storage_id = storage) AS c_rank,
+           any_value(score) FILTER (WHERE storage_id = storage) AS c_score
+    FROM candidates WHERE run_id = run AND decision = decision_index
 ),
 facts AS (
-    SELECT
-        (SELECT count(*) FROM c) AS n_candidates,
-        (SELECT count(*) FROM d) AS n_decisions,
-        (SELECT any_value(victim) FROM d) AS victim,
-        (SELECT any_value(score) FROM d) AS victim_score,
-        (SELECT any_value(runner_up) FROM d) AS runner_up,
-        (SELECT any_value(runner_up_score) FROM d) AS runner_up_score,
-        (SELECT any_value(pool_size) FROM d) AS pool_size,
-        (SELECT any_value(rank) FROM mine) AS c_rank,
-        (SELECT any_value(score) FROM mine) AS c_score,
-        (SELECT any_value(chosen) FROM mine) AS c_chosen
+    SELECT * FROM d, c
 )
 SELECT
     run AS run_id,
