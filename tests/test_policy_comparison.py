@@ -4,6 +4,7 @@ dominance spans, the command on the embedded trace, stale policy files."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from cli import dtrf
@@ -68,6 +69,35 @@ def test_exact_comparison_spans_tile_the_range(compared):
 def test_compare_policies_draws_its_figure(compared):
     _, doc = compared
     assert doc["figures"] and all(open(p, "rb").read(4) for p in doc["figures"])
+
+
+def test_the_figure_is_drawn_again_only_when_it_would_change(compared, tmp_path):
+    """Asked again on the finished sweep, the command leaves its figure files as
+    they are (the same key: same content, same drawing code); a file that is not
+    that figure any more (changed, removed) makes it draw both again."""
+    from dtrforensics.render.figure_files import KEY_FIELD, figure_key, png_text, svg_has
+    out, doc = compared
+    png, svg = (Path(p) for p in doc["figures"])
+    key = png_text(png, KEY_FIELD)
+    assert key is not None and svg_has(svg, key)
+    args = ("compare-policies", "hole-rnn-seed16", "--policy", f"dtr,{MIN_SIZE}", "--from",
+            "0.8", "--to", "1.0", "--exact", "--jobs", "1", "-o", out, "--json")
+    before = [(p.stat().st_ino, p.stat().st_mtime_ns) for p in (png, svg)]
+    again = dtrf(*args)
+    assert json.loads(again.out)["figures"] == doc["figures"] and "replaced" not in again.err
+    assert [(p.stat().st_ino, p.stat().st_mtime_ns) for p in (png, svg)] == before
+    other = "another figure".ljust(len(key))
+    changes = (lambda: png.write_bytes(png.read_bytes().replace(key.encode(), other.encode())),
+               lambda: svg.write_text(svg.read_text().replace(key, other)),
+               png.unlink)
+    for change in changes:
+        change()
+        redrawn = dtrf(*args)
+        assert redrawn.code == 0 and f"replaced {svg}" in redrawn.err
+        assert png_text(png, KEY_FIELD) == key and svg_has(svg, key)
+    assert figure_key(doc) != figure_key({**doc, "peak": doc["peak"] + 1})
+    (tmp_path / "not.png").write_bytes(b"GIF89a")
+    assert png_text(tmp_path / "not.png", KEY_FIELD) is None
 
 
 def test_a_changed_policy_file_is_not_resumed(tmp_path):

@@ -109,7 +109,9 @@ def compare_policies_command(
 
 
 def _figure(result, stem: Path) -> list[Path]:
+    """The comparison's figure, drawn again only if it changed (`figure_files`)."""
+    from ..render.figure_files import save_figure
     from ..render.policy_comparison import figure
-    from ..render.sweep_plot import figure_paths, save
+    from ..render.sweep_plot import figure_paths
     with reporting_replaced(*figure_paths(stem)):
-        return save(figure(result), stem)
+        return save_figure(lambda: figure(result), stem, result)[0]

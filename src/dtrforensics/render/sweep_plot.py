@@ -537,11 +537,13 @@ def figure_paths(stem: str | os.PathLike) -> list[Path]:
     return [stem.with_suffix(".png"), stem.with_suffix(".svg")]
 
 
-def save(fig, stem: str | os.PathLike) -> list[Path]:
+def save(fig, stem: str | os.PathLike, metadata: dict[str, str] | None = None) -> list[Path]:
     """Write STEM.png and STEM.svg, each whole or not at all (atomically), into
-    STEM's folder, which must exist (`fsutil.require_parent`); returns both paths."""
+    STEM's folder, which must exist (`fsutil.require_parent`); returns both paths.
+    metadata: text fields both files carry (matplotlib's `metadata`; see
+    `figure_files`)."""
     paths = figure_paths(stem)
     for path, options in zip(paths, ({"dpi": DPI, "format": "png"}, {"format": "svg"})):
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, **options)
+            fig.savefig(tmp, **options, metadata=metadata)
     return paths
