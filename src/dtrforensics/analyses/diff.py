@@ -255,6 +255,16 @@ def diff(control: Recording, test: Recording, *, window_ops: int | None = None) 
         con.close()
 
 
+def first_divergence_of(con, control: Recording, test: Recording, ida: str, idb: str
+                        ) -> Divergence | None:
+    """`diff(control, test).first_divergence`, on a connection over both
+    (`open_together`, run ids `ida` and `idb`), without the rest of the report's
+    queries (`dtrf edges` reports only this of each edge)."""
+    d = _Diff(con, control, test, ida, idb)
+    d.shift = d.prefix_shift()
+    return d.first_divergence()[1]
+
+
 class _Diff:
     def __init__(self, con, rec_a: Recording, rec_b: Recording, ida: str, idb: str):
         self.con = con

@@ -22,7 +22,7 @@ from ..concepts import completes, is_regime_switch
 from ..jsonsafe import json_safe
 from ..recorder.reader import Recording
 from ..rows import fetch_dicts
-from .diff import diff
+from .diff import first_divergence_of
 from .runs import DEFAULT_CACHE, RunSpec, open_together, record_spec
 
 MAX_EDGES = 20
@@ -135,12 +135,8 @@ def _fits(shortfall: int) -> str:
     return f"{shortfall:,} B short" if shortfall > 0 else f"fits, {-shortfall:,} B to spare"
 
 
-def _decisive(below: Recording, above: Recording, program) -> DecisiveCheck | None:
-    con, ids = open_together([below, above])
-    try:
-        rows = fetch_dicts(con, "SELECT * FROM decisive_check(?, ?)", ids)
-    finally:
-        con.close()
+def _decisive(con, ids: list[str], program) -> DecisiveCheck | None:
+    rows = fetch_dicts(con, "SELECT * FROM decisive_check(?, ?)", ids)
     if not rows:
         return None
     r = rows[0]
@@ -180,8 +176,12 @@ def edges(sweep: str | os.PathLike, *, policy: str | None = None, threshold: flo
             on_edge(i + 1, min(len(found), max_edges))
         below, above = (record_spec(RunSpec(source, None, pol.policy, budget), cache=cache)
                         for budget in (a[1], b[0]))
-        decisive = _decisive(below, above, program)
-        first = diff(below, above).first_divergence
+        con, ids = open_together([below, above])
+        try:
+            decisive = _decisive(con, ids, program)
+            first = first_divergence_of(con, below, above, *ids)
+        finally:
+            con.close()
         victim = None if first is None else FirstDivergentVictim(
             position=first.position, below=_entry(first.a), above=_entry(first.b),
             op_id=first.op_id, cause=first.cause, below_module=first.a.module,
