@@ -215,6 +215,21 @@ def test_sql_command(two_runs, tmp_path):
     assert nothing.returncode == 2
 
 
+def test_users_sql_reads_the_files_through_views_it_cannot_change(two_runs):
+    """`dtrf sql` and `api.sql` keep the views however small the recordings (an
+    analysis would read them into tables): a statement changing their rows
+    fails, and nothing is loaded that the query does not read."""
+    from dtrforensics import api
+    kinds = api.sql("SELECT table_name, table_type FROM information_schema.tables",
+                    two_runs / "ok", two_runs / "oom")
+    assert {r["table_type"] for r in kinds if r["table_name"] in {t.name for t in FILE_TABLES}} \
+        == {"VIEW"}
+    for statement in ("DELETE FROM decisions", "INSERT INTO decisions SELECT * FROM decisions",
+                      "UPDATE events SET run_id = 'x'", "DROP TABLE decisions"):
+        changed = dtrf("sql", f"{statement}; SELECT count(*) FROM decisions", two_runs)
+        assert changed.returncode == 2 and changed.stderr.startswith("error: SQL:"), statement
+
+
 def test_sql_command_warns_about_partial_recordings(two_runs, tmp_path):
     root = tmp_path / "mixed"
     root.mkdir()

@@ -158,7 +158,7 @@ def sql(query: str, *runs: RunArg, cache: str | os.PathLike = DEFAULT_CACHE) -> 
     from . import db
     from .analyses.runs import open_together
     from .rows import fetch_dicts
-    con, _ = open_together([recording(r, cache=cache) for r in runs], every_query=True)
+    con, _ = open_together([recording(r, cache=cache) for r in runs], every_query=True, in_memory=False)
     try:
         db.check_read_only(con, query)
         return fetch_dicts(con, query)

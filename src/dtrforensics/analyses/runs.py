@@ -148,22 +148,27 @@ def record_spec(spec: RunSpec, *, scores: str = "victims",
 
 
 # Recordings whose Parquet files total at most this are read into memory when
-# opened together (db.connect's load_below): `dtrf edges` on the demo's hole
-# then takes 2.8 s instead of 3.6 s, each query binding no file.
-LOAD_BELOW = 16 * 2**20
+# an analysis opens them together (db.connect's load_below): `dtrf edges` on
+# the demo's hole then takes 2.8 s instead of 3.6 s, each query binding no
+# file. In memory the rows take several times their Parquet size (two LSTM
+# recordings with every candidate: 11 MB of files, 183 MB more at the peak).
+LOAD_BELOW = 4 * 2**20
 
 
-def open_together(recordings: Sequence[Recording], *, every_query: bool = False
-                  ) -> tuple[db.QueriesOnDemand, list[str]]:
+def open_together(recordings: Sequence[Recording], *, every_query: bool = False,
+                  in_memory: bool = True) -> tuple[db.QueriesOnDemand, list[str]]:
     """One connection over the recordings (each folder once) on which a shipped
     query is installed when SQL run through it names it (with `every_query`, all
     of them at once, for SQL that lists them); returns it and the run_id of each
-    recording, in the order given."""
+    recording, in the order given. in_memory: small recordings are read into
+    memory (LOAD_BELOW); False for a connection running a user's SQL, which
+    keeps the views (a statement that would change their rows fails, as on
+    the files) and reads nothing the query does not."""
     unique: list[Recording] = []
     for rec in recordings:
         if all(rec.path.resolve() != u.path.resolve() for u in unique):
             unique.append(rec)
-    con = db.QueriesOnDemand(db.connect(unique, load_below=LOAD_BELOW))
+    con = db.QueriesOnDemand(db.connect(unique, load_below=LOAD_BELOW if in_memory else 0))
     if every_query:
         con.installed.update(db.install_queries(con.connection))
     by_path = {p: r for r, p in con.sql("SELECT run_id, path FROM runs").fetchall()}

@@ -44,7 +44,7 @@ def _connect(paths: list[str]):
     sweeps = [p for p in paths if is_sweep(p)]
     if not sweeps:
         from ..analyses.runs import open_together
-        return open_together(_recordings(paths), every_query=True)[0]
+        return open_together(_recordings(paths), every_query=True, in_memory=False)[0]
     if len(sweeps) != len(paths):
         other = next(p for p in paths if p not in sweeps)
         raise CommandError(f"{sweeps[0]} is a sweep folder and {other} is not: give "
