@@ -74,7 +74,8 @@ def test_compare_policies_draws_its_figure(compared):
 def test_the_figure_is_drawn_again_only_when_it_would_change(compared, tmp_path):
     """Asked again on the finished sweep, the command leaves its figure files as
     they are (the same key: same content, same drawing code); a file that is not
-    that figure any more (changed, removed) makes it draw both again."""
+    that figure any more (another key, cut short, damaged, removed) makes it draw
+    both again."""
     from dtrforensics.render.figure_files import KEY_FIELD, figure_key, png_text, svg_has
     out, doc = compared
     png, svg = (Path(p) for p in doc["figures"])
@@ -89,6 +90,9 @@ def test_the_figure_is_drawn_again_only_when_it_would_change(compared, tmp_path)
     other = "another figure".ljust(len(key))
     changes = (lambda: png.write_bytes(png.read_bytes().replace(key.encode(), other.encode())),
                lambda: svg.write_text(svg.read_text().replace(key, other)),
+               lambda: png.write_bytes(png.read_bytes()[:-100]),          # cut short
+               lambda: png.write_bytes(png.read_bytes()[:-40] + bytes(28) + png.read_bytes()[-12:]),
+               lambda: svg.write_text(svg.read_text()[:4000]),
                png.unlink)
     for change in changes:
         change()
