@@ -114,4 +114,4 @@ def _figure(result, stem: Path) -> list[Path]:
     from ..render.policy_comparison import figure
     from ..render.sweep_plot import figure_paths
     with reporting_replaced(*figure_paths(stem)):
-        return save_figure(lambda: figure(result), stem, result)[0]
+        return save_figure(lambda: figure(result), stem, result)

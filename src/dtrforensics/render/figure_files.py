@@ -84,7 +84,7 @@ def svg_has(path: str | os.PathLike, key: str) -> bool:
 
 
 def is_current(paths: list[Path], key: str) -> bool:
-    """Every file of the figure (PNG and SVG) exists and carries `key`."""
+    """Every file of the figure (PNG and SVG) exists, is whole and carries `key`."""
     try:
         return all(png_text(p, KEY_FIELD) == key if p.suffix == ".png" else svg_has(p, key)
                    for p in paths)
@@ -92,14 +92,14 @@ def is_current(paths: list[Path], key: str) -> bool:
         return False
 
 
-def save_figure(draw: Callable[[], object], stem: str | os.PathLike, content: object,
-                ) -> tuple[list[Path], bool]:
+def save_figure(draw: Callable[[], object], stem: str | os.PathLike,
+                content: object) -> list[Path]:
     """STEM.png and STEM.svg of the figure `draw()` makes, which shows `content`:
     drawn and written (atomically, as `sweep_plot.save`) unless both files are
-    already that figure. Returns the paths and whether they were written."""
+    already that figure. Returns both paths."""
     from .sweep_plot import figure_paths, save
     key = figure_key(content)
     paths = figure_paths(stem)
     if is_current(paths, key):
-        return paths, False
-    return save(draw(), stem, metadata={KEY_FIELD: key}), True
+        return paths
+    return save(draw(), stem, metadata={KEY_FIELD: key})
