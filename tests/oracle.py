@@ -496,13 +496,20 @@ class Runtime:
         return "ok"
 
 
+def runtime(program: Program, budget: int, policy: str = "dtr",
+            remat_limit: float | None = None) -> Runtime:
+    """The oracle's runtime for `program` under `budget` bytes with eviction policy
+    `policy`, not yet replayed; remat_limit defaults to 59 x the model's compute."""
+    if remat_limit is None:
+        remat_limit = 59 * int(program.op_cost.sum())
+    return Runtime(program, budget, policy, remat_limit)
+
+
 def run(program: Program, budget: int, policy: str = "dtr",
         remat_limit: float | None = None) -> OracleResult:
     """Replay `program` under `budget` bytes with eviction policy `policy`."""
     model_compute = int(program.op_cost.sum())
-    if remat_limit is None:
-        remat_limit = 59 * model_compute
-    rt = Runtime(program, budget, policy, remat_limit)
+    rt = runtime(program, budget, policy, remat_limit)
     outcome = rt.replay()
 
     victim_ids = [sid for sid, _, _ in rt.victims]

@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from logdsl import Log
 from logs import random_logs
-from oracle import Runtime
+from oracle import runtime
 
 from dtrforensics.engine import layout as K
 from dtrforensics.engine import walks as W
 from dtrforensics.engine.baseline import baseline
 from dtrforensics.engine.regions import region
-from dtrforensics.engine.replay import DEFAULT_THRASH_FACTOR, prepared, replay
+from dtrforensics.engine.replay import prepared, replay
 from dtrforensics.synth.generator import SynthSpec, generate
 from dtrforensics.trace import parse_lines
 
@@ -32,7 +32,7 @@ def _against_oracle(program, budget) -> int:
     misses, and every region the engine left unkept the oracle's (its frontier;
     a backward one's interior and compute too). Returns how many were unkept."""
     result = replay(program, budget=budget, debug=True, keep_state=True)
-    oracle = Runtime(program, budget, "dtr", (DEFAULT_THRASH_FACTOR - 1) * program.op_cost.sum())
+    oracle = runtime(program, budget)     # kept, to read its regions
     oracle.replay()
     s = result.summary
     assert s.anomalies == 0
