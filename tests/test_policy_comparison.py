@@ -104,6 +104,26 @@ def test_the_figure_is_drawn_again_only_when_it_would_change(compared, tmp_path)
     assert png_text(tmp_path / "not.png", KEY_FIELD) is None
 
 
+def test_a_partial_comparisons_verdict_says_what_is_uncertified(compared, tmp_path):
+    """Cut short by --max-runs, each policy's verdict line gives its holes so far
+    and the bytes left uncertified, its first success as the interval the
+    certificates leave; the finished comparison's gives neither."""
+    partial = dtrf("compare-policies", "hole-rnn-seed16", "--policy", "dtr,lru", "--from", "0.8",
+                   "--to", "1.0", "--exact", "--max-runs", "6", "--jobs", "1", "--no-progress",
+                   "-o", tmp_path / "cut", "--json").json()
+    for standing, line in zip(partial["policies"], partial["verdict"]["lines"]):
+        assert not standing["holes_complete"] and not standing["first_success_exact"]
+        assert line.startswith(f"{standing['policy']}: ")
+        assert f" so far, {standing['uncertified_bytes']:,} B uncertified" in line
+        assert (f"first success between {standing['first_success_lowest_possible']:,} and "
+                f"{standing['first_success']:,} B") in line
+    assert "best over the most certified budgets: " in " ".join(partial["verdict"]["lines"])
+    _, doc = compared
+    assert all(s["holes_complete"] for s in doc["policies"])
+    assert not any("so far" in line or "between" in line or "certified" in line
+                   for line in doc["verdict"]["lines"])
+
+
 def test_a_changed_policy_file_is_not_resumed(tmp_path):
     policy = tmp_path / "p.py"
     policy.write_text("from dtrforensics.policy import policy, ratio\n\n@policy\n"

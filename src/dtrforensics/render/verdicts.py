@@ -324,6 +324,18 @@ def holes_verdict(report: HolesReport) -> Verdict:
     return Verdict(head, tuple(lines[:5]), nxt)
 
 
+def _first_success(s) -> str:
+    """A policy's first success as far as its certificates settle it (the words
+    of `policy_comparison.first_success_text`, shorter)."""
+    if s.first_success is None:
+        return "none" if s.first_success_exact else "none certified yet"
+    if s.first_success_below_range:
+        return f"at or below {s.first_success:,} B"
+    if s.first_success_exact:
+        return f"{s.first_success:,} B"
+    return f"between {s.first_success_lowest_possible:,} and {s.first_success:,} B"
+
+
 def comparison_verdict(c: PolicyComparison) -> Verdict:
     """`compare-policies`: each policy's holes and first success, and which is best."""
     from .sweep import finish_lines
@@ -331,14 +343,16 @@ def comparison_verdict(c: PolicyComparison) -> Verdict:
     head = f"{c.trace}: {len(c.policies)} policies over {lo:,}-{hi:,} B"
     lines = []
     for s in c.policies[:4]:
-        first = ("none" if s.first_success is None else
-                 ("at or below " if s.first_success_below_range else "") + f"{s.first_success:,} B")
-        lines.append(f"{s.policy}: {fmt_count(s.holes, 'hole')} ({s.hole_bytes:,} B), first "
-                     f"success {first}, overhead p50 {fmt_overhead(s.overhead_p50, 3)}")
+        holes = f"{fmt_count(s.holes, 'hole')} ({s.hole_bytes:,} B)" + (
+            "" if s.holes_complete else f" so far, {s.uncertified_bytes:,} B uncertified")
+        lines.append(f"{s.policy}: {holes}, first success {_first_success(s)}, overhead p50 "
+                     f"{fmt_overhead(s.overhead_p50, 3)}")
     widest = max((s for s in c.policies if s.completed), default=None,
                  key=lambda s: sum(d.hi - d.lo + 1 for d in c.dominance if s.policy in d.best))
     if widest is not None:
-        lines.append(f"best over the most budgets: {widest.policy}")
+        partial = not all(s.holes_complete for s in c.policies)
+        lines.append(f"best over the most {'certified ' if partial else ''}budgets: "
+                     f"{widest.policy}")
     finish = [line.partition(": dtrf ")[2] for line in finish_lines(c.report, "compare-policies")]
     holed = [s.policy for s in sorted(c.policies, key=lambda s: -s.hole_bytes) if s.holes]
     nxt = ("dtrf " + next(f for f in finish if f) if any(finish) else
