@@ -36,6 +36,9 @@ class Log:
     def copy(self, dst: str, src: str) -> "Log":
         return self._add(INSTRUCTION="COPY", DST=dst, SRC=src)
 
+    def pin(self, name: str) -> "Log":
+        return self._add(INSTRUCTION="PIN", NAME=name)
+
     def copy_from(self, dst: str, src: str) -> "Log":
         return self._add(INSTRUCTION="COPY_FROM", DST=dst, SRC=src)
 

@@ -135,7 +135,7 @@ def random_logs(draw):
         live.append(name)
     for _ in range(draw(st.integers(3, 28))):
         action = draw(st.sampled_from(("call", "call", "call", "call", "view", "mutate",
-                                       "copy", "copy_from", "release", "release")))
+                                       "copy", "copy_from", "release", "release", "pin")))
         if action in ("call", "view"):
             args = draw(st.lists(st.sampled_from(live), min_size=1, max_size=3))
             n_out = draw(st.integers(1, 3)) if action == "call" else 1
@@ -155,6 +155,8 @@ def random_logs(draw):
             live.append(name)
         elif action == "copy_from":
             log.copy_from(draw(st.sampled_from(live)), draw(st.sampled_from(live)))
+        elif action == "pin":
+            log.pin(draw(st.sampled_from(live)))
         elif len(live) > 1:
             name = draw(st.sampled_from(live))
             log.release(name)

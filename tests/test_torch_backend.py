@@ -403,6 +403,34 @@ def test_measured_costs_plan_by_time_and_change_nothing_else():
         dtr_backend(ratio=0.8, cost="wall")
 
 
+def test_what_the_forward_returns_stays_held_by_its_caller():
+    """The caller holds what the forward returns, so the joint log pins it where the
+    forward ends (semantics.md §2.1). Under lru at 0.8 the dropout MLP's schedule
+    evicts the loss in the backward without those pins (the lowering refused the
+    step: a budget that compiled or not as measured costs varied); with them the
+    step runs, its values bitwise aot_eager's and its live bytes the engine's."""
+    from dtrforensics.trace.parser import parse_lines
+    from dtrforensics.trace.program import CMD_COMPUTE, CMD_PIN
+    model, batch, loss_fn = _dropout_mlp()
+    plain = _seeded_step("aot_eager", model, batch, loss_fn)
+    backend = dtr_backend(ratio=0.8, policy="lru", checking=True)
+    assert _bitwise(_seeded_step(backend, model, batch, loss_fn), plain)
+    graph = backend.graphs[0]
+    joint, program = graph.joint, graph.joint.program
+    assert graph.checks[0].mismatches == 0
+    returned = {int(program.tensor_storage[t])
+                for t in lowering._tensor_ids(joint, joint.forward_outputs()) if t is not None}
+    kinds, args = program.sched_kind.tolist(), program.sched_arg.tolist()
+    cut = next(i for i, (k, a) in enumerate(zip(kinds, args))
+               if k == CMD_COMPUTE and a == joint.backward_op)
+    assert returned and returned <= {int(program.tensor_storage[a])
+                                     for k, a in zip(kinds[:cut], args[:cut]) if k == CMD_PIN}
+    assert not returned & set(graph.schedule.result.victims[:, 0].tolist())
+    unpinned = parse_lines([line for line in joint.lines if '"PIN"' not in line], name="joint")
+    evicted = set(replay(unpinned, budget=graph.budget, policy="lru").victims[:, 0].tolist())
+    assert returned & evicted
+
+
 def _dropout_mlp():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Dropout(0.5), torch.nn.GELU(),

@@ -144,6 +144,21 @@ def test_copy_from_src_never_defined(tmp_path):
     assert (err.line, err.problem) == (3, "SRC 'ghost' was never defined")
 
 
+def test_pin_of_a_name_never_bound(tmp_path):
+    _, err = parse_error(tmp_path, [*constant("x"), {"INSTRUCTION": "PIN", "NAME": "ghost"}])
+    assert (err.line, err.problem) == (3, "PIN 'ghost' was never defined")
+
+
+def test_pin_pins_where_it_stands(tmp_path):
+    """PIN (ours, semantics.md §2.1) is a pin of the name's tensor at its line, before
+    the ops after it; the final pins then pin it again (which does nothing)."""
+    program = parse_file(write_log(tmp_path, [
+        *constant("w"), *call("f", ["a"], ["w"]), {"INSTRUCTION": "PIN", "NAME": "a"},
+        *call("g", ["b"], ["a"])]))
+    assert schedule(program) == [("compute", 0), ("pin", 0), ("compute", 1), ("pin", 1),
+                                 ("compute", 2), ("pin", 0), ("pin", 1), ("pin", 2)]
+
+
 def test_result_name_reused(tmp_path):
     _, err = parse_error(tmp_path, [*constant("x"), *call("f", ["y"], ["x"]),
                                     *call("g", ["y"], ["x"])])

@@ -9,7 +9,10 @@ Python code FX generates for a graph frees it). Every primal is a CONSTANT
 before the first op; the tangents are CONSTANTs where the backward starts
 (the first node after the last forward one, as the default partitioner
 draws the line), after a BACKWARD annotation: autograd makes them then. The
-graph's outputs (forward outputs, gradients) stay referenced to the end.
+graph's outputs (forward outputs, gradients) stay referenced to the end, and
+what the forward returns is pinned where the forward ends (a `PIN` line,
+docs/semantics.md §2.1): its caller holds it from there, so no schedule may
+evict it after (the lowering could not drop it).
 
 Beside the log it keeps what the lowering (`lowering.py`) needs: which node
 wrote each op of the log, and which log tensor each node's value is.
@@ -119,10 +122,12 @@ class _Runner(fx.Interpreter):
     """Runs the joint graph node by node under the recorder, noting the log lines
     each node wrote and the log names of its values."""
 
-    def __init__(self, gm, recorder: StepRecorder, log: LogWriter, tangents: list):
+    def __init__(self, gm, recorder: StepRecorder, log: LogWriter, tangents: list,
+                 returned: list):
         super().__init__(gm, garbage_collect_values=True)
         self.recorder, self.log = recorder, log
         self.tangents = tangents
+        self.returned = returned            # the forward's outputs (nodes, None or constants)
         self.last_forward = gm.meta.get("dtr_last_forward") or last_forward_node(gm)
         self.backward_started = False
         self.spans: dict[fx.Node, tuple[int, int]] = {}
@@ -131,8 +136,8 @@ class _Runner(fx.Interpreter):
         self.seen_last = False
 
     def run_node(self, n: fx.Node):
-        if self.seen_last and not self.backward_started and n.op not in ("placeholder", "output"):
-            self._start_backward()
+        if self.seen_last and not self.backward_started and n.op != "placeholder":
+            self._start_backward()      # before the first backward node, or the output
         phase = "backward" if self.backward_started else "forward"
         self.log.context = _context(n, phase)
         start = len(self.log.lines)
@@ -146,11 +151,19 @@ class _Runner(fx.Interpreter):
 
     def _start_backward(self) -> None:
         self.backward_started = True
+        self._pin_returned()
         self.log.annotate("BACKWARD")
         self.backward_line = len(self.log.lines)
         self.log.context = (None, None, "backward", None)
         for t in self.tangents:
             self.recorder.name_of(t)
+
+    def _pin_returned(self) -> None:
+        """What the forward returns is its caller's from here on: pinned."""
+        values = [self.env.get(node) for node in self.returned if isinstance(node, fx.Node)]
+        names = [self.recorder.name_of(v) for v in values if isinstance(v, torch.Tensor)]
+        for name in dict.fromkeys(names):
+            self.log.pin(name)
 
     def _name(self, t):
         if not isinstance(t, torch.Tensor):
@@ -188,7 +201,8 @@ def capture_joint(gm: fx.GraphModule, joint_inputs, num_fwd_outputs: int) -> Joi
     recorder = StepRecorder(log, "flops", lambda: "in the joint graph", fake=True)
     written = _input_writes_forward(gm)
     recorder.update_in_place([f for p, f in zip(placeholders, fakes) if p in written])
-    runner = _Runner(gm, recorder, log, [t for t in tangents if isinstance(t, torch.Tensor)])
+    runner = _Runner(gm, recorder, log, [t for t in tangents if isinstance(t, torch.Tensor)],
+                     _outputs(gm)[:num_fwd_outputs])
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -200,8 +214,6 @@ def capture_joint(gm: fx.GraphModule, joint_inputs, num_fwd_outputs: int) -> Joi
                 if isinstance(t, torch.Tensor):
                     recorder.name_of(t)
             outputs = runner.run(*fakes)
-            if not runner.backward_started:
-                runner._start_backward()
             for p, t in zip(placeholders, fakes):
                 runner.names[p] = [runner._name(t)]
             recorder.close()

@@ -54,6 +54,10 @@ class LogWriter:
     def release(self, name: str) -> None:
         self._emit(INSTRUCTION="RELEASE", NAME=name)
 
+    def pin(self, name: str) -> None:
+        """Held from here on (docs/semantics.md §2.1: ours, not the 2020 format's)."""
+        self._emit(INSTRUCTION="PIN", NAME=name)
+
     def write(self, path: str | Path) -> Path | None:
         """The log, and beside it its where-file when ops have contexts
         (`trace/where.py`: the log keeps the 2020 format); the where-file's path."""

@@ -18,7 +18,8 @@ backward starts (the first tangent's CONSTANT):
 - what the backward reads of the forward crosses as a saved output of the
   forward graph (a primal included); what the forward returns must be
   resident when it returns, and must never be evicted after (its caller holds
-  it): a schedule that does either cannot be expressed and is refused.
+  it): the joint log pins it where the forward ends (`joint.py`), so no
+  schedule does either; one that did would be refused.
 
 A random op the schedule reruns keeps the generator's state from before its
 first run (`dtr_rng_state`, held until its last rerun) and reruns under it

@@ -2,8 +2,9 @@
 
 The lowering follows docs/semantics.md §2 exactly: constants become
 zero-cost ops followed by a pin, mutations become new ops whose results are
-named `<old>$`, COPY/COPY_FROM/RELEASE become reference-count commands, and the
-names still referenced at the end are pinned in first-insertion order.
+named `<old>$`, COPY/COPY_FROM/RELEASE become reference-count commands, PIN
+(ours, §2.1) a pin, and the names still referenced at the end are pinned in
+first-insertion order.
 Every malformed input raises `TraceError` naming the file, the line and the
 problem.
 """
@@ -411,10 +412,14 @@ class _Lowering:
             self.refs[tid] -= 1
             self.b.command(CMD_RELEASE, tid)
 
+    def pin(self, line_no: int, rec: dict) -> None:
+        pname = self.field(rec, "NAME", line_no)
+        self.b.command(CMD_PIN, self.lookup(pname, line_no, "PIN"))
+
 
 _STEPS = {"CONSTANT": _Lowering.constant, "CALL": _Lowering.call, "MUTATE": _Lowering.mutate,
           "COPY": _Lowering.copy, "COPY_FROM": _Lowering.copy_from,
-          "RELEASE": _Lowering.release}
+          "RELEASE": _Lowering.release, "PIN": _Lowering.pin}
 
 
 def parse_file(path: str | Path, name: str | None = None) -> Program:
