@@ -382,6 +382,29 @@ def test_scores_keep_every_digit_at_80_columns(deep_rec):
     run_at(deep_rec, (80, 24), script)
 
 
+def test_candidates_drawn_before_the_table_is_idle_keep_every_digit(deep_rec):
+    """A busy machine may draw the table between its rows' arrival and its next
+    idle moment, when a DataTable sizes automatic columns; what it drew then it
+    kept, a score cut to its header's width ('0.016' for 0.0166667), until its
+    rows changed again. The table is drawn here at once, with no idle moment."""
+    from dtrforensics.render.units import score_format
+    from dtrforensics.tui.app import TOP_CANDIDATES
+
+    async def script(app, pilot):
+        source = app.source
+        evicting = next(i for i, s in enumerate(source.steps) if s.evictions and not s.oom)
+        decision = source.victims(evicting)[0].decision
+        candidates = source.candidates(decision, TOP_CANDIDATES)
+        fmt = score_format(c.score for c in candidates)
+        assert any(len(fmt(c.score)) > len("score") for c in candidates)
+        table = app.query_one(CandidatesTable)
+        table.show(decision, candidates)
+        lines = strip_lines(table, 3)[1:]
+        for c, line in zip(candidates, lines):
+            assert f" {fmt(c.score)} " in line and f" {c.storage} " in line
+    run_at(deep_rec, (80, 24), script)
+
+
 def test_the_footer_names_jump_page_and_quit_at_80_columns(deep_rec):
     from textual.widgets._footer import FooterKey
 
