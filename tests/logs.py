@@ -120,19 +120,28 @@ COSTS = (0, 1, 1, 5, 10, 100)
 
 @st.composite
 def random_logs(draw):
-    """A valid log mixing every instruction kind over a small live-name pool."""
+    """A valid log mixing every instruction kind over a small live-name pool. The
+    references each tensor holds are counted as the parser counts them
+    (semantics.md §2.2), so a PIN names a tensor that still has one."""
     log = Log()
     live: list[str] = []
     counter = [0]
+    tensor_of: dict[str, int] = {}
+    refs: dict[int, int] = {}
 
     def fresh():
         counter[0] += 1
         return f"x{counter[0]}"
 
+    def bind(name):     # a new tensor, one reference
+        tensor_of[name] = len(refs)
+        refs[tensor_of[name]] = 1
+
     for _ in range(draw(st.integers(1, 3))):
         name = fresh()
         log.const(name, draw(st.sampled_from(SIZES[1:])))
         live.append(name)
+        bind(name)
     for _ in range(draw(st.integers(3, 28))):
         action = draw(st.sampled_from(("call", "call", "call", "call", "view", "mutate",
                                        "copy", "copy_from", "release", "release", "pin")))
@@ -146,20 +155,33 @@ def random_logs(draw):
             log.call(results, "backward_op" if draw(st.booleans()) and len(live) > 4 else "op",
                      args, draw(st.sampled_from(COSTS)), sizes, aliases)
             live.extend(results)
+            for name in results:
+                bind(name)
         elif action == "mutate":
             args = draw(st.lists(st.sampled_from(live), min_size=1, max_size=2, unique=True))
             log.mutate("add_", args, [0], draw(st.sampled_from(COSTS)))
+            refs[tensor_of[args[0]]] -= 1
+            bind(args[0])
         elif action == "copy":
-            name = fresh()
-            log.copy(name, draw(st.sampled_from(live)))
+            name, source = fresh(), draw(st.sampled_from(live))
+            log.copy(name, source)
             live.append(name)
+            tensor_of[name] = tensor_of[source]
+            refs[tensor_of[source]] += 1
         elif action == "copy_from":
-            log.copy_from(draw(st.sampled_from(live)), draw(st.sampled_from(live)))
+            dst, src = draw(st.sampled_from(live)), draw(st.sampled_from(live))
+            log.copy_from(dst, src)
+            refs[tensor_of[dst]] -= 1
+            tensor_of[dst] = tensor_of[src]
+            refs[tensor_of[src]] += 1
         elif action == "pin":
-            log.pin(draw(st.sampled_from(live)))
+            held = [name for name in live if refs[tensor_of[name]] > 0]
+            if held:
+                log.pin(draw(st.sampled_from(held)))
         elif len(live) > 1:
             name = draw(st.sampled_from(live))
             log.release(name)
+            refs[tensor_of[name]] -= 1
             if draw(st.booleans()):
                 live.remove(name)
     if draw(st.booleans()):

@@ -475,8 +475,7 @@ class Runtime:
     def replay(self) -> str:
         program = self.program
         kinds = program.sched_kind.tolist()
-        last_compute = max((i for i, k in enumerate(kinds) if k == CMD_COMPUTE), default=-1)
-        for position, (kind, arg) in enumerate(zip(kinds, program.sched_arg.tolist())):
+        for kind, arg in zip(kinds, program.sched_arg.tolist()):
             try:
                 if kind == CMD_COMPUTE:
                     self.compute(arg)
@@ -489,7 +488,7 @@ class Runtime:
                 else:
                     raise ValueError(f"unknown command kind {kind}")
             except _OutOfMemory:
-                self.oom["final_pins"] = position > last_compute    # §2.3
+                self.oom["final_pins"] = kind == CMD_PIN    # §2.3, or a PIN line (§2.2)
                 return "oom"
             except _Thrashed:
                 return "thrashed"

@@ -37,13 +37,33 @@ def test_oom_run_and_their_verdicts_say_final_pins(tmp_path, monkeypatch):
     report = json.loads(dtrf("oom", spec, "--json").out)
     assert report["final_pins"] is True and report["op_id"] == 2
     brief = " ".join(dtrf("oom", spec, "--brief").out.split())
-    assert "fails at the final pins after op 2 (paper #3), pinning b" in brief
+    assert "fails at the pins after op 2 (paper #3), pinning b" in brief
     assert " g" not in brief.split("next:")[0]     # the last op's name is not the failure's
     run = " ".join(dtrf("run", "pins.log", "--budget", str(BUDGET)).out.split())
-    assert "OOM at: the final pins after op 2 (paper #3)" in run
+    assert "OOM at: the pins after op 2 (paper #3)" in run
     early = json.loads(dtrf("oom", "pins.log@105B", "--json").out)
     assert early["final_pins"] is False
-    assert "final pins" not in dtrf("oom", "pins.log@105B", "--brief").out
+    assert "the pins after" not in dtrf("oom", "pins.log@105B", "--brief").out
+
+
+# The same ops with a PIN line (ours, semantics.md §2.2) of each output after them,
+# then one more op: at 209 B the PIN of b, after op 2, fails as the final pins do.
+PINNED = (Log().const("c", 10).call("a", "f", ["c"], 5, 100).call("b", "g", ["c"], 7, 100)
+          .pin("a").pin("b").call("d", "h", ["c"], 1, 0))
+
+
+def test_an_oom_at_a_pin_line_is_said_to_be_one(tmp_path, monkeypatch):
+    """The op id there is the last computed op's: naming that op as the failing
+    one ('fails at op 2 g') told a false story."""
+    program = PINNED.program()
+    oom = replay(program, budget=BUDGET).summary.oom
+    assert oom.final_pins and oom.op_id == 2 and oom.root_tensor == "b"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pinned.log").write_text(PINNED.text())
+    brief = " ".join(dtrf("oom", f"pinned.log@{BUDGET}B", "--brief").out.split())
+    assert "fails at the pins after op 2 (paper #3), pinning b" in brief
+    run = " ".join(dtrf("run", "pinned.log", "--budget", str(BUDGET)).out.split())
+    assert "OOM at: the pins after op 2 (paper #3)" in run
 
 
 # c (10 B) feeds a (100 B): at 109 B computing a fails with nothing to evict; at 110 B

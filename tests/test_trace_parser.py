@@ -149,6 +149,23 @@ def test_pin_of_a_name_never_bound(tmp_path):
     assert (err.line, err.problem) == (3, "PIN 'ghost' was never defined")
 
 
+def test_pin_of_a_name_whose_references_were_released(tmp_path):
+    """It would rebuild a dead tensor and hold it for good."""
+    _, err = parse_error(tmp_path, [*constant("w"), *call("f", ["a"], ["w"]),
+                                    {"INSTRUCTION": "RELEASE", "NAME": "a"},
+                                    {"INSTRUCTION": "PIN", "NAME": "a"}])
+    assert (err.line, err.problem) == (7, "PIN 'a': every reference to it was released")
+
+
+@pytest.mark.parametrize("record", [
+    {"INSTRUCTION": "PIN", "NAME": ["x"]}, {"INSTRUCTION": "RELEASE", "NAME": {"x": 1}},
+    {"INSTRUCTION": "COPY", "DST": 3, "SRC": "x"}, {"INSTRUCTION": "COPY_FROM", "DST": "x", "SRC": None}])
+def test_a_name_that_is_no_string_is_refused_on_its_line(tmp_path, record):
+    key = next(k for k, v in record.items() if k != "INSTRUCTION" and not isinstance(v, str))
+    _, err = parse_error(tmp_path, [*constant("x"), record])
+    assert (err.line, err.problem) == (3, f"{key} must be a name, got {record[key]!r}")
+
+
 def test_pin_pins_where_it_stands(tmp_path):
     """PIN (ours, semantics.md §2.1) is a pin of the name's tensor at its line, before
     the ops after it; the final pins then pin it again (which does nothing)."""

@@ -5,9 +5,9 @@ At an allocation check nothing can be evicted that is pinned or locked, and a
 run's memory never exceeds its budget. So at the top-level compute of each op
 three things are resident at once, whatever the policy did before:
 
-- every pinned storage: the constants made so far (a DTR run never frees a
-  constant, not even one whose last reference went: pinned storages are never
-  freed);
+- every pinned storage: the constants made so far, and what a `PIN` line
+  pinned (semantics.md §2.2; a DTR run never frees a pinned storage, not even a
+  constant whose last reference went);
 - the op's argument storages, each once (a view argument holds its whole
   storage; an argument given twice is one storage);
 - the op's request (its new outputs).
@@ -45,7 +45,8 @@ class Floor:
     floor: int               # bytes no budget can go below
     floor_op_id: int         # where it binds; -1 for the end of the trace (the final pins)
     constant_bytes: int      # every constant (parameters, buffers, optimizer states, batch)
-    constants_at_floor: int  # pinned where the floor binds: the constants made so far
+    constants_at_floor: int  # pinned where the floor binds: the constants made so far (and
+                             # what PIN lines pinned)
     working_set: int         # that op's distinct unpinned argument storages and its outputs
     final_bytes: int         # resident at the end: every constant and every final pin
     bottleneck_bytes: int    # the studies' single-op bottleneck (outputs, non-constant args)
@@ -98,7 +99,8 @@ def floor(program: Program) -> Floor:
         elif kind == CMD_PIN and storage[arg] not in pinned_set:
             pinned_set.add(storage[arg])
             pinned += size[storage[arg]]
-            if pinned > best:      # only a final pin: a constant's follows its compute
+            if pinned > best:      # a final pin or a PIN line (a constant's follows its
+                # compute); what a PIN line pins stays to the end, where -1 places it
                 best, best_op, best_pinned, best_work = pinned, -1, pinned, 0
     freed, old = _freed_constants(program, constant)
     base = baseline(program)

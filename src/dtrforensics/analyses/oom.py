@@ -97,7 +97,7 @@ class OomReport(RunIdentity):
     max_depth: int                   # deepest nesting anywhere in the run
     max_depth_op_id: int | None
     chain_from_events: bool          # the events rebuild the same chain
-    final_pins: bool | None = None       # failed in the final pins (§2.3); None: not recorded
+    final_pins: bool | None = None       # failed pinning (§2.3, a PIN line); None: not recorded
     # where in the model (null, and empty, for logs without a where-file):
     tensor_module: str | None = None     # the module of the failing allocation's op
     tensor_phase: str | None = None

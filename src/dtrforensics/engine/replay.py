@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import validate
 from ..errors import OptionError, PolicyError
-from ..trace.program import CMD_COMPUTE, Program, op_label
+from ..trace.program import CMD_PIN, Program, op_label
 from . import compiled
 from . import layout as L
 from .baseline import Baseline, baseline, budget_for_ratio
@@ -534,7 +534,7 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
                       request=frontier.request, memory=frontier.memory,
                       pinned=frontier.pinned_bytes, depth=len(frontier.levels),
                       budget=ctx.budget, root_tensor=frontier.levels[0].tensor,
-                      final_pins=_in_final_pins(program, int(sc[L.S_CMD_POS]) - 1))
+                      final_pins=_in_pins(program, int(sc[L.S_CMD_POS]) - 1))
     max_pinned = MaxPinned(int(sc[L.S_MAXPIN_BYTES]), int(sc[L.S_MAXPIN_DEPTH]),
                            int(sc[L.S_MAXPIN_OP]))
     return RunSummary(
@@ -556,12 +556,12 @@ def _summarize(program, base, ctx, sc, status, timed_out, stream, frontier, seco
         frontier_misses=int(sc[L.S_FRONTIER_MISSES]), note=_no_candidate_note(ctx, sc))
 
 
-def _in_final_pins(program: Program, command: int) -> bool:
+def _in_pins(program: Program, command: int) -> bool:
     """Whether schedule command `command` (the one running: S_CMD_POS is already the
-    next) is one of the final pins (§2.3), after the last compute, where the current
-    op id stays the last op's."""
-    computes = np.flatnonzero(program.sched_kind == CMD_COMPUTE)
-    return bool(computes.size) and command > int(computes[-1])
+    next) is a pin that rebuilds what it pins: one of the final pins (§2.3) or a PIN
+    line (§2.2), where the current op id stays the last computed op's. (A constant's
+    own pin never allocates.)"""
+    return 0 <= command < len(program.sched_kind) and int(program.sched_kind[command]) == CMD_PIN
 
 
 def _no_candidate_note(ctx, sc) -> str | None:

@@ -32,7 +32,7 @@ class OomInfo:
     depth: int
     budget: int
     root_tensor: str
-    final_pins: bool = False    # failed pinning what the step keeps, after its last op (§2.3)
+    final_pins: bool = False    # failed pinning, after op_id: the final pins (§2.3) or a PIN line
 
 
 @dataclass(frozen=True)

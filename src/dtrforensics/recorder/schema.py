@@ -167,7 +167,7 @@ EVENTS = Table("events", file="events.parquet", doc=(
     C("seq", I64, "index", "Position of the event in the run, from 0 (strictly increasing, no gaps)."),
     C("kind", KIND_TYPE, "", "One of: " + ", ".join(EVENT_KINDS) + "."),
     C("op_id", I64, "id", "Current top-level op (0-based op id; the papers number ops "
-      "from 1). During the final pins, the last op's id."),
+      "from 1). While pinning, the last computed op's id."),
     C("clock", I64, "ns", "Simulated clock (starts at 1; every compute adds its op's cost)."),
     C("depth", I64, "count", "Materializations in progress, the top-level one counting 1 "
       "(0 outside any, e.g. dead frees between ops)."),
@@ -344,8 +344,8 @@ RUNS = Table("runs", doc=(
     _run("oom_root_tensor", STR, "", "summary.oom.root_tensor",
          "OOM: the tensor at the root of the chain."),
     _run("oom_final_pins", BOOL, "", "summary.oom.final_pins",
-         "OOM: during the final pins, after the last op (semantics §2.3; oom_op_id is "
-         "then the last op's); null in recordings made before it was recorded."),
+         "OOM: while pinning, after op oom_op_id: the final pins (semantics §2.3) or a "
+         "PIN line (§2.2); null in recordings made before it was recorded."),
     _run("started_at", STR, "", "started_at", "Start (UTC, ISO 8601)."),
     _run("finished_at", STR, "", "finished_at", "End (UTC, ISO 8601)."),
     _run("wall_seconds", F64, "s", "summary.wall_seconds", "Replay wall time."),

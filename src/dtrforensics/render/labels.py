@@ -8,12 +8,12 @@ __all__ = ["failure_label", "op_label", "run_label", "short_source"]
 
 
 def failure_label(op_id: int, name: str | None = None, final_pins: bool | None = False) -> str:
-    """Where a run failed: 'op 8 (paper #9) mm', or, for a failure while pinning what
-    the step keeps (docs/semantics.md §2.3, where the op id stays the last op's),
-    'the final pins after op 299 (paper #300)' (the last op's name would read as the
-    failing op's)."""
+    """Where a run failed: 'op 8 (paper #9) mm', or, for a failure while pinning (the
+    final pins of docs/semantics.md §2.3, or a PIN line, where the op id stays the
+    last computed op's), 'the pins after op 299 (paper #300)' (that op's name would
+    read as the failing op's)."""
     if final_pins:
-        return f"the final pins after {op_label(op_id)}"
+        return f"the pins after {op_label(op_id)}"
     return op_label(op_id, name)
 
 

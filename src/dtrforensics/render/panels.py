@@ -64,7 +64,7 @@ def summary_panel(s: dict, op_name: Callable[[int], str], *, title: str,
     oom = s.get("oom")
     if oom:
         rows += [
-            ("OOM at", ("the final pins after " if oom.get("final_pins") else "")
+            ("OOM at", ("the pins after " if oom.get("final_pins") else "")
              + f"{op(oom['op_id'])}, depth {oom['depth']}"),
             ("failing allocation", f"{oom['tensor']} ({fmt_exact_bytes(oom['request'])}) in a "
                                    f"chain rooted at {oom['root_tensor']}"),

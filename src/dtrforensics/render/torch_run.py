@@ -35,8 +35,8 @@ def run_lines(doc: dict) -> list[str]:
                      f"({oom['tensor']}): request {oom['request']:,} bytes, live {oom['live_bytes']:,}, "
                      f"shortfall {fmt_count(oom['shortfall'], 'byte')}; the model was left as before the step")
         if oom.get("final_pins"):
-            lines.append("it failed in the final pins, rebuilding what the step keeps after "
-                         "its last op (the op named is that last op)")
+            lines.append("it failed pinning, rebuilding what the step keeps after the op "
+                         "named (the last one computed)")
         if oom.get("module"):
             lines.append(f"{oom['tensor']} is made by an op of {oom['module']} "
                          f"({oom['phase']}), at {short_source(oom['source'])}")

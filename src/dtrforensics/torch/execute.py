@@ -85,7 +85,7 @@ class RealOom:
     module: str | None = None     # where the failing allocation's op ran (the where-file)
     phase: str | None = None
     source: str | None = None
-    final_pins: bool = False      # while pinning what the step keeps, after its last op
+    final_pins: bool = False      # while pinning what the step keeps, after the op named
 
     @property
     def shortfall(self) -> int:

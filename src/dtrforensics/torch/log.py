@@ -1,5 +1,7 @@
 """Writing DTR prototype logs: one JSON object per line, keys sorted, numbers
-as the 2020 logs spell them (MEMORY, ALIAS and TIME as decimal strings)."""
+as the 2020 logs spell them (MEMORY, ALIAS and TIME as decimal strings). A
+recorded step's log keeps the 2020 format; a compiled step's joint log adds
+PIN lines (ours, docs/semantics.md §2.1)."""
 
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ class LogWriter:
 
     def write(self, path: str | Path) -> Path | None:
         """The log, and beside it its where-file when ops have contexts
-        (`trace/where.py`: the log keeps the 2020 format); the where-file's path."""
+        (`trace/where.py`: the log keeps its format); the where-file's path."""
         text = "\n".join(self.lines) + "\n"
         with atomic_path(path) as tmp:
             tmp.write_text(text, encoding="utf-8")

@@ -306,9 +306,16 @@ class _Lowering:
     def field(self, rec: dict, key: str, line_no: int):
         return _field(rec, key, self.path, line_no)
 
+    def name(self, rec: dict, key: str, line_no: int) -> str:
+        """Field `key` of the record, which must be a tensor name (a string)."""
+        value = self.field(rec, key, line_no)
+        if not isinstance(value, str):
+            raise TraceError(self.path, line_no, f"{key} must be a name, got {value!r}")
+        return value
+
     def constant(self, line_no: int, rec: dict) -> None:
         path = self.path
-        cname = self.field(rec, "NAME", line_no)
+        cname = self.name(rec, "NAME", line_no)
         if cname in self.name_map:
             raise TraceError(path, line_no, f"result name {cname!r} is already defined")
         mline, mem = self.take("MEMORY", cname, "CONSTANT", line_no)
@@ -387,7 +394,7 @@ class _Lowering:
             b.command(CMD_RELEASE, old)
 
     def copy(self, line_no: int, rec: dict) -> None:
-        dst, src = self.field(rec, "DST", line_no), self.field(rec, "SRC", line_no)
+        dst, src = self.name(rec, "DST", line_no), self.name(rec, "SRC", line_no)
         if dst in self.name_map:
             raise TraceError(self.path, line_no, f"COPY destination {dst!r} is already defined")
         tid = self.lookup(src, line_no, "SRC")
@@ -396,7 +403,7 @@ class _Lowering:
         self.b.command(CMD_GET, tid)
 
     def copy_from(self, line_no: int, rec: dict) -> None:
-        dst, src = self.field(rec, "DST", line_no), self.field(rec, "SRC", line_no)
+        dst, src = self.name(rec, "DST", line_no), self.name(rec, "SRC", line_no)
         old = self.lookup(dst, line_no, "DST")
         tid = self.lookup(src, line_no, "SRC")
         self.name_map[dst] = tid
@@ -406,15 +413,19 @@ class _Lowering:
         self.b.command(CMD_GET, tid)
 
     def release(self, line_no: int, rec: dict) -> None:
-        rname = self.field(rec, "NAME", line_no)
+        rname = self.name(rec, "NAME", line_no)
         if rname in self.name_map:
             tid = self.name_map[rname]
             self.refs[tid] -= 1
             self.b.command(CMD_RELEASE, tid)
 
     def pin(self, line_no: int, rec: dict) -> None:
-        pname = self.field(rec, "NAME", line_no)
-        self.b.command(CMD_PIN, self.lookup(pname, line_no, "PIN"))
+        pname = self.name(rec, "NAME", line_no)
+        tid = self.lookup(pname, line_no, "PIN")
+        if self.refs[tid] <= 0:
+            raise TraceError(self.path, line_no,
+                             f"PIN {pname!r}: every reference to it was released")
+        self.b.command(CMD_PIN, tid)
 
 
 _STEPS = {"CONSTANT": _Lowering.constant, "CALL": _Lowering.call, "MUTATE": _Lowering.mutate,
