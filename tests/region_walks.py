@@ -108,9 +108,9 @@ def shared_and_plain(program, budget):
 
 def known_but_not_walks(program, budget) -> list[tuple[int, int]]:
     """(storage, direction) of every region at the run's end that is known to be
-    its walk (cutoff.py: a stamp) but is not: a backward one whose interior,
-    frontier or compute differ from a walk from its base, a forward one whose
-    frontier does (all a forward stamp vouches for)."""
+    its walk (cutoff.py: a stamp) but is not: one whose interior, frontier or
+    compute differ from a walk from its base, or for a forward one walked before
+    the last tensor was created, whose frontier does (all its stamp vouches for)."""
     state = replay(program, budget=budget, keep_state=True).state
     graph, _ = prepared(program)
     rg, material = state.regions, state.st[K.R_MATERIAL]
@@ -126,7 +126,8 @@ def known_but_not_walks(program, budget) -> list[tuple[int, int]]:
                                           state.st[K.R_COMPUTE], state.mark.copy(), interior,
                                           frontier, s, direction)
             same_frontier = members(rg, rg.n_regions + r) == frozenset(frontier[:n_fr].tolist())
-            same = same_frontier and (direction == K.FORWARD or (
+            frontier_only = direction == K.FORWARD and rg.walked_at[r] != state.sc[K.S_CREATED]
+            same = same_frontier and (frontier_only or (
                 members(rg, r) == frozenset(interior[:n_int].tolist())
                 and rg.compute[r] == compute))
             if not same:

@@ -29,6 +29,11 @@ def _checked(program, budget, policy="dtr"):
     return result, int(result.state.regions.era[K.ERA_CUTS])
 
 
+def _from_parents(result) -> int:
+    """Forward regions the run made from a parent's (cutoff.from_parent)."""
+    return int(result.state.regions.era[K.ERA_FROM_PARENT])
+
+
 @pytest.mark.parametrize("kind", ["rnn", "resnet", "mixed"])
 @pytest.mark.parametrize("fraction", [0.3, 0.5])
 def test_differences_are_walks_and_give_the_oracles_run(kind, fraction):
@@ -43,6 +48,8 @@ def test_differences_are_walks_and_give_the_oracles_run(kind, fraction):
     assert (got.summary.outcome, got.summary.clock) == (want.outcome, want.clock)
     if got.summary.remats:
         assert cuts > 0
+    if kind == "rnn" and got.summary.remats:
+        assert _from_parents(got) > 0
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -70,7 +77,7 @@ def test_differences_are_walks_on_the_lstm():
     evictions): backward rebuilds made as differences, each equal to its walk."""
     program = program_or_skip("lstm")
     result, cuts = _checked(program, 1_482_623_728)
-    assert cuts > result.summary.evictions
+    assert cuts > result.summary.evictions and _from_parents(result) > 0
 
 
 @pytest.mark.public
@@ -80,7 +87,7 @@ def test_differences_are_walks_on_the_lstm_at_0264():
     program = program_or_skip("lstm")
     result, cuts = _checked(program, int(0.264 * baseline(program).peak))
     assert result.summary.evictions == 38_059 or result.summary.outcome != "ok"
-    assert cuts > result.summary.evictions
+    assert cuts > result.summary.evictions and _from_parents(result) > result.summary.evictions // 4
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

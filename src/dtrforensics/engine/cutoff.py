@@ -1,4 +1,4 @@
-"""Deferred backward rebuilds as differences (semantics.md §8.8).
+"""Deferred rebuilds as differences (semantics.md §8.8).
 
 After a rematerialization, §8.4 rebuilds the backward region of every storage
 in the new resident's forward frontier. In a remat chain (LSTM 0.264) those
@@ -9,8 +9,10 @@ edge the rules do not follow), its rebuild is instead what the period's
 arrivals cut off: the arrivals and the storages reachable from the base only
 through them leave the interior, frontier members that only they reached leave
 the frontier, and the arrivals that the remaining interior (or the base)
-reaches join it. The sets are those of the walk, which tests/test_engine_cutoff.py
-holds them to.
+reaches join it. Likewise a new resident's own forward region, which would
+walk the whole stretch ahead of it, is its parent's less itself where the
+parent's walk went through it alone (`from_parent`). The sets are those of the
+walk, which tests/test_engine_cutoff.py holds them to.
 
 What this module keeps (state.Regions' work space, all zero meaning nothing
 known):
@@ -18,9 +20,11 @@ known):
   walk, kept through absorbs of regions that were (§8.3's union of two walks is
   the walk), 0 after a frontier miss, a cycle, or a change the rules' upkeep
   misses (walks.evicting, walks.view_made). A backward region's stamp vouches
-  for its sets and compute; a forward one's for its frontier only (the
-  outputs of the op in progress join forward interiors while they are not
-  computed, which changes no frontier), which is all an absorb needs of it;
+  for its sets and compute; a forward one's for its frontier (the outputs of
+  an op join forward interiors while they are not computed, which changes no
+  frontier), which is all an absorb needs of it, and for its sets and compute
+  too while no tensor was created since its walk (`walked_at`: the tensors
+  created then; an absorb keeps it only from a region walked with the same);
 - the period (`era[ERA_NOW]`): flushes so far (walks.flush closes one; only
   computes happen within a period, but for one eviction just after its flush);
 - a stamp per storage (`arrived`): period + 1 when it last became resident;
@@ -30,10 +34,12 @@ known):
 
 from __future__ import annotations
 
-from .bitsets import njit
+from .bitsets import clear_bit, njit, set_bit
 from .layout import (
     ERA_CUTS,
+    ERA_FROM_PARENT,
     ERA_NOW,
+    FORWARD,
     R_COMPUTE,
     R_MATERIAL,
     S_CREATED,
@@ -46,11 +52,16 @@ from .layout import (
     SCRATCH_NEW_RESIDENT,
 )
 from .regions import (
+    build,
+    build_from_bits,
     frontier_add,
     frontier_has,
+    frontier_members,
     frontier_remove,
     interior_has,
     interior_remove,
+    kept,
+    region,
     region_base,
 )
 
@@ -60,9 +71,10 @@ CUT_LISTED_MAX = 16   # a larger interior without a bitset row (rows ran out) ta
 
 
 @njit(cache=True, inline="always")
-def stamp(rg, r):
+def stamp(rg, sc, r):
     """Region r is its walk as of now."""
     rg.fresh[r] = rg.era[ERA_NOW] + 1
+    rg.walked_at[r] = sc[S_CREATED]
 
 
 @njit(cache=True, inline="always")
@@ -159,7 +171,7 @@ def cut_off(g, sc, st, mark, scratch, rg, r):
             return True   # STATUS_ARENA_FULL: the driver reruns with a larger arena
     sc[S_REBUILDS] += 1
     rg.era[ERA_CUTS] += 1
-    stamp(rg, r)
+    stamp(rg, sc, r)
     return True
 
 
@@ -258,3 +270,96 @@ def _frontier_changes(g, rg, r, base, material, mark, cut, nk, in_k, created, jo
                 leaves[nl] = p
                 nl += 1
     return nj, nl
+
+
+@njit(cache=True)
+def from_parent(g, sc, st, mark, scratch, rg, y, deferred, n):
+    """Build arrival y's forward region from a parent p's (§8.8's argument, one
+    storage along): when p's forward region is its walk as of the period's start,
+    with no tensor created since, and reached all it holds through y (p's other
+    children resident, no other arrival of the period in it, p not reached back
+    from it), y's walk holds the same interior but y, its compute less y's, and
+    the frontier members a parent of which is y or in that interior. The
+    period's arrivals are the bases of deferred[:n] that arrived now. False,
+    changing nothing, when no parent qualifies."""
+    created = sc[S_CREATED]
+    material = st[R_MATERIAL]
+    for e in range(g.bwd_ptr[y], g.bwd_ptr[y + 1]):
+        if g.bwd_time[e] >= created:
+            break
+        p = g.bwd_nbr[e]
+        if _walked_through(g, rg, p, y, material, created, deferred, n):
+            return _derive(g, sc, st, mark, scratch, rg, p, y)
+    return False
+
+
+@njit(cache=True)
+def _walked_through(g, rg, p, y, material, created, deferred, n):
+    """Whether p's forward region reached all it holds through y (`from_parent`)."""
+    rp = region(p, FORWARD)
+    known = rg.fresh[rp]
+    if known == 0 or known > rg.era[ERA_NOW] or rg.walked_at[rp] != created or not kept(rg, rp):
+        return False
+    if not interior_has(rg, rp, y):
+        return False
+    for e in range(g.fwd_ptr[p], g.fwd_ptr[p + 1]):
+        if g.fwd_time[e] >= created:
+            break
+        c = g.fwd_nbr[e]
+        if c != y and not material[c]:
+            return False
+    for e in range(g.bwd_ptr[p], g.bwd_ptr[p + 1]):
+        if g.bwd_time[e] >= created:
+            break
+        q = g.bwd_nbr[e]
+        if q == y or interior_has(rg, rp, q):
+            return False   # p would be in y's frontier
+    for i in range(n):
+        z = region_base(deferred[i])
+        if z != y and arrived_now(rg, z) and interior_has(rg, rp, z):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _derive(g, sc, st, mark, scratch, rg, p, y):
+    """y's forward region from p's (`from_parent`); False if the arena is full."""
+    rp = region(p, FORWARD)
+    ry = region(y, FORWARD)
+    acc = rg.memo_acc
+    words = acc.shape[1]
+    acc[0, :] = 0
+    slot = rg.bit_slot[rp]
+    if slot >= 0:
+        for w in range(words):
+            acc[0, w] = rg.bits[slot, w]
+    else:
+        for i in range(rg.len[rp]):
+            set_bit(acc, 0, rg.arena[rg.start[rp] + i])
+    clear_bit(acc, 0, y)
+    kept_fr = scratch[SCRATCH_FRONTIER]
+    members = scratch[SCRATCH_MEMBERS]
+    sc[S_EPOCH] += 1
+    nf = frontier_members(rg, rp, members, mark, sc[S_EPOCH])
+    m = 0
+    for i in range(nf):
+        c = members[i]
+        for e in range(g.bwd_ptr[c], g.bwd_ptr[c + 1]):
+            if g.bwd_time[e] >= sc[S_CREATED]:
+                break
+            q = g.bwd_nbr[e]
+            if q == y or (q != p and interior_has(rg, rp, q)):
+                kept_fr[m] = c
+                m += 1
+                break
+    compute = rg.compute[rp] - st[R_COMPUTE, y]
+    build_from_bits(rg, sc, ry, acc[0], rg.len[rp] - 1, 0, words - 1, words,
+                    scratch[SCRATCH_INTERIOR])
+    build(rg, sc, rg.n_regions + ry, kept_fr, m)
+    rg.compute[ry] = compute
+    rg.fr_live[ry] = m
+    sc[S_REBUILDS] += 1
+    sc[S_WALK_VISITS] += 1
+    rg.era[ERA_FROM_PARENT] += 1
+    stamp(rg, sc, ry)
+    return True

@@ -177,6 +177,8 @@ def absorb(sc, st_compute, mark, rg, r, e, r2):
     _interior_absorb(sc, st_compute, mark, rg, r, e, r2)
     if rg.fresh[r] != 0 and (rg.fresh[r2] == 0 or frontier_has(rg, r, region_base(r))):
         rg.fresh[r] = 0   # not known to be the walk (engine/cutoff.py): r2 was not, or a cycle
+    if rg.walked_at[r] != rg.walked_at[r2]:
+        rg.walked_at[r] = -1   # the union of walks over different edges
 
 
 @njit(cache=True, inline="always")

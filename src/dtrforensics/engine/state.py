@@ -26,9 +26,9 @@ Regions = namedtuple("Regions", ["n_regions", "arena", "start", "cap", "len", "c
                                  "memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats",
                                  "memo_acc", "memo_stack", "memo_gate",
                                  "block_order", "deferred", "deferred_list",
-                                 "deferred_n", "fresh", "era", "arrived", "cause_head",
+                                 "deferred_n", "fresh", "walked_at", "era", "arrived", "cause_head",
                                  "cause_next", "cause_of", "cause_n"])
-# (the last nineteen: WORK_FIELDS)
+# (the last twenty: WORK_FIELDS)
 Regions.__doc__ = """Evicted neighbourhoods (engine/regions.py), two per storage (region 2*s forward, 2*s+1
 backward). Sets (interior r, frontier n_regions + r) are blocks of one int64
 arena; `compute` is each region's interior compute, or layout.UNKEPT for a
@@ -42,10 +42,11 @@ memo_node and the first rows of memo_int and memo_fr; memo_gate holds how
 memo rows have fared lately, slots `layout.G_*`), `block_order` of the arena's
 compaction, and `deferred*` the regions whose rebuild waits for their next
 reader (walks.defer: a flag per region, the list, its length), none left
-between slices. `fresh`, `era`, `arrived` and `cause_*` tell which regions
-are known to be their walk and what arrived in their walk since
-(engine/cutoff.py: a stamp per region, the period, a stamp per storage, and
-the (region, arrival) pairs that deferred a backward region, as lists);
+between slices. `fresh`, `walked_at`, `era`, `arrived` and `cause_*` tell
+which regions are known to be their walk and what arrived in their walk since
+(engine/cutoff.py: a stamp per region and the tensors created at its walk,
+the period, a stamp per storage, and the (region, arrival) pairs that
+deferred a backward region, as lists);
 all zero means nothing known, so a state without them is only slower.
 None of this is state (a snapshot holds None there)."""
 
@@ -82,8 +83,8 @@ def new_regions(n_tensors: int, arena_size: int | None = None) -> Regions:
 
 WORK_FIELDS = ("memo_row", "memo_node", "memo_int", "memo_fr", "memo_stats", "memo_acc",
                "memo_stack", "memo_gate", "block_order", "deferred", "deferred_list",
-               "deferred_n", "fresh", "era", "arrived", "cause_head", "cause_next", "cause_of",
-               "cause_n")
+               "deferred_n", "fresh", "walked_at", "era", "arrived", "cause_head", "cause_next",
+               "cause_of", "cause_n")
 
 
 def _work_space(n_tensors: int) -> dict:
@@ -105,6 +106,7 @@ def _work_space(n_tensors: int) -> dict:
                 deferred_list=np.zeros(2 * n_tensors, dtype=np.int64),
                 deferred_n=np.zeros(1, dtype=np.int64),
                 fresh=np.zeros(2 * n_tensors, dtype=np.int64),
+                walked_at=np.zeros(2 * n_tensors, dtype=np.int64),
                 era=np.zeros(L.N_ERA, dtype=np.int64),
                 arrived=np.zeros(n_tensors, dtype=np.int64),
                 cause_head=np.zeros(2 * n_tensors, dtype=np.int64),

@@ -23,7 +23,7 @@ from .bitsets import (
     njit,
     set_bit,
 )
-from .cutoff import arrive, arrived_now, close_period, cut_off, note_cause, stamp
+from .cutoff import arrive, arrived_now, close_period, cut_off, from_parent, note_cause, stamp
 from .layout import (
     BACKWARD,
     FORWARD,
@@ -130,7 +130,7 @@ def rebuild(g, sc, material, st_compute, mark, scratch, rg, s, backward):
     build(rg, sc, rg.n_regions + r, frontier, n_fr)
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
-    stamp(rg, r)
+    stamp(rg, sc, r)
 
 
 
@@ -334,8 +334,18 @@ def _rebuild_deferred(g, sc, st, mark, scratch, rg):
     for direction in (FORWARD, BACKWARD):   # a loop: numba compiles shared_rebuilds
         m = 0                               # once per literal direction it is called with
         if direction == FORWARD:
+            for i in range(n):   # before any walk changes the regions they start from
+                r = rg.deferred_list[i]
+                y = region_base(r)
+                if arrived_now(rg, y) and from_parent(g, sc, st, mark, scratch, rg, y,
+                                                      rg.deferred_list, n):
+                    rg.deferred[r] = 0
+                    if sc[S_DEBUG]:
+                        _check_difference(g, sc, st, mark, scratch, rg, r)
             for i in range(n):
                 r = rg.deferred_list[i]
+                if rg.deferred[r] == 0:
+                    continue   # made from its parent's
                 rg.deferred[r] = 0
                 bases[m] = region_base(r)
                 m += 1
@@ -533,7 +543,7 @@ def mask_rebuilds(g, sc, material, st_compute, scratch, rg, bases, n_bases, back
         build_from_bits(rg, sc, rg.n_regions + r, rg.memo_fr[j], n_fr, lo_w, hi_w, words, frontier)
         rg.compute[r] = rg.memo_node[j]
         rg.fr_live[r] = n_fr
-        stamp(rg, r)
+        stamp(rg, sc, r)
         for w in range(lo_w, hi_w + 1):
             rg.memo_int[j, w] = 0
             rg.memo_fr[j, w] = 0
@@ -676,7 +686,7 @@ def _memo_rebuild(g, sc, material, st_compute, scratch, rg, base, backward, used
                scratch[SCRATCH_FRONTIER])
     rg.compute[r] = comp
     rg.fr_live[r] = n_fr
-    stamp(rg, r)
+    stamp(rg, sc, r)
     return used
 
 
