@@ -323,7 +323,8 @@ def _walked_through(g, rg, p, y, material, created, deferred, n):
 
 @njit(cache=True)
 def _derive(g, sc, st, mark, scratch, rg, p, y):
-    """y's forward region from p's (`from_parent`); False if the arena is full."""
+    """y's forward region from p's (`from_parent`). A full arena is the driver's
+    to mend, as for every build (STATUS_ARENA_FULL: it reruns with a larger one)."""
     rp = region(p, FORWARD)
     ry = region(y, FORWARD)
     acc = rg.memo_acc
