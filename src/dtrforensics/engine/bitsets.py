@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit as numba_njit
 from numba.core import types
-from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 from numba.extending import intrinsic, overload
 
 from . import native
@@ -76,6 +76,16 @@ def _lowest_bit_compiled(x):
     return lambda x: np.int64(trailing_zeros(x))
 
 
+def highest_bit(x):
+    """Index of the highest set bit of a nonzero uint64 (ctlz when compiled)."""
+    return int(x).bit_length() - 1
+
+
+@overload(highest_bit)
+def _highest_bit_compiled(x):
+    return lambda x: np.int64(63 - leading_zeros(x))
+
+
 def popcount(x):
     """Number of set bits of a uint64 (ctpop when compiled)."""
     return bin(int(x)).count("1")
@@ -99,6 +109,16 @@ def pop_lowest(b):
     """(index of the lowest set bit of nonzero word b, b without that bit): one
     step of a scan over a word's members, `while b: j, b = pop_lowest(b)`."""
     return lowest_bit(b), b & (b - np.uint64(1))
+
+
+@njit(cache=True, inline="always")
+def pop_next(b, downward):
+    """`pop_lowest`, or with `downward` its mirror: (index of the highest set
+    bit of nonzero word b, b without that bit)."""
+    if downward:
+        j = highest_bit(b)
+        return j, b & ~(np.uint64(1) << np.uint64(j))
+    return pop_lowest(b)
 
 
 @njit(cache=True, inline="always")

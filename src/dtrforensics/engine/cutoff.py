@@ -9,10 +9,11 @@ edge the rules do not follow), its rebuild is instead what the period's
 arrivals cut off: the arrivals and the storages reachable from the base only
 through them leave the interior, frontier members that only they reached leave
 the frontier, and the arrivals that the remaining interior (or the base)
-reaches join it. Likewise a new resident's own forward region, which would
-walk the whole stretch ahead of it, is its parent's less itself where the
-parent's walk went through it alone (`from_parent`). The sets are those of the
-walk, which tests/test_engine_cutoff.py holds them to.
+reaches join it (`cut_off`). Forward regions peel instead (`peel`): what the
+arrivals cut off is taken in id order, each storage decided by its parents,
+so the work is what leaves, not the stretch ahead. A new resident's own forward
+region is peeled likewise from its parent's (`from_parent`). The sets are
+those of the walk, which tests/test_engine_cutoff.py holds them to.
 
 What this module keeps (state.Regions' work space, all zero meaning nothing
 known):
@@ -26,7 +27,8 @@ known):
   too while no tensor was created since its walk (`walked_at`: the tensors
   created then; an absorb keeps it only from a region walked with the same);
 - the period (`era[ERA_NOW]`): flushes so far (walks.flush closes one; only
-  computes happen within a period, but for one eviction just after its flush);
+  computes happen within a period, but for one eviction just after its flush),
+  and its arrivals so far (`era[ERA_ARRIVALS]`: `peel` needs them all listed);
 - a stamp per storage (`arrived`): period + 1 when it last became resident;
 - per deferred backward region the arrivals that deferred it (`cause_*`: those
   whose forward frontier held its base at the flush).
@@ -36,9 +38,11 @@ from __future__ import annotations
 
 from .bitsets import clear_bit, njit, set_bit
 from .layout import (
+    ERA_ARRIVALS,
     ERA_CUTS,
     ERA_FROM_PARENT,
     ERA_NOW,
+    ERA_PEELS,
     FORWARD,
     R_COMPUTE,
     R_MATERIAL,
@@ -68,6 +72,10 @@ from .regions import (
 CUT_MIN = 32   # storages a difference may visit however small the region; beyond
                # half the interior as well, a walk from scratch is no dearer
 CUT_LISTED_MAX = 16   # a larger interior without a bitset row (rows ran out) takes a walk
+PEEL_SHARE = 32   # a forward difference gives up when more than CUT_MIN storages and
+                  # this share of the interior go: what is left is then mostly small
+                  # (an arrival in a remat chain cuts off all its parent's region ahead),
+                  # its walk cheap, and a longer attempt the waste (LSTM 0.264)
 
 
 @njit(cache=True, inline="always")
@@ -81,6 +89,7 @@ def stamp(rg, sc, r):
 def arrive(rg, s):
     """Storage s became resident in this period."""
     rg.arrived[s] = rg.era[ERA_NOW] + 1
+    rg.era[ERA_ARRIVALS] += 1
 
 
 @njit(cache=True, inline="always")
@@ -113,6 +122,7 @@ def close_period(rg, regions, n):
         rg.cause_head[regions[i]] = 0
     rg.cause_n[0] = 0
     rg.era[ERA_NOW] += 1
+    rg.era[ERA_ARRIVALS] = 0
 
 
 @njit(cache=True)
@@ -273,94 +283,253 @@ def _frontier_changes(g, rg, r, base, material, mark, cut, nk, in_k, created, jo
 
 
 @njit(cache=True)
-def from_parent(g, sc, st, mark, scratch, rg, y, deferred, n):
-    """Build arrival y's forward region from a parent p's (§8.8's argument, one
-    storage along): when p's forward region is its walk as of the period's start,
-    with no tensor created since, and reached all it holds through y (p's other
-    children resident, no other arrival of the period in it, p not reached back
-    from it), y's walk holds the same interior but y, its compute less y's, and
-    the frontier members a parent of which is y or in that interior. The
-    period's arrivals are the bases of deferred[:n] that arrived now. False,
-    changing nothing, when no parent qualifies."""
+def from_parent(g, sc, st, mark, scratch, rg, y, arrivals, n):
+    """Build arrival y's forward region from the forward region of a parent of
+    y that holds y (the smallest such), by `peel` (arrivals[:n]: the regions of
+    every arrival of the period). False, changing nothing, when it cannot (then
+    y's region takes a walk)."""
     created = sc[S_CREATED]
-    material = st[R_MATERIAL]
+    best = -1
     for e in range(g.bwd_ptr[y], g.bwd_ptr[y + 1]):
         if g.bwd_time[e] >= created:
             break
-        p = g.bwd_nbr[e]
-        if _walked_through(g, rg, p, y, material, created, deferred, n):
-            return _derive(g, sc, st, mark, scratch, rg, p, y)
-    return False
+        rp = region(g.bwd_nbr[e], FORWARD)
+        if _known_exact(rg, sc, rp) and interior_has(rg, rp, y) and (
+                best < 0 or rg.len[rp] < rg.len[best]):
+            best = rp
+    if best < 0:
+        return False
+    if not peel(g, sc, st, mark, scratch, rg, best, region(y, FORWARD), arrivals, n):
+        return False
+    rg.era[ERA_FROM_PARENT] += 1
+    return True
+
+
+@njit(cache=True, inline="always")
+def _known_exact(rg, sc, r):
+    """Whether forward region r is kept and its walk as of the period's start,
+    sets and compute, with no tensor created since (see `walked_at`)."""
+    known = rg.fresh[r]
+    return (known != 0 and known <= rg.era[ERA_NOW] and rg.walked_at[r] == sc[S_CREATED]
+            and kept(rg, r))
 
 
 @njit(cache=True)
-def _walked_through(g, rg, p, y, material, created, deferred, n):
-    """Whether p's forward region reached all it holds through y (`from_parent`)."""
-    rp = region(p, FORWARD)
-    known = rg.fresh[rp]
-    if known == 0 or known > rg.era[ERA_NOW] or rg.walked_at[rp] != created or not kept(rg, rp):
+def peel(g, sc, st, mark, scratch, rg, rs, rt, arrivals, n):
+    """Make forward region rt what region rs, known to be its walk as of the
+    period's start, leaves reachable from rt's base (§8.8, forward): rt is rs
+    (a region holding an arrival), or rt's base is an arrival in rs's interior
+    and rs its parent's region. The interior loses D: the period's arrivals in
+    it (the bases of arrivals[:n], the regions of every arrival of the
+    period) and, taken in id order,
+    each member none of whose parents is rt's base or a member left, starting
+    from the children of D and of rs's base when that is not rt's. Taken in id
+    order, every parent's standing is final when its child's is decided,
+    which needs the graph's edges to ascend (`KernelGraph.ascending`: then the
+    id order is the walks' order, no cycle). The frontier keeps the resident
+    children of what is left and of rt's base. False, changing nothing, when
+    rs is not known to be its walk or D passes its limit (then a walk costs
+    little more)."""
+    if g.ascending[0] == 0 or not _known_exact(rg, sc, rs):
         return False
-    if not interior_has(rg, rp, y):
-        return False
-    for e in range(g.fwd_ptr[p], g.fwd_ptr[p + 1]):
+    if rg.bit_slot[rs] < 0 and rg.len[rs] > CUT_LISTED_MAX:
+        return False   # a listed interior's membership test is a search
+    material = st[R_MATERIAL]
+    created = sc[S_CREATED]
+    old_base = region_base(rs)
+    base = region_base(rt)
+    sc[S_EPOCH] += 3
+    gone = sc[S_EPOCH] - 2
+    queued = gone + 1
+    seen = gone + 2
+    cut = scratch[SCRATCH_INTERIOR]
+    heap = scratch[SCRATCH_NEW_RESIDENT]
+    nd = 0
+    for i in range(n):
+        z = region_base(arrivals[i])
+        if mark[z] != gone and interior_has(rg, rs, z):
+            mark[z] = gone
+            cut[nd] = z
+            nd += 1
+    if nd == 0 or (base == old_base and not _has_child_away(g, material, created, base)):
+        return False   # nothing cut off; or nothing left, which a walk finds at once
+    limit = max(CUT_MIN, rg.len[rs] // PEEL_SHARE)
+    nh = 0
+    if base != old_base:
+        nh = _queue_children(g, rg, rs, material, mark, gone, queued, created, old_base, heap, nh)
+    for i in range(nd):
+        nh = _queue_children(g, rg, rs, material, mark, gone, queued, created, cut[i], heap, nh)
+    visits = nd
+    while nh > 0:
+        z = heap[0]
+        nh -= 1
+        _heap_pop(heap, nh)
+        visits += 1
+        if _supported_by(g, rg, rs, base, material, mark, gone, created, z):
+            continue
+        if nd >= limit:
+            return False
+        mark[z] = gone
+        cut[nd] = z
+        nd += 1
+        nh = _queue_children(g, rg, rs, material, mark, gone, queued, created, z, heap, nh)
+    sc[S_WALK_VISITS] += visits
+    if rt == rs:
+        return _peel_in_place(g, sc, st, mark, scratch, rg, rs, nd, gone, seen)
+    return _peel_into(g, sc, st, mark, scratch, rg, rs, rt, nd, gone, seen)
+
+
+@njit(cache=True, inline="always")
+def _has_child_away(g, material, created, x):
+    """Whether a child of x is not resident."""
+    for e in range(g.fwd_ptr[x], g.fwd_ptr[x + 1]):
         if g.fwd_time[e] >= created:
             break
-        c = g.fwd_nbr[e]
-        if c != y and not material[c]:
-            return False
-    for e in range(g.bwd_ptr[p], g.bwd_ptr[p + 1]):
+        if not material[g.fwd_nbr[e]]:
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _supported_by(g, rg, rs, base, material, mark, gone, created, x):
+    """Whether a parent of x is `base` or a non-resident member of region rs's
+    interior not marked `gone`."""
+    for e in range(g.bwd_ptr[x], g.bwd_ptr[x + 1]):
         if g.bwd_time[e] >= created:
             break
         q = g.bwd_nbr[e]
-        if q == y or interior_has(rg, rp, q):
-            return False   # p would be in y's frontier
-    for i in range(n):
-        z = region_base(deferred[i])
-        if z != y and arrived_now(rg, z) and interior_has(rg, rp, z):
-            return False
+        if q == base or (mark[q] != gone and not material[q] and interior_has(rg, rs, q)):
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _queue_children(g, rg, rs, material, mark, gone, queued, created, x, heap, nh):
+    """Queue (a min-heap of ids) the children of x in region rs's interior, not
+    resident, not yet queued or gone; returns the heap's new size."""
+    for e in range(g.fwd_ptr[x], g.fwd_ptr[x + 1]):
+        if g.fwd_time[e] >= created:
+            break
+        c = g.fwd_nbr[e]
+        if mark[c] == gone or mark[c] == queued or material[c] or not interior_has(rg, rs, c):
+            continue
+        mark[c] = queued
+        i = nh
+        while i > 0 and heap[(i - 1) >> 1] > c:
+            heap[i] = heap[(i - 1) >> 1]
+            i = (i - 1) >> 1
+        heap[i] = c
+        nh += 1
+    return nh
+
+
+@njit(cache=True, inline="always")
+def _heap_pop(heap, nh):
+    """Drop the least of a min-heap of nh + 1 ids: its last moves down from the top."""
+    last = heap[nh]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= nh:
+            break
+        if c + 1 < nh and heap[c + 1] < heap[c]:
+            c += 1
+        if heap[c] >= last:
+            break
+        heap[i] = heap[c]
+        i = c
+    heap[i] = last
+
+
+@njit(cache=True)
+def _peel_in_place(g, sc, st, mark, scratch, rg, r, nd, gone, seen):
+    """`peel` where rt is rs: D (scratch's interior row, marked `gone`) leaves
+    the interior; arrivals in D that what is left (or the base) still reaches
+    join the frontier; resident children of D that nothing left reaches leave it."""
+    material = st[R_MATERIAL]
+    created = sc[S_CREATED]
+    base = region_base(r)
+    cut = scratch[SCRATCH_INTERIOR]
+    joins = scratch[SCRATCH_FRONTIER]
+    leaves = scratch[SCRATCH_MEMBERS]
+    nj = 0
+    nl = 0
+    for i in range(nd):
+        z = cut[i]
+        if material[z] and _supported_by(g, rg, r, base, material, mark, gone, created, z):
+            joins[nj] = z
+            nj += 1
+        for e in range(g.fwd_ptr[z], g.fwd_ptr[z + 1]):
+            if g.fwd_time[e] >= created:
+                break
+            c = g.fwd_nbr[e]
+            if not material[c] or mark[c] == gone or mark[c] == seen:
+                continue   # not resident, an arrival in D, or decided
+            mark[c] = seen
+            if not _supported_by(g, rg, r, base, material, mark, gone, created, c):
+                if not frontier_has(rg, r, c):
+                    return False   # not what the rules expect: a walk decides
+                leaves[nl] = c
+                nl += 1
+    lost = 0
+    for i in range(nd):
+        interior_remove(rg, r, cut[i])
+        lost += st[R_COMPUTE, cut[i]]
+    rg.compute[r] -= lost
+    for i in range(nl):
+        frontier_remove(rg, r, leaves[i])
+    for i in range(nj):
+        if not frontier_add(rg, sc, r, joins[i]):
+            return True   # STATUS_ARENA_FULL: the driver reruns with a larger arena
+    sc[S_REBUILDS] += 1
+    rg.era[ERA_PEELS] += 1
+    stamp(rg, sc, r)
     return True
 
 
 @njit(cache=True)
-def _derive(g, sc, st, mark, scratch, rg, p, y):
-    """y's forward region from p's (`from_parent`). A full arena is the driver's
+def _peel_into(g, sc, st, mark, scratch, rg, rs, rt, nd, gone, seen):
+    """`peel` where rt's base y is an arrival in rs's interior: rt's interior is
+    rs's less D (y among it), its frontier the members of rs's frontier and the
+    arrivals in D that y or what is left reaches. A full arena is the driver's
     to mend, as for every build (STATUS_ARENA_FULL: it reruns with a larger one)."""
-    rp = region(p, FORWARD)
-    ry = region(y, FORWARD)
+    material = st[R_MATERIAL]
+    created = sc[S_CREATED]
+    y = region_base(rt)
+    cut = scratch[SCRATCH_INTERIOR]
+    kept_fr = scratch[SCRATCH_FRONTIER]
+    members = scratch[SCRATCH_MEMBERS]
     acc = rg.memo_acc
     words = acc.shape[1]
-    acc[0, :] = 0
-    slot = rg.bit_slot[rp]
+    slot = rg.bit_slot[rs]
     if slot >= 0:
         for w in range(words):
             acc[0, w] = rg.bits[slot, w]
     else:
-        for i in range(rg.len[rp]):
-            set_bit(acc, 0, rg.arena[rg.start[rp] + i])
-    clear_bit(acc, 0, y)
-    kept_fr = scratch[SCRATCH_FRONTIER]
-    members = scratch[SCRATCH_MEMBERS]
-    sc[S_EPOCH] += 1
-    nf = frontier_members(rg, rp, members, mark, sc[S_EPOCH])
+        for w in range(words):
+            acc[0, w] = 0
+        for i in range(rg.len[rs]):
+            set_bit(acc, 0, rg.arena[rg.start[rs] + i])
+    lost = 0
     m = 0
+    for i in range(nd):
+        z = cut[i]
+        clear_bit(acc, 0, z)
+        lost += st[R_COMPUTE, z]
+        if z != y and material[z] and _supported_by(g, rg, rs, y, material, mark, gone, created, z):
+            kept_fr[m] = z
+            m += 1
+    nf = frontier_members(rg, rs, members, mark, seen)
     for i in range(nf):
         c = members[i]
-        for e in range(g.bwd_ptr[c], g.bwd_ptr[c + 1]):
-            if g.bwd_time[e] >= sc[S_CREATED]:
-                break
-            q = g.bwd_nbr[e]
-            if q == y or (q != p and interior_has(rg, rp, q)):
-                kept_fr[m] = c
-                m += 1
-                break
-    compute = rg.compute[rp] - st[R_COMPUTE, y]
-    build_from_bits(rg, sc, ry, acc[0], rg.len[rp] - 1, 0, words - 1, words,
-                    scratch[SCRATCH_INTERIOR])
-    build(rg, sc, rg.n_regions + ry, kept_fr, m)
-    rg.compute[ry] = compute
-    rg.fr_live[ry] = m
+        if _supported_by(g, rg, rs, y, material, mark, gone, created, c):
+            kept_fr[m] = c
+            m += 1
+    compute = rg.compute[rs] - lost
+    build_from_bits(rg, sc, rt, acc[0], rg.len[rs] - nd, 0, words - 1, words, cut)
+    build(rg, sc, rg.n_regions + rt, kept_fr, m)
+    rg.compute[rt] = compute
+    rg.fr_live[rt] = m
     sc[S_REBUILDS] += 1
-    sc[S_WALK_VISITS] += 1
-    rg.era[ERA_FROM_PARENT] += 1
-    stamp(rg, sc, ry)
+    stamp(rg, sc, rt)
     return True

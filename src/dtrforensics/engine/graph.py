@@ -20,12 +20,16 @@ KernelGraph = namedtuple("KernelGraph", [
     "tensor_op", "tensor_size", "tensor_storage",
     "st_tensor_ptr", "st_tensors",
     "fwd_ptr", "fwd_nbr", "fwd_time", "bwd_ptr", "bwd_nbr", "bwd_time",
-    "sched_kind", "sched_arg", "op_backward",
+    "sched_kind", "sched_arg", "op_backward", "ascending",
 ])
 KernelGraph.__doc__ = """Arrays the kernel reads. Storage-indexed arrays use the storage id
 (root tensor id) as index and have one slot per tensor; non-root slots are unused.
 `*_ptr/*_nbr/*_time`: CSR adjacency of storages through children (fwd) and
-parents (bwd), with the tensor id that makes each edge visible."""
+parents (bwd), with the tensor id that makes each edge visible. `ascending`
+(one element): 1 when every edge leads from a storage to one of larger id, as
+an op's outputs come after its arguments unless a view makes an older storage
+a child; then id order is an order of every walk and no walk meets a cycle
+(engine/cutoff.py `peel` relies on it)."""
 
 
 class GraphOrderError(RuntimeError):
@@ -78,6 +82,12 @@ def _csr(sources: np.ndarray, targets: np.ndarray, times: np.ndarray, n: int):
     return np.cumsum(ptr), targets.astype(np.int64), times.astype(np.int64)
 
 
+def _ascending(ptr: np.ndarray, nbr: np.ndarray) -> int:
+    """1 when every edge of a CSR leads to a larger id than its source's."""
+    sources = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    return int(bool(np.all(nbr > sources)))
+
+
 def kernel_graph(program: Program) -> KernelGraph:
     n = program.n_tensors
     storage = program.tensor_storage.astype(np.int64)
@@ -109,6 +119,7 @@ def kernel_graph(program: Program) -> KernelGraph:
         bwd_ptr=bwd[0], bwd_nbr=bwd[1], bwd_time=bwd[2],
         sched_kind=program.sched_kind.astype(np.int64), sched_arg=program.sched_arg,
         op_backward=program.op_backward.astype(np.int64),
+        ascending=np.array([_ascending(fwd[0], fwd[1])], dtype=np.int64),
     )
     check_order(g)
     return g

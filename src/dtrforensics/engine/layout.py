@@ -100,11 +100,12 @@ G_MEMO_FAILURES, G_MEMO_SKIP = range(2)
 N_GATES = 2
 
 # Slots of `Regions.era` (engine/cutoff.py): the current period (flushes so
-# far: a flush closes one), the rebuilds made as differences and the forward
-# regions made from a parent's (counts for tests and benchmarks; work space, so
-# a resumed run counts from 0).
-ERA_NOW, ERA_CUTS, ERA_FROM_PARENT = range(3)
-N_ERA = 3
+# far: a flush closes one), the arrivals so far in it; the backward rebuilds
+# made as differences, the forward ones, and the forward regions made from a
+# parent's (counts for tests and benchmarks; work space, so a resumed run
+# counts from 0).
+ERA_NOW, ERA_ARRIVALS, ERA_CUTS, ERA_PEELS, ERA_FROM_PARENT = range(5)
+N_ERA = 5
 
 # Rows of the work matrix `scratch` (no state: reused by every step).
 (SCRATCH_INTERIOR, SCRATCH_FRONTIER, SCRATCH_NEW_RESIDENT, SCRATCH_AFFECTED,
