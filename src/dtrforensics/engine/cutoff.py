@@ -73,9 +73,10 @@ CUT_MIN = 32   # storages a difference may visit however small the region; beyon
                # half the interior as well, a walk from scratch is no dearer
 CUT_LISTED_MAX = 16   # a larger interior without a bitset row (rows ran out) takes a walk
 PEEL_SHARE = 32   # a forward difference gives up when more than CUT_MIN storages and
-                  # this share of the interior go: what is left is then mostly small
-                  # (an arrival in a remat chain cuts off all its parent's region ahead),
-                  # its walk cheap, and a longer attempt the waste (LSTM 0.264)
+                  # this share of the interior go besides the arrivals: what is left is
+                  # then mostly small (an arrival in a remat chain cuts off all its
+                  # parent's region ahead), its walk cheap, and a longer attempt the
+                  # waste (LSTM 0.264)
 
 
 @njit(cache=True, inline="always")
@@ -373,10 +374,13 @@ def peel(g, sc, st, mark, scratch, rg, rs, rt, arrivals, n):
         cut[nd] = z
         nd += 1
         nh = _queue_children(g, rg, rs, material, mark, gone, queued, created, z, heap, nh)
-    sc[S_WALK_VISITS] += visits
     if rt == rs:
-        return _peel_in_place(g, sc, st, mark, scratch, rg, rs, nd, gone, seen)
-    return _peel_into(g, sc, st, mark, scratch, rg, rs, rt, nd, gone, seen)
+        made = _peel_in_place(g, sc, st, mark, scratch, rg, rs, nd, gone, seen)
+    else:
+        made = _peel_into(g, sc, st, mark, scratch, rg, rs, rt, nd, gone, seen)
+    if made:
+        sc[S_WALK_VISITS] += visits
+    return made
 
 
 @njit(cache=True, inline="always")
