@@ -55,7 +55,6 @@ from .layout import (
     SCRATCH_FRONTIER,
     SCRATCH_INTERIOR,
     SCRATCH_MEMBERS,
-    SCRATCH_NEW_RESIDENT,
 )
 from .regions import (
     BITSET_MIN,
