@@ -175,13 +175,22 @@ def cut_off(g, sc, st, mark, scratch, rg, r):
             interior_remove(rg, r, v)
             lost += st[R_COMPUTE, v]
     rg.compute[r] -= lost
+    if _settle(rg, sc, r, leaves, nl, joins, nj):
+        rg.era[ERA_CUTS] += 1
+    return True
+
+
+@njit(cache=True, inline="always")
+def _settle(rg, sc, r, leaves, nl, joins, nj):
+    """The frontier changes of a difference made on region r in place, which is
+    then its walk; False when the arena is full (STATUS_ARENA_FULL: the driver
+    reruns with a larger one)."""
     for j in range(nl):
         frontier_remove(rg, r, leaves[j])
     for j in range(nj):
         if not frontier_add(rg, sc, r, joins[j]):
-            return True   # STATUS_ARENA_FULL: the driver reruns with a larger arena
+            return False
     sc[S_REBUILDS] += 1
-    rg.era[ERA_CUTS] += 1
     stamp(rg, sc, r)
     return True
 
@@ -480,14 +489,8 @@ def _peel_in_place(g, sc, st, mark, scratch, rg, r, nd, gone, seen):
         interior_remove(rg, r, cut[i])
         lost += st[R_COMPUTE, cut[i]]
     rg.compute[r] -= lost
-    for i in range(nl):
-        frontier_remove(rg, r, leaves[i])
-    for i in range(nj):
-        if not frontier_add(rg, sc, r, joins[i]):
-            return True   # STATUS_ARENA_FULL: the driver reruns with a larger arena
-    sc[S_REBUILDS] += 1
-    rg.era[ERA_PEELS] += 1
-    stamp(rg, sc, r)
+    if _settle(rg, sc, r, leaves, nl, joins, nj):
+        rg.era[ERA_PEELS] += 1
     return True
 
 
