@@ -695,8 +695,8 @@ def _evict(g, pol, sc, st, mark, scratch, rg, s):
         st[R_DEFINED, u] = 0
     if regions_kept:
         members = scratch[SCRATCH_MEMBERS]
-        for listing in (BACKWARD, FORWARD):   # a loop: absorb_into compiled once, not
-            taken = BACKWARD - listing        # once per literal direction
+        for listing in (BACKWARD, FORWARD):
+            taken = BACKWARD - listing
             sc[S_EPOCH] += 1
             n = frontier_members(rg, region(s, listing), members, mark, sc[S_EPOCH])
             absorb_into(sc, st[R_COMPUTE], mark, rg, members, n, taken, s, region(s, taken))

@@ -249,10 +249,8 @@ def view_made(g, sc, st, mark, scratch, rg, op, s):
     tensor created.)"""
     material = st[R_MATERIAL]
     before = sc[S_CREATED] - 1
-    # not literals: numba would compile unsure_beyond once per literal argument
-    forward, backward, none = np.int64(FORWARD), np.int64(BACKWARD), np.int64(-1)
     if not material[s]:
-        unsure_beyond(g, sc, st, mark, scratch, rg, s, forward, none, before)
+        unsure_beyond(g, sc, st, mark, scratch, rg, s, FORWARD, -1, before)
     for i in range(g.op_arg_ptr[op], g.op_arg_ptr[op + 1]):
         a = g.tensor_storage[g.op_args[i]]
         if a == s:
@@ -260,7 +258,7 @@ def view_made(g, sc, st, mark, scratch, rg, op, s):
         _unsure(g, sc, st, mark, scratch, rg, region(s, BACKWARD), before)
         _unsure(g, sc, st, mark, scratch, rg, region(a, FORWARD), before)
         if not material[a]:
-            unsure_beyond(g, sc, st, mark, scratch, rg, a, backward, none, before)
+            unsure_beyond(g, sc, st, mark, scratch, rg, a, BACKWARD, -1, before)
 
 
 @njit(cache=True, inline="always")
@@ -294,9 +292,9 @@ def keep_again(g, sc, st, mark, scratch, rg, r, created):
     `created`: the sets it stood for (the walk before the change at hand)."""
     now = sc[S_CREATED]
     sc[S_CREATED] = created
-    base = scratch[SCRATCH_AFFECTED]   # one base: a plain rebuild, by shared_rebuilds'
-    base[0] = region_base(r)           # compiled copy rather than one more of its own
-    shared_rebuilds(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, base, np.int64(1),
+    base = scratch[SCRATCH_AFFECTED]   # one base: a plain rebuild
+    base[0] = region_base(r)
+    shared_rebuilds(g, sc, st[R_MATERIAL], st[R_COMPUTE], mark, scratch, rg, base, 1,
                     region_direction(r))
     sc[S_CREATED] = now
 
@@ -343,8 +341,8 @@ def _rebuild_deferred(g, sc, st, mark, scratch, rg):
     bases = scratch[SCRATCH_AFFECTED]
     n = rg.deferred_n[0]
     n_all = n
-    for direction in (FORWARD, BACKWARD):   # a loop: numba compiles shared_rebuilds
-        m = 0                               # once per literal direction it is called with
+    for direction in (FORWARD, BACKWARD):
+        m = 0
         if direction == FORWARD:
             k = _arrivals_first(rg, n)
             if k == rg.era[ERA_ARRIVALS]:   # every arrival listed: differences may be made
