@@ -214,6 +214,12 @@ INLINING = textwrap.dedent("""
     ir.Scope.__deepcopy__ = counting
 
     from numba.core.inline_closurecall import InlineWorker
+    made = []
+    numbas_making = InlineWorker.run_untyped_passes
+    def making(self, func, *args, **kwargs):
+        made.append(func.__name__)
+        return numbas_making(self, func, *args, **kwargs)
+    InlineWorker.run_untyped_passes = making
     from dtrforensics.engine.bitsets import njit
     from dtrforensics.engine.inliner_copies import cheaper_copies
     numbas = InlineWorker.inline_ir
@@ -245,15 +251,16 @@ INLINING = textwrap.dedent("""
         assert nested == installed and (InlineWorker.inline_ir is numbas) != installed
     print(json.dumps({"installed": installed, "value": int(value),
                       "restored": InlineWorker.inline_ir is numbas and "__deepcopy__" not in vars(ir.Block),
-                      "llvm": caller.inspect_llvm(caller.signatures[0]),
-                      "scope_copies": scope_copies[0]}))
+                      "asm": caller.inspect_asm(caller.signatures[0]),
+                      "scope_copies": scope_copies[0], "made": sorted(made)}))
 """)
 
 
 def test_the_inliners_cheaper_copies_compile_the_same_code(tmp_path):
-    """engine/inliner_copies.py shares one memo per copy of a callee's IR: the
-    same LLVM IR as numba's own copies, with the scope copied far less often,
-    and numba as it was once the kernel's compile is over."""
+    """engine/inliner_copies.py makes a callee's IR once and shares one memo per
+    copy of it: the same machine code as numba's own inlining, the LLVM IR the
+    same but for its names (values, blocks), with the IR made once per function and the scope
+    copied far less often, and numba as it was once the kernel's compile is over."""
     def compiled(**env):
         done = subprocess.run([sys.executable, "-c", INLINING], capture_output=True, text=True,
                               env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), **env}, check=True)
@@ -262,5 +269,8 @@ def test_the_inliners_cheaper_copies_compile_the_same_code(tmp_path):
     numbas, ours = compiled(DTRF_INLINER_COPIES="0"), compiled()
     assert not numbas["installed"] and ours["installed"] and ours["restored"]
     assert ours["value"] == numbas["value"]
-    assert ours["llvm"] == numbas["llvm"]
+    assert ours["asm"] == numbas["asm"]
+    assert numbas["made"] == ["branchy"] * 5 + ["twice"] * 2   # at every call site, nested ones too
+    assert ours["made"] == ["branchy", "twice"]
     assert ours["scope_copies"] * 3 < numbas["scope_copies"]
+
