@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..fsutil import atomic_path
-from . import native
+from . import native, split_compile
 from .inliner_copies import cheaper_copies
 
 _native: native.NativeKernel | None = None
@@ -53,6 +53,8 @@ def _call(name: str, *args):
         except native.Mismatch:
             pass
     K = _numba()
+    if name == "run_slice" and split_compile.wanted(K):
+        split_compile.compile_split(K, args)    # a cold compile: part of it on a second core
     with cheaper_copies():             # a first call compiles: the same code, in less time
         result = getattr(K, name)(*args)
     if name == "check_invariants":       # the end of a run: the driver's types are known

@@ -1,0 +1,139 @@
+"""The kernel's cold compile on two cores.
+
+numba compiles on one core. Each kernel function that is not inlined is its
+own unit, compiled when the first function calling it is typed, and cached on
+disk (`njit(cache=True)`): a unit another process has compiled and cached is
+loaded, not compiled again. So, where the cache is cold and a second core is
+free, `compile_split` has a child process compile engine/cutoff.py's units
+(differences of regions; they call nothing in engine/walks.py), `absorb_into`
+and some of the scoring while this process compiles the walks' (shared
+rebuilds, the builds a view or the first eviction asks for); run_slice's
+compile, which follows, loads the child's from the cache.
+
+A unit is compiled for the types run_slice passes it, read off run_slice's
+own arguments by parameter name (the kernel's functions name an argument the
+same wherever they take it) and a few derived names (`_DERIVED`). A unit
+whose types are not the ones run_slice's compile asks for is compiled again
+there, as without the split: the split changes what the compile costs, never
+what it makes (the library's code is the same, tests/test_split_compile.py).
+`DTRF_SPLIT_COMPILE=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SPLIT_ENV = "DTRF_SPLIT_COMPILE"
+CHILD_SECONDS = 600          # a child not done by then is stopped; this process compiles the rest
+
+# (module, function): compiled by the child, and by this process meanwhile,
+# each side about 40 s of CPU on the 2-core development machine
+CHILD_UNITS = (("cutoff", "from_parent"), ("cutoff", "peel"), ("cutoff", "cut_off"),
+               ("regions", "absorb_into"), ("kernel", "_exact_score"),
+               ("kernel", "_custom_score"), ("kernel", "_pin"))
+OWN_UNITS = (("walks", "shared_rebuilds"), ("walks", "build_all"), ("walks", "view_made"))
+
+# parameters that are not run_slice's: (how, run_slice's parameter, field)
+_DERIVED = {
+    "material": ("row", "st", None),          # st[R_MATERIAL]
+    "st_compute": ("row", "st", None),        # st[R_COMPUTE]
+    "bases": ("row", "scratch", None),        # scratch[SCRATCH_*]
+    "arrivals": ("field", "rg", "deferred_list"),
+    "emit": ("boolean", None, None),          # sc[S_EMIT] != 0
+}
+
+
+def wanted(kernel) -> bool:
+    """Whether to split: not turned off, a second core, and run_slice not in
+    numba's cache for the current sources."""
+    if os.environ.get(SPLIT_ENV) == "0" or os.environ.get("NUMBA_DISABLE_JIT") == "1":
+        return False
+    if _cores() < 2 or kernel.run_slice.overloads:
+        return False
+    try:
+        return not kernel.run_slice._cache._cache_file._load_index()
+    except Exception:            # noqa: BLE001 (a numba without these parts: no split)
+        return False
+
+
+def _cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _param_type(name: str, by_name: dict):
+    from numba.core import types
+    if name in by_name:
+        return by_name[name]
+    how, source, field = _DERIVED.get(name, (None, None, None))
+    if how == "row":
+        return by_name[source].copy(ndim=1, layout="C")
+    if how == "field":
+        tuple_type = by_name[source]
+        return tuple_type.types[tuple_type.fields.index(field)]
+    if how == "boolean":
+        return types.boolean
+    return types.int64
+
+
+def unit_signatures(kernel, args, units) -> list[tuple[str, str, tuple]]:
+    """(module, function, argument types) of each unit, for run_slice called with `args`."""
+    entry = kernel.run_slice
+    params = inspect.signature(entry.py_func).parameters
+    by_name = dict(zip(params, (entry.typeof_pyval(a) for a in args)))
+    signatures = []
+    for module, name in units:
+        fn = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+        signatures.append((module, name, tuple(_param_type(p, by_name) for p in
+                                               inspect.signature(fn.py_func).parameters)))
+    return signatures
+
+
+def compile_units(signatures) -> None:
+    from .inliner_copies import cheaper_copies
+    with cheaper_copies():
+        for module, name, signature in signatures:
+            getattr(importlib.import_module(f"{__package__}.{module}"), name).compile(signature)
+
+
+def compile_split(kernel, args) -> None:
+    """The child's units in a child process and ours here, both cached; back
+    when both are done (or the child failed: run_slice's compile then makes
+    what it lacks)."""
+    try:
+        child_units = unit_signatures(kernel, args, CHILD_UNITS)
+        own_units = unit_signatures(kernel, args, OWN_UNITS)
+    except Exception:            # noqa: BLE001 (types not derived: compile as numba would)
+        return
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    with tempfile.TemporaryDirectory(prefix="dtrf-split-") as work:
+        plan = Path(work) / "units.pickle"
+        plan.write_bytes(pickle.dumps(child_units))
+        child = subprocess.Popen([sys.executable, "-m", f"{__package__}.split_compile", str(plan)],
+                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        try:
+            try:
+                compile_units(own_units)
+            except Exception:    # noqa: BLE001 (run_slice's compile meets it again, and says)
+                pass
+            child.wait(timeout=CHILD_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+if __name__ == "__main__":
+    compile_units(pickle.loads(Path(sys.argv[1]).read_bytes()))
