@@ -11,7 +11,8 @@ is written out as the native library (engine/native_build.py, with the
 system's C compiler), and prefix sharing's digest is compiled. Both land in
 the package's `engine/__pycache__`, where the installed package looks first
 (numba's cache, and engine/native.py's `PACKAGED`). It takes about two
-minutes of CPU, said on the terminal as it goes (pip keeps a build's own
+minutes (two processes where two cores are free: engine/split_compile.py),
+said on the terminal as it goes (pip keeps a build's own
 output for `pip install -v`). A failure never fails the install: without a
 C compiler the wheel carries numba's cache alone; without numba importable
 it carries nothing, and the first replay compiles, as before.
@@ -75,7 +76,7 @@ class build_kernel(Command):
         env = {k: v for k, v in os.environ.items()
                if k not in ("NUMBA_CACHE_DIR", "DTRF_NATIVE", "NUMBA_DISABLE_JIT")}
         env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        _say("compiling the replay kernel into the package (about 2 min of CPU, once per install)...")
+        _say("compiling the replay kernel into the package (about 2 minutes, once per install)...")
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "dtrforensics.cli.kernel_notice"], env=env, cwd=root,
                               capture_output=True, text=True)
