@@ -12,8 +12,20 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# The demo's install: numpy and numba first (as pyproject.toml requires them),
+# then the kernel compiles (the step setup.py runs, two processes where two
+# cores are free) while the rest of the core package installs beside it. As in
+# setup.py, a kernel that fails to compile fails nothing: the first replay
+# compiles it.
+KERNEL_REQUIREMENTS := $(shell sed -n 's/^ *"\(numpy\|numba\)\([^"]*\)",*$$/\1\2/p' pyproject.toml)
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q $(foreach r,$(or $(KERNEL_REQUIREMENTS),numpy numba),'$(r)')
+	{ PYTHONPATH=src $(BIN)/python -m dtrforensics.cli.kernel_notice || echo "dtrforensics: the \
+	replay kernel was not compiled: the first replay compiles it"; } & \
+	kernel=$$!; \
+	DTRF_BUILD_KERNEL=0 $(BIN)/pip install -q -e .; core=$$?; \
+	wait $$kernel; \
+	test $$core = 0
 	touch $(DEMO_STAMP)
 
 # The suite's install: the core first without the kernel (DTRF_BUILD_KERNEL=0,
