@@ -15,7 +15,9 @@ own arguments by parameter name (the kernel's functions name an argument the
 same wherever they take it) and a few derived names (`_DERIVED`). A unit
 whose types are not the ones run_slice's compile asks for is compiled again
 there, as without the split: the split changes what the compile costs, never
-what it makes (the library's code is the same, tests/test_split_compile.py).
+what it makes (the native library's machine code was byte-identical with and
+without it; tests/test_split_compile.py holds the planned types to those
+numba's cache holds each unit compiled for).
 `DTRF_SPLIT_COMPILE=0` turns it off.
 """
 
@@ -33,8 +35,8 @@ from pathlib import Path
 SPLIT_ENV = "DTRF_SPLIT_COMPILE"
 CHILD_SECONDS = 600          # a child not done by then is stopped; this process compiles the rest
 
-# (module, function): compiled by the child, and by this process meanwhile,
-# each side about 40 s of CPU on the 2-core development machine
+# (module, function): compiled by the child, and by this process meanwhile
+# (measured on the 2-core development machine: about 40 s and 32 s of CPU)
 CHILD_UNITS = (("cutoff", "from_parent"), ("cutoff", "peel"), ("cutoff", "cut_off"),
                ("regions", "absorb_into"), ("kernel", "_exact_score"),
                ("kernel", "_custom_score"), ("kernel", "_pin"))
@@ -109,18 +111,22 @@ def compile_split(kernel, args) -> None:
     when both are done (or the child failed: run_slice's compile then makes
     what it lacks)."""
     try:
-        child_units = unit_signatures(kernel, args, CHILD_UNITS)
+        plan = pickle.dumps(unit_signatures(kernel, args, CHILD_UNITS))
         own_units = unit_signatures(kernel, args, OWN_UNITS)
     except Exception:            # noqa: BLE001 (types not derived: compile as numba would)
         return
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    root = str(Path(__file__).resolve().parents[2])    # the package's own copy, for the child
+    paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     with tempfile.TemporaryDirectory(prefix="dtrf-split-") as work:
-        plan = Path(work) / "units.pickle"
-        plan.write_bytes(pickle.dumps(child_units))
-        child = subprocess.Popen([sys.executable, "-m", f"{__package__}.split_compile", str(plan)],
-                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+        (Path(work) / "units.pickle").write_bytes(plan)
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", f"{__package__}.split_compile", str(Path(work) / "units.pickle")],
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL)
+        except OSError:
+            return
         try:
             try:
                 compile_units(own_units)
