@@ -1,4 +1,4 @@
-"""A faster copy of a callee's IR in numba's inliner, for the kernel's compile.
+"""A callee's IR made once and copied faster in numba's inliner, for the kernel's compile.
 
 The kernel inlines most of its helpers (`inline="always"`), so numba's
 inliner copies a callee's IR at every call site, and twice (a copy to
@@ -11,11 +11,10 @@ blocks x variables, and copying was half of the kernel's compile.
 blocks, so the scope is copied once per copy and the blocks share it, as
 they share the original. It is in place only while the kernel compiles
 (engine/compiled.py: the driver's calls through numba and `prepare`): a
-process's other numba code is left to numba as it is. The compiled code is unchanged: run_slice's LLVM IR and assembly
-are byte-identical with and without it (numba 0.68), and
-tests/test_native.py compiles inlining helpers both ways and compares them.
-Only the compile gets cheaper (about a quarter less CPU for the kernel, so
-for an install and the first replay after an engine change).
+process's other numba code is left to numba as it is. The shared memo alone
+left run_slice's LLVM IR and assembly byte-identical (numba 0.68) and made the
+kernel's compile about a quarter cheaper (an install, and the first replay
+after an engine change).
 
 Before a copy, numba also makes the callee's IR from its bytecode anew at
 every call site (`InlineWorker.inline_function` runs the untyped passes,
@@ -24,7 +23,9 @@ for the kernel's 111 inlined helpers. `cheaper_copies` makes each function's
 IR once per compile and hands the inliner that (which copies it before any
 change, as it does numba's). A copy's variables then take the names of the
 first making, numbered apart by the caller's scope, so the LLVM IR differs
-in its names only: the machine code is the same (tests/test_native.py).
+in its names only: the machine code is the same (the native library's .text
+byte for byte; tests/test_native.py compiles inlining helpers both ways and
+compares their assembly).
 
 It reaches into numba's private internals (`InlineWorker.inline_ir`,
 `InlineWorker.inline_function`, `FunctionIR.copy`, `Block`); where a numba
