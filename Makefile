@@ -16,15 +16,14 @@ $(BIN)/python:
 # then the kernel compiles (the step setup.py runs, two processes where two
 # cores are free) while the rest of the core package installs beside it. As in
 # setup.py, a kernel that fails to compile fails nothing: the first replay
-# compiles it.
+# compiles it. An interrupted install stops the compile too.
 KERNEL_REQUIREMENTS := $(shell sed -n 's/^ *"\(numpy\|numba\)\([^"]*\)",*$$/\1\2/p' pyproject.toml)
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q $(foreach r,$(or $(KERNEL_REQUIREMENTS),numpy numba),'$(r)')
-	{ PYTHONPATH=src $(BIN)/python -m dtrforensics.cli.kernel_notice || echo "dtrforensics: the \
-	replay kernel was not compiled: the first replay compiles it"; } & \
-	kernel=$$!; \
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/python -m dtrforensics.cli.kernel_notice & \
+	kernel=$$!; trap 'kill $$kernel 2>/dev/null' INT TERM; \
 	DTRF_BUILD_KERNEL=0 $(BIN)/pip install -q -e .; core=$$?; \
-	wait $$kernel; \
+	wait $$kernel || echo "dtrforensics: the replay kernel was not compiled: the first replay compiles it"; \
 	test $$core = 0
 	touch $(DEMO_STAMP)
 

@@ -114,6 +114,8 @@ def _inlining_made_once(self, caller_ir, block, i, function, arg_typs=None):
     callee_ir = _made.get(key)
     if callee_ir is None:
         callee_ir = _made[key] = self.run_untyped_passes(function)
+    else:
+        self.flags.enable_ssa = False     # as numba's making leaves the caller's flags
     return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars,
                           arg_typs=arg_typs)
 

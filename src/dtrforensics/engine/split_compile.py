@@ -53,16 +53,18 @@ _DERIVED = {
 
 
 def wanted(kernel) -> bool:
-    """Whether to split: not turned off, a second core, and run_slice not in
-    numba's cache for the current sources."""
-    if os.environ.get(SPLIT_ENV) == "0" or os.environ.get("NUMBA_DISABLE_JIT") == "1":
-        return False
-    if _cores() < 2 or kernel.run_slice.overloads:
+    """Whether to split: not turned off, run_slice compiled (not plain Python)
+    and not yet in this process, nor in numba's cache for the current sources,
+    and a second core."""
+    if os.environ.get(SPLIT_ENV) == "0":
         return False
     try:
-        return not kernel.run_slice._cache._cache_file._load_index()
-    except Exception:            # noqa: BLE001 (a numba without these parts: no split)
+        entry = kernel.run_slice
+        if entry.overloads or entry._cache._cache_file._load_index():
+            return False
+    except Exception:            # noqa: BLE001 (JIT off, or a numba without these parts)
         return False
+    return _cores() >= 2
 
 
 def _cores() -> int:
@@ -108,37 +110,67 @@ def compile_units(signatures) -> None:
 
 def compile_split(kernel, args) -> None:
     """The child's units in a child process and ours here, both cached; back
-    when both are done (or the child failed: run_slice's compile then makes
-    what it lacks)."""
+    when both are done. Whatever fails (types not derived, no temporary
+    folder, no child) leaves what is missing to run_slice's compile."""
     try:
-        plan = pickle.dumps(unit_signatures(kernel, args, CHILD_UNITS))
-        own_units = unit_signatures(kernel, args, OWN_UNITS)
-    except Exception:            # noqa: BLE001 (types not derived: compile as numba would)
+        with tempfile.TemporaryDirectory(prefix="dtrf-split-") as work:
+            plan = Path(work) / "units.pickle"
+            plan.write_bytes(pickle.dumps(unit_signatures(kernel, args, CHILD_UNITS)))
+            own_units = unit_signatures(kernel, args, OWN_UNITS)
+            drop_stale_data()
+            _compile_beside(plan, own_units)
+    except Exception:            # noqa: BLE001 (compile as numba would)
         return
+
+
+def _compile_beside(plan: Path, own_units) -> None:
     root = str(Path(__file__).resolve().parents[2])    # the package's own copy, for the child
     paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    with tempfile.TemporaryDirectory(prefix="dtrf-split-") as work:
-        (Path(work) / "units.pickle").write_bytes(plan)
+    child = subprocess.Popen([sys.executable, "-m", f"{__package__}.split_compile", str(plan)],
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
         try:
-            child = subprocess.Popen(
-                [sys.executable, "-m", f"{__package__}.split_compile", str(Path(work) / "units.pickle")],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL)
-        except OSError:
-            return
-        try:
-            try:
-                compile_units(own_units)
-            except Exception:    # noqa: BLE001 (run_slice's compile meets it again, and says)
-                pass
-            child.wait(timeout=CHILD_SECONDS)
-        except subprocess.TimeoutExpired:
+            compile_units(own_units)
+        except Exception:        # noqa: BLE001 (run_slice's compile meets it again, and says)
             pass
-        finally:
-            if child.poll() is None:
+        child.wait(timeout=CHILD_SECONDS)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if child.poll() is None:
+            child.terminate()    # numba writes a cache entry's index, then its data
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+
+
+def drop_stale_data() -> None:
+    """Remove the data files of the kernel's stale cache entries. numba writes a
+    new entry's index before its data, and numbers data files from 1 again under
+    new sources: a process reading the index in between (the other side of the
+    split compiling the same unit, as both do `regions._move_set`) would load
+    the data file an older build left under that number. With none there, it
+    finds nothing and compiles."""
+    from numba.core.dispatcher import Dispatcher
+
+    from .bitsets import engine_stamp
+    stamp = engine_stamp()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(f"{__package__}.") or module is None:
+            continue
+        for fn in list(vars(module).values()):
+            index = getattr(getattr(fn, "_cache", None), "_cache_file", None)
+            if not isinstance(fn, Dispatcher) or getattr(index, "_source_stamp", None) != stamp:
+                continue
+            if index._load_index():
+                continue                      # fresh: its data is this build's
+            stem = index._index_name[:-len(".nbi")]
+            for data in Path(index._cache_path).glob(f"{stem}.*.nbc"):
+                data.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
