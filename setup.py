@@ -76,7 +76,7 @@ class build_kernel(Command):
         env = {k: v for k, v in os.environ.items()
                if k not in ("NUMBA_CACHE_DIR", "DTRF_NATIVE", "NUMBA_DISABLE_JIT")}
         env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        _say("compiling the replay kernel into the package (about 2 minutes, once per install)...")
+        _say("compiling the replay kernel, once per install (about 2 minutes)...")
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "dtrforensics.cli.kernel_notice"], env=env, cwd=root,
                               capture_output=True, text=True)

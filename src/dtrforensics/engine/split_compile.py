@@ -93,19 +93,20 @@ def unit_signatures(kernel, args, units) -> list[tuple[str, str, tuple]]:
     entry = kernel.run_slice
     params = inspect.signature(entry.py_func).parameters
     by_name = dict(zip(params, (entry.typeof_pyval(a) for a in args)))
-    signatures = []
-    for module, name in units:
-        fn = getattr(importlib.import_module(f"{__package__}.{module}"), name)
-        signatures.append((module, name, tuple(_param_type(p, by_name) for p in
-                                               inspect.signature(fn.py_func).parameters)))
-    return signatures
+    return [(module, name, tuple(_param_type(p, by_name) for p in
+                                 inspect.signature(_unit(module, name).py_func).parameters))
+            for module, name in units]
+
+
+def _unit(module: str, name: str):
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
 def compile_units(signatures) -> None:
     from .inliner_copies import cheaper_copies
     with cheaper_copies():
         for module, name, signature in signatures:
-            getattr(importlib.import_module(f"{__package__}.{module}"), name).compile(signature)
+            _unit(module, name).compile(signature)
 
 
 def compile_split(kernel, args) -> None:
@@ -159,18 +160,19 @@ def drop_stale_data() -> None:
 
     from .bitsets import engine_stamp
     stamp = engine_stamp()
+    indexes = {}      # a function is found in each module that imports it: once each
     for name, module in list(sys.modules.items()):
-        if not name.startswith(f"{__package__}.") or module is None:
-            continue
-        for fn in list(vars(module).values()):
-            index = getattr(getattr(fn, "_cache", None), "_cache_file", None)
-            if not isinstance(fn, Dispatcher) or getattr(index, "_source_stamp", None) != stamp:
-                continue
-            if index._load_index():
-                continue                      # fresh: its data is this build's
-            stem = index._index_name[:-len(".nbi")]
-            for data in Path(index._cache_path).glob(f"{stem}.*.nbc"):
-                data.unlink(missing_ok=True)
+        if name.startswith(f"{__package__}.") and module is not None:
+            for fn in list(vars(module).values()):
+                index = getattr(getattr(fn, "_cache", None), "_cache_file", None)
+                if isinstance(fn, Dispatcher) and getattr(index, "_source_stamp", None) == stamp:
+                    indexes[index._index_path] = index
+    for index in indexes.values():
+        if index._load_index():
+            continue                          # fresh: its data is this build's
+        stem = index._index_name[:-len(".nbi")]
+        for data in Path(index._cache_path).glob(f"{stem}.*.nbc"):
+            data.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
